@@ -1,0 +1,101 @@
+//! Command-line definitions. Also the source of completions/ and man/ (see `gpurun completions`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpurun",
+    version,
+    about = "Run OCI container images as squashfs files on GPU clusters: no daemon, no root, no setuid",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Print only errors
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Say what gpurun does (mounts, binds, devices)
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+    /// Also print the cause chain of errors and every mount
+    #[arg(long, global = true)]
+    pub debug: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a command inside an image
+    Exec(ExecArgs),
+    /// Run the image's entrypoint and command (Docker semantics), else /bin/sh
+    Run(RunArgs),
+    /// Start an interactive shell inside an image
+    Shell(ShellArgs),
+}
+
+/// Options shared by exec, run and shell.
+#[derive(Args, Debug, Clone, Default)]
+pub struct LaunchOpts {
+    /// Bind a host path: SRC[:DST[:ro|rw]], repeatable, comma-separated lists allowed
+    #[arg(short = 'B', long = "bind", value_name = "SRC[:DST[:ro]]")]
+    pub bind: Vec<String>,
+    /// Do not bind the home directory, use a private /tmp, and bind no cwd
+    #[arg(short = 'c', long)]
+    pub contain: bool,
+    /// Do not bind the home directory
+    #[arg(long)]
+    pub no_home: bool,
+    /// Working directory inside the container (default: the current one)
+    #[arg(long, value_name = "DIR")]
+    pub pwd: Option<PathBuf>,
+    /// Start from an empty environment (plus the image's and --env)
+    #[arg(short = 'e', long)]
+    pub cleanenv: bool,
+    /// Set an environment variable inside: K=V (repeatable)
+    #[arg(long = "env", value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Read K=V lines from a file
+    #[arg(long, value_name = "FILE")]
+    pub env_file: Vec<PathBuf>,
+    /// Make the root writable with a tmpfs overlay that vanishes on exit
+    #[arg(long)]
+    pub writable_tmpfs: bool,
+    /// Map your user to root inside the container (no privilege is gained outside)
+    #[arg(long)]
+    pub fakeroot: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub opts: LaunchOpts,
+    /// Image: a squashfs file
+    pub image: String,
+    /// Command and its arguments
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub opts: LaunchOpts,
+    /// Image: a squashfs file
+    pub image: String,
+    /// Arguments that replace the image's Cmd
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ShellArgs {
+    #[command(flatten)]
+    pub opts: LaunchOpts,
+    /// Image: a squashfs file
+    pub image: String,
+    /// Shell to start (default: $SHELL if the image has it, else /bin/sh)
+    #[arg(short, long)]
+    pub shell: Option<String>,
+}

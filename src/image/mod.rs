@@ -1,0 +1,3 @@
+//! What an image is and how to get one.
+
+pub mod meta;

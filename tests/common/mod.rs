@@ -1,0 +1,170 @@
+//! Shared helpers for the integration tests: the unprivileged test user, scratch dirs it owns,
+//! images built with the real squashfs-tools, and running gpurun as that user.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Once;
+
+/// The unprivileged user that runs gpurun in tests (created by .ci/run, or here when root).
+pub const TEST_USER: &str = "gpuruntest";
+
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn gpurun_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpurun"))
+}
+
+static SETUP: Once = Once::new();
+
+/// Make sure the test user exists and /dev/fuse is usable the way distributions ship it.
+pub fn setup() {
+    SETUP.call_once(|| {
+        if !is_root() {
+            return;
+        }
+        let exists = Command::new("id").arg(TEST_USER).output().unwrap().status.success();
+        if !exists {
+            let st = Command::new("useradd")
+                .args(["-m", "-s", "/bin/sh", TEST_USER])
+                .status()
+                .expect("useradd");
+            assert!(st.success(), "could not create test user {TEST_USER}");
+        }
+        let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666));
+    });
+}
+
+/// uid and gid of the user that runs gpurun in tests.
+pub fn test_ids() -> (u32, u32) {
+    setup();
+    if !is_root() {
+        return unsafe { (libc::getuid(), libc::getgid()) };
+    }
+    let id = |flag: &str| -> u32 {
+        let o = Command::new("id").args([flag, TEST_USER]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+    };
+    (id("-u"), id("-g"))
+}
+
+/// A scratch directory owned by the test user, removed on drop.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        setup();
+        let dir = tempfile::Builder::new()
+            .prefix("gpurun-test.")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (uid, gid) = test_ids();
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        Scratch { dir }
+    }
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.dir.path().join(p)
+    }
+    /// Give everything under the scratch dir to the test user.
+    pub fn chown_all(&self) {
+        if is_root() {
+            let (uid, gid) = test_ids();
+            let st = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{uid}:{gid}"))
+                .arg(self.path())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+    }
+}
+
+/// A command that runs `program` as the unprivileged test user (directly when not root).
+pub fn as_user(program: impl AsRef<OsStr>) -> Command {
+    setup();
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", TEST_USER, "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// `gpurun ARGS…` as the test user.
+pub fn gpurun(args: &[&str]) -> Command {
+    let mut c = as_user(gpurun_bin());
+    c.args(args);
+    c
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Run and return output, printing it on failure to ease debugging.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let o = cmd.output().expect("spawn");
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed: {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+/// A minimal rootfs made from the machine's busybox-static: /bin/sh and the applets as links.
+pub fn busybox_rootfs(root: &Path) {
+    let bb = Path::new("/bin/busybox");
+    assert!(bb.exists(), "busybox-static is needed for the tests (apt-get install busybox-static)");
+    for d in ["bin", "etc", "tmp", "usr/bin", "root", "home", "proc", "sys", "dev"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::copy(bb, root.join("bin/busybox")).unwrap();
+    let out = Command::new(bb).arg("--list").output().unwrap();
+    for applet in String::from_utf8_lossy(&out.stdout).lines() {
+        if applet != "busybox" {
+            let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
+        }
+    }
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+    std::fs::write(root.join("etc/group"), "root:x:0:\n").unwrap();
+}
+
+/// mksquashfs DIR OUT (squashfs-tools), owned by the test user.
+pub fn mksquashfs(dir: &Path, out: &Path, extra: &[&str]) {
+    let mut c = Command::new("mksquashfs");
+    c.arg(dir).arg(out).args(["-noappend", "-quiet", "-no-progress"]).args(extra);
+    run_ok(&mut c);
+    if is_root() {
+        let (uid, gid) = test_ids();
+        std::os::unix::fs::chown(out, Some(uid), Some(gid)).unwrap();
+    }
+}
+
+/// A busybox image at SCRATCH/NAME.sqsh, with `customise` run on the rootfs first.
+pub fn busybox_image(s: &Scratch, name: &str, customise: impl FnOnce(&Path)) -> PathBuf {
+    let root = s.join(format!("{name}.root"));
+    busybox_rootfs(&root);
+    customise(&root);
+    let img = s.join(format!("{name}.sqsh"));
+    mksquashfs(&root, &img, &[]);
+    img
+}
