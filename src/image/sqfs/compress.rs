@@ -39,7 +39,9 @@ impl Compressor {
                     Err(e) => Err(format!("zlib: {e}")),
                 }
             }
-            Compressor::Zstd => zstd::bulk::decompress(input, limit).map_err(|e| format!("zstd: {e}")),
+            Compressor::Zstd => {
+                zstd::bulk::decompress(input, limit).map_err(|e| format!("zstd: {e}"))
+            }
             Compressor::Xz => {
                 let mut s = liblzma::stream::Stream::new_stream_decoder(256 << 20, 0)
                     .map_err(|e| format!("xz: {e}"))?;
@@ -52,7 +54,8 @@ impl Compressor {
             }
             Compressor::Lz4 => {
                 let mut out = vec![0u8; limit];
-                let n = lz4_flex::block::decompress_into(input, &mut out).map_err(|e| format!("lz4: {e}"))?;
+                let n = lz4_flex::block::decompress_into(input, &mut out)
+                    .map_err(|e| format!("lz4: {e}"))?;
                 out.truncate(n);
                 Ok(out)
             }
@@ -110,8 +113,14 @@ mod tests {
             // One byte too little room: must be an error, never a silently cut block.
             assert!(c.decompress(bytes, data.len() - 1).is_err(), "{c} limit");
             // Truncated input: error, no panic.
-            assert!(c.decompress(&bytes[..bytes.len() / 2], data.len()).is_err(), "{c} truncated");
-            assert!(c.decompress(&[0xff; 16], data.len()).is_err(), "{c} garbage");
+            assert!(
+                c.decompress(&bytes[..bytes.len() / 2], data.len()).is_err(),
+                "{c} truncated"
+            );
+            assert!(
+                c.decompress(&[0xff; 16], data.len()).is_err(),
+                "{c} garbage"
+            );
         }
     }
 }

@@ -104,15 +104,22 @@ impl Superblock {
         };
         let block_log = u16_at(22);
         let bs = sb.block_size;
-        if !(4096..=1 << 20).contains(&bs) || !bs.is_power_of_two() || 1u32 << block_log.min(31) != bs {
-            return Err(SuperblockError::Invalid(format!("block size {bs} (log {block_log})")));
+        if !(4096..=1 << 20).contains(&bs)
+            || !bs.is_power_of_two()
+            || 1u32 << block_log.min(31) != bs
+        {
+            return Err(SuperblockError::Invalid(format!(
+                "block size {bs} (log {block_log})"
+            )));
         }
         if sb.inode_table >= sb.bytes_used
             || sb.directory_table >= sb.bytes_used
             || sb.directory_table < sb.inode_table
             || sb.id_table >= sb.bytes_used
         {
-            return Err(SuperblockError::Invalid("table offsets outside the image".into()));
+            return Err(SuperblockError::Invalid(
+                "table offsets outside the image".into(),
+            ));
         }
         Ok(sb)
     }
@@ -127,7 +134,10 @@ pub struct BlockWord {
 
 impl BlockWord {
     pub fn decode(w: u32) -> BlockWord {
-        BlockWord { on_disk: w & (BLOCK_UNCOMPRESSED - 1), compressed: w & BLOCK_UNCOMPRESSED == 0 }
+        BlockWord {
+            on_disk: w & (BLOCK_UNCOMPRESSED - 1),
+            compressed: w & BLOCK_UNCOMPRESSED == 0,
+        }
     }
     /// Size 0 means a sparse block: all zeros, nothing stored.
     pub fn is_sparse(self) -> bool {
@@ -228,7 +238,11 @@ fn opt(x: u32) -> Option<u32> {
 
 /// Parse one inode. `block_size` is needed to know how many block words a file has;
 /// `max_blocks` bounds that count so a corrupt size cannot make us allocate without bound.
-pub fn parse_inode(src: &mut impl ByteSource, block_size: u32, max_blocks: u64) -> FormatResult<RawInode> {
+pub fn parse_inode(
+    src: &mut impl ByteSource,
+    block_size: u32,
+    max_blocks: u64,
+) -> FormatResult<RawInode> {
     let t = src.u16()?;
     let perm = src.u16()?;
     let uid_idx = src.u16()?;
@@ -290,13 +304,27 @@ pub fn parse_inode(src: &mut impl ByteSource, block_size: u32, max_blocks: u64) 
             };
             let fragment = opt(frag).map(|f| (f, frag_off));
             let bs = block_size as u64;
-            let n = if fragment.is_some() { ino.size / bs } else { ino.size.div_ceil(bs) };
+            let n = if fragment.is_some() {
+                ino.size / bs
+            } else {
+                ino.size.div_ceil(bs)
+            };
             if n > max_blocks {
-                return Err(format!("file of {} bytes cannot fit in the inode table", ino.size));
+                return Err(format!(
+                    "file of {} bytes cannot fit in the inode table",
+                    ino.size
+                ));
             }
             let words = src.take(n as usize * 4)?;
-            let block_words = words.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
-            ino.body = Body::File(FileLoc { blocks_start, fragment, block_words });
+            let block_words = words
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            ino.body = Body::File(FileLoc {
+                blocks_start,
+                fragment,
+                block_words,
+            });
         }
         (Kind::Symlink, ext) => {
             ino.nlink = src.u32()?;
@@ -332,7 +360,12 @@ fn dir_loc(block: u32, offset: u16, size: u32, parent_number: u32) -> FormatResu
     if size < 3 {
         return Err(format!("directory size {size}"));
     }
-    Ok(DirLoc { block, offset, size: size - 3, parent_number })
+    Ok(DirLoc {
+        block,
+        offset,
+        size: size - 3,
+        parent_number,
+    })
 }
 
 /// One directory entry: name, inode reference (block << 16 | offset), basic kind.
@@ -356,7 +389,10 @@ pub fn parse_dir(src: &mut impl ByteSource, size: u32) -> FormatResult<Vec<DirEn
         let _base_number = src.u32()?;
         left -= 12;
         if count >= MAX_DIR_COUNT {
-            return Err(format!("directory header with {} entries", count as u64 + 1));
+            return Err(format!(
+                "directory header with {} entries",
+                count as u64 + 1
+            ));
         }
         for _ in 0..=count {
             if left < 8 {
@@ -373,9 +409,16 @@ pub fn parse_dir(src: &mut impl ByteSource, size: u32) -> FormatResult<Vec<DirEn
             let name = src.take(name_len)?;
             left -= name_len;
             if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
-                return Err(format!("bad name {:?} in a directory", String::from_utf8_lossy(&name)));
+                return Err(format!(
+                    "bad name {:?} in a directory",
+                    String::from_utf8_lossy(&name)
+                ));
             }
-            out.push(DirEntry { name, inode: (start as u64) << 16 | offset as u64, kind });
+            out.push(DirEntry {
+                name,
+                inode: (start as u64) << 16 | offset as u64,
+                kind,
+            });
         }
     }
     Ok(out)
@@ -415,7 +458,10 @@ mod tests {
     #[test]
     fn superblock() {
         let sb = Superblock::parse(&sb_bytes()).unwrap();
-        assert_eq!((sb.block_size, sb.compression, sb.inode_table), (131072, 6, 5000));
+        assert_eq!(
+            (sb.block_size, sb.compression, sb.inode_table),
+            (131072, 6, 5000)
+        );
         let mut b = sb_bytes();
         b[0] = b'X';
         assert_eq!(Superblock::parse(&b), Err(SuperblockError::BadMagic));
@@ -424,18 +470,36 @@ mod tests {
         assert_eq!(Superblock::parse(&b), Err(SuperblockError::Version(3, 0)));
         let mut b = sb_bytes();
         b[22] = 16; // log does not match size
-        assert!(matches!(Superblock::parse(&b), Err(SuperblockError::Invalid(_))));
+        assert!(matches!(
+            Superblock::parse(&b),
+            Err(SuperblockError::Invalid(_))
+        ));
         let mut b = sb_bytes();
         b[64..72].copy_from_slice(&20000u64.to_le_bytes());
-        assert!(matches!(Superblock::parse(&b), Err(SuperblockError::Invalid(_))));
+        assert!(matches!(
+            Superblock::parse(&b),
+            Err(SuperblockError::Invalid(_))
+        ));
     }
 
     #[test]
     fn words() {
         assert_eq!(meta_header(0x8010), (16, false));
         assert_eq!(meta_header(0x0010), (16, true));
-        assert_eq!(BlockWord::decode(0x0100_0200), BlockWord { on_disk: 0x200, compressed: false });
-        assert_eq!(BlockWord::decode(0x300), BlockWord { on_disk: 0x300, compressed: true });
+        assert_eq!(
+            BlockWord::decode(0x0100_0200),
+            BlockWord {
+                on_disk: 0x200,
+                compressed: false
+            }
+        );
+        assert_eq!(
+            BlockWord::decode(0x300),
+            BlockWord {
+                on_disk: 0x300,
+                compressed: true
+            }
+        );
         assert!(BlockWord::decode(0).is_sparse());
     }
 
@@ -461,10 +525,17 @@ mod tests {
         let mut b = header(2);
         le32(&mut b, &[96, 3, 100, 4096 * 2 + 10, 500, 0x0100_1000]);
         let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
-        assert_eq!((ino.kind, ino.perm, ino.size, ino.number, ino.mtime), (Kind::File, 0o4755, 8202, 7, 1234));
+        assert_eq!(
+            (ino.kind, ino.perm, ino.size, ino.number, ino.mtime),
+            (Kind::File, 0o4755, 8202, 7, 1234)
+        );
         assert_eq!(
             ino.body,
-            Body::File(FileLoc { blocks_start: 96, fragment: Some((3, 100)), block_words: vec![500, 0x0100_1000] })
+            Body::File(FileLoc {
+                blocks_start: 96,
+                fragment: Some((3, 100)),
+                block_words: vec![500, 0x0100_1000]
+            })
         );
         // same without fragment needs 3 words; with only 2 present it is truncated
         let mut b = header(2);
@@ -473,19 +544,27 @@ mod tests {
         // absurd size is refused before allocating
         let mut b = header(2);
         le32(&mut b, &[96, INVALID_U32, 0, u32::MAX]);
-        assert!(parse_inode(&mut &b[..], 4096, 100).unwrap_err().contains("cannot fit"));
+        assert!(parse_inode(&mut &b[..], 4096, 100)
+            .unwrap_err()
+            .contains("cannot fit"));
         // extended symlink with xattr
         let mut b = header(10);
         le32(&mut b, &[2, 3]);
         b.extend_from_slice(b"a/b");
         le32(&mut b, &[5]);
         let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
-        assert_eq!((ino.nlink, ino.xattr, ino.body), (2, Some(5), Body::Symlink(b"a/b".to_vec())));
+        assert_eq!(
+            (ino.nlink, ino.xattr, ino.body),
+            (2, Some(5), Body::Symlink(b"a/b".to_vec()))
+        );
         // char device
         let mut b = header(5);
         le32(&mut b, &[1, 0x103]);
         let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
-        assert_eq!((ino.kind, ino.rdev, ino.xattr), (Kind::CharDev, 0x103, None));
+        assert_eq!(
+            (ino.kind, ino.rdev, ino.xattr),
+            (Kind::CharDev, 0x103, None)
+        );
         // basic dir
         let mut b = header(1);
         le32(&mut b, &[40, 3]);
@@ -493,7 +572,15 @@ mod tests {
         b.extend_from_slice(&12u16.to_le_bytes());
         le32(&mut b, &[1]);
         let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
-        assert_eq!(ino.body, Body::Dir(DirLoc { block: 40, offset: 12, size: 27, parent_number: 1 }));
+        assert_eq!(
+            ino.body,
+            Body::Dir(DirLoc {
+                block: 40,
+                offset: 12,
+                size: 27,
+                parent_number: 1
+            })
+        );
         // bad type
         assert!(parse_inode(&mut &header(15)[..], 4096, 100).is_err());
         assert!(parse_inode(&mut &header(0)[..], 4096, 100).is_err());
@@ -510,8 +597,22 @@ mod tests {
             b.extend_from_slice(name);
         }
         let e = parse_dir(&mut &b[..], b.len() as u32).unwrap();
-        assert_eq!(e[0], DirEntry { name: b"a".to_vec(), inode: 7 << 16 | 16, kind: Kind::File });
-        assert_eq!(e[1], DirEntry { name: b"bc".to_vec(), inode: 7 << 16 | 48, kind: Kind::Dir });
+        assert_eq!(
+            e[0],
+            DirEntry {
+                name: b"a".to_vec(),
+                inode: 7 << 16 | 16,
+                kind: Kind::File
+            }
+        );
+        assert_eq!(
+            e[1],
+            DirEntry {
+                name: b"bc".to_vec(),
+                inode: 7 << 16 | 48,
+                kind: Kind::Dir
+            }
+        );
         assert!(parse_dir(&mut &b[..], b.len() as u32 - 1).is_err());
         assert!(parse_dir(&mut &b[..5], b.len() as u32).is_err());
         let mut bad = b.clone();
@@ -522,7 +623,10 @@ mod tests {
     #[test]
     fn xattr_names() {
         assert_eq!(xattr_name(0, b"x").unwrap(), (b"user.x".to_vec(), false));
-        assert_eq!(xattr_name(0x102, b"capability").unwrap(), (b"security.capability".to_vec(), true));
+        assert_eq!(
+            xattr_name(0x102, b"capability").unwrap(),
+            (b"security.capability".to_vec(), true)
+        );
         assert!(xattr_name(5, b"x").is_err());
     }
 }

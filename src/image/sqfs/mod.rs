@@ -19,17 +19,24 @@ use lru::LruCache;
 use sha2::{Digest, Sha256};
 
 pub use compress::Compressor;
-pub use format::{DirEntry, Kind};
 use format::{BlockWord, Body, ByteSource, FormatResult, RawInode, Superblock, SuperblockError};
+pub use format::{DirEntry, Kind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SqfsError {
     #[error("cannot read image {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not a squashfs image (no squashfs magic); give a .sqsh file made by `gpurun pull`, enroot or mksquashfs")]
     NotSquashfs { path: PathBuf },
     #[error("{path} is squashfs version {major}.{minor}; only 4.0 is supported, rebuild it with squashfs-tools 4.x")]
-    Version { path: PathBuf, major: u16, minor: u16 },
+    Version {
+        path: PathBuf,
+        major: u16,
+        minor: u16,
+    },
     #[error("{path} is compressed with {name}, which gpurun cannot read; rebuild it with `mksquashfs -comp zstd` (gzip, xz and lz4 also work)")]
     Compressor { path: PathBuf, name: String },
     #[error("image {path} is corrupt or truncated ({what}); rebuild or download it again")]
@@ -50,6 +57,9 @@ impl SqfsError {
         }
     }
 }
+
+/// One extended attribute: (full name such as `user.x`, value).
+pub type Xattr = (Vec<u8>, Vec<u8>);
 
 /// A parsed inode. `r` is its inode reference (metadata block << 16 | offset), which is also
 /// its identity: hard links share one inode and so one reference.
@@ -137,23 +147,39 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Archive {
     pub fn open(path: &Path) -> Result<Archive, SqfsError> {
-        let io = |source| SqfsError::Io { path: path.to_owned(), source };
+        let io = |source| SqfsError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let file = std::fs::File::open(path).map_err(io)?;
         let mut buf = [0u8; format::SUPERBLOCK_SIZE];
         match file.read_exact_at(&mut buf, 0) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(SqfsError::NotSquashfs { path: path.to_owned() })
+                return Err(SqfsError::NotSquashfs {
+                    path: path.to_owned(),
+                })
             }
             Err(e) => return Err(io(e)),
         }
         let sb = Superblock::parse(&buf).map_err(|e| match e {
-            SuperblockError::BadMagic => SqfsError::NotSquashfs { path: path.to_owned() },
-            SuperblockError::Version(major, minor) => SqfsError::Version { path: path.to_owned(), major, minor },
-            SuperblockError::Invalid(what) => SqfsError::Corrupt { path: path.to_owned(), what },
+            SuperblockError::BadMagic => SqfsError::NotSquashfs {
+                path: path.to_owned(),
+            },
+            SuperblockError::Version(major, minor) => SqfsError::Version {
+                path: path.to_owned(),
+                major,
+                minor,
+            },
+            SuperblockError::Invalid(what) => SqfsError::Corrupt {
+                path: path.to_owned(),
+                what,
+            },
         })?;
-        let comp = Compressor::from_id(sb.compression)
-            .map_err(|name| SqfsError::Compressor { path: path.to_owned(), name })?;
+        let comp = Compressor::from_id(sb.compression).map_err(|name| SqfsError::Compressor {
+            path: path.to_owned(),
+            name,
+        })?;
         let len = file.metadata().map_err(io)?.len();
         if len < sb.bytes_used {
             return Err(SqfsError::Corrupt {
@@ -161,7 +187,8 @@ impl Archive {
                 what: format!("file is {len} bytes, superblock says {}", sb.bytes_used),
             });
         }
-        let max_blocks = (sb.directory_table - sb.inode_table) / 2 * format::METADATA_SIZE as u64 / 4 + 1;
+        let max_blocks =
+            (sb.directory_table - sb.inode_table) / 2 * format::METADATA_SIZE as u64 / 4 + 1;
         let data_blocks = DATA_CACHE_BYTES / sb.block_size as usize;
         let mut ar = Archive {
             file,
@@ -187,7 +214,10 @@ impl Archive {
         }
         ar.ids = ids;
         if ar.sb.frag_count > 0 && ar.sb.fragment_table != format::INVALID_U64 {
-            ar.frag_ptrs = ar.read_u64s(ar.sb.fragment_table, (ar.sb.frag_count as u64).div_ceil(512))?;
+            ar.frag_ptrs = ar.read_u64s(
+                ar.sb.fragment_table,
+                (ar.sb.frag_count as u64).div_ceil(512),
+            )?;
         }
         if ar.sb.xattr_id_table != format::INVALID_U64 {
             let head = ar.read_u64s(ar.sb.xattr_id_table, 2)?;
@@ -219,21 +249,36 @@ impl Archive {
     }
 
     fn corrupt(&self, what: impl Into<String>) -> SqfsError {
-        SqfsError::Corrupt { path: self.path.clone(), what: what.into() }
+        SqfsError::Corrupt {
+            path: self.path.clone(),
+            what: what.into(),
+        }
     }
     fn fmt<T>(&self, r: FormatResult<T>) -> Result<T, SqfsError> {
         r.map_err(|w| self.corrupt(w))
     }
 
     fn pread(&self, pos: u64, len: usize) -> Result<Vec<u8>, SqfsError> {
-        if pos.checked_add(len as u64).is_none_or(|end| end > self.sb.bytes_used) {
-            return Err(self.corrupt(format!("{len} bytes at offset {pos} lie past the end of the image")));
+        if pos
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.sb.bytes_used)
+        {
+            return Err(self.corrupt(format!(
+                "{len} bytes at offset {pos} lie past the end of the image"
+            )));
         }
         let mut v = vec![0u8; len];
-        self.file.read_exact_at(&mut v, pos).map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => self.corrupt(format!("truncated at offset {pos}")),
-            _ => SqfsError::Io { path: self.path.clone(), source: e },
-        })?;
+        self.file
+            .read_exact_at(&mut v, pos)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    self.corrupt(format!("truncated at offset {pos}"))
+                }
+                _ => SqfsError::Io {
+                    path: self.path.clone(),
+                    source: e,
+                },
+            })?;
         Ok(v)
     }
 
@@ -243,7 +288,9 @@ impl Archive {
             return Err(self.corrupt("lookup table larger than the image"));
         }
         let b = self.pread(pos, n as usize * 8)?;
-        Ok(b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect())
+        Ok(b.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect())
     }
 
     fn meta_block(&self, pos: u64) -> Result<Arc<MetaBlock>, SqfsError> {
@@ -260,13 +307,21 @@ impl Archive {
         } else {
             raw
         };
-        let b = Arc::new(MetaBlock { data, next: pos + 2 + len as u64 });
+        let b = Arc::new(MetaBlock {
+            data,
+            next: pos + 2 + len as u64,
+        });
         lock(&self.caches.meta).put(pos, b.clone());
         Ok(b)
     }
 
     fn cursor(&self, block: u64, offset: usize) -> MetaCursor<'_> {
-        MetaCursor { ar: self, block, offset, cur: None }
+        MetaCursor {
+            ar: self,
+            block,
+            offset,
+            cur: None,
+        }
     }
 
     /// The inode with reference `r`.
@@ -279,14 +334,23 @@ impl Archive {
             return Err(self.corrupt(format!("inode reference {r:#x} outside the inode table")));
         }
         let mut c = self.cursor(block, (r & 0xffff) as usize);
-        let raw = self.fmt(format::parse_inode(&mut c, self.sb.block_size, self.max_blocks))?;
+        let raw = self.fmt(format::parse_inode(
+            &mut c,
+            self.sb.block_size,
+            self.max_blocks,
+        ))?;
         let ino = Arc::new(self.cook(r, raw)?);
         lock(&self.caches.inodes).put(r, ino.clone());
         Ok(ino)
     }
 
     fn cook(&self, r: u64, raw: RawInode) -> Result<Inode, SqfsError> {
-        let id = |i: u16| self.ids.get(i as usize).copied().ok_or_else(|| self.corrupt(format!("uid/gid index {i}")));
+        let id = |i: u16| {
+            self.ids
+                .get(i as usize)
+                .copied()
+                .ok_or_else(|| self.corrupt(format!("uid/gid index {i}")))
+        };
         let mut block_pos = Vec::new();
         let mut size = raw.size;
         match &raw.body {
@@ -298,7 +362,9 @@ impl Archive {
                     p += BlockWord::decode(w).on_disk as u64;
                 }
                 if p > self.sb.bytes_used {
-                    return Err(self.corrupt(format!("data of inode {r:#x} lies past the end of the image")));
+                    return Err(self.corrupt(format!(
+                        "data of inode {r:#x} lies past the end of the image"
+                    )));
                 }
             }
             Body::Dir(d) => size = d.size as u64,
@@ -333,7 +399,10 @@ impl Archive {
         if let Some(d) = lock(&self.caches.dirs).get(&dir.r) {
             return Ok(d.clone());
         }
-        let mut c = self.cursor(self.sb.directory_table + loc.block as u64, loc.offset as usize);
+        let mut c = self.cursor(
+            self.sb.directory_table + loc.block as u64,
+            loc.offset as usize,
+        );
         let entries = Arc::new(self.fmt(format::parse_dir(&mut c, loc.size))?);
         lock(&self.caches.dirs).put(dir.r, entries.clone());
         Ok(entries)
@@ -367,12 +436,17 @@ impl Archive {
             if cur.kind != Kind::Dir {
                 return Ok(None);
             }
-            let Some(e) = self.lookup_in(&cur, &name)? else { return Ok(None) };
+            let Some(e) = self.lookup_in(&cur, &name)? else {
+                return Ok(None);
+            };
             let ino = self.inode(e.inode)?;
             if ino.kind == Kind::Symlink && (follow || !todo.is_empty()) {
                 links += 1;
                 if links > MAX_SYMLINKS {
-                    return Err(SqfsError::SymlinkLoop { path: self.path.clone(), inner: path.to_owned() });
+                    return Err(SqfsError::SymlinkLoop {
+                        path: self.path.clone(),
+                        inner: path.to_owned(),
+                    });
                 }
                 let target = ino.symlink_target().unwrap_or_default();
                 if target.starts_with(b"/") {
@@ -394,9 +468,14 @@ impl Archive {
 
     /// A whole regular file by absolute path (symlinks followed), None when absent.
     pub fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>, SqfsError> {
-        let Some(ino) = self.lookup(path, true)? else { return Ok(None) };
+        let Some(ino) = self.lookup(path, true)? else {
+            return Ok(None);
+        };
         if ino.kind != Kind::File {
-            return Err(SqfsError::NotAFile { path: self.path.clone(), inner: path.to_owned() });
+            return Err(SqfsError::NotAFile {
+                path: self.path.clone(),
+                inner: path.to_owned(),
+            });
         }
         let mut out = Vec::new();
         let mut buf = vec![0u8; self.sb.block_size as usize];
@@ -420,7 +499,9 @@ impl Archive {
         }
         let raw = self.pread(pos, word.on_disk as usize)?;
         let data = if word.compressed {
-            self.comp.decompress(&raw, bs).map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?
+            self.comp
+                .decompress(&raw, bs)
+                .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?
         } else {
             raw
         };
@@ -447,7 +528,10 @@ impl Archive {
     /// Reads up to the end of `buf` or the end of the file, whichever comes first.
     pub fn read_at(&self, ino: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize, SqfsError> {
         let Body::File(f) = &ino.body else {
-            return Err(SqfsError::NotAFile { path: self.path.clone(), inner: format!("inode {:#x}", ino.r) });
+            return Err(SqfsError::NotAFile {
+                path: self.path.clone(),
+                inner: format!("inode {:#x}", ino.r),
+            });
         };
         if offset >= ino.size {
             return Ok(0);
@@ -476,12 +560,16 @@ impl Archive {
                     }
                     dst.copy_from_slice(&data[in_block..in_block + n]);
                 }
-            } else if let (Some((frag, frag_off)), true) = (f.fragment, idx as usize == f.block_words.len()) {
+            } else if let (Some((frag, frag_off)), true) =
+                (f.fragment, idx as usize == f.block_words.len())
+            {
                 let (start, word) = self.fragment(frag)?;
                 let data = self.data_block(start, word)?;
                 let from = frag_off as usize + in_block;
                 let Some(src) = data.get(from..from + n) else {
-                    return Err(self.corrupt(format!("fragment {frag} too short for inode {:#x}", ino.r)));
+                    return Err(
+                        self.corrupt(format!("fragment {frag} too short for inode {:#x}", ino.r))
+                    );
                 };
                 dst.copy_from_slice(src);
             } else {
@@ -493,8 +581,10 @@ impl Archive {
     }
 
     /// All xattrs of an inode as (full name, value), in stored order.
-    pub fn xattrs(&self, ino: &Inode) -> Result<Vec<(Vec<u8>, Vec<u8>)>, SqfsError> {
-        let (Some(idx), Some((kv_start, ptrs))) = (ino.xattr, &self.xattr) else { return Ok(Vec::new()) };
+    pub fn xattrs(&self, ino: &Inode) -> Result<Vec<Xattr>, SqfsError> {
+        let (Some(idx), Some((kv_start, ptrs))) = (ino.xattr, &self.xattr) else {
+            return Ok(Vec::new());
+        };
         let i = idx as u64;
         let Some(&ptr) = ptrs.get((i / 512) as usize) else {
             return Err(self.corrupt(format!("xattr id {idx} out of range")));
@@ -551,7 +641,10 @@ impl Archive {
 }
 
 fn components(p: &[u8]) -> Vec<Vec<u8>> {
-    p.split(|&c| c == b'/').filter(|c| !c.is_empty() && *c != b".").map(|c| c.to_vec()).collect()
+    p.split(|&c| c == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(|c| c.to_vec())
+        .collect()
 }
 
 /// Reads consecutive bytes of a metadata table, crossing block boundaries.
@@ -578,7 +671,11 @@ impl ByteSource for MetaCursor<'_> {
                 }
             };
             if self.offset > b.data.len() {
-                return Err(format!("offset {} past a metadata block of {} bytes", self.offset, b.data.len()));
+                return Err(format!(
+                    "offset {} past a metadata block of {} bytes",
+                    self.offset,
+                    b.data.len()
+                ));
             }
             let k = (n - out.len()).min(b.data.len() - self.offset);
             out.extend_from_slice(&b.data[self.offset..self.offset + k]);
@@ -599,7 +696,10 @@ mod tests {
 
     #[test]
     fn path_components() {
-        assert_eq!(components(b"/a//b/./c/"), vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(
+            components(b"/a//b/./c/"),
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+        );
         assert!(components(b"/").is_empty());
         assert_eq!(components(b"../x"), vec![b"..".to_vec(), b"x".to_vec()]);
     }
@@ -613,7 +713,10 @@ mod tests {
         assert!(matches!(e, SqfsError::NotSquashfs { .. }));
         assert!(e.to_string().contains("x.sqsh"), "{e}");
         std::fs::write(&p, b"hsq").unwrap();
-        assert!(matches!(Archive::open(&p), Err(SqfsError::NotSquashfs { .. })));
+        assert!(matches!(
+            Archive::open(&p),
+            Err(SqfsError::NotSquashfs { .. })
+        ));
         let e = Archive::open(&dir.path().join("missing")).err().unwrap();
         assert!(matches!(e, SqfsError::Io { .. }) && e.to_string().contains("missing"));
     }
