@@ -1,1 +1,4 @@
 //! How a command runs in an image: a pure plan, then a thin layer of syscalls that applies it.
+
+pub mod extract;
+pub mod fuse;
