@@ -460,3 +460,416 @@ pub fn plan(
         writable: req.writable_tmpfs,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        cwd: &'static str,
+        dev: Vec<DevEntry>,
+    }
+
+    fn host_exists(p: &Path) -> bool {
+        !p.starts_with("/missing")
+    }
+
+    fn image_exists(p: &str) -> bool {
+        ["/bin/sh", "/bin/bash", "/opt"].contains(&p)
+    }
+
+    fn run_plan(
+        f: &Fixture,
+        req: &Request,
+        action: Action,
+        meta: ImageMeta,
+        extras: &Extras,
+    ) -> Result<Plan, PlanError> {
+        let host = HostView {
+            uid: 1000,
+            gid: 100,
+            user: "alice".into(),
+            group: "users".into(),
+            home: "/home/alice".into(),
+            shell: Some("/bin/bash".into()),
+            cwd: f.cwd.into(),
+            env: vec![("FOO".into(), "1".into())],
+            dev: f.dev.clone(),
+            exists: &host_exists,
+        };
+        let image = ImageView {
+            root: RootSource::Squashfs("/img.sqsh".into()),
+            meta,
+            passwd: Some("root:x:0:0:root:/root:/bin/sh\n".into()),
+            group: None,
+            exists: &image_exists,
+        };
+        plan(req, &action, &host, &image, extras)
+    }
+
+    fn dsts(p: &Plan) -> Vec<String> {
+        p.mounts
+            .iter()
+            .map(|m| m.dst.display().to_string())
+            .collect()
+    }
+
+    fn find<'a>(p: &'a Plan, dst: &str) -> Option<&'a Mount> {
+        p.mounts.iter().find(|m| m.dst == Path::new(dst))
+    }
+
+    fn env<'a>(p: &'a Plan, k: &str) -> Option<&'a str> {
+        p.env
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    const HOMEDIR: Fixture = Fixture {
+        cwd: "/home/alice/work",
+        dev: Vec::new(),
+    };
+
+    #[test]
+    fn default_mounts_and_identity() {
+        let p = run_plan(
+            &HOMEDIR,
+            &Request::default(),
+            Action::Exec(vec!["id".into()]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        for d in [
+            "/proc",
+            "/sys",
+            "/dev",
+            "/tmp",
+            "/var/tmp",
+            "/etc/hosts",
+            "/home/alice",
+            "/etc/passwd",
+        ] {
+            assert!(find(&p, d).is_some(), "missing {d} in {:?}", dsts(&p));
+        }
+        // cwd is under the bound home: no extra bind, kept as is.
+        assert_eq!(p.cwd, Path::new("/home/alice/work"));
+        assert!(find(&p, "/home/alice/work").is_none());
+        assert_eq!(
+            (p.uid.inside, p.uid.outside, p.gid.inside),
+            (1000, 1000, 100)
+        );
+        let MountSource::File { contents } = &find(&p, "/etc/passwd").unwrap().source else {
+            panic!()
+        };
+        assert!(contents.starts_with("root:x:0:0"));
+        assert!(contents.contains("alice:x:1000:100:alice:/home/alice:/bin/bash\n"));
+        let MountSource::File { contents } = &find(&p, "/etc/group").unwrap().source else {
+            panic!()
+        };
+        assert_eq!(contents, "users:x:100:\n");
+        assert_eq!(env(&p, "HOME"), Some("/home/alice"));
+        assert_eq!(env(&p, "FOO"), Some("1"));
+        assert_eq!(env(&p, "GPURUN_CONTAINER"), Some("/img.sqsh"));
+        assert!(!p.writable);
+    }
+
+    #[test]
+    fn cwd_rules() {
+        // (cwd, request, expected cwd, cwd bound?)
+        let contain = Request {
+            contain: true,
+            ..Default::default()
+        };
+        let pwd = Request {
+            pwd: Some("/opt".into()),
+            ..Default::default()
+        };
+        let cases: Vec<(&'static str, Request, &str, bool)> = vec![
+            ("/data/proj", Request::default(), "/data/proj", true),
+            ("/tmp/x", Request::default(), "/tmp/x", false),
+            ("/usr/lib", Request::default(), "/", false),
+            ("/opt", Request::default(), "/opt", false),
+            ("/", Request::default(), "/", false),
+            ("/data/proj", contain.clone(), "/", false),
+            ("/data/proj", pwd, "/opt", false),
+        ];
+        for (cwd, req, want, bound) in cases {
+            let f = Fixture { cwd, dev: vec![] };
+            let p = run_plan(
+                &f,
+                &req,
+                Action::Exec(vec!["true".into()]),
+                ImageMeta::default(),
+                &Extras::default(),
+            )
+            .unwrap();
+            assert_eq!(p.cwd, Path::new(want), "cwd {cwd}");
+            assert_eq!(
+                p.mounts.iter().any(|m| m.dst == Path::new(cwd)
+                    && cwd != "/tmp/x"
+                    && matches!(m.source, MountSource::Bind { .. })
+                    && m.dst != Path::new("/")),
+                bound,
+                "cwd {cwd} bound"
+            );
+        }
+        let meta = ImageMeta {
+            working_dir: "/workspace".into(),
+            ..Default::default()
+        };
+        let p = run_plan(
+            &HOMEDIR,
+            &contain,
+            Action::Exec(vec!["true".into()]),
+            meta,
+            &Extras::default(),
+        )
+        .unwrap();
+        assert_eq!(p.cwd, Path::new("/workspace"));
+        let rel = Request {
+            pwd: Some("rel".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            run_plan(
+                &HOMEDIR,
+                &rel,
+                Action::Exec(vec![]),
+                ImageMeta::default(),
+                &Extras::default()
+            ),
+            Err(PlanError::RelativePwd(_))
+        ));
+    }
+
+    #[test]
+    fn contain_no_home_and_fakeroot() {
+        let contain = Request {
+            contain: true,
+            ..Default::default()
+        };
+        let p = run_plan(
+            &HOMEDIR,
+            &contain,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert!(find(&p, "/home/alice").is_none());
+        assert_eq!(find(&p, "/tmp").unwrap().source, MountSource::Tmpfs);
+        let no_home = Request {
+            no_home: true,
+            ..Default::default()
+        };
+        let p = run_plan(
+            &Fixture {
+                cwd: "/data",
+                dev: vec![],
+            },
+            &no_home,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert!(find(&p, "/home/alice").is_none());
+        assert!(matches!(
+            find(&p, "/tmp").unwrap().source,
+            MountSource::Bind { .. }
+        ));
+        let fr = Request {
+            fakeroot: true,
+            ..Default::default()
+        };
+        let p = run_plan(
+            &HOMEDIR,
+            &fr,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert_eq!((p.uid.inside, p.uid.outside, p.gid.inside), (0, 1000, 0));
+        assert_eq!(
+            find(&p, "/root").unwrap().source,
+            MountSource::Bind {
+                src: "/home/alice".into()
+            }
+        );
+        assert_eq!(env(&p, "HOME"), Some("/root"));
+        assert_eq!(env(&p, "USER"), Some("root"));
+    }
+
+    #[test]
+    fn bind_specs() {
+        let cwd = Path::new("/work");
+        let ok: &[(&str, (&str, &str, bool))] = &[
+            ("/a", ("/a", "/a", false)),
+            ("/a:/b", ("/a", "/b", false)),
+            ("/a:/b:ro", ("/a", "/b", true)),
+            ("/a:/b:rw", ("/a", "/b", false)),
+            ("/a:ro", ("/a", "/a", true)),
+            ("rel/x:/x", ("/work/rel/x", "/x", false)),
+            ("/a/../c/./d:/e/", ("/c/d", "/e", false)),
+        ];
+        for (spec, (s, d, ro)) in ok {
+            assert_eq!(
+                parse_bind(spec, cwd).unwrap(),
+                (PathBuf::from(s), PathBuf::from(d), *ro),
+                "{spec}"
+            );
+        }
+        for bad in ["/a:/b:rx", "/a:rel", ":/b", "/a:/b:ro:x", "/a:"] {
+            assert!(parse_bind(bad, cwd).is_err(), "{bad} should fail");
+        }
+        let req = Request {
+            binds: vec!["/x:/y:ro,/z".into()],
+            ..Default::default()
+        };
+        let p = run_plan(
+            &HOMEDIR,
+            &req,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert!(find(&p, "/y").unwrap().readonly);
+        assert!(!find(&p, "/z").unwrap().readonly);
+        let req = Request {
+            binds: vec!["/missing/dir:/m".into()],
+            ..Default::default()
+        };
+        assert!(matches!(
+            run_plan(
+                &HOMEDIR,
+                &req,
+                Action::Exec(vec![]),
+                ImageMeta::default(),
+                &Extras::default()
+            ),
+            Err(PlanError::BindSourceMissing(_))
+        ));
+    }
+
+    #[test]
+    fn filtered_dev() {
+        let f = Fixture {
+            cwd: "/home/alice",
+            dev: vec![
+                DevEntry::Other {
+                    name: "null".into(),
+                },
+                DevEntry::Other {
+                    name: "nvidia0".into(),
+                },
+                DevEntry::Other {
+                    name: "nvidiactl".into(),
+                },
+                DevEntry::Other {
+                    name: "nvidia-caps".into(),
+                },
+                DevEntry::Other { name: "shm".into() },
+                DevEntry::Symlink {
+                    name: "fd".into(),
+                    target: "/proc/self/fd".into(),
+                },
+            ],
+        };
+        let extras = Extras {
+            filter_nvidia_dev: true,
+            mounts: vec![Mount::bind("/dev/nvidia0", "/dev/nvidia0", false)],
+            ..Default::default()
+        };
+        let p = run_plan(
+            &f,
+            &Request::default(),
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &extras,
+        )
+        .unwrap();
+        let d = dsts(&p);
+        assert_eq!(find(&p, "/dev").unwrap().source, MountSource::Tmpfs);
+        assert!(d.contains(&"/dev/null".to_string()) && d.contains(&"/dev/shm".to_string()));
+        assert!(
+            !d.contains(&"/dev/nvidiactl".to_string())
+                && !d.contains(&"/dev/nvidia-caps".to_string())
+        );
+        assert_eq!(
+            d.iter().filter(|x| *x == "/dev/nvidia0").count(),
+            1,
+            "only the GPU module's own bind"
+        );
+        assert_eq!(
+            find(&p, "/dev/fd").unwrap().source,
+            MountSource::Symlink {
+                target: "/proc/self/fd".into()
+            }
+        );
+        // The GPU binds come after /dev's tmpfs, or they would be hidden by it.
+        let pos = |x: &str| d.iter().position(|y| y == x).unwrap();
+        assert!(pos("/dev/nvidia0") > pos("/dev"));
+    }
+
+    #[test]
+    fn what_runs() {
+        let meta = ImageMeta {
+            entrypoint: vec!["/entry".into()],
+            cmd: vec!["default".into()],
+            ..Default::default()
+        };
+        let argv = |action: Action, meta: ImageMeta| {
+            run_plan(
+                &HOMEDIR,
+                &Request::default(),
+                action,
+                meta,
+                &Extras::default(),
+            )
+            .map(|p| p.argv)
+        };
+        let cases: Vec<(Action, ImageMeta, Vec<&str>)> = vec![
+            (Action::Run(vec![]), meta.clone(), vec!["/entry", "default"]),
+            (
+                Action::Run(vec!["x".into()]),
+                meta.clone(),
+                vec!["/entry", "x"],
+            ),
+            (
+                Action::Run(vec![]),
+                ImageMeta {
+                    cmd: vec!["python3".into()],
+                    ..Default::default()
+                },
+                vec!["python3"],
+            ),
+            (Action::Run(vec![]), ImageMeta::default(), vec!["/bin/sh"]),
+            (Action::Shell(None), ImageMeta::default(), vec!["/bin/bash"]),
+            (
+                Action::Shell(Some("/bin/zsh".into())),
+                ImageMeta::default(),
+                vec!["/bin/zsh"],
+            ),
+            (
+                Action::Exec(vec!["ls".into(), "-l".into()]),
+                meta,
+                vec!["ls", "-l"],
+            ),
+        ];
+        for (action, meta, want) in cases {
+            assert_eq!(argv(action.clone(), meta).unwrap(), want, "{action:?}");
+        }
+        let p = run_plan(
+            &HOMEDIR,
+            &Request::default(),
+            Action::Shell(None),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert_eq!(env(&p, "PS1"), Some("gpurun> "));
+    }
+}
