@@ -122,11 +122,18 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
         .thread_swap_mask(SigmaskHow::SIG_BLOCK)
         .map_err(|e| LaunchError::Setup(format!("sigprocmask: {e}")))?;
 
+    // Blocked too, so C can wait for it; the command gets the caller's original mask back.
+    let mut rt = unsafe { std::mem::zeroed::<libc::sigset_t>() };
+    unsafe {
+        libc::sigemptyset(&mut rt);
+        libc::sigaddset(&mut rt, parent_death_signal());
+        libc::pthread_sigmask(libc::SIG_BLOCK, &rt, std::ptr::null_mut());
+    }
     sys::enter_user_namespace(plan.uid.inside, plan.gid.inside)
         .map_err(LaunchError::UserNamespace)?;
     sys::become_subreaper()?;
     if hold.is_some() {
-        sys::die_with_parent()?;
+        sys::die_with_parent(libc::SIGKILL)?;
     }
     let parent = nix::unistd::getpid();
 
@@ -227,7 +234,7 @@ fn child(
     state: Option<File>,
     old_mask: SigSet,
 ) -> (i32, String) {
-    if sys::die_with_parent().is_err() || nix::unistd::getppid() != parent {
+    if sys::die_with_parent(parent_death_signal()).is_err() || nix::unistd::getppid() != parent {
         return (exit::GPURUN_FAILED, "gpurun exited during start-up".into());
     }
     let mut ready = File::from(ready_w);
@@ -265,14 +272,85 @@ fn child(
             plan.cwd.display()
         );
     }
-    if let Err(e) = sys::set_no_new_privs() {
+    if let Err(e) = sys::set_no_new_privs().and_then(|_| sys::become_subreaper()) {
         return (exit::GPURUN_FAILED, e.to_string());
     }
-    for s in FORWARDED {
-        unsafe { libc::signal(s as i32, libc::SIG_DFL) };
+    // C stays as a small init: it reaps, forwards signals, and takes the command's whole process
+    // tree down with it, also when gpurun itself is killed (PDEATHSIG reaches C, which can act).
+    // SAFETY: C is single-threaded.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            for s in FORWARDED {
+                unsafe { libc::signal(s as i32, libc::SIG_DFL) };
+            }
+            let _ = old_mask.thread_set_mask();
+            exec(prep)
+        }
+        Ok(ForkResult::Parent { child }) => supervise(child),
+        Err(e) => (exit::GPURUN_FAILED, format!("fork: {e}")),
     }
-    let _ = old_mask.thread_set_mask();
-    exec(prep)
+}
+
+/// C's loop once the command runs: forward, reap, and on the end of either the command or
+/// gpurun, kill everything left and leave with the command's status.
+fn supervise(cmd: Pid) -> ! {
+    let mut set = unsafe { std::mem::zeroed::<libc::sigset_t>() };
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, s as i32);
+        }
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigaddset(&mut set, parent_death_signal());
+    }
+    loop {
+        let mut info = unsafe { std::mem::zeroed::<libc::siginfo_t>() };
+        let signo = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if signo < 0 {
+            continue;
+        }
+        if signo == parent_death_signal() {
+            kill_descendants();
+            unsafe { libc::_exit(exit::GPURUN_FAILED) };
+        }
+        if signo != libc::SIGCHLD {
+            if info.si_code != libc::SI_KERNEL {
+                let _ = nix::sys::signal::kill(cmd, Signal::try_from(signo).ok());
+            }
+            continue;
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == cmd => {
+                    kill_descendants();
+                    unsafe { libc::_exit(code) };
+                }
+                Ok(WaitStatus::Signaled(pid, sig, core)) if pid == cmd => {
+                    kill_descendants();
+                    die_by(sig, core);
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// Sent to C when gpurun dies: a real-time signal, so it never collides with one a user sends.
+fn parent_death_signal() -> i32 {
+    libc::SIGRTMIN()
+}
+
+/// Leave by `sig`, as the command did, so callers see a signal and not a number.
+fn die_by(sig: Signal, core: bool) -> ! {
+    if !core {
+        unsafe { libc::signal(sig as i32, libc::SIG_DFL) };
+        let mut m = SigSet::empty();
+        m.add(sig);
+        let _ = m.thread_unblock();
+        let _ = nix::sys::signal::raise(sig);
+    }
+    unsafe { libc::_exit(128 + sig as i32) }
 }
 
 /// Build the container root in C's private mount namespace; returns its path.
@@ -529,7 +607,7 @@ fn parent_loop(
             }
         }
     };
-    reap_orphans();
+    kill_descendants();
     if let Some(tmp) = &state_tmp {
         let _ = std::fs::remove_file(tmp);
     }
@@ -563,11 +641,11 @@ fn parent_loop(
     })
 }
 
-/// Kill and reap what the container left running (re-parented to us as subreaper).
-fn reap_orphans() {
-    let me = std::process::id().to_string();
+/// Kill and reap every descendant of this process (we are a subreaper, so orphans are ours too).
+fn kill_descendants() {
+    let me = std::process::id() as i32;
     loop {
-        let mut found = false;
+        let mut children: std::collections::HashMap<i32, Vec<i32>> = Default::default();
         if let Ok(rd) = std::fs::read_dir("/proc") {
             for e in rd.flatten() {
                 let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
@@ -576,14 +654,23 @@ fn reap_orphans() {
                 let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
                     continue;
                 };
-                // The field after the command name (which may hold spaces) is state, then ppid.
-                let ppid = stat
+                // After the command name (which may hold spaces and parens): state, then ppid.
+                if let Some(ppid) = stat
                     .rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1));
-                if ppid == Some(me.as_str()) {
-                    found = true;
-                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|p| p.parse::<i32>().ok())
+                {
+                    children.entry(ppid).or_default().push(pid);
                 }
+            }
+        }
+        let mut todo = vec![me];
+        let mut found = false;
+        while let Some(p) = todo.pop() {
+            for &c in children.get(&p).map(|v| v.as_slice()).unwrap_or(&[]) {
+                found = true;
+                let _ = nix::sys::signal::kill(Pid::from_raw(c), Signal::SIGKILL);
+                todo.push(c);
             }
         }
         while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
@@ -594,6 +681,6 @@ fn reap_orphans() {
         if !found {
             return;
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
 }

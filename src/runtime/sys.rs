@@ -318,10 +318,15 @@ pub fn set_no_new_privs() -> Result<()> {
     nix::sys::prctl::set_no_new_privs().map_err(call("PR_SET_NO_NEW_PRIVS"))
 }
 
-/// Die with SIGKILL when the parent (the FUSE server) dies: a container must not outlive its image.
-pub fn die_with_parent() -> Result<()> {
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-        .map_err(call("PR_SET_PDEATHSIG"))
+/// Get `signal` when the parent dies: a container must not outlive gpurun (its image server).
+pub fn die_with_parent(signal: i32) -> Result<()> {
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong) } < 0 {
+        return Err(SysError::Call {
+            what: "PR_SET_PDEATHSIG",
+            errno: Errno::last(),
+        });
+    }
+    Ok(())
 }
 
 /// Orphans of the container are re-parented to us, so we can reap and kill them on exit.
