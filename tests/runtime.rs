@@ -251,7 +251,7 @@ fn environment_and_run() {
         "--flag",
     ]));
     assert_eq!(stdout(&o), "entry mine --flag\n");
-    let o = run_ok(&mut gpurun(&["shell", img.to_str().unwrap()]).stdin(Stdio::null()));
+    let o = run_ok(gpurun(&["shell", img.to_str().unwrap()]).stdin(Stdio::null()));
     assert_eq!(stdout(&o), "", "a shell on empty stdin exits quietly");
     let mut sh = gpurun(&["shell", img.to_str().unwrap()]);
     sh.stdin(Stdio::piped()).stdout(Stdio::piped());
