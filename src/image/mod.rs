@@ -1,3 +1,8 @@
 //! What an image is and how to get one.
 
+pub mod cache;
+pub mod flatten;
 pub mod meta;
+pub mod reference;
+pub mod registry;
+pub mod squash;
