@@ -3,6 +3,7 @@
 pub mod cache;
 pub mod flatten;
 pub mod meta;
+pub mod pull;
 pub mod reference;
 pub mod registry;
 pub mod squash;

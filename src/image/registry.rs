@@ -318,6 +318,17 @@ pub struct Descriptor {
     pub size: u64,
     #[serde(default)]
     pub platform: Option<Platform>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Descriptor {
+    /// The tag an OCI layout's index.json gives this image.
+    pub fn annotations_ref_name(&self) -> Option<String> {
+        self.annotations
+            .get("org.opencontainers.image.ref.name")
+            .cloned()
+    }
 }
 
 /// An image manifest or an index (OCI or Docker v2), told apart by their fields.
@@ -863,6 +874,7 @@ mod tests {
             digest: format!("d-{p}"),
             size: 0,
             platform: Some(pl),
+            annotations: BTreeMap::new(),
         }
     }
 
