@@ -35,6 +35,9 @@ pub enum Command {
     Shell(ShellArgs),
     /// List the GPUs this process may use (index, minor, UUID, name, memory, utilisation, processes)
     Gpus(GpusArgs),
+    /// Prepare a container and hold it for other processes to join (used by the Slurm plugin)
+    #[command(hide = true)]
+    Hold(HoldArgs),
 }
 
 /// Options shared by exec, run and shell.
@@ -69,6 +72,9 @@ pub struct LaunchOpts {
     pub fakeroot: bool,
     #[command(flatten)]
     pub gpu: crate::gpu::GpuOpts,
+    /// Print the launch plan (mounts, env, devices, uid map) as JSON and run nothing
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Args, Debug)]
@@ -117,4 +123,15 @@ pub struct GpusArgs {
         value_name = "PATH"
     )]
     pub driver_paths: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    pub opts: LaunchOpts,
+    /// Write the container's state (JSON: pid, root, env, cwd) here once it is ready
+    #[arg(long, value_name = "FILE")]
+    pub state: PathBuf,
+    /// Image: a squashfs file
+    pub image: String,
 }

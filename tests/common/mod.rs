@@ -96,11 +96,26 @@ impl Scratch {
 }
 
 /// A command that runs `program` as the unprivileged test user (directly when not root).
+/// setpriv execs in place (no fork, unlike runuser), so the pid we hold is the program's own and
+/// signals sent to it reach it directly; the environment is reset to a login-like one.
 pub fn as_user(program: impl AsRef<OsStr>) -> Command {
     setup();
     if is_root() {
-        let mut c = Command::new("runuser");
-        c.args(["-u", TEST_USER, "--"]).arg(program);
+        let (uid, gid) = test_ids();
+        let home = format!("/home/{TEST_USER}");
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--init-groups")
+            .arg("--")
+            .arg(program)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("HOME", home)
+            .env("USER", TEST_USER)
+            .env("LOGNAME", TEST_USER)
+            .env("SHELL", "/bin/sh")
+            .current_dir("/");
         c
     } else {
         Command::new(program)
