@@ -30,6 +30,7 @@ fn launch(
         action,
         dry_run: o.dry_run,
         state,
+        gpu: o.gpu.clone(),
     }
 }
 

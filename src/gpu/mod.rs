@@ -382,6 +382,30 @@ pub fn prepare(
     }))
 }
 
+impl GpuPlan {
+    /// What the launch plan takes from GPU support.
+    pub fn into_extras(self) -> crate::runtime::plan::Extras {
+        crate::runtime::plan::Extras {
+            mounts: self.mounts,
+            env: self.env,
+            ld_library_path_prepend: self.ld_library_path_prepend,
+            ld_library_path_append: self.ld_library_path_append,
+            path_append: self.path_append,
+            filter_nvidia_dev: true,
+        }
+    }
+}
+
+/// Does the host's /dev hold nvidia entries (which the container must then not see unless GPU
+/// support binds them)?
+pub fn host_has_nvidia_dev() -> bool {
+    std::fs::read_dir("/dev")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("nvidia"))
+}
+
 /// One GPU in `gpurun gpus`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuListEntry {
