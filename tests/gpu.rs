@@ -515,3 +515,161 @@ fn gpus_command_as_user() {
         "{s}"
     );
 }
+
+/// A busybox image directory with `env` as its config's environment.
+fn image(s: &common::Scratch, env: &[&str]) -> PathBuf {
+    let root = s.join("img");
+    common::busybox_rootfs(&root);
+    std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+    let meta = serde_json::json!({ "env": env });
+    std::fs::write(root.join(".gpurun/meta.json"), meta.to_string()).unwrap();
+    s.chown_all();
+    root
+}
+
+/// `gpurun ARGS` as the test user, pointed at the fake driver.
+fn gpurun_nv(f: &FakeDriver, host: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    let mut c = common::gpurun(args);
+    c.current_dir("/");
+    for (k, v) in f.env(host) {
+        c.env(k, v);
+    }
+    c.env("GPURUN_NV_DRIVER_PATH", f.cache("new"));
+    c.output().unwrap()
+}
+
+const INSIDE: &str =
+    "ls /dev | grep -i nvidia | tr '\\n' ' '; echo; echo CVD=$CUDA_VISIBLE_DEVICES; \
+     echo LD=$LD_LIBRARY_PATH; ls /.gpurun/nvidia/lib | tr '\\n' ' '; echo; nvidia-smi";
+
+#[test]
+fn exec_sees_exactly_the_chosen_gpus() {
+    let Some(f) = fake_driver(4) else { return };
+    let s = common::Scratch::new();
+    let img = image(&s, &["PATH=/bin:/usr/bin"]);
+    let img = img.to_str().unwrap();
+    let o = gpurun_nv(
+        &f,
+        &[("CUDA_VISIBLE_DEVICES", "3,1")],
+        &["exec", img, "sh", "-c", INSIDE],
+    );
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", common::stderr(&o));
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some("nvidia-uvm nvidia1 nvidia3 nvidiactl "),
+        "{out}"
+    );
+    assert_eq!(lines.next(), Some("CVD=1,0"), "{out}");
+    assert_eq!(lines.next(), Some("LD=/.gpurun/nvidia/lib"), "{out}");
+    let libs = lines.next().unwrap();
+    for l in [
+        "libcuda.so.1",
+        "libnvidia-ml.so.1",
+        "libnvidia-nvvm.so.4",
+        "libnvidia-ptxjitcompiler.so.1",
+    ] {
+        assert!(libs.contains(l), "{l} not in {libs}");
+    }
+    assert!(
+        !libs.contains("nvcuvid") && !libs.contains("oldthing"),
+        "{libs}"
+    );
+    assert_eq!(lines.next(), Some("fake nvidia-smi"), "{out}");
+
+    // all of them by default, in numeric order; none with --no-nv or CUDA_VISIBLE_DEVICES=""
+    let o = gpurun_nv(
+        &f,
+        &[],
+        &[
+            "exec",
+            img,
+            "sh",
+            "-c",
+            "ls /dev | grep nvidia | tr '\\n' ' '",
+        ],
+    );
+    assert_eq!(
+        common::stdout(&o),
+        "nvidia-uvm nvidia0 nvidia1 nvidia2 nvidia3 nvidiactl "
+    );
+    let o = gpurun_nv(
+        &f,
+        &[("CUDA_VISIBLE_DEVICES", "")],
+        &[
+            "exec",
+            img,
+            "sh",
+            "-c",
+            "ls /dev | grep nvidia | tr '\\n' ' '",
+        ],
+    );
+    assert_eq!(common::stdout(&o), "nvidia-uvm nvidiactl ");
+    let o = gpurun_nv(
+        &f,
+        &[],
+        &[
+            "exec",
+            "--no-nv",
+            img,
+            "sh",
+            "-c",
+            "ls /dev | grep -c nvidia; ls /.gpurun/nvidia 2>&1 | head -1",
+        ],
+    );
+    assert!(
+        common::stdout(&o).starts_with("0\n"),
+        "{}",
+        common::stdout(&o)
+    );
+
+    // a GPU that is not there: error, names it and what is allowed
+    let o = gpurun_nv(&f, &[("CUDA_VISIBLE_DEVICES", "7")], &["exec", img, "true"]);
+    assert_eq!(o.status.code(), Some(125));
+    let e = common::stderr(&o);
+    assert!(
+        e.contains("\"7\"")
+            && e.contains("0 (/dev/nvidia0), 1 (/dev/nvidia1), 2 (/dev/nvidia2), 3 (/dev/nvidia3)"),
+        "{e}"
+    );
+
+    // --dry-run shows the GPU part of the plan
+    let o = gpurun_nv(&f, &[], &["exec", "--dry-run", "--gpus", "2", img, "true"]);
+    let plan = common::stdout(&o);
+    assert!(
+        plan.contains("\"/dev/nvidia2\"") && !plan.contains("\"/dev/nvidia1\""),
+        "{plan}"
+    );
+    assert!(plan.contains("/.gpurun/nvidia/lib/libcuda.so.1"), "{plan}");
+}
+
+#[test]
+fn exec_checks_the_image_requirements() {
+    let Some(f) = fake_driver(1) else { return };
+    let s = common::Scratch::new();
+    let img = image(
+        &s,
+        &[
+            "PATH=/bin",
+            "NVIDIA_REQUIRE_CUDA=driver>=560 brand=tesla,driver>=999",
+        ],
+    );
+    let img = img.to_str().unwrap();
+    let o = gpurun_nv(&f, &[], &["exec", img, "true"]);
+    assert_eq!(o.status.code(), Some(125));
+    let e = common::stderr(&o);
+    assert!(
+        e.contains(&format!("driver {VERSION}")) && e.contains("driver>=560"),
+        "{e}"
+    );
+    let o = gpurun_nv(
+        &f,
+        &[("NVIDIA_DISABLE_REQUIRE", "1")],
+        &["exec", img, "true"],
+    );
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    // no GPU support, no check
+    let o = gpurun_nv(&f, &[], &["exec", "--no-nv", img, "true"]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+}
