@@ -673,3 +673,23 @@ fn exec_checks_the_image_requirements() {
     let o = gpurun_nv(&f, &[], &["exec", "--no-nv", img, "true"]);
     assert!(o.status.success(), "{}", common::stderr(&o));
 }
+
+#[test]
+fn nv_without_a_driver_warns_once_and_runs() {
+    let s = common::Scratch::new();
+    let img = image(&s, &["PATH=/bin"]);
+    let mut c = common::gpurun(&[
+        "exec",
+        "--nv",
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        "echo ran",
+    ]);
+    c.current_dir("/").env("GPURUN_NV_PROC", "/nonexistent");
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert_eq!(common::stdout(&o), "ran\n");
+    let e = common::stderr(&o);
+    assert_eq!(e.matches("no NVIDIA driver on this node").count(), 1, "{e}");
+}

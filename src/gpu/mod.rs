@@ -576,6 +576,34 @@ mod tests {
     }
 
     #[test]
+    fn mig_devices_need_their_caps() {
+        let dir = tempfile::tempdir().unwrap();
+        let gi = dir.path().join("capabilities/gpu1/mig/gi2");
+        std::fs::create_dir_all(gi.join("ci0")).unwrap();
+        std::fs::write(
+            gi.join("access"),
+            "DeviceFileMinor: 21\nDeviceFileMode: 292\n",
+        )
+        .unwrap();
+        std::fs::write(gi.join("ci0/access"), "DeviceFileMinor: 22\n").unwrap();
+        let m = |gi, ci| devices::MigInfo {
+            uuid: "MIG-x".into(),
+            gi,
+            ci,
+        };
+        let dev = Path::new("/dev");
+        assert_eq!(
+            mig_caps(dir.path(), dev, 1, &m(Some(2), Some(0))),
+            vec![
+                PathBuf::from("/dev/nvidia-caps/nvidia-cap21"),
+                PathBuf::from("/dev/nvidia-caps/nvidia-cap22")
+            ]
+        );
+        assert!(mig_caps(dir.path(), dev, 0, &m(Some(2), Some(0))).is_empty());
+        assert!(mig_caps(dir.path(), dev, 1, &m(None, None)).is_empty());
+    }
+
+    #[test]
     fn no_driver_means_no_plan() {
         let dir = tempfile::tempdir().unwrap();
         let e = env(&[
