@@ -10,10 +10,10 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One MIG device of a GPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigInfo {
     pub uuid: String,
     /// GPU instance and compute instance ids (for the nvidia-caps nodes).

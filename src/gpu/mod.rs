@@ -245,7 +245,7 @@ pub fn prepare(
     }
 
     // NVML (optional) and the allowed GPUs.
-    let nvml = match nvml::query(&nvml_lib(&libs), false) {
+    let nvml = match nvml::query_in_child(&nvml_lib(&libs), false) {
         Ok(n) => Some(n),
         Err(e) => {
             warnings.push(format!("{e}; GPUs are matched by device minor number"));

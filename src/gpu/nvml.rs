@@ -7,7 +7,7 @@ use std::path::Path;
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::devices::MigInfo;
 
@@ -22,14 +22,14 @@ pub enum NvmlError {
 }
 
 /// A process on a GPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuProcess {
     pub pid: u32,
     pub used_memory_bytes: Option<u64>,
 }
 
 /// One GPU as NVML sees it. Fields NVML could not answer are `None`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct NvmlGpu {
     pub index: u32,
     pub minor: Option<u32>,
@@ -48,7 +48,7 @@ pub struct NvmlGpu {
 }
 
 /// The driver and its GPUs as NVML sees them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct NvmlInfo {
     pub driver_version: Option<String>,
     /// CUDA version the driver supports, `13.0`.
@@ -149,6 +149,18 @@ pub fn query(lib: &Path, detail: bool) -> Result<NvmlInfo, NvmlError> {
     Ok(info)
 }
 
+/// [`query`] in a forked child, so that NVML's threads never live in this process (which must stay
+/// single-threaded to enter a user namespace). Errors come back as text.
+pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
+    let out = crate::runtime::sys::in_child(|| {
+        let r: Result<NvmlInfo, String> = query(lib, detail).map_err(|e| e.to_string());
+        serde_json::to_vec(&r).unwrap_or_default()
+    })
+    .map_err(|e| format!("NVML query: {e}"))?;
+    serde_json::from_slice::<Result<NvmlInfo, String>>(&out)
+        .map_err(|_| format!("NVML query ({}) died", lib.display()))?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +190,8 @@ mod tests {
         // CI machines have no driver: loading must fail with an error, not crash.
         if !Path::new("/proc/driver/nvidia/version").exists() {
             assert!(query(Path::new("/nonexistent/libnvidia-ml.so.1"), true).is_err());
+            let e = query_in_child(Path::new("/nonexistent/libnvidia-ml.so.1"), false).unwrap_err();
+            assert!(e.contains("NVML is not usable"), "{e}");
         }
     }
 }
