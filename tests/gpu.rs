@@ -139,9 +139,10 @@ fn fake_driver(gpus: u32) -> Option<FakeDriver> {
         "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n",
     )
     .unwrap();
-    let smi = f.root.join("bin/nvidia-smi");
-    std::fs::write(&smi, "#!/bin/sh\necho fake nvidia-smi\n").unwrap();
-    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // a real (static) program: gpurun takes only programs of this architecture, no scripts
+    let smi_c = f.root.join("smi.c");
+    std::fs::write(&smi_c, "#include <stdio.h>\nint main(void) { puts(\"fake nvidia-smi\"); return 0; }\n").unwrap();
+    sh(Command::new("cc").args(["-static", "-o"]).arg(f.root.join("bin/nvidia-smi")).arg(&smi_c));
     let mknod = |name: &str, minor: u32, mode: &str| {
         sh(Command::new("mknod")
             .args(["-m", mode])

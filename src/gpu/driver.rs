@@ -400,6 +400,8 @@ pub const BINARIES: &[&str] = &[
 ];
 
 /// Find the binaries in PATH, then /usr/local/nvidia/bin and the `bin` beside each site path.
+/// Only programs of this architecture count: a site's wrapper script (`exec /opt/…/nvidia-smi`)
+/// would point at a path the container does not have.
 pub fn find_binaries(path_env: Option<&str>, extra: &[PathBuf]) -> Vec<(String, PathBuf)> {
     let mut dirs: Vec<PathBuf> = path_env
         .unwrap_or("")
@@ -423,9 +425,9 @@ pub fn find_binaries(path_env: Option<&str>, extra: &[PathBuf]) -> Vec<(String, 
         .iter()
         .filter_map(|b| {
             dirs.iter()
-                .map(|d| d.join(b))
-                .find(|p| p.is_file())
-                .and_then(|p| Some((b.to_string(), std::fs::canonicalize(p).ok()?)))
+                .filter_map(|d| std::fs::canonicalize(d.join(b)).ok())
+                .find(|p| p.is_file() && is_native_file(p))
+                .map(|p| (b.to_string(), p))
         })
         .collect()
 }
@@ -741,6 +743,32 @@ mod tests {
         h[18..20].copy_from_slice(&3u16.to_le_bytes()); // i386
         assert!(!elf_is_native(&h));
         assert!(!elf_is_native(b"#!/bin/sh\n"));
+    }
+
+    #[test]
+    fn binaries_skip_wrapper_scripts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wrap, real) = (dir.path().join("wrap"), dir.path().join("real"));
+        std::fs::create_dir_all(&wrap).unwrap();
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(
+            wrap.join("nvidia-smi"),
+            "#!/bin/sh\nexec /opt/nvidia/bin/nvidia-smi \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::copy(std::env::current_exe().unwrap(), real.join("nvidia-smi")).unwrap();
+        std::os::unix::fs::symlink(real.join("nvidia-smi"), wrap.join("nvidia-debugdump")).unwrap();
+        let path = format!("{}:{}", wrap.display(), real.display());
+        let found = find_binaries(Some(&path), &[]);
+        let real_smi = std::fs::canonicalize(real.join("nvidia-smi")).unwrap();
+        assert!(
+            found.contains(&("nvidia-smi".to_string(), real_smi.clone())),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&("nvidia-debugdump".to_string(), real_smi)),
+            "{found:?}"
+        );
     }
 
     #[test]
