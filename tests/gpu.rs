@@ -141,8 +141,15 @@ fn fake_driver(gpus: u32) -> Option<FakeDriver> {
     .unwrap();
     // a real (static) program: gpurun takes only programs of this architecture, no scripts
     let smi_c = f.root.join("smi.c");
-    std::fs::write(&smi_c, "#include <stdio.h>\nint main(void) { puts(\"fake nvidia-smi\"); return 0; }\n").unwrap();
-    sh(Command::new("cc").args(["-static", "-o"]).arg(f.root.join("bin/nvidia-smi")).arg(&smi_c));
+    std::fs::write(
+        &smi_c,
+        "#include <stdio.h>\nint main(void) { puts(\"fake nvidia-smi\"); return 0; }\n",
+    )
+    .unwrap();
+    sh(Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(f.root.join("bin/nvidia-smi"))
+        .arg(&smi_c));
     let mknod = |name: &str, minor: u32, mode: &str| {
         sh(Command::new("mknod")
             .args(["-m", mode])
@@ -693,4 +700,92 @@ fn nv_without_a_driver_warns_once_and_runs() {
     assert_eq!(common::stdout(&o), "ran\n");
     let e = common::stderr(&o);
     assert_eq!(e.matches("no NVIDIA driver on this node").count(), 1, "{e}");
+}
+
+/// Is a Slurm cluster with the fake GPUs of recipes/slurm up (gres gpu on /dev/nvidia0..)?
+fn slurm_with_gpus() -> bool {
+    let up = Command::new("timeout")
+        .args(["5", "sinfo", "-h", "-o", "%G"])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("gpu"));
+    up && Path::new("/dev/nvidia0").exists() && Path::new("/dev/nvidia1").exists()
+}
+
+/// Under Slurm with ConstrainDevices the step may open only its own GPUs (EPERM for the others):
+/// a 1-GPU step beside a running 2-GPU job gets another GPU than nvidia0, and CUDA_VISIBLE_DEVICES
+/// is 0 all the same. The container must show exactly the nodes the step can open.
+#[test]
+fn slurm_step_sees_exactly_its_gpus() {
+    if !common::is_root() || !slurm_with_gpus() {
+        eprintln!(
+            "skipped: needs root, a running Slurm with gres gpu and /dev/nvidia0-1 (recipes/slurm)"
+        );
+        return;
+    }
+    let Some(f) = fake_driver(0) else { return };
+    let s = common::Scratch::new();
+    let img = image(&s, &["PATH=/bin"]);
+    let bin = s.join("gpurun");
+    std::fs::copy(common::gpurun_bin(), &bin).unwrap();
+    s.chown_all();
+    // job A holds two GPUs while the step below runs
+    let mut a = common::as_user("srun")
+        .args(["-t", "1", "--gres=gpu:2", "sleep", "20"])
+        .current_dir("/")
+        .spawn()
+        .unwrap();
+    let running = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Command::new("squeue")
+            .args(["-h", "-t", "R", "-u", common::TEST_USER, "-o", "%b"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("gpu"))
+    });
+    let script = format!(
+        "echo CVD=$CUDA_VISIBLE_DEVICES; {bin} gpus --json; {bin} exec {img} sh -c 'ls /dev | grep -E \"^nvidia[0-9]+$\" | tr \"\\n\" \" \"; echo; echo CVD=$CUDA_VISIBLE_DEVICES'",
+        bin = bin.display(),
+        img = img.display()
+    );
+    let mut b = common::as_user("srun");
+    b.args(["-t", "1", "--gres=gpu:1", "sh", "-c", &script])
+        .current_dir("/");
+    for (k, v) in f.env(&[]) {
+        if k != "GPURUN_NV_DEV" && k != "PATH" {
+            b.env(k, v);
+        }
+    }
+    b.env("GPURUN_NV_DRIVER_PATH", f.cache("new"));
+    let o = b.output().unwrap();
+    let _ = a.kill();
+    let _ = a.wait();
+    let out = common::stdout(&o);
+    eprintln!("job A running: {running}\n{out}");
+    assert!(o.status.success(), "{out}\n{}", common::stderr(&o));
+    let json_start = out.find('{').unwrap();
+    let json_end = out.rfind('}').unwrap();
+    let j: serde_json::Value = serde_json::from_str(&out[json_start..=json_end]).unwrap();
+    let allowed: Vec<String> = j["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| format!("nvidia{}", g["minor"]))
+        .collect();
+    assert_eq!(allowed.len(), 1, "a 1-GPU step opens one GPU: {out}");
+    assert!(
+        !j["denied"].as_array().unwrap().is_empty(),
+        "the others are denied: {out}"
+    );
+    let tail: Vec<&str> = out[json_end + 1..]
+        .lines()
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        tail,
+        vec![format!("{} ", allowed[0]).as_str(), "CVD=0"],
+        "{out}"
+    );
+    assert!(out.starts_with("CVD=0\n"), "{out}");
+    if running {
+        assert_ne!(allowed[0], "nvidia0", "job A holds nvidia0: {out}");
+    }
 }
