@@ -60,6 +60,7 @@ fn main() {
                 gpurun::exit::GPURUN_FAILED
             }
         }),
+        Command::Pull(args) => std::process::exit(pull(args, cli.quiet)),
     };
     let code = match result {
         Ok(code) => code,
@@ -80,4 +81,24 @@ fn gpus(a: &gpurun::cli::GpusArgs) -> anyhow::Result<()> {
         print!("{}", gpurun::gpu::render(&l));
     }
     Ok(())
+}
+
+fn pull(args: gpurun::cli::PullArgs, quiet: bool) -> i32 {
+    use gpurun::image::pull::{self, PullOptions};
+    let opts = PullOptions {
+        platform: args.platform,
+        insecure: args.insecure,
+        quiet,
+        force: args.force,
+        jobs: args.jobs,
+        cache: None,
+        handle_signals: true,
+    };
+    match pull::pull(&args.source, args.output.as_deref(), &opts) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("gpurun: {e}");
+            e.exit_code()
+        }
+    }
 }
