@@ -30,6 +30,7 @@ fn launch(
         action,
         dry_run: o.dry_run,
         state,
+        gpu: o.gpu.clone(),
     }
 }
 
@@ -76,6 +77,13 @@ fn main() {
             debug,
         ),
         Command::Pull(args) => pull(args, cli.quiet, debug),
+        Command::Gpus(a) => match gpus(&a) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("gpurun: {e:#}");
+                gpurun::exit::GPURUN_FAILED
+            }
+        },
     };
     std::process::exit(code);
 }
@@ -98,4 +106,15 @@ fn pull(args: gpurun::cli::PullArgs, quiet: bool, debug: bool) -> i32 {
             e.exit_code()
         }
     }
+}
+
+fn gpus(a: &gpurun::cli::GpusArgs) -> anyhow::Result<()> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let l = gpurun::gpu::list(&a.driver_paths, &env)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&l)?);
+    } else {
+        print!("{}", gpurun::gpu::render(&l));
+    }
+    Ok(())
 }

@@ -34,6 +34,8 @@ pub enum StartError {
     Plan(#[from] PlanError),
     #[error(transparent)]
     Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
 }
 
 impl StartError {
@@ -54,6 +56,7 @@ pub struct Launch {
     pub dry_run: bool,
     /// For `hold`: where to write the state once ready.
     pub state: Option<PathBuf>,
+    pub gpu: crate::gpu::GpuOpts,
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
@@ -94,6 +97,28 @@ impl Image {
         match self {
             Image::Dir(d) => d.join(p.trim_start_matches('/')).symlink_metadata().is_ok(),
             Image::Squashfs { archive, .. } => archive.exists(p).unwrap_or(false),
+        }
+    }
+
+    fn list(&self, p: &str) -> Option<Vec<String>> {
+        match self {
+            Image::Dir(d) => Some(
+                std::fs::read_dir(d.join(p.trim_start_matches('/')))
+                    .ok()?
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect(),
+            ),
+            Image::Squashfs { archive, .. } => {
+                let dir = archive.lookup(p, true).ok()??;
+                let entries = archive.readdir(&dir).ok()?;
+                Some(
+                    entries
+                        .iter()
+                        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+                        .collect(),
+                )
+            }
         }
     }
 
@@ -201,7 +226,25 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         .flatten()
         .map(|g| g.name)
         .unwrap_or_else(|| format!("group{gid}"));
-    let extras = Extras::default();
+    let image_env: Vec<(String, String)> = meta
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let gpu = crate::gpu::prepare(&l.gpu, &env, &image_env, &|d| image.list(d))?;
+    let extras = match gpu {
+        Some(g) => {
+            for w in &g.warnings {
+                eprintln!("gpurun: warning: {w}");
+            }
+            g.into_extras()
+        }
+        None => Extras {
+            filter_nvidia_dev: crate::gpu::host_has_nvidia_dev(),
+            ..Extras::default()
+        },
+    };
     let host_exists = |p: &Path| p.exists();
     let host = HostView {
         uid: uid.as_raw(),
