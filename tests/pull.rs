@@ -607,7 +607,7 @@ fn concurrent_pulls_share_the_cache_and_interrupts_leave_nothing() {
     // SIGTERM while a blob is slow to come: no output, no temp file, exit 128+
     let proxy = Proxy::start(reg.port);
     proxy.rule("/blobs/", Action::Delay(Duration::from_secs(5)), usize::MAX);
-    let mut c = gpurun_pull(
+    let c = gpurun_pull(
         &s,
         &[
             &format!("docker://{}/test/big:v1", proxy.addr()),
@@ -616,14 +616,15 @@ fn concurrent_pulls_share_the_cache_and_interrupts_leave_nothing() {
         ],
         &[("GPURUN_CACHE", s.join("cache-int").to_str().unwrap())],
     )
+    .stderr(std::process::Stdio::piped())
     .spawn()
     .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let pid = gpurun_pid(c.id());
     // SAFETY: signalling a process this test started.
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let st = c.wait().unwrap();
-    assert_eq!(st.code(), Some(130), "{st:?}");
+    let o = c.wait_with_output().unwrap();
+    one_line_error(&o, 130, &["interrupted"]);
     assert!(!s.join("int.sqsh").exists());
     no_temp_files(s.path());
 }
@@ -639,4 +640,89 @@ fn gpurun_pid(child: u32) -> libc::pid_t {
         .next()
         .and_then(|p| p.parse().ok())
         .unwrap_or(child as libc::pid_t)
+}
+
+#[test]
+fn ensure_local_caches_by_manifest_digest() {
+    use gpurun::image::pull::{ensure_local, PullOptions};
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    fixture(&s, &reg);
+    let proxy = Proxy::start(reg.port);
+    let opts = PullOptions {
+        quiet: true,
+        cache: Some(s.join("lib-cache")),
+        ..Default::default()
+    };
+    let r = format!("docker://{}/test/layers:oci", proxy.addr());
+    let first = ensure_local(&r, &opts).unwrap();
+    assert!(
+        first.starts_with(s.join("lib-cache/images")),
+        "{}",
+        first.display()
+    );
+    assert_eq!(file(&support::read_image(&first), "data/orig"), "orig-v3");
+    proxy.clear();
+    let again = ensure_local(&r, &opts).unwrap();
+    assert_eq!(first, again);
+    let reqs = proxy.requests();
+    assert!(!reqs.iter().any(|r| r.contains("/blobs/")), "{reqs:#?}");
+    let e = ensure_local(&format!("oci:{}", s.join("layout").display()), &opts).unwrap_err();
+    assert_eq!(e.exit_code(), 125);
+    let e = ensure_local(&format!("docker://{}/test/none:x", proxy.addr()), &opts).unwrap_err();
+    assert_eq!(e.exit_code(), EXIT_NOT_FOUND);
+    assert!(e.to_string().contains("test/none:x"), "{e}");
+}
+
+#[test]
+fn full_disk_leaves_no_partial_image() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root to mount a small tmpfs");
+        return;
+    }
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    fixture(&s, &reg);
+    let small = s.join("small");
+    std::fs::create_dir(&small).unwrap();
+    let (uid, gid) = common::test_ids();
+    let st = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size=1m,uid={uid},gid={gid}"),
+            "tmpfs",
+        ])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    struct Umount(PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Umount(small.clone());
+    let src = format!("docker://{}/test/big:v1", reg.addr());
+    let o = pull(
+        &s,
+        &[&src, "-o", small.join("big.sqsh").to_str().unwrap()],
+        &[],
+    );
+    one_line_error(&o, 24, &["disk is full"]);
+    assert_eq!(
+        std::fs::read_dir(&small).unwrap().count(),
+        0,
+        "something left in the full fs"
+    );
+    // a full cache disk: the blob cannot be stored
+    let o = pull(
+        &s,
+        &[&src, "-o", "big.sqsh"],
+        &[("GPURUN_CACHE", small.join("cache").to_str().unwrap())],
+    );
+    one_line_error(&o, 24, &["disk is full"]);
+    assert!(!s.join("big.sqsh").exists());
 }

@@ -187,6 +187,8 @@ impl Merge {
 /// One layer: a name for messages (its digest) and a way to open its (possibly compressed) tar.
 pub struct Layer {
     pub name: String,
+    /// Stored (compressed) size in bytes, 0 when unknown: the squashfs is about this big.
+    pub size: u64,
     #[allow(clippy::type_complexity)]
     pub open: Box<dyn Fn() -> io::Result<Box<dyn Read + Send>> + Send + Sync>,
 }
@@ -707,6 +709,7 @@ mod tests {
     fn layer(name: &str, data: Vec<u8>) -> Layer {
         Layer {
             name: name.into(),
+            size: 0,
             open: Box::new(move || {
                 Ok(Box::new(io::Cursor::new(data.clone())) as Box<dyn Read + Send>)
             }),

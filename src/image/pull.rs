@@ -393,15 +393,16 @@ async fn resolve_docker(
         .iter()
         .zip(paths)
         .rev()
-        .map(|(d, p)| file_layer(d.digest.clone(), p.expect("every layer fetched")))
+        .map(|(d, p)| file_layer(d.digest.clone(), d.size, p.expect("every layer fetched")))
         .collect();
     let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
     Ok((layers, meta))
 }
 
-fn file_layer(name: String, path: PathBuf) -> Layer {
+fn file_layer(name: String, size: u64, path: PathBuf) -> Layer {
     Layer {
         name,
+        size,
         open: Box::new(move || Ok(Box::new(File::open(&path)?) as Box<dyn Read + Send>)),
     }
 }
@@ -523,7 +524,7 @@ fn oci_layout(
         if !p.exists() {
             return Err(fail(format!("layer blob {} is missing", p.display())));
         }
-        layers.push(file_layer(l.digest.clone(), p));
+        layers.push(file_layer(l.digest.clone(), l.size, p));
     }
     let meta = image_meta(&config_bytes, source, &desc.digest).map_err(fail)?;
     Ok((layers, meta))
@@ -584,6 +585,7 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
         let path = file.to_path_buf();
         layers.push(Layer {
             name: l.clone(),
+            size,
             open: Box::new(move || {
                 let mut f = File::open(&path)?;
                 f.seek(SeekFrom::Start(pos))?;
@@ -607,6 +609,7 @@ fn rootfs_dir(dir: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), PullE
     let root = dir.to_path_buf();
     let layer = Layer {
         name: source.to_string(),
+        size: 0,
         open: Box::new(move || {
             let (reader, writer) = io::pipe()?;
             let root = root.clone();
@@ -706,6 +709,7 @@ fn build(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "image.sqsh".into());
+    remove_stale_temps(&dir, &name);
     let tmp = TempOut {
         path: dir.join(format!(".{name}.tmp-{}", std::process::id())),
     };
@@ -734,11 +738,18 @@ fn build(
     }];
     let stdin = BufWriter::with_capacity(1 << 20, writer.stdin());
     let flattened = flatten(layers, &extra, stdin);
+    let expected = layers.iter().map(|l| l.size).sum();
     let result = match flattened {
-        Ok(report) => writer.finish().map(|_| report).map_err(PullError::from),
+        Ok(report) => writer
+            .finish(expected)
+            .map(|_| report)
+            .map_err(PullError::from),
         Err(e @ FlattenError::Write(_)) => {
             // The pipe broke because tar2sqfs stopped: its reason is the real one.
-            writer.finish().map_err(PullError::from).and(Err(e.into()))
+            writer
+                .finish(expected)
+                .map_err(PullError::from)
+                .and(Err(e.into()))
         }
         Err(e) => {
             writer.abort();
@@ -765,6 +776,23 @@ fn build(
         report.entries
     ));
     Ok(())
+}
+
+/// Temp outputs of pulls that were killed (SIGKILL, power loss) before they could clean up.
+fn remove_stale_temps(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 fn warn_report(r: &Report, ui: &Ui) {
