@@ -242,6 +242,11 @@ pub fn flatten<W: Write>(
 ) -> Result<Report, FlattenError> {
     let mut b = tar::Builder::new(out);
     let mut merge = Merge::new();
+    // Non-directories written so far; hard links are written last, once their target is known
+    // to be in the image (tar2sqfs aborts on a dangling one).
+    let mut written: HashSet<String> = HashSet::new();
+    let mut links: Vec<PendingLink> = Vec::new();
+    let mut copies: HashMap<(usize, String), String> = HashMap::new();
     let mut report = Report::default();
     let now_epoch = 0;
     merge.begin_layer(0);
@@ -343,6 +348,7 @@ pub fn flatten<W: Write>(
                             FlattenError::Write(e)
                         }
                     })?;
+                    written.insert(path.to_string());
                 }
                 EntryType::Symlink => {
                     let target = entry.link_name_bytes().unwrap_or_default();
@@ -350,6 +356,7 @@ pub fn flatten<W: Write>(
                     write_pax(&mut b, &xattrs)?;
                     b.append_link(&mut h, path, &target)
                         .map_err(FlattenError::Write)?;
+                    written.insert(path.to_string());
                 }
                 EntryType::Link => {
                     let raw_t = entry.link_name_bytes().unwrap_or_default();
@@ -368,14 +375,30 @@ pub fn flatten<W: Write>(
                         ));
                         continue;
                     }
+                    let what = format!("layer {}: hard link '{raw}' -> '{raw_t}'", layer.name);
                     if merge.link_target_ok(&t.path) {
-                        write_pax(&mut b, &xattrs)?;
-                        b.append_link(&mut h, path, &t.path)
-                            .map_err(FlattenError::Write)?;
-                    } else if !materialise(layers, i, &t.path, path, &mut b)? {
+                        links.push(PendingLink {
+                            path: path.to_string(),
+                            target: t.path,
+                            header: h,
+                            xattrs,
+                            what,
+                        });
+                    } else if let Some(first) = copies.get(&(i, t.path.clone())) {
+                        // Another link to the same replaced file: share the copy, as before.
+                        links.push(PendingLink {
+                            path: path.to_string(),
+                            target: first.clone(),
+                            header: h,
+                            xattrs,
+                            what,
+                        });
+                    } else if materialise(layers, i, &t.path, path, &mut b)? {
+                        copies.insert((i, t.path), path.to_string());
+                        written.insert(path.to_string());
+                    } else {
                         report.note(format!(
-                            "layer {}: hard link '{raw}' -> '{raw_t}' has no target in this or a lower layer; skipped",
-                            layer.name
+                            "{what} has no target in this or a lower layer; skipped"
                         ));
                     }
                 }
@@ -383,15 +406,49 @@ pub fn flatten<W: Write>(
                     write_pax(&mut b, &xattrs)?;
                     b.append_data(&mut h, path, io::empty())
                         .map_err(FlattenError::Write)?;
+                    if out_type != EntryType::Directory {
+                        written.insert(path.to_string());
+                    }
                 }
             }
         }
         merge.end_layer();
     }
+    // Chains (a link to a link) resolve over several rounds.
+    loop {
+        let before = links.len();
+        let mut unresolved = Vec::new();
+        for mut l in links {
+            if written.contains(&l.target) {
+                write_pax(&mut b, &l.xattrs)?;
+                b.append_link(&mut l.header, &l.path, &l.target)
+                    .map_err(FlattenError::Write)?;
+                written.insert(l.path);
+            } else {
+                unresolved.push(l);
+            }
+        }
+        links = unresolved;
+        if links.len() == before {
+            break;
+        }
+    }
+    for l in links {
+        report.note(format!("{} has no target in the image; skipped", l.what));
+    }
     b.into_inner()
         .and_then(|mut w| w.flush())
         .map_err(FlattenError::Write)?;
     Ok(report)
+}
+
+struct PendingLink {
+    path: String,
+    target: String,
+    header: Header,
+    xattrs: Vec<(String, Vec<u8>)>,
+    /// "layer L: hard link 'A' -> 'B'", for the note when it cannot be written.
+    what: String,
 }
 
 fn header(t: EntryType, mode: u32, uid: u64, gid: u64, mtime: u64) -> Header {
@@ -731,6 +788,8 @@ mod tests {
                 ("bin", EntryType::Directory, b"", ""),
                 ("bin/sh", EntryType::Regular, b"old sh", ""),
                 ("bin/sh-orig", EntryType::Link, b"", "bin/sh"),
+                ("bin/sh-orig2", EntryType::Link, b"", "bin/sh"),
+                ("bin/dangling", EntryType::Link, b"", "nothere"),
                 ("bin/old", EntryType::Regular, b"x", ""),
                 ("lib/l", EntryType::Symlink, b"", "../../../x"),
             ]))
@@ -745,9 +804,10 @@ mod tests {
         }];
         let rep = flatten(&layers, &meta, &mut out).unwrap();
         assert_eq!(rep.devices_dropped, 1);
-        assert_eq!(rep.setid_cleared, 5);
-        assert_eq!(rep.notes.len(), 1, "{:?}", rep.notes);
+        assert_eq!(rep.setid_cleared, 7);
+        assert_eq!(rep.notes.len(), 2, "{:?}", rep.notes);
         assert!(rep.notes[0].contains("layer top") && rep.notes[0].contains("../../etc/evil"));
+        assert!(rep.notes[1].contains("layer base") && rep.notes[1].contains("'bin/dangling'"));
         let mut got = Vec::new();
         let mut ar = Archive::new(io::Cursor::new(out));
         for e in ar.entries().unwrap() {
@@ -772,12 +832,14 @@ mod tests {
                 ".gpurun Directory 755  ",
                 ".gpurun/meta.json Regular 644 {} ",
                 "bin/sh Regular 755 new sh ",
-                "bin/link-to-old-sh Link 755  bin/sh-orig",
                 "etc/evil Regular 755 e ",
                 "bin Directory 755  ",
                 // bin/sh-orig links to the lower bin/sh, replaced above: written as a copy
                 "bin/sh-orig Regular 755 old sh ",
                 "lib/l Symlink 755  ../../../x",
+                // hard links come last, once their targets are known to be there
+                "bin/link-to-old-sh Link 755  bin/sh-orig",
+                "bin/sh-orig2 Link 755  bin/sh-orig",
             ]
         );
     }
