@@ -216,7 +216,7 @@ impl Report {
 }
 
 /// Detect gzip / zstd / plain tar by magic bytes: media types lie more often than magic numbers.
-pub fn decompress(r: Box<dyn Read + Send>) -> io::Result<Box<dyn Read + Send>> {
+pub fn decompress<'a>(r: Box<dyn Read + Send + 'a>) -> io::Result<Box<dyn Read + Send + 'a>> {
     let mut br = BufReader::with_capacity(1 << 20, r);
     let head = br.fill_buf()?;
     if head.starts_with(&[0x1f, 0x8b]) {
@@ -234,11 +234,27 @@ pub struct ExtraFile<'a> {
     pub data: &'a [u8],
 }
 
-/// Merge `layers` (top first) into one tar stream on `out`.
+/// Counts the (compressed) bytes read from a layer, for progress.
+struct Counting<'a> {
+    inner: Box<dyn Read + Send>,
+    on_read: &'a (dyn Fn(u64) + Sync),
+}
+
+impl Read for Counting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        (self.on_read)(n as u64);
+        Ok(n)
+    }
+}
+
+/// Merge `layers` (top first) into one tar stream on `out`; `on_read` hears of every
+/// (compressed) layer byte read.
 pub fn flatten<W: Write>(
     layers: &[Layer],
     extra: &[ExtraFile<'_>],
     out: W,
+    on_read: &(dyn Fn(u64) + Sync),
 ) -> Result<Report, FlattenError> {
     let mut b = tar::Builder::new(out);
     let mut merge = Merge::new();
@@ -271,7 +287,12 @@ pub fn flatten<W: Write>(
             layer: layer.name.clone(),
             source,
         };
-        let reader = (layer.open)().and_then(decompress).map_err(rerr)?;
+        let raw_reader = (layer.open)().map_err(rerr)?;
+        let counted: Box<dyn Read + Send + '_> = Box::new(Counting {
+            inner: raw_reader,
+            on_read,
+        });
+        let reader = decompress(counted).map_err(rerr)?;
         let mut ar = Archive::new(reader);
         for entry in ar.entries().map_err(rerr)? {
             let mut entry = entry.map_err(rerr)?;
@@ -802,7 +823,12 @@ mod tests {
             path: ".gpurun/meta.json",
             data: b"{}",
         }];
-        let rep = flatten(&layers, &meta, &mut out).unwrap();
+        let read = std::sync::atomic::AtomicU64::new(0);
+        let count = |n: u64| {
+            read.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        };
+        let rep = flatten(&layers, &meta, &mut out, &count).unwrap();
+        assert!(read.into_inner() > 10_000);
         assert_eq!(rep.devices_dropped, 1);
         assert_eq!(rep.setid_cleared, 7);
         assert_eq!(rep.notes.len(), 2, "{:?}", rep.notes);

@@ -244,12 +244,16 @@ impl Ui {
         match &self.multi {
             Some(m) => {
                 let b = m.add(ProgressBar::new(len));
+                // Without a known size (a directory source) a spinner and a byte count.
+                let template = if len == 0 {
+                    "{prefix:>20} {spinner} {bytes:>10} {bytes_per_sec}"
+                } else {
+                    "{prefix:>20} [{bar:30}] {bytes:>10}/{total_bytes:10} {bytes_per_sec}"
+                };
                 b.set_style(
-                    ProgressStyle::with_template(
-                        "{prefix:>20} [{bar:30}] {bytes:>10}/{total_bytes:10} {bytes_per_sec}",
-                    )
-                    .expect("template")
-                    .progress_chars("=> "),
+                    ProgressStyle::with_template(template)
+                        .expect("template")
+                        .progress_chars("=> "),
                 );
                 b.set_prefix(label);
                 b
@@ -722,8 +726,10 @@ fn build(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     ui.line(&format!("Writing {}", out.display()));
-    let spinner = ui.bar(0, "squashfs".into());
-    spinner.enable_steady_tick(Duration::from_millis(200));
+    let expected: u64 = layers.iter().map(|l| l.size).sum();
+    let bar = ui.bar(expected, "squashfs".into());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let on_read = |n: u64| bar.inc(n);
     let mut writer = SquashWriter::start(&tmp.path, jobs)?;
     let pid = writer.pid();
     IN_FLIGHT
@@ -737,8 +743,7 @@ fn build(
         data: &meta_json,
     }];
     let stdin = BufWriter::with_capacity(1 << 20, writer.stdin());
-    let flattened = flatten(layers, &extra, stdin);
-    let expected = layers.iter().map(|l| l.size).sum();
+    let flattened = flatten(layers, &extra, stdin, &on_read);
     let result = match flattened {
         Ok(report) => writer
             .finish(expected)
@@ -761,7 +766,7 @@ fn build(
         .unwrap_or_else(|p| p.into_inner())
         .1
         .retain(|p| *p != pid);
-    spinner.finish_and_clear();
+    bar.finish_and_clear();
     let report = result?;
     warn_report(&report, ui);
     fs::rename(&tmp.path, out).map_err(|source| PullError::Output {
