@@ -818,6 +818,7 @@ mod tests {
             e.finish().unwrap()
         };
         let mut out = Vec::new();
+        let total = (top.len() + gz.len()) as u64;
         let layers = [layer("top", top), layer("base", gz)];
         let meta = [ExtraFile {
             path: ".gpurun/meta.json",
@@ -828,7 +829,9 @@ mod tests {
             read.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         };
         let rep = flatten(&layers, &meta, &mut out, &count).unwrap();
-        assert!(read.into_inner() > 10_000);
+        let read = read.into_inner();
+        // Both layers are read up to their end-of-archive blocks (not the padding after them).
+        assert!(read > total / 2 && read <= total, "{read} of {total}");
         assert_eq!(rep.devices_dropped, 1);
         assert_eq!(rep.setid_cleared, 7);
         assert_eq!(rep.notes.len(), 2, "{:?}", rep.notes);
