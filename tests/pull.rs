@@ -575,6 +575,16 @@ fn faults_retries_resume_and_shared_layers() {
         one_line_error(&o, code, needles);
         assert!(!s.join(&out).exists());
     }
+    // a layer that keeps failing while the image is being written: its error, nothing written
+    proxy.clear();
+    proxy.rule(&fx.big_layer, Action::Status(503), usize::MAX);
+    let o = pull(
+        &s,
+        &[&src("test/big:v1"), "-o", "bigfail.sqsh"],
+        &[("GPURUN_CACHE", s.join("cbig").to_str().unwrap())],
+    );
+    one_line_error(&o, EXIT_NETWORK, &["503"]);
+    assert!(!s.join("bigfail.sqsh").exists());
     proxy.clear();
     no_temp_files(s.path());
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, IsTerminal, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -139,16 +139,20 @@ pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<P
     if opts.handle_signals {
         rt.spawn(cleanup_on_signal());
     }
-    let (layers, meta) = match &src {
+    let ((layers, meta), downloads) = match &src {
         Source::Docker(image) => {
-            let (layers, meta) = rt.block_on(resolve_docker(image, opts, &cache, &ui, None))?;
-            (layers, meta)
+            let (layers, meta, d) = rt.block_on(resolve_docker(image, opts, &cache, &ui, None))?;
+            ((layers, meta), Some(d))
         }
-        Source::OciLayout { dir, tag } => oci_layout(dir, tag.as_deref(), source, opts)?,
-        Source::DockerArchive(file) => docker_archive(file, source)?,
-        Source::Dir(dir) => rootfs_dir(dir, source)?,
+        Source::OciLayout { dir, tag } => (oci_layout(dir, tag.as_deref(), source, opts)?, None),
+        Source::DockerArchive(file) => (docker_archive(file, source)?, None),
+        Source::Dir(dir) => (rootfs_dir(dir, source)?, None),
     };
-    build(&layers, &meta, &out, opts, &ui)?;
+    let built = build(&layers, &meta, &out, opts, &ui);
+    if let Some(d) = downloads {
+        d.finish(&rt, built.is_err())?;
+    }
+    built?;
     Ok(out)
 }
 
@@ -176,14 +180,16 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
         return Ok(out);
     }
     let resolved = (digest, manifest_bytes, platform);
-    let (layers, meta) = rt.block_on(resolve_docker(
+    let (layers, meta, downloads) = rt.block_on(resolve_docker(
         &image,
         opts,
         &cache,
         &ui,
         Some((client, resolved)),
     ))?;
-    build(&layers, &meta, &out, opts, &ui)?;
+    let built = build(&layers, &meta, &out, opts, &ui);
+    downloads.finish(&rt, built.is_err())?;
+    built?;
     Ok(out)
 }
 
@@ -216,6 +222,7 @@ fn default_output(src: &Source) -> String {
 // ---------------------------------------------------------------- progress
 
 /// Bars on a terminal, plain lines otherwise, nothing when quiet.
+#[derive(Clone)]
 struct Ui {
     quiet: bool,
     multi: Option<MultiProgress>,
@@ -320,7 +327,7 @@ async fn resolve_docker(
     cache: &Cache,
     ui: &Ui,
     known: Option<(RegistryClient, Resolved)>,
-) -> Result<(Vec<Layer>, ImageMeta), PullError> {
+) -> Result<(Vec<Layer>, ImageMeta, Downloads), PullError> {
     let (client, (digest, bytes, _)) = match known {
         Some(k) => k,
         None => {
@@ -347,60 +354,148 @@ async fn resolve_docker(
     let (config_path, _) = client.fetch_blob(&config_desc, cache, &nothing).await?;
     let config_bytes = fs::read(&config_path).map_err(|e| bad(format!("config: {e}")))?;
 
-    let total: u64 = m.layers.iter().map(|l| l.size).sum();
-    let overall = ui.bar(total, "total".into());
-    let mut downloaded = 0u64;
-    let results: Vec<Result<(usize, PathBuf, bool), RegistryError>> =
-        futures_util::stream::iter(m.layers.iter().enumerate())
-            .map(|(i, desc)| {
-                let client = &client;
-                let overall = overall.clone();
-                let bar = ui.bar(desc.size, format!("layer {}", short(&desc.digest)));
-                async move {
-                    let on = move |n: u64| {
-                        bar.inc(n);
-                        overall.inc(n);
-                    };
-                    let (p, fresh) = client.fetch_blob(desc, cache, &on).await?;
-                    Ok((i, p, fresh))
-                }
-            })
-            .buffer_unordered(PARALLEL_DOWNLOADS)
-            .collect()
-            .await;
-    overall.finish_and_clear();
-    let mut paths: Vec<Option<PathBuf>> = vec![None; m.layers.len()];
-    for r in results {
-        let (i, p, fresh) = r?;
-        let d = &m.layers[i];
-        if fresh {
-            downloaded += d.size;
+    let slots: Vec<Arc<Slot>> = m.layers.iter().map(|_| Arc::new(Slot::default())).collect();
+    let handle = tokio::spawn(download_all(
+        Arc::new(client),
+        cache.clone(),
+        ui.clone(),
+        m.layers.clone(),
+        slots.clone(),
+    ));
+    // Top first: flattening starts as soon as the top layer is in, while the rest download.
+    let layers = m
+        .layers
+        .iter()
+        .zip(slots.iter().cloned())
+        .rev()
+        .map(|(d, slot)| Layer {
+            name: d.digest.clone(),
+            size: d.size,
+            open: Box::new(move || Ok(Box::new(File::open(slot.wait()?)?) as Box<dyn Read + Send>)),
+        })
+        .collect();
+    let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
+    Ok((layers, meta, Downloads { handle, slots }))
+}
+
+/// Where one layer's download stands; `Layer::open` waits on it.
+#[derive(Default)]
+struct Slot {
+    state: Mutex<Option<Result<PathBuf, String>>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn set(&self, r: Result<PathBuf, String>) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.is_none() {
+            *st = Some(r);
         }
-        if ui.multi.is_none() {
-            ui.line(&format!(
-                "  layer {} {}: {}",
-                short(&d.digest),
-                mb(d.size),
-                if fresh { "downloaded" } else { "cached" }
-            ));
-        }
-        paths[i] = Some(p);
+        self.ready.notify_all();
     }
+
+    fn failed(&self) -> bool {
+        matches!(
+            *self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            Some(Err(_))
+        )
+    }
+
+    fn wait(&self) -> io::Result<PathBuf> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match &*st {
+                Some(Ok(p)) => return Ok(p.clone()),
+                Some(Err(e)) => return Err(io::Error::other(e.clone())),
+                None => st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner()),
+            }
+        }
+    }
+}
+
+/// The layer downloads running beside the squashfs build.
+struct Downloads {
+    handle: tokio::task::JoinHandle<Result<(), RegistryError>>,
+    slots: Vec<Arc<Slot>>,
+}
+
+impl Downloads {
+    /// Their outcome. A failed download is the real cause of a failed build, so it wins; when
+    /// the build failed for its own reason the downloads are stopped (partial blobs stay as
+    /// resume points).
+    fn finish(self, rt: &tokio::runtime::Runtime, build_failed: bool) -> Result<(), PullError> {
+        if build_failed && !self.slots.iter().any(|s| s.failed()) {
+            self.handle.abort();
+            return Ok(());
+        }
+        match rt.block_on(self.handle) {
+            Ok(r) => r.map_err(PullError::from),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+async fn download_all(
+    client: Arc<RegistryClient>,
+    cache: Cache,
+    ui: Ui,
+    descs: Vec<Descriptor>,
+    slots: Vec<Arc<Slot>>,
+) -> Result<(), RegistryError> {
+    let total: u64 = descs.iter().map(|l| l.size).sum();
+    let overall = ui.bar(total, "total".into());
+    let (client, cache, descs_ref, ui_ref) = (&client, &cache, &descs, &ui);
+    let mut stream = futures_util::stream::iter((0..descs.len()).rev())
+        .map(|i| {
+            let overall = overall.clone();
+            let bar = ui_ref.bar(
+                descs_ref[i].size,
+                format!("layer {}", short(&descs_ref[i].digest)),
+            );
+            async move {
+                let on = move |n: u64| {
+                    bar.inc(n);
+                    overall.inc(n);
+                };
+                (i, client.fetch_blob(&descs_ref[i], cache, &on).await)
+            }
+        })
+        .buffer_unordered(PARALLEL_DOWNLOADS);
+    let mut downloaded = 0u64;
+    while let Some((i, r)) = stream.next().await {
+        let d = &descs[i];
+        match r {
+            Ok((p, fresh)) => {
+                if fresh {
+                    downloaded += d.size;
+                }
+                if ui.multi.is_none() {
+                    ui.line(&format!(
+                        "  layer {} {}: {}",
+                        short(&d.digest),
+                        mb(d.size),
+                        if fresh { "downloaded" } else { "cached" }
+                    ));
+                }
+                slots[i].set(Ok(p));
+            }
+            Err(e) => {
+                for s in &slots {
+                    s.set(Err(format!("download of layer {} failed", d.digest)));
+                }
+                overall.finish_and_clear();
+                return Err(e);
+            }
+        }
+    }
+    overall.finish_and_clear();
     ui.line(&format!(
         "Downloaded {} of {} ({} layers)",
         mb(downloaded),
         mb(total),
-        m.layers.len()
+        descs.len()
     ));
-    let layers = m
-        .layers
-        .iter()
-        .zip(paths)
-        .rev()
-        .map(|(d, p)| file_layer(d.digest.clone(), d.size, p.expect("every layer fetched")))
-        .collect();
-    let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
-    Ok((layers, meta))
+    Ok(())
 }
 
 fn file_layer(name: String, size: u64, path: PathBuf) -> Layer {
