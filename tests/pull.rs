@@ -384,6 +384,22 @@ fn docker_v2_offline_sources_and_platforms() {
         strip(support::read_image(&s.join("oci.sqsh"))),
         strip(from_reg.clone())
     );
+    let multi = format!("oci:{}:multi", fx.layout.display());
+    pull_ok(
+        &s,
+        &["--platform", "linux/arm64", &multi, "-o", "ocim.sqsh"],
+        &[],
+    );
+    assert_eq!(
+        file(&support::read_image(&s.join("ocim.sqsh")), "etc/marker"),
+        "arm64"
+    );
+    let o = pull(
+        &s,
+        &[&format!("oci:{}:nope", fx.layout.display()), "-o", "n.sqsh"],
+        &[],
+    );
+    one_line_error(&o, EXIT_NOT_FOUND, &["no tag 'nope'", "simple"]);
     let archive = s.join("simple.tar");
     let st = Command::new("skopeo")
         .args(["--insecure-policy", "copy", "--quiet"])
