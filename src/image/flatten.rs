@@ -140,7 +140,8 @@ impl Merge {
 
     /// Is `path` hidden from this layer by what the layers above did?
     fn hidden_from_above(&self, path: &str) -> bool {
-        if self.hidden.contains(path) {
+        // An opaque root (`/.wh..wh..opq`) hides every lower entry.
+        if self.hidden.contains(path) || self.opaque.contains("") {
             return true;
         }
         ancestors(path).any(|a| {
@@ -723,6 +724,18 @@ mod tests {
             E("usr/share/doc/x/y", false, false),
             E("usr/share/docs", false, true),
             E("usr/share", true, true),
+        ]);
+    }
+
+    #[test]
+    fn opaque_root() {
+        run(&[
+            Next(1),
+            Opq(""),
+            E("etc/new", false, true),
+            Next(2),
+            E("etc", true, false),
+            E("bin/sh", false, false),
         ]);
     }
 
