@@ -752,3 +752,32 @@ fn full_disk_leaves_no_partial_image() {
     one_line_error(&o, 24, &["disk is full"]);
     assert!(!s.join("big.sqsh").exists());
 }
+
+#[test]
+fn bearer_token_registry() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    fixture(&s, &reg);
+    let proxy = Proxy::start_bearer(reg.port, "dGVzdGVyOnMzY3JldC1wYXNz"); // tester:s3cret-pass
+    let src = format!("docker://{}/test/simple:v2", proxy.addr());
+    let o = pull(&s, &[&src, "-o", "anon.sqsh"], &[]);
+    one_line_error(&o, EXIT_AUTH, &[&proxy.addr()]);
+    let o = pull_ok(
+        &s,
+        &[&src, "-o", "tok.sqsh"],
+        &[
+            ("GPURUN_DOCKER_USERNAME", "tester"),
+            ("GPURUN_DOCKER_PASSWORD", "s3cret-pass"),
+        ],
+    );
+    assert!(!stderr(&o).contains("s3cret") && !stderr(&o).contains(support::BEARER_TOKEN));
+    assert_eq!(
+        file(&support::read_image(&s.join("tok.sqsh")), "etc/marker"),
+        "simple"
+    );
+    assert!(
+        proxy.requests().iter().any(|r| r.starts_with("GET /token")),
+        "{:#?}",
+        proxy.requests()
+    );
+}
