@@ -534,6 +534,21 @@ fn faults_retries_resume_and_shared_layers() {
         .filter(|r| r.contains("/manifests/v2"))
         .count();
     assert_eq!(manifest_gets, 3, "{:#?}", proxy.requests());
+    // every manifest request accepts all four manifest and index types
+    for r in proxy
+        .requests()
+        .iter()
+        .filter(|r| r.contains("/manifests/"))
+    {
+        for mt in [
+            "application/vnd.oci.image.index.v1+json",
+            "application/vnd.oci.image.manifest.v1+json",
+            "application/vnd.docker.distribution.manifest.list.v2+json",
+            "application/vnd.docker.distribution.manifest.v2+json",
+        ] {
+            assert!(r.contains(mt), "{r} lacks {mt}");
+        }
+    }
 
     // a second image sharing every layer downloads none of them
     proxy.clear();

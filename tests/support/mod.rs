@@ -593,8 +593,17 @@ fn serve(
         .find(|l| l.to_ascii_lowercase().starts_with("range:"))
         .map(|l| format!(" [{}]", l.trim()))
         .unwrap_or_default();
+    let accept = if path.contains("/manifests/") {
+        lines
+            .clone()
+            .find(|l| l.to_ascii_lowercase().starts_with("accept:"))
+            .map(|l| format!(" [{}]", l.trim()))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
     log.lock().unwrap().push(format!(
-        "{}{range}",
+        "{}{range}{accept}",
         request_line
             .rsplit_once(' ')
             .map_or(&*request_line, |x| x.0)
