@@ -169,8 +169,7 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
         rt.spawn(cleanup_on_signal());
     }
     let client = client_for(&image, opts)?;
-    let (digest, manifest_bytes, platform) =
-        rt.block_on(resolve_manifest(&client, &image, opts))?;
+    let (digest, manifest_bytes) = rt.block_on(resolve_manifest(&client, &image, opts))?;
     let out = cache.image_path(&digest)?;
     if out.exists() {
         return Ok(out);
@@ -179,7 +178,7 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
     if out.exists() {
         return Ok(out);
     }
-    let resolved = (digest, manifest_bytes, platform);
+    let resolved = (digest, manifest_bytes);
     let (layers, meta, downloads) = rt.block_on(resolve_docker(
         &image,
         opts,
@@ -293,12 +292,12 @@ fn wanted_platform(opts: &PullOptions) -> Result<Platform, PullError> {
     }
 }
 
-/// The platform-specific manifest: (digest, bytes, platform shown to the user).
+/// The platform-specific manifest: (digest, bytes).
 async fn resolve_manifest(
     client: &RegistryClient,
     image: &ImageRef,
     opts: &PullOptions,
-) -> Result<(String, Vec<u8>, Option<Platform>), PullError> {
+) -> Result<Resolved, PullError> {
     let want = wanted_platform(opts)?;
     let (bytes, digest) = client.manifest(image.reference_part()).await?;
     let m = Manifest::parse(&bytes).map_err(|detail| PullError::BadImage {
@@ -306,7 +305,7 @@ async fn resolve_manifest(
         detail,
     })?;
     if !m.is_index() {
-        return Ok((digest, bytes, None));
+        return Ok((digest, bytes));
     }
     let entries = m.manifests.unwrap_or_default();
     let chosen =
@@ -316,10 +315,10 @@ async fn resolve_manifest(
             available,
         })?;
     let (bytes, digest) = client.manifest(&chosen.digest).await?;
-    Ok((digest, bytes, chosen.platform.clone()))
+    Ok((digest, bytes))
 }
 
-type Resolved = (String, Vec<u8>, Option<Platform>);
+type Resolved = (String, Vec<u8>);
 
 async fn resolve_docker(
     image: &ImageRef,
@@ -328,7 +327,7 @@ async fn resolve_docker(
     ui: &Ui,
     known: Option<(RegistryClient, Resolved)>,
 ) -> Result<(Vec<Layer>, ImageMeta, Downloads), PullError> {
-    let (client, (digest, bytes, _)) = match known {
+    let (client, (digest, bytes)) = match known {
         Some(k) => k,
         None => {
             let c = client_for(image, opts)?;
