@@ -594,10 +594,9 @@ impl RegistryClient {
             match f().await {
                 Ok(v) => return Ok(v),
                 Err(e) => match self.classify(what, e) {
-                    Failure::Retry(e) if attempt + 1 < ATTEMPTS => {
+                    Failure::Retry(_) if attempt + 1 < ATTEMPTS => {
                         tokio::time::sleep(BACKOFF_BASE * 2u32.pow(attempt)).await;
                         attempt += 1;
-                        let _ = e;
                     }
                     Failure::Retry(e) | Failure::Fatal(e) => return Err(e),
                 },
