@@ -18,6 +18,7 @@
 set -euo pipefail
 # Debian python for ch-image (a pyenv python3 first in PATH lacks its modules).
 export PATH=/usr/bin:/bin:$PATH
+export USER=${USER:-$(id -un)}
 
 REPS=${1:-3}
 WHICH=${2:-all}
@@ -97,8 +98,8 @@ run() {
         umoci) cmd="skopeo --insecure-policy copy --quiet --src-tls-verify=false docker://$REG/bench/$img:latest oci:$t/oci:t \
                  && umoci unpack --rootless --image $t/oci:t $t/bundle > /dev/null \
                  && mksquashfs $t/bundle/rootfs $t/out.sqsh -comp zstd -noappend -quiet -no-progress" ;;
-        ch) cmd="CH_IMAGE_STORAGE=$t/ch ch-image -q pull --tls-no-verify 127.0.0.1:$TPORT/bench/$img:latest bench-$img > /dev/null \
-                 && CH_IMAGE_STORAGE=$t/ch ch-convert -q -i ch-image -o squash bench-$img $t/out.sqsh" ;;
+        ch) cmd="REQUESTS_CA_BUNDLE=$W/cert.pem CH_IMAGE_STORAGE=$t/ch ch-image --tls-no-verify pull 127.0.0.1:$TPORT/bench/$img:latest bench-$img \
+                 && CH_IMAGE_STORAGE=$t/ch ch-convert --tmp $t -i ch-image -o squash bench-$img $t/out.sqsh" ;;
     esac
     local peak=0 pid
     ( while :; do du -sm "$t" 2> /dev/null | cut -f1; sleep 0.2; done ) > "$t.du" &
