@@ -371,6 +371,12 @@ fn docker_v2_offline_sources_and_platforms() {
         &["linux/s390x", "linux/amd64, linux/arm64/v8", "--platform"],
     );
     assert!(!s.join("x.sqsh").exists());
+    let o = pull(&s, &["--platform", "linux/arm64", &a, "-o", "x.sqsh"], &[]);
+    one_line_error(
+        &o,
+        EXIT_NOT_FOUND,
+        &["linux/arm64", "available: linux/amd64"],
+    );
 
     // the same image from the OCI layout and from a docker archive
     let from_reg = support::read_image(&s.join("v2.sqsh"));

@@ -353,6 +353,20 @@ async fn resolve_docker(
     let (config_path, _) = client.fetch_blob(&config_desc, cache, &nothing).await?;
     let config_bytes = fs::read(&config_path).map_err(|e| bad(format!("config: {e}")))?;
 
+    let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
+    // A single-platform image must still be what --platform asked for.
+    if opts.platform.is_some() {
+        let want = wanted_platform(opts)?;
+        let have = Platform::parse(&meta.platform).map_err(bad)?;
+        if !want.accepts(&have) {
+            return Err(RegistryError::NoPlatform {
+                image: image.to_string(),
+                wanted: want.to_string(),
+                available: have.to_string(),
+            }
+            .into());
+        }
+    }
     let slots: Vec<Arc<Slot>> = m.layers.iter().map(|_| Arc::new(Slot::default())).collect();
     let handle = tokio::spawn(download_all(
         Arc::new(client),
@@ -373,7 +387,6 @@ async fn resolve_docker(
             open: Box::new(move || Ok(Box::new(File::open(slot.wait()?)?) as Box<dyn Read + Send>)),
         })
         .collect();
-    let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
     Ok((layers, meta, Downloads { handle, slots }))
 }
 
