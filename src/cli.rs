@@ -9,7 +9,10 @@ use clap::{Args, Parser, Subcommand};
     name = "gpurun",
     version,
     about = "Run OCI container images as squashfs files on GPU clusters: no daemon, no root, no setuid",
-    propagate_version = true
+    propagate_version = true,
+    long_version = crate::version::LONG,
+    after_long_help = crate::help::EXIT_CODES,
+    disable_help_subcommand = true
 )]
 pub struct Cli {
     /// Print only errors
@@ -40,6 +43,105 @@ pub enum Command {
     Hold(HoldArgs),
     /// Pull an image into one squashfs file (registry, OCI layout, docker archive or directory)
     Pull(PullArgs),
+    /// Show an image's source, digest, platform, size, environment, entrypoint and CUDA needs
+    Inspect(InspectArgs),
+    /// List, clean or garbage-collect the blob and image cache
+    Cache(CacheArgs),
+    /// Check whether this node can run containers, and say how to fix what is missing
+    Doctor(JsonArg),
+    /// List your running gpurun containers on this node (pid, image, command, GPUs)
+    Ps(JsonArg),
+    /// Print the merged configuration and where each value came from
+    Config(ConfigArgs),
+    /// Print the version, git commit, compiler and target
+    Version,
+    /// Help on a subcommand or a topic: env, binds, gpu, slurm, exit-codes, config, images
+    Help(HelpArgs),
+    /// Write a shell completion script to stdout (bash, zsh, fish)
+    #[command(hide = true)]
+    Completions(CompletionsArgs),
+    /// Write the man pages (gpurun.1 and one per subcommand) into DIR
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct JsonArg {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// A .sqsh file (gpurun, enroot or mksquashfs), an Apptainer .sif file, or docker://REF
+    pub image: String,
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+    /// For docker://: the platform to inspect, OS/ARCH[/VARIANT] (default: this machine's)
+    #[arg(long, value_name = "OS/ARCH[/VARIANT]")]
+    pub platform: Option<String>,
+    /// For docker://: allow plain http to a registry that is not on loopback
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    pub command: CacheCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CacheCommand {
+    /// List cached blobs and images with their size and last use
+    List(JsonArg),
+    /// Remove everything in the cache that no pull is using right now
+    Clean,
+    /// Remove least recently used entries until the cache fits the limits
+    Gc(GcArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// Remove the least recently used entries until the cache is at most this big (e.g. 20G, 500M)
+    #[arg(long, value_name = "SIZE", value_parser = crate::image::gc::parse_size)]
+    pub max_size: Option<u64>,
+    /// Remove entries not used for this long (e.g. 30d, 12h, 90m)
+    #[arg(long, value_name = "AGE", value_parser = crate::image::gc::parse_age)]
+    pub older_than: Option<std::time::Duration>,
+    /// Say what would be removed, remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub command: ConfigCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Print every setting, its value and where it came from (site file, user file, environment)
+    Show(JsonArg),
+}
+
+#[derive(Args, Debug)]
+pub struct HelpArgs {
+    /// A subcommand (exec, pull…) or a topic (env, binds, gpu, slurm, exit-codes, config, images)
+    pub topic: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    pub dir: PathBuf,
 }
 
 /// Options shared by exec, run and shell.
@@ -83,7 +185,7 @@ pub struct LaunchOpts {
 pub struct ExecArgs {
     #[command(flatten)]
     pub opts: LaunchOpts,
-    /// Image: a squashfs file
+    /// Image: a squashfs file (gpurun, enroot, mksquashfs) or an Apptainer .sif file
     pub image: String,
     /// Command and its arguments
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]

@@ -4,9 +4,14 @@
 //! (plan, then apply); `gpu` decides which NVIDIA driver files and devices go in.
 
 pub mod cli;
+pub mod config;
+pub mod doctor;
 pub mod gpu;
+pub mod help;
 pub mod image;
+pub mod ps;
 pub mod runtime;
+pub mod version;
 
 /// Exit codes shared by every command (documented in the README and the man page).
 pub mod exit {

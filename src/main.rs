@@ -1,11 +1,19 @@
-use clap::Parser;
-use gpurun::cli::{Cli, Command, LaunchOpts};
+use std::path::PathBuf;
+
+use clap::{CommandFactory, Parser};
+use gpurun::cli::{CacheCommand, Cli, Command, ConfigCommand, LaunchOpts};
+use gpurun::config::Config;
 use gpurun::runtime::plan::{Action, Request};
 use gpurun::runtime::start::{start, Launch, StartError};
 
-fn request(o: &LaunchOpts) -> Request {
+const FAILED: i32 = gpurun::exit::GPURUN_FAILED;
+
+/// The site's and user's default binds and GPURUN_BIND come first, --bind after (all apply).
+fn request(o: &LaunchOpts, cfg: &Config) -> Request {
+    let mut binds: Vec<String> = cfg.binds.iter().map(|b| b.value.clone()).collect();
+    binds.extend(o.bind.iter().cloned());
     Request {
-        binds: o.bind.clone(),
+        binds,
         contain: o.contain,
         no_home: o.no_home,
         pwd: o.pwd.clone(),
@@ -17,20 +25,32 @@ fn request(o: &LaunchOpts) -> Request {
     }
 }
 
+struct Ctx {
+    cfg: Config,
+    quiet: bool,
+    debug: bool,
+}
+
 fn launch(
     image: String,
     o: LaunchOpts,
     action: Action,
-    state: Option<std::path::PathBuf>,
+    state: Option<PathBuf>,
+    ctx: &Ctx,
 ) -> Launch {
+    let mut gpu = o.gpu.clone();
+    if gpu.driver_paths.is_empty() {
+        gpu.driver_paths = ctx.cfg.nv_driver_paths.value.clone();
+    }
     Launch {
         image,
-        request: request(&o),
+        request: request(&o, &ctx.cfg),
         env_files: o.env_file.clone(),
         action,
         dry_run: o.dry_run,
         state,
-        gpu: o.gpu.clone(),
+        gpu,
+        debug: ctx.debug,
     }
 }
 
@@ -59,59 +79,342 @@ fn launched(r: Result<i32, StartError>, debug: bool) -> i32 {
 fn main() {
     let cli = Cli::parse();
     let debug = cli.debug;
+    let cfg = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            report(&e, debug);
+            std::process::exit(FAILED);
+        }
+    };
+    apply_paths(&cfg);
+    let ctx = Ctx {
+        cfg,
+        quiet: cli.quiet,
+        debug,
+    };
     let code = match cli.command {
         Command::Exec(a) => launched(
-            start(launch(a.image, a.opts, Action::Exec(a.command), None)),
+            start(launch(a.image, a.opts, Action::Exec(a.command), None, &ctx)),
             debug,
         ),
         Command::Run(a) => launched(
-            start(launch(a.image, a.opts, Action::Run(a.args), None)),
+            start(launch(a.image, a.opts, Action::Run(a.args), None, &ctx)),
             debug,
         ),
         Command::Shell(a) => launched(
-            start(launch(a.image, a.opts, Action::Shell(a.shell), None)),
+            start(launch(a.image, a.opts, Action::Shell(a.shell), None, &ctx)),
             debug,
         ),
         Command::Hold(a) => launched(
-            start(launch(a.image, a.opts, Action::Hold, Some(a.state))),
+            start(launch(a.image, a.opts, Action::Hold, Some(a.state), &ctx)),
             debug,
         ),
-        Command::Pull(args) => pull(args, cli.quiet, debug),
-        Command::Gpus(a) => match gpus(&a) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("gpurun: {e:#}");
-                gpurun::exit::GPURUN_FAILED
+        Command::Pull(args) => pull(args, &ctx),
+        Command::Gpus(a) => {
+            let paths = if a.driver_paths.is_empty() {
+                ctx.cfg.nv_driver_paths.value.clone()
+            } else {
+                a.driver_paths.clone()
+            };
+            done(gpus(&paths, a.json), debug)
+        }
+        Command::Inspect(a) => inspect(a, &ctx),
+        Command::Cache(a) => done(cache(a.command, &ctx), debug),
+        Command::Doctor(a) => doctor(a.json, &ctx),
+        Command::Ps(a) => {
+            let v = gpurun::ps::containers(&ctx.cfg.nv_driver_paths.value);
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&v).expect("ps serialises")
+                );
+            } else {
+                print!("{}", gpurun::ps::render(&v));
+            }
+            0
+        }
+        Command::Config(a) => match a.command {
+            ConfigCommand::Show(j) => {
+                if j.json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&ctx.cfg).expect("config serialises")
+                    );
+                } else {
+                    print!("{}", ctx.cfg.render());
+                }
+                0
             }
         },
+        Command::Version => {
+            let b = &gpurun::version::BUILD;
+            println!(
+                "gpurun {}\ncommit  {}\nrustc   {}\ntarget  {}",
+                b.version, b.commit, b.rustc, b.target
+            );
+            0
+        }
+        Command::Help(h) => help(&h.topic),
+        Command::Completions(a) => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(a.shell, &mut cmd, "gpurun", &mut std::io::stdout());
+            0
+        }
+        Command::Man(a) => done(man(&a.dir).map_err(anyhow::Error::from), debug),
     };
     std::process::exit(code);
 }
 
-fn pull(args: gpurun::cli::PullArgs, quiet: bool, debug: bool) -> i32 {
-    use gpurun::image::pull::{self, PullOptions};
-    let opts = PullOptions {
-        platform: args.platform,
-        insecure: args.insecure,
-        quiet,
-        force: args.force,
-        jobs: args.jobs,
+/// The cache and scratch directories from the config reach every module through the variables
+/// those modules read (cache.rs reads GPURUN_CACHE, temporary files follow TMPDIR). Set before
+/// any thread starts, so the environment is not raced.
+fn apply_paths(cfg: &Config) {
+    if let Some(dir) = &cfg.cache_dir.value {
+        std::env::set_var("GPURUN_CACHE", dir);
+    }
+    if let Some(dir) = &cfg.tmp_dir.value {
+        std::env::set_var("TMPDIR", dir);
+    }
+}
+
+fn done(r: anyhow::Result<()>, debug: bool) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("gpurun: {e}");
+            if debug {
+                for c in e.chain().skip(1) {
+                    eprintln!("  caused by: {c}");
+                }
+            }
+            FAILED
+        }
+    }
+}
+
+fn pull_options(
+    platform: Option<String>,
+    insecure: bool,
+    ctx: &Ctx,
+) -> gpurun::image::pull::PullOptions {
+    gpurun::image::pull::PullOptions {
+        platform,
+        insecure,
+        quiet: ctx.quiet,
+        force: false,
+        jobs: None,
         cache: None,
         handle_signals: true,
+    }
+}
+
+/// The site's allowed_registries, checked before anything is fetched.
+fn registry_allowed(source: &str, cfg: &Config) -> Result<(), String> {
+    use gpurun::image::reference::Source;
+    if let Ok(Source::Docker(r)) = Source::parse(source) {
+        if !cfg.registry_allowed(&r.registry) {
+            return Err(format!(
+                "registry {} is not allowed on this site (allowed: {}; set by {}); use an image from an allowed registry",
+                r.registry,
+                cfg.allowed_registries.value.join(", "),
+                cfg.allowed_registries.from
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn pull(args: gpurun::cli::PullArgs, ctx: &Ctx) -> i32 {
+    use gpurun::image::pull;
+    if let Err(e) = registry_allowed(&args.source, &ctx.cfg) {
+        eprintln!("gpurun: {e}");
+        return FAILED;
+    }
+    let opts = pull::PullOptions {
+        force: args.force,
+        jobs: args.jobs,
+        ..pull_options(args.platform, args.insecure, ctx)
     };
     match pull::pull(&args.source, args.output.as_deref(), &opts) {
         Ok(_) => 0,
         Err(e) => {
-            report(&e, debug);
+            report(&e, ctx.debug);
             e.exit_code()
         }
     }
 }
 
-fn gpus(a: &gpurun::cli::GpusArgs) -> anyhow::Result<()> {
+fn inspect(a: gpurun::cli::InspectArgs, ctx: &Ctx) -> i32 {
+    use gpurun::image::inspect;
+    if let Err(e) = registry_allowed(&a.image, &ctx.cfg) {
+        eprintln!("gpurun: {e}");
+        return FAILED;
+    }
+    let opts = gpurun::image::pull::PullOptions {
+        handle_signals: false,
+        ..pull_options(a.platform, a.insecure, ctx)
+    };
+    match inspect::inspect(&a.image, &opts) {
+        Ok(r) => {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("reports serialise")
+                );
+            } else {
+                print!("{}", inspect::render(&r));
+            }
+            0
+        }
+        Err(e) => {
+            report(&e, ctx.debug);
+            e.exit_code()
+        }
+    }
+}
+
+fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
+    use gpurun::image::gc;
+    use gpurun::image::inspect::human_size;
+    let cache = gpurun::image::cache::Cache::open(&gpurun::image::cache::cache_root())?;
+    let entries = gc::list(&cache, &gc::Activity::scan())?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let (chosen, dry_run) = match c {
+        CacheCommand::List(j) => {
+            if j.json {
+                println!("{}", serde_json::to_string_pretty(&entries)?);
+                return Ok(());
+            }
+            println!(
+                "{:<8} {:<20} {:>10}  {:<20} NAME",
+                "KIND", "LAST USED", "SIZE", "IN USE"
+            );
+            for e in &entries {
+                println!(
+                    "{:<8} {:<20} {:>10}  {:<20} {}",
+                    format!("{:?}", e.kind).to_lowercase(),
+                    gpurun::ps::utc(e.last_used),
+                    human_size(e.size_bytes),
+                    e.in_use.as_deref().unwrap_or("-"),
+                    e.name
+                );
+            }
+            let total: u64 = entries.iter().map(|e| e.size_bytes).sum();
+            println!(
+                "{} entries, {} in {}",
+                entries.len(),
+                human_size(total),
+                cache.root().display()
+            );
+            return Ok(());
+        }
+        CacheCommand::Clean => (gc::choose(&entries, None, None, now), false),
+        CacheCommand::Gc(g) => {
+            if g.max_size.is_none() && g.older_than.is_none() {
+                anyhow::bail!("gc needs --max-size SIZE and/or --older-than AGE (gpurun cache clean removes everything unused)");
+            }
+            (
+                gc::choose(&entries, g.max_size, g.older_than, now),
+                g.dry_run,
+            )
+        }
+    };
+    let mut freed = 0;
+    for &i in &chosen {
+        let e = &entries[i];
+        if dry_run || gc::remove(e)? {
+            freed += e.size_bytes;
+            if !ctx.quiet {
+                let verb = if dry_run { "would remove" } else { "removed" };
+                println!(
+                    "{verb} {} {} ({})",
+                    format!("{:?}", e.kind).to_lowercase(),
+                    e.name,
+                    human_size(e.size_bytes)
+                );
+            }
+        }
+    }
+    let kept = entries.iter().filter(|e| e.in_use.is_some()).count();
+    if !ctx.quiet {
+        println!(
+            "{} {}; kept {kept} in use",
+            if dry_run { "would free" } else { "freed" },
+            human_size(freed)
+        );
+    }
+    Ok(())
+}
+
+fn doctor(json: bool, ctx: &Ctx) -> i32 {
+    let checks = gpurun::doctor::run(
+        &ctx.cfg.nv_driver_paths.value,
+        &gpurun::image::cache::cache_root(),
+    );
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&checks).expect("checks serialise")
+        );
+    } else {
+        print!("{}", gpurun::doctor::render(&checks));
+    }
+    if gpurun::doctor::healthy(&checks) {
+        0
+    } else {
+        1
+    }
+}
+
+fn help(topic: &[String]) -> i32 {
+    let mut cmd = Cli::command();
+    let Some(first) = topic.first() else {
+        let _ = cmd.print_long_help();
+        let names: Vec<&str> = gpurun::help::TOPICS.iter().map(|(n, _)| *n).collect();
+        println!("\nTopics: gpurun help {}", names.join("|"));
+        return 0;
+    };
+    if let Some(text) = gpurun::help::topic(first) {
+        print!("{text}");
+        return 0;
+    }
+    // A subcommand path: `help cache gc`; built so usage lines carry the full command name.
+    cmd.build();
+    let mut sub = &mut cmd;
+    for name in topic {
+        match sub.find_subcommand_mut(name) {
+            Some(s) => sub = s,
+            None => {
+                let names: Vec<&str> = gpurun::help::TOPICS.iter().map(|(n, _)| *n).collect();
+                eprintln!(
+                    "gpurun: no subcommand or help topic '{}'; topics: {}; subcommands: gpurun --help",
+                    topic.join(" "),
+                    names.join(", ")
+                );
+                return FAILED;
+            }
+        }
+    }
+    let _ = sub.print_long_help();
+    0
+}
+
+/// gpurun.1 and one page per subcommand. The version is left out of the pages' headers (only
+/// the package version is shown), so the checked-in pages change with the interface, not with
+/// every commit.
+fn man(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let cmd = Cli::command().long_version(None::<&str>);
+    clap_mangen::generate_to(cmd, dir)
+}
+
+fn gpus(driver_paths: &[PathBuf], json: bool) -> anyhow::Result<()> {
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let l = gpurun::gpu::list(&a.driver_paths, &env)?;
-    if a.json {
+    let l = gpurun::gpu::list(driver_paths, &env)?;
+    if json {
         println!("{}", serde_json::to_string_pretty(&l)?);
     } else {
         print!("{}", gpurun::gpu::render(&l));

@@ -2,6 +2,9 @@
 
 pub mod cache;
 pub mod flatten;
+pub mod foreign;
+pub mod gc;
+pub mod inspect;
 pub mod meta;
 pub mod pull;
 pub mod reference;

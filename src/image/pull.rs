@@ -320,6 +320,33 @@ async fn resolve_manifest(
 
 type Resolved = (String, Vec<u8>);
 
+/// The metadata of a `docker://` image and its compressed layers' total size, from the manifest
+/// and the config alone (for `gpurun inspect`: no layer is downloaded).
+pub fn remote_meta(reference: &str, opts: &PullOptions) -> Result<(ImageMeta, u64), PullError> {
+    let Source::Docker(image) = Source::parse(reference)? else {
+        return Err(PullError::NotRegistry(reference.to_string()));
+    };
+    let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let client = client_for(&image, opts)?;
+        let (digest, bytes) = resolve_manifest(&client, &image, opts).await?;
+        let bad = |detail: String| PullError::BadImage {
+            image: image.to_string(),
+            detail,
+        };
+        let m = Manifest::parse(&bytes).map_err(bad)?;
+        let config = m
+            .config
+            .clone()
+            .ok_or_else(|| bad("the manifest has no config".into()))?;
+        let (path, _) = client.fetch_blob(&config, &cache, &|_: u64| {}).await?;
+        let config_bytes = fs::read(&path).map_err(|e| bad(format!("config: {e}")))?;
+        let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
+        Ok((meta, m.layers.iter().map(|l| l.size).sum()))
+    })
+}
+
 async fn resolve_docker(
     image: &ImageRef,
     opts: &PullOptions,

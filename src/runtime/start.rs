@@ -15,7 +15,7 @@ use super::plan::{
 use super::{extract, fuse, sys};
 use crate::exit;
 use crate::image::cache::cache_root;
-use crate::image::meta::{ImageMeta, MetaError, META_PATH};
+use crate::image::meta::MetaError;
 use crate::image::sqfs::Archive;
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +57,8 @@ pub struct Launch {
     /// For `hold`: where to write the state once ready.
     pub state: Option<PathBuf>,
     pub gpu: crate::gpu::GpuOpts,
+    /// --debug: say on stderr what is mounted where, from what.
+    pub debug: bool,
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
@@ -196,10 +198,8 @@ fn dev_entries() -> Vec<DevEntry> {
 /// Run a launch; returns the exit code for gpurun.
 pub fn start(l: Launch) -> Result<i32, StartError> {
     let image = Image::open(&l.image)?;
-    let meta = match image.read(META_PATH) {
-        Some(b) => ImageMeta::from_json(&b)?,
-        None => ImageMeta::default(),
-    };
+    // gpurun's own metadata, else enroot's or Apptainer's conventions (image/foreign.rs).
+    let (_, meta) = crate::image::foreign::image_meta(&|p| image.read(p), &|d| image.list(d))?;
     let mut request = l.request.clone();
     for f in &l.env_files {
         let text = std::fs::read_to_string(f).map_err(|e| StartError::EnvFile(f.clone(), e))?;
@@ -276,6 +276,15 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         exists: &image_exists,
     };
     let plan = plan::plan(&request, &l.action, &host, &view, &extras)?;
+    if l.debug {
+        eprintln!("gpurun: root {:?}", plan.root);
+        for m in &plan.mounts {
+            eprintln!(
+                "gpurun: mount {}",
+                serde_json::to_string(m).expect("mounts serialise")
+            );
+        }
+    }
     if l.dry_run {
         println!(
             "{}",

@@ -1,0 +1,516 @@
+//! Settings: the site file `/etc/gpurun/gpurun.toml`, the user file
+//! `~/.config/gpurun/config.toml` (`$XDG_CONFIG_HOME` respected), `GPURUN_*` environment
+//! variables, then command-line flags — later wins. Lists are replaced by a later layer, except
+//! binds: like Apptainer's `bind path` + `APPTAINER_BIND` + `--bind`, the site's default binds,
+//! the user's, `GPURUN_BIND` and `--bind` all apply. Flags are applied by each command on top of
+//! [`Config`]; `gpurun config show` prints the file and environment layers with their origins.
+//!
+//! Site file example:
+//!
+//! ```toml
+//! binds = ["/scratch", "/apps:/apps:ro"]
+//! nv_driver_paths = ["/opt/nvidia/lib64"]
+//! cache_dir = "/local/gpurun-cache"
+//! tmp_dir = "/local/tmp"
+//! allowed_registries = ["nvcr.io", "docker.io", "registry.example.org"]
+//! compression = "zstd"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub const SITE_FILE: &str = "/etc/gpurun/gpurun.toml";
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "name")]
+pub enum Origin {
+    Default,
+    Site(PathBuf),
+    User(PathBuf),
+    Env(String),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Default => f.write_str("default"),
+            Origin::Site(p) => write!(f, "site file {}", p.display()),
+            Origin::User(p) => write!(f, "user file {}", p.display()),
+            Origin::Env(v) => write!(f, "environment {v}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub from: Origin,
+}
+
+impl<T: Default> Default for Sourced<T> {
+    fn default() -> Self {
+        Sourced {
+            value: T::default(),
+            from: Origin::Default,
+        }
+    }
+}
+
+/// One file's settings; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileLayer {
+    pub binds: Option<Vec<String>>,
+    pub nv_driver_paths: Option<Vec<PathBuf>>,
+    pub cache_dir: Option<PathBuf>,
+    pub tmp_dir: Option<PathBuf>,
+    pub allowed_registries: Option<Vec<String>>,
+    pub compression: Option<String>,
+}
+
+/// The merged settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Config {
+    /// Every bind, with where it came from (they accumulate).
+    pub binds: Vec<Sourced<String>>,
+    pub nv_driver_paths: Sourced<Vec<PathBuf>>,
+    pub cache_dir: Sourced<Option<PathBuf>>,
+    pub tmp_dir: Sourced<Option<PathBuf>>,
+    /// Empty: every registry is allowed.
+    pub allowed_registries: Sourced<Vec<String>>,
+    pub compression: Sourced<Option<String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config {path}: {detail}; fix the file (see gpurun help config)")]
+    File { path: PathBuf, detail: String },
+    #[error("{var}={value}: {detail}")]
+    Env {
+        var: String,
+        value: String,
+        detail: String,
+    },
+}
+
+/// Compressors tar2sqfs offers.
+pub const COMPRESSORS: &[&str] = &["zstd", "gzip", "xz", "lz4", "lzo", "lzma"];
+
+impl Config {
+    fn apply_file(&mut self, layer: FileLayer, from: &Origin) {
+        let s = |from: &Origin| from.clone();
+        if let Some(b) = layer.binds {
+            self.binds.extend(b.into_iter().map(|value| Sourced {
+                value,
+                from: s(from),
+            }));
+        }
+        if let Some(v) = layer.nv_driver_paths {
+            self.nv_driver_paths = Sourced {
+                value: v,
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.cache_dir {
+            self.cache_dir = Sourced {
+                value: Some(v),
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.tmp_dir {
+            self.tmp_dir = Sourced {
+                value: Some(v),
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.allowed_registries {
+            self.allowed_registries = Sourced {
+                value: v,
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.compression {
+            self.compression = Sourced {
+                value: Some(v),
+                from: s(from),
+            };
+        }
+    }
+
+    fn apply_env(&mut self, env: &[(String, String)]) -> Result<(), ConfigError> {
+        let get = |k: &str| {
+            env.iter()
+                .rev()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .filter(|v| !v.is_empty())
+        };
+        let origin = |k: &str| Origin::Env(k.to_string());
+        if let Some(v) = get("GPURUN_BIND") {
+            // Comma-separated, as APPTAINER_BIND.
+            self.binds.extend(
+                v.split(',')
+                    .filter(|b| !b.trim().is_empty())
+                    .map(|b| Sourced {
+                        value: b.trim().to_string(),
+                        from: origin("GPURUN_BIND"),
+                    }),
+            );
+        }
+        if let Some(v) = get("GPURUN_NV_DRIVER_PATH") {
+            self.nv_driver_paths = Sourced {
+                value: v
+                    .split(':')
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from)
+                    .collect(),
+                from: origin("GPURUN_NV_DRIVER_PATH"),
+            };
+        }
+        // GPURUN_CACHE is the pull module's older name; GPURUN_CACHEDIR (as APPTAINER_CACHEDIR) wins.
+        for var in ["GPURUN_CACHE", "GPURUN_CACHEDIR"] {
+            if let Some(v) = get(var) {
+                self.cache_dir = Sourced {
+                    value: Some(absolute(var, &v)?),
+                    from: origin(var),
+                };
+            }
+        }
+        if let Some(v) = get("GPURUN_TMPDIR") {
+            self.tmp_dir = Sourced {
+                value: Some(absolute("GPURUN_TMPDIR", &v)?),
+                from: origin("GPURUN_TMPDIR"),
+            };
+        }
+        if let Some(v) = get("GPURUN_ALLOWED_REGISTRIES") {
+            self.allowed_registries = Sourced {
+                value: v
+                    .split(',')
+                    .map(|r| r.trim().to_string())
+                    .filter(|r| !r.is_empty())
+                    .collect(),
+                from: origin("GPURUN_ALLOWED_REGISTRIES"),
+            };
+        }
+        if let Some(v) = get("GPURUN_COMPRESSION") {
+            self.compression = Sourced {
+                value: Some(v),
+                from: origin("GPURUN_COMPRESSION"),
+            };
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(c) = &self.compression.value {
+            if !COMPRESSORS.contains(&c.as_str()) {
+                let detail = format!(
+                    "unknown compressor '{c}'; use one of {}",
+                    COMPRESSORS.join(", ")
+                );
+                return Err(match &self.compression.from {
+                    Origin::Env(var) => ConfigError::Env {
+                        var: var.clone(),
+                        value: c.clone(),
+                        detail,
+                    },
+                    Origin::Site(p) | Origin::User(p) => ConfigError::File {
+                        path: p.clone(),
+                        detail,
+                    },
+                    Origin::Default => unreachable!("the default has no compressor"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Merge the layers: `files` in order (site, then user; a missing file is skipped), then `env`.
+    pub fn merge(
+        files: &[(Origin, Option<String>)],
+        env: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        for (origin, text) in files {
+            let Some(text) = text else { continue };
+            let path = match origin {
+                Origin::Site(p) | Origin::User(p) => p.clone(),
+                _ => PathBuf::new(),
+            };
+            let layer: FileLayer = toml::from_str(text).map_err(|e| ConfigError::File {
+                path,
+                detail: e.message().to_string(),
+            })?;
+            c.apply_file(layer, origin);
+        }
+        c.apply_env(env)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The settings of this process: the site and user files and the environment.
+    pub fn load() -> Result<Config, ConfigError> {
+        let env = crate::runtime::start::host_env();
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| PathBuf::from(v))
+        };
+        let site = get("GPURUN_SITE_CONFIG").unwrap_or_else(|| PathBuf::from(SITE_FILE));
+        let user = get("XDG_CONFIG_HOME")
+            .filter(|p| p.is_absolute())
+            .or_else(|| get("HOME").map(|h| h.join(".config")))
+            .map(|d| d.join("gpurun/config.toml"));
+        let read = |p: &Path| -> Result<Option<String>, ConfigError> {
+            match std::fs::read_to_string(p) {
+                Ok(t) => Ok(Some(t)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(ConfigError::File {
+                    path: p.to_path_buf(),
+                    detail: e.to_string(),
+                }),
+            }
+        };
+        let mut files = vec![(Origin::Site(site.clone()), read(&site)?)];
+        if let Some(u) = user {
+            files.push((Origin::User(u.clone()), read(&u)?));
+        }
+        Config::merge(&files, &env)
+    }
+
+    /// Is `registry` allowed (by the site's list, when there is one)?
+    pub fn registry_allowed(&self, registry: &str) -> bool {
+        let list = &self.allowed_registries.value;
+        list.is_empty() || list.iter().any(|r| r == registry)
+    }
+
+    /// `config show` as text.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let mut row = |k: &str, v: String, from: &Origin| {
+            s.push_str(&format!("{k:<20} {v:<40} ({from})\n"));
+        };
+        if self.binds.is_empty() {
+            row("binds", "[]".into(), &Origin::Default);
+        }
+        for b in &self.binds {
+            row("binds", b.value.clone(), &b.from);
+        }
+        let list = |v: &[String]| format!("[{}]", v.join(", "));
+        let paths = |v: &[PathBuf]| {
+            list(
+                &v.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let opt = |v: &Option<PathBuf>, default: String| {
+            v.as_ref().map_or(default, |p| p.display().to_string())
+        };
+        row(
+            "nv_driver_paths",
+            paths(&self.nv_driver_paths.value),
+            &self.nv_driver_paths.from,
+        );
+        row(
+            "cache_dir",
+            opt(
+                &self.cache_dir.value,
+                crate::image::cache::cache_root().display().to_string(),
+            ),
+            &self.cache_dir.from,
+        );
+        row(
+            "tmp_dir",
+            opt(
+                &self.tmp_dir.value,
+                std::env::temp_dir().display().to_string(),
+            ),
+            &self.tmp_dir.from,
+        );
+        row(
+            "allowed_registries",
+            if self.allowed_registries.value.is_empty() {
+                "(any)".into()
+            } else {
+                list(&self.allowed_registries.value)
+            },
+            &self.allowed_registries.from,
+        );
+        row(
+            "compression",
+            self.compression
+                .value
+                .clone()
+                .unwrap_or_else(|| "zstd".into()),
+            &self.compression.from,
+        );
+        s
+    }
+}
+
+fn absolute(var: &str, v: &str) -> Result<PathBuf, ConfigError> {
+    let p = PathBuf::from(v);
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(ConfigError::Env {
+            var: var.to_string(),
+            value: v.to_string(),
+            detail: "not an absolute path; give the full path".into(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn site(t: &str) -> (Origin, Option<String>) {
+        (
+            Origin::Site("/etc/gpurun/gpurun.toml".into()),
+            Some(t.into()),
+        )
+    }
+
+    fn user(t: &str) -> (Origin, Option<String>) {
+        (
+            Origin::User("/home/u/.config/gpurun/config.toml".into()),
+            Some(t.into()),
+        )
+    }
+
+    /// files, env -> binds, cache_dir, the kind of its origin, compression
+    type Case = (
+        Vec<(Origin, Option<String>)>,
+        Vec<(String, String)>,
+        Vec<&'static str>,
+        Option<&'static str>,
+        &'static str,
+        Option<&'static str>,
+    );
+
+    #[test]
+    fn precedence() {
+        let s = site("binds=[\"/scratch\"]\ncache_dir=\"/site\"\ncompression=\"xz\"\nallowed_registries=[\"nvcr.io\"]\n");
+        let u = user("binds=[\"/home/u/data\"]\ncache_dir=\"/user\"\n");
+        let cases: Vec<Case> = vec![
+            (vec![], vec![], vec![], None, "default", None),
+            (
+                vec![s.clone()],
+                vec![],
+                vec!["/scratch"],
+                Some("/site"),
+                "site",
+                Some("xz"),
+            ),
+            (
+                vec![s.clone(), u.clone()],
+                vec![],
+                vec!["/scratch", "/home/u/data"],
+                Some("/user"),
+                "user",
+                Some("xz"),
+            ),
+            (
+                vec![s.clone(), u.clone()],
+                env(&[
+                    ("GPURUN_CACHEDIR", "/env"),
+                    ("GPURUN_BIND", "/a,/b:/c:ro"),
+                    ("GPURUN_COMPRESSION", "lz4"),
+                ]),
+                vec!["/scratch", "/home/u/data", "/a", "/b:/c:ro"],
+                Some("/env"),
+                "env",
+                Some("lz4"),
+            ),
+            // The newer name wins over the older one.
+            (
+                vec![],
+                env(&[("GPURUN_CACHEDIR", "/new"), ("GPURUN_CACHE", "/old")]),
+                vec![],
+                Some("/new"),
+                "env",
+                None,
+            ),
+            // Empty variables are unset.
+            (
+                vec![u.clone()],
+                env(&[("GPURUN_CACHEDIR", "")]),
+                vec!["/home/u/data"],
+                Some("/user"),
+                "user",
+                None,
+            ),
+            // A missing file is skipped.
+            (
+                vec![(Origin::Site("/nope".into()), None)],
+                vec![],
+                vec![],
+                None,
+                "default",
+                None,
+            ),
+        ];
+        for (files, e, binds, cache, from, comp) in cases {
+            let c = Config::merge(&files, &e).unwrap();
+            assert_eq!(
+                c.binds.iter().map(|b| b.value.as_str()).collect::<Vec<_>>(),
+                binds
+            );
+            assert_eq!(c.cache_dir.value.as_deref(), cache.map(Path::new));
+            let kind = match c.cache_dir.from {
+                Origin::Default => "default",
+                Origin::Site(_) => "site",
+                Origin::User(_) => "user",
+                Origin::Env(_) => "env",
+            };
+            assert_eq!(kind, from);
+            assert_eq!(c.compression.value.as_deref(), comp);
+        }
+    }
+
+    #[test]
+    fn registries() {
+        let c = Config::merge(&[site("allowed_registries=[\"nvcr.io\"]")], &[]).unwrap();
+        assert!(c.registry_allowed("nvcr.io"));
+        assert!(!c.registry_allowed("docker.io"));
+        let c = Config::merge(
+            &[site("allowed_registries=[\"nvcr.io\"]")],
+            &env(&[("GPURUN_ALLOWED_REGISTRIES", "a.org, b.org")]),
+        )
+        .unwrap();
+        assert!(c.registry_allowed("b.org") && !c.registry_allowed("nvcr.io"));
+        assert!(Config::default().registry_allowed("anything"));
+    }
+
+    #[test]
+    fn errors_name_the_file_or_variable() {
+        let e = Config::merge(&[site("bindz = []")], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/etc/gpurun/gpurun.toml") && e.contains("bindz"),
+            "{e}"
+        );
+        let e = Config::merge(&[user("compression = \"brotli\"")], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("config.toml") && e.contains("brotli") && e.contains("zstd"),
+            "{e}"
+        );
+        let e = Config::merge(&[], &env(&[("GPURUN_TMPDIR", "rel")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("GPURUN_TMPDIR=rel"), "{e}");
+    }
+}

@@ -1,0 +1,454 @@
+//! `gpurun doctor`: can this node run containers? Each check is tried for real where it can be
+//! (a forked child enters a user namespace and mounts an overlay; /dev/fuse is opened; the GPU
+//! device nodes are opened) and says how to fix what fails.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::runtime::sys;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    /// Works, but with a cost or a limit the user should know.
+    Warn,
+    /// gpurun cannot do this here.
+    Fail,
+    /// Not applicable on this node (no GPU, not in a Slurm job).
+    Skip,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+    /// What to do about it (empty when all is well).
+    pub fix: String,
+}
+
+fn check(
+    name: &'static str,
+    status: Status,
+    detail: impl Into<String>,
+    fix: impl Into<String>,
+) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+        fix: fix.into(),
+    }
+}
+
+fn sysctl(name: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/sys/{}", name.replace('.', "/")))
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// What the forked child found: user namespace, then an overlay with a tmpfs upper in it.
+#[derive(Debug, Default, Serialize, serde::Deserialize)]
+struct NsProbe {
+    userns: Option<String>,
+    mountns: Option<String>,
+    overlay: Option<String>,
+}
+
+fn probe_namespaces() -> NsProbe {
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let out = sys::in_child(|| {
+        let mut p = NsProbe::default();
+        let err = |e: sys::SysError| Some(e.to_string());
+        let fin = |p: &NsProbe| serde_json::to_vec(p).unwrap_or_default();
+        if let Err(e) = sys::enter_user_namespace(uid, gid) {
+            p.userns = err(e);
+            p.mountns = Some("not tried".into());
+            p.overlay = Some("not tried".into());
+            return fin(&p);
+        }
+        if let Err(e) = sys::enter_mount_namespace() {
+            p.mountns = err(e);
+            p.overlay = Some("not tried".into());
+            return fin(&p);
+        }
+        // Scratch on a tmpfs of its own: nothing outside the child's namespace is touched.
+        let base = Path::new("/tmp");
+        p.overlay = (|| -> Result<(), String> {
+            sys::mount_tmpfs(base, 0o700).map_err(|e| e.to_string())?;
+            for d in ["lower", "upper", "work", "merged"] {
+                std::fs::create_dir(base.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
+            }
+            sys::mount_overlay(
+                &base.join("lower"),
+                &base.join("upper"),
+                &base.join("work"),
+                &base.join("merged"),
+            )
+            .map_err(|e| e.to_string())
+        })()
+        .err();
+        fin(&p)
+    });
+    match out {
+        Ok(b) => serde_json::from_slice(&b).unwrap_or(NsProbe {
+            userns: Some("the probe process died".into()),
+            ..Default::default()
+        }),
+        Err(e) => NsProbe {
+            userns: Some(format!("cannot fork a probe: {e}")),
+            ..Default::default()
+        },
+    }
+}
+
+fn userns_checks(p: &NsProbe) -> Vec<Check> {
+    let mut out = Vec::new();
+    match &p.userns {
+        None => out.push(check(
+            "user namespaces",
+            Status::Ok,
+            "an unprivileged user namespace was created",
+            "",
+        )),
+        Some(e) => {
+            // Say which knob is responsible, when one is.
+            let mut why = Vec::new();
+            let mut fix = Vec::new();
+            if sysctl("kernel.unprivileged_userns_clone").as_deref() == Some("0") {
+                why.push("kernel.unprivileged_userns_clone = 0");
+                fix.push("sysctl -w kernel.unprivileged_userns_clone=1 (and in /etc/sysctl.d/)");
+            }
+            if sysctl("user.max_user_namespaces").as_deref() == Some("0") {
+                why.push("user.max_user_namespaces = 0");
+                fix.push("sysctl -w user.max_user_namespaces=15000 (and in /etc/sysctl.d/)");
+            }
+            if sysctl("kernel.apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+                why.push("AppArmor restricts unprivileged user namespaces");
+                fix.push("give gpurun an AppArmor profile with 'userns,' (/etc/apparmor.d/gpurun) or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0");
+            }
+            let detail = if why.is_empty() {
+                format!("unshare(CLONE_NEWUSER) failed: {e}")
+            } else {
+                format!("unshare(CLONE_NEWUSER) failed: {e} ({})", why.join("; "))
+            };
+            let fix = if fix.is_empty() {
+                "ask the administrators to allow unprivileged user namespaces (kernel ≥ 3.8 with CONFIG_USER_NS; on RHEL 7: user_namespace.enable=1 on the kernel command line)".to_string()
+            } else {
+                fix.join("; ")
+            };
+            out.push(check("user namespaces", Status::Fail, detail, fix));
+        }
+    }
+    match (&p.userns, &p.mountns) {
+        (None, None) => out.push(check(
+            "mount namespaces",
+            Status::Ok,
+            "a mount namespace was created inside it",
+            "",
+        )),
+        (None, Some(e)) => out.push(check(
+            "mount namespaces",
+            Status::Fail,
+            format!("unshare(CLONE_NEWNS) in the user namespace failed: {e}"),
+            "check user.max_mnt_namespaces (sysctl) and seccomp filters of the job launcher",
+        )),
+        _ => {}
+    }
+    match (&p.userns, &p.mountns, &p.overlay) {
+        (None, None, None) => out.push(check(
+            "overlay in user namespaces",
+            Status::Ok,
+            "an overlay was mounted in the user namespace (--writable-tmpfs works)",
+            "",
+        )),
+        (None, None, Some(e)) => out.push(check(
+            "overlay in user namespaces",
+            Status::Warn,
+            format!("mounting an overlay in the user namespace failed: {e}"),
+            "--writable-tmpfs needs Linux ≥ 5.11 (unprivileged overlayfs); everything else works",
+        )),
+        _ => {}
+    }
+    out
+}
+
+fn fuse_check() -> Check {
+    match sys::open_fuse() {
+        Ok(_) => check("/dev/fuse", Status::Ok, "opened: images are served over FUSE", ""),
+        Err(e) => check(
+            "/dev/fuse",
+            Status::Warn,
+            format!("cannot open /dev/fuse ({e}): images are extracted once into the cache instead (slower first start, more disk)"),
+            "modprobe fuse and make /dev/fuse mode 0666 (the distributions' default), or allow it in the job's device cgroup",
+        ),
+    }
+}
+
+fn gpu_checks(driver_paths: &[PathBuf]) -> Vec<Check> {
+    let env = crate::runtime::start::host_env();
+    let l = match crate::gpu::list(driver_paths, &env) {
+        Ok(l) => l,
+        Err(e) => {
+            return vec![check(
+            "NVIDIA driver",
+            Status::Fail,
+            e.to_string(),
+            "name the driver's libraries with --nv-driver-path or nv_driver_paths in the config",
+        )]
+        }
+    };
+    let mut out = Vec::new();
+    let Some(v) = &l.driver_version else {
+        return vec![check(
+            "NVIDIA driver",
+            Status::Skip,
+            "no NVIDIA driver on this node (/proc/driver/nvidia/version is missing)",
+            "",
+        )];
+    };
+    let cuda = l
+        .cuda_version
+        .as_deref()
+        .map(|c| format!(", CUDA {c}"))
+        .unwrap_or_default();
+    out.push(check(
+        "NVIDIA driver",
+        Status::Ok,
+        format!("driver {v}{cuda}"),
+        "",
+    ));
+    match &l.nvml_error {
+        None => out.push(check("NVML", Status::Ok, "libnvidia-ml loaded", "")),
+        Some(e) => out.push(check(
+            "NVML",
+            Status::Warn,
+            e.clone(),
+            "GPU names, UUIDs and MIG selection need libnvidia-ml.so.1: install the driver's utility libraries or pass --nv-driver-path",
+        )),
+    }
+    let opened: Vec<String> = l
+        .gpus
+        .iter()
+        .map(|g| g.path.display().to_string())
+        .collect();
+    let denied: Vec<String> = l.denied.iter().map(|p| p.display().to_string()).collect();
+    if opened.is_empty() {
+        out.push(check(
+            "GPU devices",
+            Status::Fail,
+            format!(
+                "no /dev/nvidiaN this process may open (denied: {})",
+                denied.join(", ")
+            ),
+            "run inside a job that was given GPUs (srun --gpus=1 …, sbatch --gres=gpu:1)",
+        ));
+    } else {
+        let extra = if denied.is_empty() {
+            String::new()
+        } else {
+            format!("; not allowed (device cgroup): {}", denied.join(", "))
+        };
+        out.push(check(
+            "GPU devices",
+            Status::Ok,
+            format!("may open {}{extra}", opened.join(", ")),
+            "",
+        ));
+    }
+    out
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+fn tools_check() -> Check {
+    match on_path("tar2sqfs") {
+        Some(p) => check("tar2sqfs", Status::Ok, format!("{} (gpurun pull writes images with it)", p.display()), ""),
+        None => check(
+            "tar2sqfs",
+            Status::Warn,
+            "tar2sqfs is not on PATH: gpurun pull cannot write images (running existing .sqsh files works)",
+            "install squashfs-tools-ng (apt install squashfs-tools-ng / dnf install squashfs-tools-ng)",
+        ),
+    }
+}
+
+/// Free bytes and total bytes of the filesystem holding `p` (or its nearest existing parent).
+fn space(p: &Path) -> Option<(PathBuf, u64, u64)> {
+    let mut at = p.to_path_buf();
+    while !at.exists() {
+        at = at.parent()?.to_path_buf();
+    }
+    let s = nix::sys::statvfs::statvfs(&at).ok()?;
+    let frag = s.fragment_size() as u64;
+    Some((
+        at,
+        s.blocks_available() as u64 * frag,
+        s.blocks() as u64 * frag,
+    ))
+}
+
+/// Under this much free space the cache is a warning: one large CUDA image is 10-20 GB.
+const LOW_SPACE: u64 = 20 << 30;
+
+fn cache_check(root: &Path) -> Check {
+    use crate::image::inspect::human_size;
+    let Some((at, free, total)) = space(root) else {
+        return check(
+            "cache",
+            Status::Fail,
+            format!("{}: no parent directory exists", root.display()),
+            "set GPURUN_CACHEDIR or cache_dir to a writable directory",
+        );
+    };
+    let writable = nix::unistd::access(&at, nix::unistd::AccessFlags::W_OK).is_ok();
+    let detail = format!(
+        "{} ({} free of {})",
+        root.display(),
+        human_size(free),
+        human_size(total)
+    );
+    if !writable {
+        return check(
+            "cache",
+            Status::Fail,
+            format!("{detail}: {} is not writable", at.display()),
+            "set GPURUN_CACHEDIR or cache_dir to a writable directory",
+        );
+    }
+    if free < LOW_SPACE {
+        return check(
+            "cache",
+            Status::Warn,
+            format!("{detail}: little space for image pulls"),
+            "gpurun cache gc --max-size 10G, or point GPURUN_CACHEDIR at a larger node-local disk",
+        );
+    }
+    check("cache", Status::Ok, detail, "")
+}
+
+fn slurm_check(env: &[(String, String)]) -> Check {
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    match get("SLURM_JOB_ID") {
+        None => {
+            let srun = on_path("srun")
+                .map(|p| format!("; srun at {}", p.display()))
+                .unwrap_or_default();
+            check(
+                "Slurm",
+                Status::Skip,
+                format!("not inside a Slurm job{srun}"),
+                "",
+            )
+        }
+        Some(job) => {
+            let step = get("SLURM_STEP_ID")
+                .map(|s| format!(", step {s}"))
+                .unwrap_or_default();
+            let gpus = get("SLURM_STEP_GPUS")
+                .or(get("SLURM_JOB_GPUS"))
+                .map(|g| format!(", GPUs {g}"))
+                .unwrap_or_default();
+            let cvd = get("CUDA_VISIBLE_DEVICES")
+                .map(|c| format!(", CUDA_VISIBLE_DEVICES={c}"))
+                .unwrap_or_default();
+            check(
+                "Slurm",
+                Status::Ok,
+                format!("job {job}{step}{gpus}{cvd}"),
+                "",
+            )
+        }
+    }
+}
+
+/// Every check, in the order a user should fix them.
+pub fn run(driver_paths: &[PathBuf], cache_root: &Path) -> Vec<Check> {
+    let env = crate::runtime::start::host_env();
+    let mut out = userns_checks(&probe_namespaces());
+    out.push(fuse_check());
+    out.extend(gpu_checks(driver_paths));
+    out.push(tools_check());
+    out.push(cache_check(cache_root));
+    out.push(slurm_check(&env));
+    out
+}
+
+/// All well: no check failed.
+pub fn healthy(checks: &[Check]) -> bool {
+    checks.iter().all(|c| c.status != Status::Fail)
+}
+
+pub fn render(checks: &[Check]) -> String {
+    let mut s = String::new();
+    for c in checks {
+        let mark = match c.status {
+            Status::Ok => "ok  ",
+            Status::Warn => "WARN",
+            Status::Fail => "FAIL",
+            Status::Skip => "--  ",
+        };
+        s.push_str(&format!("[{mark}] {:<28} {}\n", c.name, c.detail));
+        if !c.fix.is_empty() {
+            s.push_str(&format!("       {:<28} fix: {}\n", "", c.fix));
+        }
+    }
+    s.push_str(if healthy(checks) {
+        "This node can run gpurun containers.\n"
+    } else {
+        "This node cannot run gpurun containers yet: see FAIL above.\n"
+    });
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_environment() {
+        let env = |v: &[(&str, &str)]| {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let c = slurm_check(&env(&[
+            ("SLURM_JOB_ID", "42"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_STEP_GPUS", "2,3"),
+        ]));
+        assert_eq!(c.status, Status::Ok);
+        assert_eq!(c.detail, "job 42, step 0, GPUs 2,3");
+        assert_eq!(slurm_check(&[]).status, Status::Skip);
+    }
+
+    #[test]
+    fn failed_namespace_names_the_knob() {
+        let p = NsProbe {
+            userns: Some("EPERM".into()),
+            ..Default::default()
+        };
+        let c = userns_checks(&p);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].status, Status::Fail);
+        assert!(c[0].detail.contains("EPERM") && !c[0].fix.is_empty());
+        assert!(!healthy(&c));
+        let ok = userns_checks(&NsProbe::default());
+        assert_eq!(
+            ok.iter().map(|c| c.status).collect::<Vec<_>>(),
+            vec![Status::Ok; 3]
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! `gpurun help TOPIC`: the things a man page of options does not explain.
+
+pub const TOPICS: &[(&str, &str)] = &[
+    ("env", ENV),
+    ("binds", BINDS),
+    ("gpu", GPU),
+    ("slurm", SLURM),
+    ("exit-codes", EXIT_CODES),
+    ("config", CONFIG),
+    ("images", IMAGES),
+];
+
+pub fn topic(name: &str) -> Option<&'static str> {
+    TOPICS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+const ENV: &str = "\
+Environment inside the container, lowest to highest precedence:
+  1. the host's environment, minus host-specific variables (PATH, LD_LIBRARY_PATH, LD_PRELOAD,
+     PYTHONPATH, PS1, …); --cleanenv (-e) drops the host's entirely
+  2. the image's: the OCI config's Env (gpurun images), /etc/environment (enroot images),
+     the assignments in /.singularity.d/env/*.sh (Apptainer images)
+  3. --env-file FILE (KEY=VALUE lines)
+  4. --env K=V and GPURUN_ENV_K=V in the host environment (like APPTAINERENV_K)
+  5. what gpurun sets: CUDA_VISIBLE_DEVICES (renumbered 0..n-1 for the GPUs bound), the driver's
+     library and binary directories appended to LD_LIBRARY_PATH and PATH
+PATH defaults to /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin when nobody sets it.
+";
+
+const BINDS: &str = "\
+Bind host paths into the container:
+  -B, --bind SRC[:DST[:ro|rw]]   repeatable; comma-separated lists allowed (-B /a,/b:/c:ro)
+  GPURUN_BIND=/a,/b:/c:ro        like APPTAINER_BIND, added to --bind
+  binds = [..] in the site or user config file: default binds, added too
+Bound by default: your home directory (not with --no-home or --contain) and the current
+directory when it is outside what is already bound (not with --contain); --contain also gives a
+private /tmp. SRC must exist on the host; DST must be an absolute path.
+--debug prints every mount of the plan: where, from what, read-only or not.
+--dry-run prints the whole plan as JSON and runs nothing.
+";
+
+const GPU: &str = "\
+GPU support is on when an NVIDIA driver is present (--nv forces it, --no-nv or GPURUN_NV=0
+turns it off). gpurun binds only the GPUs this process may open (Slurm's device cgroup decides),
+narrowed by --gpus, else CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, SLURM_STEP_GPUS /
+SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES is renumbered 0..n-1 inside (UUIDs kept). The driver's
+libraries (compute and utility; --nv-caps video,graphics for more) and tools (nvidia-smi, …)
+are bound read-only into /.gpurun/nvidia. An image's NVIDIA_REQUIRE_CUDA (or CUDA_VERSION) is
+checked against the driver; NVIDIA_DISABLE_REQUIRE=1 skips the check; /usr/local/cuda/compat
+in the image is used when newer than the driver.
+  gpurun gpus            what this process may use (NVML: name, UUID, memory, utilisation)
+  gpurun doctor          whether the driver and devices are usable here
+  --nv-driver-path P     extra ld.so.cache or directory with the driver's libraries
+                         (GPURUN_NV_DRIVER_PATH, nv_driver_paths in the config)
+";
+
+const SLURM: &str = "\
+Inside a Slurm job, plain srun works, no plugin needed:
+  srun --gpus-per-task=1 gpurun exec --nv pytorch.sqsh python train.py
+gpurun stays in the step's cgroup (Slurm's memory and device limits apply) and reads
+SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES to pick the GPUs. Pull once on a login node (or in the job
+to node-local disk) and point every rank at the same .sqsh file: one file on the parallel
+filesystem, read through the page cache. The SPANK plugin (slurm/) adds pyxis-style options
+(--container-image, --container-mounts, --container-workdir, --container-env,
+--container-writable) and starts one container per node per step that the tasks join.
+";
+
+/// Also the EXIT STATUS part of gpurun(1).
+pub const EXIT_CODES: &str = "\
+exec, run, shell return the command's own exit status, or:
+  125  gpurun itself failed (bad option, unusable image, mount refused, …)
+  126  the command exists in the container but cannot be executed
+  127  the command was not found in the container
+  128+N the command was killed by signal N
+pull (and inspect docker://) return:
+  0 success; 20 image, tag, platform or blob not found; 21 authentication refused or needed;
+  22 registry unreachable or kept failing; 23 malformed image (digest mismatch, bad manifest or
+  layer); 24 disk full; 130 interrupted (SIGINT/SIGTERM); 125 other failures
+doctor returns 0 when this node can run containers, 1 when a check failed.
+Other commands return 0 on success and 125 on failure.
+";
+
+const CONFIG: &str = "\
+Settings, later wins: /etc/gpurun/gpurun.toml (site; GPURUN_SITE_CONFIG names another),
+~/.config/gpurun/config.toml (user; $XDG_CONFIG_HOME respected), environment, flags.
+  binds = [\"/scratch\", \"/apps:/apps:ro\"]    GPURUN_BIND=/a,/b     (binds add up)
+  nv_driver_paths = [\"/opt/nvidia/lib64\"]     GPURUN_NV_DRIVER_PATH=/x:/y
+  cache_dir = \"/local/gpurun\"                 GPURUN_CACHEDIR (or GPURUN_CACHE)
+  tmp_dir = \"/local/tmp\"                      GPURUN_TMPDIR
+  allowed_registries = [\"nvcr.io\"]            GPURUN_ALLOWED_REGISTRIES=a,b  (empty: any)
+  compression = \"zstd\"                        GPURUN_COMPRESSION
+gpurun config show prints the merged values and where each came from.
+";
+
+const IMAGES: &str = "\
+gpurun runs one squashfs file as the container's root, read-only, served over FUSE:
+  gpurun images  (gpurun pull): metadata in /.gpurun/meta.json (Env, Entrypoint, Cmd, …)
+  enroot images  (enroot import): /etc/environment is the image's environment and
+                 `run` starts /etc/rc with your arguments, as enroot start does
+  Apptainer SIF  (apptainer build/pull): the squashfs partition inside the SIF is used;
+                 /.singularity.d/env/*.sh give the environment, `run` starts the runscript
+  plain squashfs (mksquashfs DIR img.sqsh): no metadata; `run` starts a shell
+gpurun inspect IMAGE shows what gpurun reads from any of them (and from docker://REF without
+downloading layers).
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_are_found() {
+        for (name, text) in TOPICS {
+            assert_eq!(topic(name), Some(*text));
+            assert!(text.ends_with('\n'));
+        }
+        assert_eq!(topic("nope"), None);
+    }
+}

@@ -1,0 +1,386 @@
+//! `gpurun cache list|clean|gc`: what the cache holds (see cache.rs for the layout) and removing
+//! what nothing uses.
+//!
+//! Safe beside running pulls and containers. An entry is kept when:
+//! - its lock (`locks/HEX.lock`) is held: a pull is downloading that blob or building that image;
+//! - a process of this user has it open (a running container's FUSE server holds its image);
+//! - it is a blob or an extracted rootfs and a `gpurun` pull or container of this user runs on
+//!   this node: a pull may have found a blob in the cache and not opened it yet, and a container
+//!   may run from an extracted rootfs;
+//! - it changed in the last ten minutes (covers pulls on other nodes when the cache is on a
+//!   shared filesystem, which no /proc scan can see).
+//!
+//! "Last use" is the later of the access and modification times: the kernel updates atime on
+//! reads (relatime: at least daily), so it tracks when a cached image was last run.
+
+use std::fs::{self, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use super::cache::Cache;
+
+/// Entries younger than this are never removed.
+pub const GRACE: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Blob,
+    Partial,
+    Image,
+    Rootfs,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    pub kind: Kind,
+    /// `sha256:HEX` for blobs and images, the content key for an extracted rootfs.
+    pub name: String,
+    pub path: PathBuf,
+    pub size_bytes: u64,
+    /// Seconds since the epoch.
+    pub last_used: u64,
+    /// Why it must stay, when it must (`locked`, `open`, `gpurun running`, `recent`).
+    pub in_use: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error("cache {path}: {source}; check GPURUN_CACHEDIR / the cache_dir setting")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot remove {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// `20G`, `500M`, `1.5T`, `4096` (bytes); powers of 1024.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
+    let mult: u64 = match unit
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "'{s}': unknown unit; use a size like 500M, 20G or 1T"
+            ))
+        }
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
+        .ok_or_else(|| format!("'{s}' is not a size; use a size like 500M, 20G or 1T"))?;
+    Ok((n * mult as f64) as u64)
+}
+
+/// `30d`, `12h`, `90m`, `2w`, `45s`.
+pub fn parse_age(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let bad = || format!("'{s}' is not an age; use e.g. 30d, 12h, 90m or 2w");
+    let unit = t.chars().last().ok_or_else(bad)?;
+    let secs: u64 = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86400,
+        'w' => 7 * 86400,
+        _ => return Err(bad()),
+    };
+    let n: u64 = t[..t.len() - 1].trim().parse().map_err(|_| bad())?;
+    Ok(Duration::from_secs(n.saturating_mul(secs)))
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+fn dir_size(p: &Path) -> u64 {
+    let Ok(md) = fs::symlink_metadata(p) else {
+        return 0;
+    };
+    if !md.is_dir() {
+        return md.len();
+    }
+    fs::read_dir(p)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| dir_size(&e.path()))
+        .sum::<u64>()
+        + md.len()
+}
+
+/// Is the flock on `lock` held by someone else?
+fn locked(lock: &Path) -> bool {
+    let Ok(f) = OpenOptions::new().read(true).open(lock) else {
+        return false;
+    };
+    // SAFETY: flock on a file descriptor we own; closing it releases our lock.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    rc != 0
+}
+
+/// What this user's processes have open, and whether any gpurun pull or launch runs.
+pub struct Activity {
+    pub open: std::collections::HashSet<PathBuf>,
+    pub gpurun_running: bool,
+}
+
+impl Activity {
+    pub fn scan() -> Activity {
+        let me = std::process::id();
+        let uid = nix::unistd::getuid().as_raw();
+        let mut a = Activity {
+            open: Default::default(),
+            gpurun_running: false,
+        };
+        for p in crate::ps::own_processes(uid) {
+            if p.pid == me {
+                continue;
+            }
+            if let Ok(fds) = fs::read_dir(format!("/proc/{}/fd", p.pid)) {
+                for fd in fds.flatten() {
+                    if let Ok(t) = fs::read_link(fd.path()) {
+                        a.open.insert(t);
+                    }
+                }
+            }
+            if p.is_gpurun
+                && matches!(
+                    p.subcommand().as_deref(),
+                    Some("pull" | "exec" | "run" | "shell" | "hold")
+                )
+            {
+                a.gpurun_running = true;
+            }
+        }
+        a
+    }
+}
+
+/// Everything in the cache, oldest use first.
+pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
+    let root = cache.root();
+    let t = now();
+    let mut out = Vec::new();
+    let mut add = |kind: Kind, name: String, path: PathBuf, lock: Option<PathBuf>| {
+        let Ok(md) = fs::symlink_metadata(&path) else {
+            return;
+        };
+        let last_used = (md.atime().max(md.mtime())).max(0) as u64;
+        let in_use = if lock.as_deref().is_some_and(locked) {
+            Some("locked")
+        } else if activity.open.contains(&path) {
+            Some("open")
+        } else if matches!(kind, Kind::Blob | Kind::Rootfs) && activity.gpurun_running {
+            Some("gpurun running")
+        } else if t.saturating_sub(md.mtime().max(0) as u64) < GRACE.as_secs() {
+            Some("recent")
+        } else {
+            None
+        };
+        out.push(Entry {
+            kind,
+            name,
+            size_bytes: if kind == Kind::Rootfs {
+                dir_size(&path)
+            } else {
+                md.len()
+            },
+            path,
+            last_used,
+            in_use: in_use.map(str::to_string),
+        });
+    };
+    let read = |sub: &str| -> Result<Vec<String>, GcError> {
+        let p = root.join(sub);
+        match fs::read_dir(&p) {
+            Ok(rd) => Ok(rd
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(source) => Err(GcError::Read { path: p, source }),
+        }
+    };
+    let lock = |hex: &str| Some(root.join("locks").join(format!("{hex}.lock")));
+    for n in read("blobs/sha256")? {
+        let path = root.join("blobs/sha256").join(&n);
+        match n.strip_suffix(".partial") {
+            Some(hex) => add(Kind::Partial, format!("sha256:{hex}"), path, lock(hex)),
+            None => add(Kind::Blob, format!("sha256:{n}"), path, lock(&n)),
+        }
+    }
+    for n in read("images")? {
+        if let Some(hex) = n.strip_suffix(".sqsh") {
+            add(
+                Kind::Image,
+                format!("sha256:{hex}"),
+                root.join("images").join(&n),
+                lock(hex),
+            );
+        }
+    }
+    for n in read("rootfs")? {
+        // .tmp-* are extractions in progress (or abandoned): kept by the grace period.
+        add(Kind::Rootfs, n.clone(), root.join("rootfs").join(&n), None);
+    }
+    out.sort_by_key(|e| (e.last_used, e.path.clone()));
+    Ok(out)
+}
+
+/// What gc would remove, in order: entries unused for `older_than`, then the least recently
+/// used until the total is at most `max_size`. With neither limit, everything not in use.
+pub fn choose(
+    entries: &[Entry],
+    max_size: Option<u64>,
+    older_than: Option<Duration>,
+    now: u64,
+) -> Vec<usize> {
+    let mut total: u64 = entries.iter().map(|e| e.size_bytes).sum();
+    let mut chosen = Vec::new();
+    let free = |e: &Entry| e.in_use.is_none();
+    for (i, e) in entries.iter().enumerate() {
+        let old = match (max_size, older_than) {
+            (None, None) => true,
+            (_, Some(age)) => now.saturating_sub(e.last_used) >= age.as_secs(),
+            (Some(_), None) => false,
+        };
+        if free(e) && old {
+            chosen.push(i);
+            total -= e.size_bytes;
+        }
+    }
+    if let Some(max) = max_size {
+        // Entries are oldest use first.
+        for (i, e) in entries.iter().enumerate() {
+            if total <= max {
+                break;
+            }
+            if free(e) && !chosen.contains(&i) {
+                chosen.push(i);
+                total -= e.size_bytes;
+            }
+        }
+    }
+    chosen
+}
+
+/// Remove one entry; a lock taken just now (a pull started since the listing) wins over gc.
+pub fn remove(e: &Entry) -> Result<bool, GcError> {
+    let err = |source| GcError::Remove {
+        path: e.path.clone(),
+        source,
+    };
+    let r = if e.kind == Kind::Rootfs {
+        fs::remove_dir_all(&e.path)
+    } else {
+        fs::remove_file(&e.path)
+    };
+    match r {
+        Ok(()) => Ok(true),
+        Err(x) if x.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(x) => Err(err(x)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        let ok: &[(&str, u64)] = &[
+            ("4096", 4096),
+            ("20G", 20 << 30),
+            ("20GiB", 20 << 30),
+            ("500m", 500 << 20),
+            ("1.5T", 3 << 39),
+            ("0", 0),
+            ("1k", 1024),
+        ];
+        for (s, want) in ok {
+            assert_eq!(parse_size(s), Ok(*want), "{s}");
+        }
+        for bad in ["", "G", "20X", "-1G", "1.2.3M"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ages() {
+        let ok: &[(&str, u64)] = &[
+            ("30d", 30 * 86400),
+            ("12h", 43200),
+            ("90m", 5400),
+            ("2w", 1209600),
+            ("45s", 45),
+        ];
+        for (s, want) in ok {
+            assert_eq!(parse_age(s), Ok(Duration::from_secs(*want)), "{s}");
+        }
+        for bad in ["", "30", "d", "3x", "-1d", "1.5d"] {
+            assert!(parse_age(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn e(size: u64, last_used: u64, in_use: bool) -> Entry {
+        Entry {
+            kind: Kind::Blob,
+            name: String::new(),
+            path: PathBuf::new(),
+            size_bytes: size,
+            last_used,
+            in_use: in_use.then(|| "open".to_string()),
+        }
+    }
+
+    #[test]
+    fn choosing() {
+        let day = 86400;
+        let now = 100 * day;
+        // Oldest first, as list() returns them.
+        let v = vec![
+            e(10, 10 * day, false),
+            e(20, 50 * day, true),
+            e(30, 90 * day, false),
+            e(40, 99 * day, false),
+        ];
+        assert_eq!(choose(&v, None, None, now), vec![0, 2, 3]);
+        assert_eq!(
+            choose(&v, None, Some(Duration::from_secs(30 * day)), now),
+            vec![0]
+        );
+        // 100 in all; to reach 60 remove 10 (in-use 20 skipped) then 30.
+        assert_eq!(choose(&v, Some(60), None, now), vec![0, 2]);
+        assert_eq!(choose(&v, Some(100), None, now), Vec::<usize>::new());
+        // Both limits: the old ones first, then by size.
+        assert_eq!(
+            choose(&v, Some(30), Some(Duration::from_secs(30 * day)), now),
+            vec![0, 2, 3]
+        );
+        // In-use entries are never chosen, even when the limit cannot be met.
+        assert_eq!(choose(&v, Some(0), None, now), vec![0, 2, 3]);
+    }
+}

@@ -1,0 +1,225 @@
+//! `gpurun inspect`: what an image is, from the file (any tool's layout) or from the registry
+//! (manifest and config only, no layer is downloaded).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::foreign;
+use super::meta::{ImageMeta, MetaError};
+use super::pull::{PullError, PullOptions};
+use super::sqfs::{Archive, SqfsError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("image {0}: no such file; check the path, or inspect docker://REF")]
+    Missing(PathBuf),
+    #[error(transparent)]
+    Sqfs(#[from] SqfsError),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error(transparent)]
+    Pull(#[from] PullError),
+}
+
+impl InspectError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            InspectError::Pull(e) => e.exit_code(),
+            _ => crate::exit::GPURUN_FAILED,
+        }
+    }
+}
+
+/// What `gpurun inspect` reports.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The file, or the docker:// reference as given.
+    pub image: String,
+    /// Whose layout the image follows (gpurun, apptainer, enroot, plain squashfs, registry).
+    pub format: String,
+    pub source: String,
+    pub manifest_digest: String,
+    pub platform: String,
+    pub created: String,
+    /// File size; for docker://, the compressed layers' total (what a pull downloads).
+    pub size_bytes: u64,
+    /// squashfs compressor, for files.
+    pub compression: Option<String>,
+    pub env: Vec<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub working_dir: String,
+    pub user: String,
+    pub labels: BTreeMap<String, String>,
+    /// NVIDIA_REQUIRE_* constraints the image sets (or that CUDA_VERSION implies), checked
+    /// against the driver at launch.
+    pub cuda_requirement: BTreeMap<String, String>,
+}
+
+/// An image file opened.
+pub fn open_file(path: &Path) -> Result<Archive, InspectError> {
+    if !path.exists() {
+        return Err(InspectError::Missing(path.to_path_buf()));
+    }
+    Ok(Archive::open(path)?)
+}
+
+fn report(
+    image: String,
+    format: String,
+    size_bytes: u64,
+    compression: Option<String>,
+    m: ImageMeta,
+) -> Report {
+    let env: Vec<(String, String)> = m
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Report {
+        image,
+        format,
+        source: m.source,
+        manifest_digest: m.manifest_digest,
+        platform: m.platform,
+        created: m.created,
+        size_bytes,
+        compression,
+        cuda_requirement: crate::gpu::require::constraints(&env).into_iter().collect(),
+        env: m.env,
+        entrypoint: m.entrypoint,
+        cmd: m.cmd,
+        working_dir: m.working_dir,
+        user: m.user,
+        labels: m.labels,
+    }
+}
+
+/// Inspect a file or a `docker://` reference.
+pub fn inspect(image: &str, opts: &PullOptions) -> Result<Report, InspectError> {
+    if image.starts_with("docker://") {
+        let (meta, size) = super::pull::remote_meta(image, opts)?;
+        return Ok(report(
+            image.to_string(),
+            "registry".into(),
+            size,
+            None,
+            meta,
+        ));
+    }
+    let path = Path::new(image);
+    let archive = open_file(path)?;
+    let read = |p: &str| archive.read_file(p).ok().flatten();
+    let list = |p: &str| {
+        let dir = archive.lookup(p, true).ok()??;
+        let entries = archive.readdir(&dir).ok()?;
+        Some(
+            entries
+                .iter()
+                .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+                .collect(),
+        )
+    };
+    let (flavor, meta) = foreign::image_meta(&read, &list)?;
+    let format = flavor.to_string();
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let comp = format!("{:?}", archive.compressor()).to_lowercase();
+    Ok(report(image.to_string(), format, size, Some(comp), meta))
+}
+
+/// Human-readable size: 1.5 GiB.
+pub fn human_size(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The report as text, one field a line; lists indented below their name.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let mut line = |k: &str, v: &str| {
+        if !v.is_empty() {
+            s.push_str(&format!("{k:<16}{v}\n"));
+        }
+    };
+    line("Image:", &r.image);
+    line("Format:", &r.format);
+    line("Source:", &r.source);
+    line("Digest:", &r.manifest_digest);
+    line("Platform:", &r.platform);
+    line("Created:", &r.created);
+    line("Size:", &human_size(r.size_bytes));
+    line("Compression:", r.compression.as_deref().unwrap_or(""));
+    line("Entrypoint:", &shell_words(&r.entrypoint));
+    line("Cmd:", &shell_words(&r.cmd));
+    line("WorkingDir:", &r.working_dir);
+    line("User:", &r.user);
+    let mut block = |k: &str, items: Vec<String>| {
+        if !items.is_empty() {
+            s.push_str(&format!("{k}\n"));
+            for i in items {
+                s.push_str(&format!("  {i}\n"));
+            }
+        }
+    };
+    block("Env:", r.env.clone());
+    block(
+        "Labels:",
+        r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+    );
+    block(
+        "CUDA requirement:",
+        r.cuda_requirement
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect(),
+    );
+    s
+}
+
+/// Words joined as a shell would need them typed.
+fn shell_words(w: &[String]) -> String {
+    w.iter()
+        .map(|x| {
+            if !x.is_empty()
+                && x.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "/._-=:,+@".contains(c))
+            {
+                x.clone()
+            } else {
+                format!("'{}'", x.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_words() {
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(1536), "1.5 KiB");
+        assert_eq!(human_size(20 << 30), "20.0 GiB");
+        let w = |v: &[&str]| shell_words(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            w(&["python", "-c", "print('x')"]),
+            "python -c 'print('\\''x'\\'')'"
+        );
+        assert_eq!(w(&["a b", ""]), "'a b' ''");
+    }
+}

@@ -1,0 +1,326 @@
+//! `gpurun ps`: this user's running containers on this node, found from /proc (gpurun keeps no
+//! state files). A container is a `gpurun exec|run|shell|hold` process (P, which serves the
+//! image) whose parent is not gpurun; its first gpurun child is the container's init (C), whose
+//! root is the container's root: the GPUs bound are the /dev/nvidiaN nodes seen there.
+
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use serde::Serialize;
+
+use crate::cli::{Cli, Command};
+
+/// A process of this user, as /proc describes it.
+#[derive(Debug, Clone)]
+pub struct Proc {
+    pub pid: u32,
+    pub ppid: u32,
+    pub cmdline: Vec<String>,
+    /// Start time in clock ticks since boot.
+    pub start_ticks: u64,
+    pub is_gpurun: bool,
+}
+
+impl Proc {
+    /// `exec`, `pull`…: the first argument that is not an option.
+    pub fn subcommand(&self) -> Option<String> {
+        self.cmdline
+            .iter()
+            .skip(1)
+            .find(|a| !a.starts_with('-'))
+            .cloned()
+    }
+}
+
+/// `(ppid, start ticks)` from /proc/PID/stat; the command name may hold spaces and parentheses,
+/// so fields are counted after its last ')'.
+pub fn parse_stat(stat: &str) -> Option<(u32, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state): ppid is field 4, starttime field 22.
+    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
+}
+
+/// This user's processes.
+pub fn own_processes(uid: u32) -> Vec<Proc> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let dir = e.path();
+        if fs::metadata(&dir).map(|m| m.uid()).ok() != Some(uid) {
+            continue;
+        }
+        let Some((ppid, start_ticks)) = fs::read_to_string(dir.join("stat"))
+            .ok()
+            .and_then(|s| parse_stat(&s))
+        else {
+            continue;
+        };
+        let cmdline: Vec<String> = fs::read(dir.join("cmdline"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let base = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+        let exe = fs::read_link(dir.join("exe")).ok();
+        let is_gpurun = exe.as_deref().and_then(base).as_deref() == Some("gpurun")
+            || cmdline
+                .first()
+                .map(|c| base(Path::new(c)).as_deref() == Some("gpurun"))
+                == Some(true);
+        out.push(Proc {
+            pid,
+            ppid,
+            cmdline,
+            start_ticks,
+            is_gpurun,
+        });
+    }
+    out
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuUse {
+    pub device: PathBuf,
+    pub minor: u32,
+    pub uuid: Option<String>,
+    /// GPU memory used by this container's processes (NVML).
+    pub memory_used_bytes: Option<u64>,
+    /// The GPU's utilisation, all users together (NVML reports it per GPU, not per process).
+    pub utilization_percent: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Container {
+    pub pid: u32,
+    /// The container's init, whose root is the container's.
+    pub init_pid: Option<u32>,
+    pub action: String,
+    pub image: String,
+    pub command: Vec<String>,
+    /// Seconds since the epoch.
+    pub started: u64,
+    pub gpus: Vec<GpuUse>,
+}
+
+fn boot_time() -> u64 {
+    fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Image, action and command of a gpurun command line (None when it is not a launch).
+fn launch_of(cmdline: &[String]) -> Option<(String, String, Vec<String>)> {
+    let cli = Cli::try_parse_from(cmdline).ok()?;
+    Some(match cli.command {
+        Command::Exec(a) => ("exec".into(), a.image, a.command),
+        Command::Run(a) => ("run".into(), a.image, a.args),
+        Command::Shell(a) => ("shell".into(), a.image, a.shell.into_iter().collect()),
+        Command::Hold(a) => ("hold".into(), a.image, Vec::new()),
+        _ => return None,
+    })
+}
+
+/// The GPU minors a container's root shows under /dev.
+fn gpu_minors(init: u32) -> Vec<u32> {
+    let mut v = crate::gpu::devices::gpu_minors(&PathBuf::from(format!("/proc/{init}/root/dev")));
+    v.sort();
+    v
+}
+
+/// This user's containers on this node; NVML details when `driver_paths` lead to a driver.
+pub fn containers(driver_paths: &[PathBuf]) -> Vec<Container> {
+    let uid = nix::unistd::getuid().as_raw();
+    let procs = own_processes(uid);
+    let by_pid: HashMap<u32, &Proc> = procs.iter().map(|p| (p.pid, p)).collect();
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for p in &procs {
+        children.entry(p.ppid).or_default().push(p.pid);
+    }
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|t| *t > 0)
+        .unwrap_or(100) as u64;
+    let btime = boot_time();
+    let mut out = Vec::new();
+    for p in &procs {
+        let parent_is_gpurun = by_pid.get(&p.ppid).is_some_and(|q| q.is_gpurun);
+        if !p.is_gpurun || parent_is_gpurun {
+            continue;
+        }
+        let Some((action, image, command)) = launch_of(&p.cmdline) else {
+            continue;
+        };
+        let init = children
+            .get(&p.pid)
+            .into_iter()
+            .flatten()
+            .find(|c| by_pid.get(c).is_some_and(|q| q.is_gpurun))
+            .copied();
+        let gpus = init
+            .map(gpu_minors)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|minor| GpuUse {
+                device: PathBuf::from(format!("/dev/nvidia{minor}")),
+                minor,
+                uuid: None,
+                memory_used_bytes: None,
+                utilization_percent: None,
+            })
+            .collect();
+        out.push(Container {
+            pid: p.pid,
+            init_pid: init,
+            action,
+            image,
+            command,
+            started: btime + p.start_ticks / tick,
+            gpus,
+        });
+    }
+    if out.iter().any(|c| !c.gpus.is_empty()) {
+        add_nvml(&mut out, driver_paths, &children);
+    }
+    out.sort_by_key(|c| c.pid);
+    out
+}
+
+/// Fill memory and utilisation from NVML: a container's memory is what NVML lists for the
+/// processes under its gpurun process.
+fn add_nvml(out: &mut [Container], driver_paths: &[PathBuf], children: &HashMap<u32, Vec<u32>>) {
+    let env = crate::runtime::start::host_env();
+    let Ok(list) = crate::gpu::list(driver_paths, &env) else {
+        return;
+    };
+    for c in out {
+        let mut tree = vec![c.pid];
+        let mut i = 0;
+        while i < tree.len() {
+            tree.extend(children.get(&tree[i]).into_iter().flatten());
+            i += 1;
+        }
+        for g in &mut c.gpus {
+            let Some(n) = list
+                .gpus
+                .iter()
+                .find(|e| e.minor == g.minor)
+                .and_then(|e| e.nvml.as_ref())
+            else {
+                continue;
+            };
+            g.uuid = n.uuid.clone();
+            g.utilization_percent = n.utilization_percent;
+            g.memory_used_bytes = Some(
+                n.processes
+                    .iter()
+                    .filter(|p| tree.contains(&p.pid))
+                    .filter_map(|p| p.used_memory_bytes)
+                    .sum(),
+            );
+        }
+    }
+}
+
+/// The containers as a table.
+pub fn render(v: &[Container]) -> String {
+    let mut s = format!(
+        "{:<8} {:<6} {:<20} {:<32} {:<24} {}\n",
+        "PID", "ACTION", "STARTED", "IMAGE", "GPUS", "COMMAND"
+    );
+    for c in v {
+        let gpus: Vec<String> = c
+            .gpus
+            .iter()
+            .map(|g| {
+                let mut t = g.minor.to_string();
+                if let Some(m) = g.memory_used_bytes {
+                    t.push_str(&format!("({}", crate::image::inspect::human_size(m)));
+                    if let Some(u) = g.utilization_percent {
+                        t.push_str(&format!(" {u}%"));
+                    }
+                    t.push(')');
+                }
+                t
+            })
+            .collect();
+        s.push_str(&format!(
+            "{:<8} {:<6} {:<20} {:<32} {:<24} {}\n",
+            c.pid,
+            c.action,
+            utc(c.started),
+            c.image,
+            if gpus.is_empty() {
+                "-".into()
+            } else {
+                gpus.join(",")
+            },
+            c.command.join(" ")
+        ));
+    }
+    s
+}
+
+/// `2026-11-29 21:04:05` (UTC), without a date library: civil-from-days.
+pub fn utc(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields() {
+        let s =
+            "1234 (gpu run) (x)) S 99 1234 1234 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 1000 10";
+        assert_eq!(parse_stat(s), Some((99, 777)));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951782400), "2000-02-29 00:00:00");
+        assert_eq!(utc(1796000645), "2026-11-30 01:04:05");
+    }
+
+    #[test]
+    fn launches() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            launch_of(&v(&[
+                "gpurun", "-v", "exec", "--nv", "-B", "/a", "i.sqsh", "python", "-c", "1"
+            ])),
+            Some(("exec".into(), "i.sqsh".into(), v(&["python", "-c", "1"])))
+        );
+        assert_eq!(launch_of(&v(&["gpurun", "ps"])), None);
+    }
+}

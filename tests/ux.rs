@@ -1,0 +1,440 @@
+//! The user-facing commands as the unprivileged test user: inspect, run of enroot images, cache,
+//! doctor, ps, config, version, help, and the checked-in completions and man pages.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
+}
+
+fn gpurun_image(s: &Scratch) -> PathBuf {
+    busybox_image(s, "meta", |root| {
+        std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+        std::fs::write(
+            root.join(".gpurun/meta.json"),
+            r#"{"env":["PATH=/bin","CUDA_VERSION=12.4.1"],"entrypoint":["/bin/echo"],"cmd":["hi"],
+               "working_dir":"/","labels":{"org.opencontainers.image.title":"t"},
+               "source":"docker://docker.io/library/busybox:1","manifest_digest":"sha256:abc",
+               "platform":"linux/amd64","created":"2026-01-02T03:04:05Z"}"#,
+        )
+        .unwrap();
+    })
+}
+
+/// An image as `enroot import` + `enroot create` lay it out: the OCI Env in /etc/environment,
+/// an /etc/rc that enters the WorkingDir, sources rc.local and execs the entrypoint.
+fn enroot_image(s: &Scratch) -> PathBuf {
+    busybox_image(s, "enroot", |root| {
+        std::fs::write(
+            root.join("etc/environment"),
+            "PATH=/bin:/usr/bin\nENROOT_IMAGE_VAR=from-environment\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("work")).unwrap();
+        std::fs::write(root.join("etc/rc.local"), "RC_LOCAL=sourced\n").unwrap();
+        std::fs::write(
+            root.join("etc/rc"),
+            "cd /work || exit 1\n. /etc/rc.local\n\
+             if [ $# -gt 0 ]; then exec /bin/echo entry \"$RC_LOCAL\" \"$(pwd)\" \"$@\"; \
+             else exec /bin/echo entry default; fi\n",
+        )
+        .unwrap();
+    })
+}
+
+#[test]
+fn inspect_gpurun_enroot_and_plain_images() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let o = run_ok(&mut gpurun(&["inspect", "--json", img.to_str().unwrap()]));
+    let v = json(&o);
+    assert_eq!(v["format"], "gpurun");
+    assert_eq!(v["source"], "docker://docker.io/library/busybox:1");
+    assert_eq!(v["manifest_digest"], "sha256:abc");
+    assert_eq!(v["platform"], "linux/amd64");
+    assert_eq!(v["entrypoint"][0], "/bin/echo");
+    assert_eq!(v["labels"]["org.opencontainers.image.title"], "t");
+    assert_eq!(v["cuda_requirement"]["NVIDIA_REQUIRE_CUDA"], "cuda>=12.4");
+    assert_eq!(v["size_bytes"], std::fs::metadata(&img).unwrap().len());
+    let text = stdout(&run_ok(&mut gpurun(&["inspect", img.to_str().unwrap()])));
+    assert!(text.contains("Platform:       linux/amd64"), "{text}");
+    assert!(text.contains("NVIDIA_REQUIRE_CUDA=cuda>=12.4"), "{text}");
+
+    let v = json(&run_ok(&mut gpurun(&[
+        "inspect",
+        "--json",
+        enroot_image(&s).to_str().unwrap(),
+    ])));
+    assert_eq!(v["format"], "enroot");
+    assert_eq!(v["env"][1], "ENROOT_IMAGE_VAR=from-environment");
+    assert_eq!(v["entrypoint"], serde_json::json!(["/bin/sh", "/etc/rc"]));
+
+    let plain = busybox_image(&s, "plain", |_| {});
+    let v = json(&run_ok(&mut gpurun(&[
+        "inspect",
+        "--json",
+        plain.to_str().unwrap(),
+    ])));
+    assert_eq!(v["format"], "plain squashfs");
+    assert_eq!(v["compression"], "gzip");
+
+    // Errors: one line that names the file and the fix.
+    let o = gpurun(&["inspect", "/nonexistent.sqsh"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.contains("/nonexistent.sqsh") && e.contains("check the path"),
+        "{e}"
+    );
+}
+
+#[test]
+fn enroot_images_run_unchanged() {
+    let s = Scratch::new();
+    let img = enroot_image(&s);
+    let img = img.to_str().unwrap();
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        img,
+        "sh",
+        "-c",
+        "echo $ENROOT_IMAGE_VAR",
+    ]));
+    assert_eq!(stdout(&o).trim(), "from-environment");
+    // run = /etc/rc with the arguments, as enroot start does.
+    let o = run_ok(&mut gpurun(&["run", img, "a", "b c"]));
+    assert_eq!(stdout(&o).trim(), "entry sourced /work a b c");
+    let o = run_ok(&mut gpurun(&["run", img]));
+    assert_eq!(stdout(&o).trim(), "entry default");
+}
+
+/// A cache laid out as cache.rs lays it out, owned by the test user.
+fn fake_cache(s: &Scratch) -> PathBuf {
+    let c = s.join("cache");
+    for d in ["blobs/sha256", "locks", "images"] {
+        std::fs::create_dir_all(c.join(d)).unwrap();
+    }
+    let hex = |ch: char| ch.to_string().repeat(64);
+    let file = |p: PathBuf, size: usize, age_days: u64| {
+        std::fs::write(&p, vec![7u8; size]).unwrap();
+        let t = std::time::SystemTime::now() - Duration::from_secs(age_days * 86400);
+        let f = std::fs::File::options().write(true).open(&p).unwrap();
+        f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
+            .unwrap();
+    };
+    file(c.join("blobs/sha256").join(hex('a')), 1000, 40);
+    file(c.join("blobs/sha256").join(hex('b')), 2000, 20);
+    file(c.join("blobs/sha256").join(hex('c')), 4000, 5);
+    file(
+        c.join("images").join(format!("{}.sqsh", hex('d'))),
+        8000,
+        60,
+    );
+    file(c.join("blobs/sha256").join(hex('e')), 500, 0);
+    std::fs::write(c.join("locks").join(format!("{}.lock", hex('d'))), "").unwrap();
+    s.chown_all();
+    c
+}
+
+fn cache_cmd(c: &Path, args: &[&str]) -> Command {
+    let mut a = vec!["cache"];
+    a.extend_from_slice(args);
+    let mut cmd = gpurun(&a);
+    cmd.env("GPURUN_CACHEDIR", c);
+    cmd
+}
+
+fn names(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap()[7..8].to_string())
+        .collect()
+}
+
+#[test]
+fn cache_list_gc_and_clean_keep_what_is_in_use() {
+    let s = Scratch::new();
+    let c = fake_cache(&s);
+    let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
+    // Oldest use first; the fresh blob is protected.
+    assert_eq!(names(&v), ["d", "a", "b", "c", "e"]);
+    assert_eq!(v[0]["kind"], "image");
+    assert_eq!(v[0]["size_bytes"], 8000);
+    assert_eq!(v[4]["in_use"], "recent");
+    let text = stdout(&run_ok(&mut cache_cmd(&c, &["list"])));
+    assert!(text.contains("5 entries"), "{text}");
+
+    // A pull building image d holds its lock: gc must keep the image.
+    let lock =
+        std::fs::File::open(c.join("locks").join(format!("{}.lock", "d".repeat(64)))).unwrap();
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    let o = run_ok(&mut cache_cmd(
+        &c,
+        &["gc", "--older-than", "30d", "--dry-run"],
+    ));
+    assert!(
+        stdout(&o).contains("would remove blob sha256:aaaa"),
+        "{}",
+        stdout(&o)
+    );
+    run_ok(&mut cache_cmd(&c, &["gc", "--older-than", "30d"]));
+    let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
+    assert_eq!(names(&v), ["d", "b", "c", "e"]);
+    assert_eq!(v[0]["in_use"], "locked");
+    // Down to 5000 bytes: b goes (the locked image and the fresh blob stay, whatever their size).
+    run_ok(&mut cache_cmd(&c, &["gc", "--max-size", "13000"]));
+    assert_eq!(
+        names(&json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))),
+        ["d", "c", "e"]
+    );
+    drop(lock);
+    run_ok(&mut cache_cmd(&c, &["clean"]));
+    assert_eq!(
+        names(&json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))),
+        ["e"]
+    );
+
+    let o = cache_cmd(&c, &["gc", "--max-size", "20X"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("500M, 20G"), "{}", stderr(&o));
+    let o = cache_cmd(&c, &["gc"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(125));
+}
+
+#[test]
+fn doctor_checks_for_real() {
+    let o = gpurun(&["doctor", "--json"]).output().unwrap();
+    let v = json(&o);
+    let checks = v.as_array().unwrap();
+    let status = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no check {name}: {v}"))["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // The test machine runs the runtime tests, so these work here.
+    assert_eq!(status("user namespaces"), "ok");
+    assert_eq!(status("/dev/fuse"), "ok");
+    assert!(checks
+        .iter()
+        .all(|c| c["status"] != "fail" || !c["fix"].as_str().unwrap().is_empty()));
+    let failed = checks.iter().any(|c| c["status"] == "fail");
+    assert_eq!(o.status.code(), Some(if failed { 1 } else { 0 }));
+    let text = stdout(&gpurun(&["doctor"]).output().unwrap());
+    assert!(text.contains("[ok  ] user namespaces"), "{text}");
+
+    // A cache that cannot be written is a failure, with the fix, and the exit code says so.
+    let o = gpurun(&["doctor"])
+        .env("GPURUN_CACHEDIR", "/proc/gpurun-cache")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("fix: set GPURUN_CACHEDIR"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn ps_lists_running_containers() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let mut child = gpurun(&["exec", img.to_str().unwrap(), "sleep", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let found = loop {
+        let v = json(&run_ok(&mut gpurun(&["ps", "--json"])));
+        let mine: Vec<serde_json::Value> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["pid"] == child.id())
+            .cloned()
+            .collect();
+        // The init appears once the container is set up.
+        if mine.len() == 1 && !mine[0]["init_pid"].is_null() {
+            break mine[0].clone();
+        }
+        assert!(Instant::now() < deadline, "container not listed: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(found["action"], "exec");
+    assert_eq!(found["image"], img.to_str().unwrap());
+    assert_eq!(found["command"], serde_json::json!(["sleep", "30"]));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let started = found["started"].as_u64().unwrap();
+    assert!(
+        started <= now + 1 && now - started < 60,
+        "{started} vs {now}"
+    );
+    assert_eq!(found["gpus"], serde_json::json!([]));
+}
+
+#[test]
+fn config_layers_reach_launches_and_pulls() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let data = s.join("sitedata");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("f"), "site bind\n").unwrap();
+    let site = s.join("gpurun.toml");
+    std::fs::write(
+        &site,
+        format!(
+            "binds = [\"{}:/site\"]\nallowed_registries = [\"nvcr.io\"]\ncompression = \"xz\"\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    s.chown_all();
+    let with = |args: &[&str]| {
+        let mut c = gpurun(args);
+        c.env("GPURUN_SITE_CONFIG", &site);
+        c
+    };
+    let o = run_ok(with(&["config", "show", "--json"]).env("GPURUN_COMPRESSION", "lz4"));
+    let v = json(&o);
+    assert_eq!(v["binds"][0]["from"]["kind"], "site");
+    assert_eq!(v["compression"]["value"], "lz4");
+    assert_eq!(
+        v["compression"]["from"],
+        serde_json::json!({"kind": "env", "name": "GPURUN_COMPRESSION"})
+    );
+    let text = stdout(&run_ok(&mut with(&["config", "show"])));
+    assert!(
+        text.contains(&format!("site file {}", site.display())),
+        "{text}"
+    );
+
+    // The site's default bind and GPURUN_BIND both apply.
+    let o = run_ok(
+        with(&["exec", img.to_str().unwrap(), "cat", "/site/f", "/extra/f"])
+            .env("GPURUN_BIND", format!("{}:/extra", data.display())),
+    );
+    assert_eq!(stdout(&o), "site bind\nsite bind\n");
+
+    // Registries outside the site's list are refused before any network access.
+    let o = with(&["pull", "docker://docker.io/library/busybox:1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert!(
+        stderr(&o).contains("registry docker.io is not allowed"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A broken file is one line naming it.
+    std::fs::write(&site, "bindz = 1\n").unwrap();
+    let o = with(&["config", "show"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert!(
+        stderr(&o).contains(&site.display().to_string()),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn version_and_help_topics() {
+    let v = stdout(&run_ok(&mut gpurun(&["version"])));
+    assert!(v.starts_with("gpurun 0.1.0\ncommit  "), "{v}");
+    assert!(
+        v.contains("rustc 1.") && v.contains("target  x86_64") || v.contains("target  aarch64"),
+        "{v}"
+    );
+    let v = stdout(&run_ok(&mut gpurun(&["--version"])));
+    assert!(v.contains("(commit "), "{v}");
+    for t in [
+        "env",
+        "binds",
+        "gpu",
+        "slurm",
+        "exit-codes",
+        "config",
+        "images",
+    ] {
+        assert!(
+            !stdout(&run_ok(&mut gpurun(&["help", t]))).is_empty(),
+            "{t}"
+        );
+    }
+    assert!(
+        stdout(&run_ok(&mut gpurun(&["help", "cache", "gc"]))).contains("Usage: gpurun cache gc")
+    );
+    let o = gpurun(&["help", "nope"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert!(stderr(&o).contains("topics: env"));
+}
+
+/// completions/ and man/ are generated from the clap definitions; regenerate them with
+/// `tests/regenerate.sh` when this fails.
+#[test]
+fn completions_and_man_pages_are_current() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (shell, file) in [
+        ("bash", "gpurun.bash"),
+        ("zsh", "_gpurun"),
+        ("fish", "gpurun.fish"),
+    ] {
+        let o = Command::new(gpurun_bin())
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        let have = std::fs::read(root.join("completions").join(file)).unwrap_or_default();
+        assert!(
+            o.stdout == have,
+            "completions/{file} is stale: run tests/regenerate.sh"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(gpurun_bin())
+        .arg("man")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let list = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        list(dir.path()),
+        list(&root.join("man")),
+        "man/ is stale: run tests/regenerate.sh"
+    );
+    for page in list(dir.path()) {
+        let want = std::fs::read(dir.path().join(&page)).unwrap();
+        let have = std::fs::read(root.join("man").join(&page)).unwrap();
+        assert!(want == have, "man/{page} is stale: run tests/regenerate.sh");
+    }
+}
