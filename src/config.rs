@@ -95,8 +95,8 @@ pub enum ConfigError {
     },
 }
 
-/// Compressors tar2sqfs offers.
-pub const COMPRESSORS: &[&str] = &["zstd", "gzip", "xz", "lz4", "lzo", "lzma"];
+/// Compressors both tar2sqfs writes and gpurun's squashfs reader reads (not lzo, not lzma).
+pub const COMPRESSORS: &[&str] = &["zstd", "gzip", "xz", "lz4"];
 
 impl Config {
     fn apply_file(&mut self, layer: FileLayer, from: &Origin) {

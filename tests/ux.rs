@@ -338,6 +338,26 @@ fn config_layers_reach_launches_and_pulls() {
     );
     assert_eq!(stdout(&o), "site bind\nsite bind\n");
 
+    // The site's compressor is what pull writes.
+    let rootfs = s.join("rootfs");
+    busybox_rootfs(&rootfs);
+    s.chown_all();
+    let out = s.join("pulled.sqsh");
+    let src = format!("dir:{}", rootfs.display());
+    run_ok(&mut with(&[
+        "pull",
+        "-q",
+        &src,
+        "-o",
+        out.to_str().unwrap(),
+    ]));
+    let v = json(&run_ok(&mut gpurun(&[
+        "inspect",
+        "--json",
+        out.to_str().unwrap(),
+    ])));
+    assert_eq!(v["compression"], "xz");
+
     // Registries outside the site's list are refused before any network access.
     let o = with(&["pull", "docker://docker.io/library/busybox:1"])
         .output()

@@ -7,6 +7,7 @@
 //!   15 13.6 / 30.1. Level 15 (tar2sqfs's default) costs 21× the CPU of level 3 for a 14 % smaller
 //!   image; a pull on a shared login node is bound by that CPU, and zstd decompresses equally fast
 //!   at any level. `GPURUN_ZSTD_LEVEL` overrides it for images built once and read many times.
+//!   `GPURUN_COMPRESSION` (set from the config's `compression`) picks another compressor.
 //! - `-j N`: one compressor job per available CPU.
 //! - `--defaults mtime=0`: implicit directories (parents without a tar entry) get a fixed time,
 //!   so the same layers always give the same bytes (checked: two builds compare equal).
@@ -44,10 +45,16 @@ impl SquashWriter {
             .and_then(|l| l.parse::<u32>().ok())
             .filter(|l| (1..=22).contains(l))
             .unwrap_or(DEFAULT_ZSTD_LEVEL);
-        let child = Command::new("tar2sqfs")
-            .args(["-q", "-f", "--no-skip", "-c", "zstd"])
-            .arg("-X")
-            .arg(format!("level={level}"))
+        let compressor = std::env::var("GPURUN_COMPRESSION")
+            .ok()
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "zstd".into());
+        let mut cmd = Command::new("tar2sqfs");
+        cmd.args(["-q", "-f", "--no-skip", "-c", &compressor]);
+        if compressor == "zstd" {
+            cmd.arg("-X").arg(format!("level={level}"));
+        }
+        let child = cmd
             .arg("-j")
             .arg(jobs.max(1).to_string())
             .args(["--defaults", "mtime=0"])
