@@ -116,6 +116,53 @@ fn enroot_images_run_unchanged() {
     assert_eq!(stdout(&o).trim(), "entry default");
 }
 
+/// The root filesystem of an Apptainer image (what `apptainer build` puts in the SIF's squashfs).
+fn apptainer_root(root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let d = root.join(".singularity.d");
+    std::fs::create_dir_all(d.join("env")).unwrap();
+    std::fs::write(
+        d.join("env/10-docker2singularity.sh"),
+        "#!/bin/sh\nexport PATH=\"${PATH:-/usr/local/bin:/usr/bin:/bin}\"\nexport APP_HOME=\"/opt/app\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("env/90-environment.sh"),
+        "#!/bin/sh\nexport APP_DATA=\"$APP_HOME/data\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("runscript"),
+        "#!/bin/sh\necho runscript \"$APP_DATA\" \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(d.join("runscript"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(d.join("labels.json"), r#"{"org.label-schema.name": "app"}"#).unwrap();
+}
+
+#[test]
+fn apptainer_images_run_unchanged() {
+    let s = Scratch::new();
+    let img = busybox_image(&s, "apptainer", apptainer_root);
+    let img = img.to_str().unwrap();
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        img,
+        "sh",
+        "-c",
+        "echo $APP_DATA $PATH",
+    ]));
+    assert_eq!(
+        stdout(&o).trim(),
+        "/opt/app/data /usr/local/bin:/usr/bin:/bin"
+    );
+    let o = run_ok(&mut gpurun(&["run", img, "x", "y"]));
+    assert_eq!(stdout(&o).trim(), "runscript /opt/app/data x y");
+    let v = json(&run_ok(&mut gpurun(&["inspect", "--json", img])));
+    assert_eq!(v["format"], "apptainer");
+    assert_eq!(v["labels"]["org.label-schema.name"], "app");
+}
+
 /// A cache laid out as cache.rs lays it out, owned by the test user.
 fn fake_cache(s: &Scratch) -> PathBuf {
     let c = s.join("cache");

@@ -67,8 +67,9 @@ pub fn image_meta(
             Flavor::Apptainer,
             ImageMeta {
                 env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                // Executed itself, as Apptainer does: its #! line picks the interpreter.
                 entrypoint: if runscript {
-                    vec!["/bin/sh".into(), SINGULARITY_RUNSCRIPT.into()]
+                    vec![SINGULARITY_RUNSCRIPT.into()]
                 } else {
                     Vec::new()
                 },
@@ -295,7 +296,7 @@ mod tests {
         ]));
         assert_eq!(fl, Flavor::Apptainer);
         assert_eq!(m.env, vec!["B=2", "C=1"]);
-        assert_eq!(m.entrypoint, vec!["/bin/sh", SINGULARITY_RUNSCRIPT]);
+        assert_eq!(m.entrypoint, vec![SINGULARITY_RUNSCRIPT]);
         assert_eq!(m.labels.get("org.x").map(String::as_str), Some("y"));
         // /etc/environment alone is any Debian image, not enroot.
         let (fl, _) = detect(files(&[("/etc/environment", "A=1\n")]));
