@@ -32,6 +32,7 @@ fn launch(
         dry_run: o.dry_run,
         state,
         gpu: o.gpu.clone(),
+        quiet,
     }
 }
 

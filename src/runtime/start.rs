@@ -61,6 +61,8 @@ pub struct Launch {
     /// For `hold`: where to write the state once ready.
     pub state: Option<PathBuf>,
     pub gpu: crate::gpu::GpuOpts,
+    /// No progress output when a `docker://` image is pulled first.
+    pub quiet: bool,
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
