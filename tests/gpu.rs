@@ -347,6 +347,14 @@ fn devices_and_cuda_visible_devices() {
         ]
     );
     assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), Some("2,0,1"));
+    // `all` named by the caller becomes an explicit list (CUDA itself does not know `all`)
+    let p = prepare(&f, opts(&f, "new"), &[("CUDA_VISIBLE_DEVICES", "all")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        get(&p, "CUDA_VISIBLE_DEVICES"),
+        Some("0,1,2,3,4,5,6,7,8,9,10,11")
+    );
     // --gpus wins; none keeps the driver but no GPU
     let mut o = opts(&f, "new");
     o.gpus = Some("none".into());
