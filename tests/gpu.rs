@@ -912,3 +912,72 @@ fn nvml_names_and_orders_the_gpus() {
     assert_eq!(p.driver_version, VERSION);
     assert_eq!(minors(&p), vec![1, 0]);
 }
+
+/// A MIG device (fake NVML: GPU index 0 = /dev/nvidia1 has GPU instances 1 and 2): its GPU node
+/// and the nvidia-caps nodes of its GPU and compute instance go in, named by its MIG UUID.
+#[test]
+fn mig_device_gets_its_caps() {
+    let Some(f) = fake_driver(2) else { return };
+    for (gi, cap) in [(1, 11), (2, 21)] {
+        let d = f
+            .proc_dir()
+            .join(format!("capabilities/gpu1/mig/gi{gi}/ci0"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.parent().unwrap().join("access"),
+            format!("DeviceFileMinor: {cap}\nDeviceFileMode: 292\n"),
+        )
+        .unwrap();
+        std::fs::write(d.join("access"), format!("DeviceFileMinor: {}\n", cap + 1)).unwrap();
+    }
+    let caps = f.dev().join("nvidia-caps");
+    std::fs::create_dir_all(&caps).unwrap();
+    for m in [11, 12, 21, 22] {
+        sh(Command::new("mknod")
+            .arg(caps.join(format!("nvidia-cap{m}")))
+            .args(["c", "241", &m.to_string()]));
+    }
+    let mig = "MIG-f00d0002-0000-0000-0000-000000000000";
+    let p = prepare(&f, opts(&f, "new"), &[("CUDA_VISIBLE_DEVICES", mig)], &[])
+        .unwrap()
+        .unwrap();
+    let nodes: Vec<String> = dsts(&p)
+        .into_iter()
+        .filter(|d| d.starts_with("/dev/"))
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![
+            "/dev/nvidia1",
+            "/dev/nvidia-caps/nvidia-cap21",
+            "/dev/nvidia-caps/nvidia-cap22",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm"
+        ]
+    );
+    assert!(binds(&p).contains(&(
+        caps.join("nvidia-cap21").display().to_string(),
+        "/dev/nvidia-caps/nvidia-cap21".into()
+    )));
+    assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), Some(mig));
+    assert_eq!(p.devices[0].mig_uuid.as_deref(), Some(mig));
+    // the old MIG-GPU-<uuid>/<gi>/<ci> form names the same device
+    let old = "MIG-GPU-fa4e0000-0000-0000-0000-000000000000/1/0";
+    let p = prepare(&f, opts(&f, "new"), &[("CUDA_VISIBLE_DEVICES", old)], &[])
+        .unwrap()
+        .unwrap();
+    assert!(dsts(&p).contains(&"/dev/nvidia-caps/nvidia-cap12".to_string()));
+    assert_eq!(
+        get(&p, "CUDA_VISIBLE_DEVICES"),
+        Some("MIG-f00d0001-0000-0000-0000-000000000000")
+    );
+    let e = prepare(
+        &f,
+        opts(&f, "new"),
+        &[("CUDA_VISIBLE_DEVICES", "MIG-beef")],
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("MIG-beef"), "{e}");
+}
