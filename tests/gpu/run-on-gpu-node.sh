@@ -22,6 +22,7 @@ BUSYBOX=${BUSYBOX:-$here/busybox}
 LOG=${LOG:-$PWD/gpu-node.log}
 W=$(mktemp -d /tmp/gpurun-gpu.XXXXXX)
 chmod 755 "$W"
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$W"' EXIT  # KEEP=1 keeps the work directory
 pass=0 fail=0
 exec > >(tee "$LOG") 2>&1
 
