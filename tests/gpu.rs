@@ -547,15 +547,13 @@ fn gpus_command_as_user() {
     );
 }
 
-/// A busybox image directory with `env` as its config's environment.
+/// A busybox squashfs image with `env` as its config's environment.
 fn image(s: &common::Scratch, env: &[&str]) -> PathBuf {
-    let root = s.join("img");
-    common::busybox_rootfs(&root);
-    std::fs::create_dir_all(root.join(".gpurun")).unwrap();
-    let meta = serde_json::json!({ "env": env });
-    std::fs::write(root.join(".gpurun/meta.json"), meta.to_string()).unwrap();
-    s.chown_all();
-    root
+    let meta = serde_json::json!({ "env": env }).to_string();
+    common::busybox_image(s, "img", |root| {
+        std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+        std::fs::write(root.join(".gpurun/meta.json"), meta).unwrap();
+    })
 }
 
 /// `gpurun ARGS` as the test user, pointed at the fake driver.
