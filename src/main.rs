@@ -4,7 +4,7 @@ use clap::{CommandFactory, Parser};
 use gpurun::cli::{CacheCommand, Cli, Command, ConfigCommand, LaunchOpts};
 use gpurun::config::Config;
 use gpurun::runtime::plan::{Action, Request};
-use gpurun::runtime::start::{start, Launch, StartError};
+use gpurun::runtime::start::{start, Launch};
 
 const FAILED: i32 = gpurun::exit::GPURUN_FAILED;
 
@@ -50,6 +50,7 @@ fn launch(
         dry_run: o.dry_run,
         state,
         gpu,
+        quiet: ctx.quiet,
         debug: ctx.debug,
     }
 }
@@ -66,11 +67,16 @@ fn report(e: &dyn std::error::Error, debug: bool) {
     }
 }
 
-fn launched(r: Result<i32, StartError>, debug: bool) -> i32 {
-    match r {
+/// Start a launch; a docker:// image is pulled first, so the site's registry list applies.
+fn go(l: Launch, ctx: &Ctx) -> i32 {
+    if let Err(e) = registry_allowed(&l.image, &ctx.cfg) {
+        eprintln!("gpurun: {e}");
+        return FAILED;
+    }
+    match start(l) {
         Ok(code) => code,
         Err(e) => {
-            report(&e, debug);
+            report(&e, ctx.debug);
             e.exit_code()
         }
     }
@@ -93,21 +99,21 @@ fn main() {
         debug,
     };
     let code = match cli.command {
-        Command::Exec(a) => launched(
-            start(launch(a.image, a.opts, Action::Exec(a.command), None, &ctx)),
-            debug,
+        Command::Exec(a) => go(
+            launch(a.image, a.opts, Action::Exec(a.command), None, &ctx),
+            &ctx,
         ),
-        Command::Run(a) => launched(
-            start(launch(a.image, a.opts, Action::Run(a.args), None, &ctx)),
-            debug,
+        Command::Run(a) => go(
+            launch(a.image, a.opts, Action::Run(a.args), None, &ctx),
+            &ctx,
         ),
-        Command::Shell(a) => launched(
-            start(launch(a.image, a.opts, Action::Shell(a.shell), None, &ctx)),
-            debug,
+        Command::Shell(a) => go(
+            launch(a.image, a.opts, Action::Shell(a.shell), None, &ctx),
+            &ctx,
         ),
-        Command::Hold(a) => launched(
-            start(launch(a.image, a.opts, Action::Hold, Some(a.state), &ctx)),
-            debug,
+        Command::Hold(a) => go(
+            launch(a.image, a.opts, Action::Hold, Some(a.state), &ctx),
+            &ctx,
         ),
         Command::Pull(args) => pull(args, &ctx),
         Command::Gpus(a) => {

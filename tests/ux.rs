@@ -415,6 +415,11 @@ fn config_layers_reach_launches_and_pulls() {
         "{}",
         stderr(&o)
     );
+    let o = with(&["exec", "docker://docker.io/library/busybox:1", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert!(stderr(&o).contains("is not allowed"), "{}", stderr(&o));
 
     // A broken file is one line naming it.
     std::fs::write(&site, "bindz = 1\n").unwrap();
