@@ -21,8 +21,9 @@ Environment inside the container, lowest to highest precedence:
   2. the image's: the OCI config's Env (gpurun images), /etc/environment (enroot images),
      the assignments in /.singularity.d/env/*.sh (Apptainer images)
   3. --env-file FILE (KEY=VALUE lines)
-  4. --env K=V and GPURUN_ENV_K=V in the host environment (like APPTAINERENV_K)
-  5. what gpurun sets: CUDA_VISIBLE_DEVICES (renumbered 0..n-1 for the GPUs bound), the driver's
+  4. GPURUN_ENV_K=V in the host environment (like APPTAINERENV_K)
+  5. --env K=V
+  6. what gpurun sets: CUDA_VISIBLE_DEVICES (renumbered 0..n-1 for the GPUs bound), the driver's
      library and binary directories appended to LD_LIBRARY_PATH and PATH
 PATH defaults to /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin when nobody sets it.
 ";
