@@ -28,6 +28,7 @@ fn request(o: &LaunchOpts, cfg: &Config) -> Request {
 struct Ctx {
     cfg: Config,
     quiet: bool,
+    verbose: bool,
     debug: bool,
 }
 
@@ -51,7 +52,7 @@ fn launch(
         state,
         gpu,
         quiet: ctx.quiet,
-        debug: ctx.debug,
+        log: if ctx.debug { 2 } else { u8::from(ctx.verbose) },
     }
 }
 
@@ -96,6 +97,7 @@ fn main() {
     let ctx = Ctx {
         cfg,
         quiet: cli.quiet,
+        verbose: cli.verbose,
         debug,
     };
     let code = match cli.command {

@@ -385,6 +385,25 @@ fn config_layers_reach_launches_and_pulls() {
     );
     assert_eq!(stdout(&o), "site bind\nsite bind\n");
 
+    // -v names the host paths bound; --debug every mount.
+    let o = run_ok(&mut with(&["-v", "exec", img.to_str().unwrap(), "true"]));
+    assert!(
+        stderr(&o).contains(&format!("gpurun: bind {} -> /site", data.display())),
+        "{}",
+        stderr(&o)
+    );
+    let o = run_ok(&mut with(&[
+        "--debug",
+        "exec",
+        img.to_str().unwrap(),
+        "true",
+    ]));
+    assert!(
+        stderr(&o).contains(r#"gpurun: mount {"dst":"/etc/passwd""#),
+        "{}",
+        stderr(&o)
+    );
+
     // The site's compressor is what pull writes.
     let rootfs = s.join("rootfs");
     busybox_rootfs(&rootfs);

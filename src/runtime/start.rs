@@ -63,8 +63,9 @@ pub struct Launch {
     pub gpu: crate::gpu::GpuOpts,
     /// No progress output when a `docker://` image is pulled first.
     pub quiet: bool,
-    /// --debug: say on stderr what is mounted where, from what.
-    pub debug: bool,
+    /// What to say on stderr about the launch: 0 nothing, 1 (--verbose) the host paths bound,
+    /// 2 (--debug) every mount of the plan.
+    pub log: u8,
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
@@ -291,13 +292,20 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         exists: &image_exists,
     };
     let plan = plan::plan(&request, &l.action, &host, &view, &extras)?;
-    if l.debug {
+    if l.log >= 2 {
         eprintln!("gpurun: root {:?}", plan.root);
         for m in &plan.mounts {
             eprintln!(
                 "gpurun: mount {}",
                 serde_json::to_string(m).expect("mounts serialise")
             );
+        }
+    } else if l.log == 1 {
+        for m in &plan.mounts {
+            if let plan::MountSource::Bind { src } = &m.source {
+                let ro = if m.readonly { " (ro)" } else { "" };
+                eprintln!("gpurun: bind {} -> {}{ro}", src.display(), m.dst.display());
+            }
         }
     }
     if l.dry_run {
