@@ -5,13 +5,15 @@
 //! the user's, `GPURUN_BIND` and `--bind` all apply. Flags are applied by each command on top of
 //! [`Config`]; `gpurun config show` prints the file and environment layers with their origins.
 //!
+//! There is no tmp_dir / GPURUN_TMPDIR: gpurun writes no temporary files of its own (pull writes
+//! next to its output, the extraction fallback into the cache).
+//!
 //! Site file example:
 //!
 //! ```toml
 //! binds = ["/scratch", "/apps:/apps:ro"]
 //! nv_driver_paths = ["/opt/nvidia/lib64"]
 //! cache_dir = "/local/gpurun-cache"
-//! tmp_dir = "/local/tmp"
 //! allowed_registries = ["nvcr.io", "docker.io", "registry.example.org"]
 //! compression = "zstd"
 //! ```
@@ -65,7 +67,6 @@ pub struct FileLayer {
     pub binds: Option<Vec<String>>,
     pub nv_driver_paths: Option<Vec<PathBuf>>,
     pub cache_dir: Option<PathBuf>,
-    pub tmp_dir: Option<PathBuf>,
     pub allowed_registries: Option<Vec<String>>,
     pub compression: Option<String>,
 }
@@ -77,7 +78,6 @@ pub struct Config {
     pub binds: Vec<Sourced<String>>,
     pub nv_driver_paths: Sourced<Vec<PathBuf>>,
     pub cache_dir: Sourced<Option<PathBuf>>,
-    pub tmp_dir: Sourced<Option<PathBuf>>,
     /// Empty: every registry is allowed.
     pub allowed_registries: Sourced<Vec<String>>,
     pub compression: Sourced<Option<String>>,
@@ -115,12 +115,6 @@ impl Config {
         }
         if let Some(v) = layer.cache_dir {
             self.cache_dir = Sourced {
-                value: Some(v),
-                from: s(from),
-            };
-        }
-        if let Some(v) = layer.tmp_dir {
-            self.tmp_dir = Sourced {
                 value: Some(v),
                 from: s(from),
             };
@@ -177,12 +171,6 @@ impl Config {
                     from: origin(var),
                 };
             }
-        }
-        if let Some(v) = get("GPURUN_TMPDIR") {
-            self.tmp_dir = Sourced {
-                value: Some(absolute("GPURUN_TMPDIR", &v)?),
-                from: origin("GPURUN_TMPDIR"),
-            };
         }
         if let Some(v) = get("GPURUN_ALLOWED_REGISTRIES") {
             self.allowed_registries = Sourced {
@@ -321,14 +309,6 @@ impl Config {
                 crate::image::cache::cache_root().display().to_string(),
             ),
             &self.cache_dir.from,
-        );
-        row(
-            "tmp_dir",
-            opt(
-                &self.tmp_dir.value,
-                std::env::temp_dir().display().to_string(),
-            ),
-            &self.tmp_dir.from,
         );
         row(
             "allowed_registries",
@@ -508,9 +488,9 @@ mod tests {
             e.contains("config.toml") && e.contains("brotli") && e.contains("zstd"),
             "{e}"
         );
-        let e = Config::merge(&[], &env(&[("GPURUN_TMPDIR", "rel")]))
+        let e = Config::merge(&[], &env(&[("GPURUN_CACHEDIR", "rel")]))
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("GPURUN_TMPDIR=rel"), "{e}");
+        assert!(e.starts_with("GPURUN_CACHEDIR=rel"), "{e}");
     }
 }

@@ -87,7 +87,6 @@ Settings, later wins: /etc/gpurun/gpurun.toml (site; GPURUN_SITE_CONFIG names an
   binds = [\"/scratch\", \"/apps:/apps:ro\"]    GPURUN_BIND=/a,/b     (binds add up)
   nv_driver_paths = [\"/opt/nvidia/lib64\"]     GPURUN_NV_DRIVER_PATH=/x:/y
   cache_dir = \"/local/gpurun\"                 GPURUN_CACHEDIR (or GPURUN_CACHE)
-  tmp_dir = \"/local/tmp\"                      GPURUN_TMPDIR
   allowed_registries = [\"nvcr.io\"]            GPURUN_ALLOWED_REGISTRIES=a,b  (empty: any)
   compression = \"zstd\"                        GPURUN_COMPRESSION
 gpurun config show prints the merged values and where each came from.

@@ -173,18 +173,15 @@ fn main() {
     std::process::exit(code);
 }
 
-/// The cache and scratch directories and the compressor from the config reach the modules through
-/// the variables they read (cache.rs reads GPURUN_CACHE, squash.rs GPURUN_COMPRESSION, temporary
-/// files follow TMPDIR). Set before any thread starts, so the environment is not raced.
+/// The cache directory and the compressor from the config reach the modules through the
+/// variables they read (cache.rs reads GPURUN_CACHE, squash.rs GPURUN_COMPRESSION). Set before
+/// any thread starts, so the environment is not raced.
 fn apply_paths(cfg: &Config) {
     if let Some(c) = &cfg.compression.value {
         std::env::set_var("GPURUN_COMPRESSION", c);
     }
     if let Some(dir) = &cfg.cache_dir.value {
         std::env::set_var("GPURUN_CACHE", dir);
-    }
-    if let Some(dir) = &cfg.tmp_dir.value {
-        std::env::set_var("TMPDIR", dir);
     }
 }
 
