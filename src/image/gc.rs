@@ -55,7 +55,7 @@ pub enum GcError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot remove {path}: {source}")]
+    #[error("cannot remove {path}: {source}; check its owner and permissions (the cache is per user)")]
     Remove {
         path: PathBuf,
         source: std::io::Error,
