@@ -71,12 +71,13 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// The last non-empty lines of the holder's stderr, for the one line the user sees.
+/// The last non-empty lines of the holder's stderr, for the one line the user sees (which
+/// says "gpurun: " once, in front).
 fn log_tail(dir: &Path) -> String {
     let text = std::fs::read_to_string(log_path(dir)).unwrap_or_default();
     let lines: Vec<&str> = text
         .lines()
-        .map(str::trim)
+        .map(|l| l.trim().trim_start_matches("gpurun: "))
         .filter(|l| !l.is_empty())
         .collect();
     lines[lines.len().saturating_sub(2)..].join(" / ")
@@ -187,15 +188,10 @@ fn wait_ready(r: &mut Running, timeout: Duration) -> Result<Holder, String> {
         }
         match r.child.try_wait() {
             Ok(Some(st)) => {
-                let why = log_tail(&r.dir);
-                return Err(format!(
-                    "gpurun hold {st}{}",
-                    if why.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {why}")
-                    }
-                ));
+                return Err(match log_tail(&r.dir) {
+                    why if why.is_empty() => format!("gpurun hold failed ({st})"),
+                    why => format!("{why} (gpurun hold {st})"),
+                });
             }
             Ok(None) => {}
             Err(e) => return Err(format!("gpurun hold: {e}")),
@@ -355,9 +351,9 @@ mod tests {
             Duration::from_secs(10),
         );
         let e = r.err().unwrap();
-        assert!(
-            e.contains("125") && e.ends_with("gpurun: noise / gpurun: img: no such file"),
-            "{e}"
+        assert_eq!(
+            e,
+            "noise / img: no such file (gpurun hold exit status: 125)"
         );
         std::fs::remove_dir_all(bin).unwrap();
     }

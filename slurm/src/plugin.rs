@@ -75,6 +75,10 @@ extern "C" {
     fn slurm_spank_log(fmt: *const c_char, ...);
 }
 
+/// Exit status of a task that cannot be started in its container: "gpurun itself failed", as
+/// from `gpurun exec`.
+const GPURUN_FAILED: c_int = 125;
+
 /// How long the holder gets to unmount after SIGTERM at step end.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -268,7 +272,7 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
 
 /// Remote context, once per step on each node, before any task exists (uid 0, euid = user):
 /// start the holder and wait until the container is ready. A failure is kept and reported by
-/// the tasks, where the user sees it on the job's stderr.
+/// the tasks (a failing user_init makes srun print "launch failed" and still exit 0).
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_user_init(
     sp: spank_t,
@@ -288,7 +292,7 @@ pub unsafe extern "C" fn slurm_spank_user_init(
         }
         let result = start_holder(sp, &p, job, step);
         if let Err(e) = &result {
-            log_error(&format!("gpurun: step {job}.{step}: {e}"));
+            log_debug(&format!("gpurun: step {job}.{step}: {e}"));
         }
         p.step = Some(result);
         0
@@ -349,10 +353,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
                 // one line per node, not one per rank
                 let mut task: c_int = 0;
                 unsafe { spank_get_item(sp, S_TASK_ID, &mut task as *mut c_int) };
-                if task == 0 {
-                    log_user(&format!("gpurun: {e}"));
-                }
-                return -1;
+                fail_task(task == 0, e)
             }
         };
         let task_env = state::split_env(job_env(sp).iter().map(String::as_str));
@@ -370,20 +371,28 @@ pub unsafe extern "C" fn slurm_spank_task_init(
                 EnvChange::Unset(k) => unsafe { spank_unsetenv(sp, cstring(k).as_ptr()) },
             };
             if rc != ESPANK_SUCCESS {
-                log_user(&format!(
-                    "gpurun: cannot set the task environment ({c:?}): spank error {rc}"
-                ));
-                return -1;
+                fail_task(
+                    true,
+                    &format!("cannot set the task environment ({c:?}): error {rc}"),
+                );
             }
         }
-        match join::enter(&step.running.holder) {
-            Ok(()) => 0,
-            Err(e) => {
-                log_user(&format!("gpurun: cannot enter the container: {e}"));
-                -1
-            }
+        if let Err(e) = join::enter(&step.running.holder) {
+            fail_task(true, &format!("cannot enter the container: {e}"));
         }
+        0
     })
+}
+
+/// End a task that cannot run in its container with gpurun's own exit status, after saying
+/// why in one line on the job's stderr. Returning -1 instead would add Slurm's lines
+/// ("task_init() failed", "Failed to invoke spank plugin stack") and exit status 1.
+fn fail_task(say: bool, msg: &str) -> ! {
+    if say {
+        log_user(&format!("gpurun: {msg}"));
+    }
+    // SAFETY: this is the forked task, about to exec; nothing of slurmstepd's needs unwinding
+    unsafe { libc::_exit(GPURUN_FAILED) }
 }
 
 /// Remote: after the step's tasks have exited, stop the holder (it unmounts the image).
