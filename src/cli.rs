@@ -33,6 +33,9 @@ pub enum Command {
     Run(RunArgs),
     /// Start an interactive shell inside an image
     Shell(ShellArgs),
+    /// Prepare a container and hold it for other processes to join (used by the Slurm plugin)
+    #[command(hide = true)]
+    Hold(HoldArgs),
 }
 
 /// Options shared by exec, run and shell.
@@ -65,6 +68,9 @@ pub struct LaunchOpts {
     /// Map your user to root inside the container (no privilege is gained outside)
     #[arg(long)]
     pub fakeroot: bool,
+    /// Print the launch plan (mounts, env, devices, uid map) as JSON and run nothing
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Args, Debug)]
@@ -98,4 +104,15 @@ pub struct ShellArgs {
     /// Shell to start (default: $SHELL if the image has it, else /bin/sh)
     #[arg(short, long)]
     pub shell: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct HoldArgs {
+    #[command(flatten)]
+    pub opts: LaunchOpts,
+    /// Write the container's state (JSON: pid, root, env, cwd) here once it is ready
+    #[arg(long, value_name = "FILE")]
+    pub state: PathBuf,
+    /// Image: a squashfs file
+    pub image: String,
 }

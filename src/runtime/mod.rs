@@ -1,1 +1,7 @@
 //! How a command runs in an image: a pure plan, then a thin layer of syscalls that applies it.
+
+pub mod env;
+pub mod launch;
+pub mod plan;
+pub mod start;
+pub mod sys;

@@ -27,7 +27,12 @@ pub fn setup() {
         if !is_root() {
             return;
         }
-        let exists = Command::new("id").arg(TEST_USER).output().unwrap().status.success();
+        let exists = Command::new("id")
+            .arg(TEST_USER)
+            .output()
+            .unwrap()
+            .status
+            .success();
         if !exists {
             let st = Command::new("useradd")
                 .args(["-m", "-s", "/bin/sh", TEST_USER])
@@ -91,11 +96,26 @@ impl Scratch {
 }
 
 /// A command that runs `program` as the unprivileged test user (directly when not root).
+/// setpriv execs in place (no fork, unlike runuser), so the pid we hold is the program's own and
+/// signals sent to it reach it directly; the environment is reset to a login-like one.
 pub fn as_user(program: impl AsRef<OsStr>) -> Command {
     setup();
     if is_root() {
-        let mut c = Command::new("runuser");
-        c.args(["-u", TEST_USER, "--"]).arg(program);
+        let (uid, gid) = test_ids();
+        let home = format!("/home/{TEST_USER}");
+        let mut c = Command::new("setpriv");
+        c.arg(format!("--reuid={uid}"))
+            .arg(format!("--regid={gid}"))
+            .arg("--init-groups")
+            .arg("--")
+            .arg(program)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+            .env("HOME", home)
+            .env("USER", TEST_USER)
+            .env("LOGNAME", TEST_USER)
+            .env("SHELL", "/bin/sh")
+            .current_dir("/");
         c
     } else {
         Command::new(program)
@@ -133,8 +153,13 @@ pub fn run_ok(cmd: &mut Command) -> Output {
 /// A minimal rootfs made from the machine's busybox-static: /bin/sh and the applets as links.
 pub fn busybox_rootfs(root: &Path) {
     let bb = Path::new("/bin/busybox");
-    assert!(bb.exists(), "busybox-static is needed for the tests (apt-get install busybox-static)");
-    for d in ["bin", "etc", "tmp", "usr/bin", "root", "home", "proc", "sys", "dev"] {
+    assert!(
+        bb.exists(),
+        "busybox-static is needed for the tests (apt-get install busybox-static)"
+    );
+    for d in [
+        "bin", "etc", "tmp", "usr/bin", "root", "home", "proc", "sys", "dev",
+    ] {
         std::fs::create_dir_all(root.join(d)).unwrap();
     }
     std::fs::copy(bb, root.join("bin/busybox")).unwrap();
@@ -151,7 +176,10 @@ pub fn busybox_rootfs(root: &Path) {
 /// mksquashfs DIR OUT (squashfs-tools), owned by the test user.
 pub fn mksquashfs(dir: &Path, out: &Path, extra: &[&str]) {
     let mut c = Command::new("mksquashfs");
-    c.arg(dir).arg(out).args(["-noappend", "-quiet", "-no-progress"]).args(extra);
+    c.arg(dir)
+        .arg(out)
+        .args(["-noappend", "-quiet", "-no-progress"])
+        .args(extra);
     run_ok(&mut c);
     if is_root() {
         let (uid, gid) = test_ids();

@@ -1,0 +1,126 @@
+//! Decompressors for the squashfs compressor ids. Every call gets a hard output limit (8 KiB for
+//! metadata, the block size for data) so a corrupt block can never make us allocate without bound.
+
+use std::fmt;
+
+/// Compressor id from the superblock (squashfs_fs.h numbering).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compressor {
+    Gzip,
+    Xz,
+    Lz4,
+    Zstd,
+}
+
+impl Compressor {
+    /// Ok(compressor) for the ones we read; Err(name) for the ones we know but do not read.
+    pub fn from_id(id: u16) -> Result<Compressor, String> {
+        match id {
+            1 => Ok(Compressor::Gzip),
+            2 => Err("lzma".into()),
+            3 => Err("lzo".into()),
+            4 => Ok(Compressor::Xz),
+            5 => Ok(Compressor::Lz4),
+            6 => Ok(Compressor::Zstd),
+            n => Err(format!("unknown (id {n})")),
+        }
+    }
+
+    /// Decompress `input`, producing at most `limit` bytes; anything malformed or longer is an error.
+    pub fn decompress(self, input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+        match self {
+            Compressor::Gzip => {
+                // squashfs "gzip" blocks are zlib streams (with the zlib header).
+                let mut d = flate2::Decompress::new(true);
+                let mut out = Vec::with_capacity(limit);
+                match d.decompress_vec(input, &mut out, flate2::FlushDecompress::Finish) {
+                    Ok(flate2::Status::StreamEnd) => Ok(out),
+                    Ok(_) => Err("zlib stream does not end within the block".into()),
+                    Err(e) => Err(format!("zlib: {e}")),
+                }
+            }
+            Compressor::Zstd => {
+                zstd::bulk::decompress(input, limit).map_err(|e| format!("zstd: {e}"))
+            }
+            Compressor::Xz => {
+                let mut s = liblzma::stream::Stream::new_stream_decoder(256 << 20, 0)
+                    .map_err(|e| format!("xz: {e}"))?;
+                let mut out = Vec::with_capacity(limit);
+                match s.process_vec(input, &mut out, liblzma::stream::Action::Finish) {
+                    Ok(liblzma::stream::Status::StreamEnd) => Ok(out),
+                    Ok(_) => Err("xz stream does not end within the block".into()),
+                    Err(e) => Err(format!("xz: {e}")),
+                }
+            }
+            Compressor::Lz4 => {
+                let mut out = vec![0u8; limit];
+                let n = lz4_flex::block::decompress_into(input, &mut out)
+                    .map_err(|e| format!("lz4: {e}"))?;
+                out.truncate(n);
+                Ok(out)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Compressor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Compressor::Gzip => "gzip",
+            Compressor::Xz => "xz",
+            Compressor::Lz4 => "lz4",
+            Compressor::Zstd => "zstd",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn sample() -> Vec<u8> {
+        (0..5000u32).flat_map(|i| (i % 251).to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn ids() {
+        assert_eq!(Compressor::from_id(1), Ok(Compressor::Gzip));
+        assert_eq!(Compressor::from_id(6), Ok(Compressor::Zstd));
+        assert_eq!(Compressor::from_id(3), Err("lzo".into()));
+        assert_eq!(Compressor::from_id(2), Err("lzma".into()));
+        assert!(Compressor::from_id(99).unwrap_err().contains("99"));
+    }
+
+    #[test]
+    fn roundtrip_and_limits() {
+        let data = sample();
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(&data).unwrap();
+        let gz = z.finish().unwrap();
+        let zs = zstd::bulk::compress(&data, 3).unwrap();
+        let l4 = lz4_flex::block::compress(&data);
+        let mut x = liblzma::write::XzEncoder::new(Vec::new(), 6);
+        x.write_all(&data).unwrap();
+        let xz = x.finish().unwrap();
+        for (c, bytes) in [
+            (Compressor::Gzip, &gz),
+            (Compressor::Zstd, &zs),
+            (Compressor::Lz4, &l4),
+            (Compressor::Xz, &xz),
+        ] {
+            assert_eq!(c.decompress(bytes, data.len()).unwrap(), data, "{c}");
+            // One byte too little room: must be an error, never a silently cut block.
+            assert!(c.decompress(bytes, data.len() - 1).is_err(), "{c} limit");
+            // Truncated input: error, no panic.
+            assert!(
+                c.decompress(&bytes[..bytes.len() / 2], data.len()).is_err(),
+                "{c} truncated"
+            );
+            assert!(
+                c.decompress(&[0xff; 16], data.len()).is_err(),
+                "{c} garbage"
+            );
+        }
+    }
+}

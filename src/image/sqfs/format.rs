@@ -1,0 +1,632 @@
+//! squashfs 4.0 on-disk structures (little endian), parsed from byte sources with every length
+//! checked. Facts from the kernel's fs/squashfs/squashfs_fs.h and squashfs-tools' documentation.
+
+/// The size of the superblock at offset 0.
+pub const SUPERBLOCK_SIZE: usize = 96;
+pub const MAGIC: u32 = 0x7371_7368;
+/// Decompressed size of a full metadata block.
+pub const METADATA_SIZE: usize = 8192;
+/// "No such table / no fragment / no xattrs" marker.
+pub const INVALID_U64: u64 = u64::MAX;
+pub const INVALID_U32: u32 = u32::MAX;
+/// Data block size word: this bit set = stored uncompressed; low 24 bits = size on disk.
+const BLOCK_UNCOMPRESSED: u32 = 1 << 24;
+/// Names in a directory are at most 256 bytes, and one header covers at most 256 entries.
+const MAX_NAME: usize = 256;
+const MAX_DIR_COUNT: u32 = 256;
+/// Longest symlink target we accept (Linux PATH_MAX is 4096; squashfs-tools allows up to 64 KiB).
+const MAX_SYMLINK: usize = 65536;
+
+/// Something wrong with the bytes: a short description, turned into SqfsError::Corrupt by the caller.
+pub type FormatResult<T> = Result<T, String>;
+
+/// A source of consecutive bytes (a metadata stream, or a slice in tests).
+pub trait ByteSource {
+    fn take(&mut self, n: usize) -> FormatResult<Vec<u8>>;
+
+    fn u16(&mut self) -> FormatResult<u16> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> FormatResult<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> FormatResult<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+}
+
+impl ByteSource for &[u8] {
+    fn take(&mut self, n: usize) -> FormatResult<Vec<u8>> {
+        if self.len() < n {
+            return Err(format!("{n} bytes wanted, {} left", self.len()));
+        }
+        let (a, b) = self.split_at(n);
+        *self = b;
+        Ok(a.to_vec())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superblock {
+    pub inode_count: u32,
+    pub mod_time: u32,
+    pub block_size: u32,
+    pub frag_count: u32,
+    pub compression: u16,
+    pub flags: u16,
+    pub id_count: u16,
+    pub root_inode: u64,
+    pub bytes_used: u64,
+    pub id_table: u64,
+    pub xattr_id_table: u64,
+    pub inode_table: u64,
+    pub directory_table: u64,
+    pub fragment_table: u64,
+    pub export_table: u64,
+}
+
+/// Why a superblock was refused; the caller words the message for the user.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SuperblockError {
+    BadMagic,
+    Version(u16, u16),
+    Invalid(String),
+}
+
+impl Superblock {
+    pub fn parse(b: &[u8; SUPERBLOCK_SIZE]) -> Result<Superblock, SuperblockError> {
+        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        if u32_at(0) != MAGIC {
+            return Err(SuperblockError::BadMagic);
+        }
+        let (major, minor) = (u16_at(28), u16_at(30));
+        if (major, minor) != (4, 0) {
+            return Err(SuperblockError::Version(major, minor));
+        }
+        let sb = Superblock {
+            inode_count: u32_at(4),
+            mod_time: u32_at(8),
+            block_size: u32_at(12),
+            frag_count: u32_at(16),
+            compression: u16_at(20),
+            flags: u16_at(24),
+            id_count: u16_at(26),
+            root_inode: u64_at(32),
+            bytes_used: u64_at(40),
+            id_table: u64_at(48),
+            xattr_id_table: u64_at(56),
+            inode_table: u64_at(64),
+            directory_table: u64_at(72),
+            fragment_table: u64_at(80),
+            export_table: u64_at(88),
+        };
+        let block_log = u16_at(22);
+        let bs = sb.block_size;
+        if !(4096..=1 << 20).contains(&bs)
+            || !bs.is_power_of_two()
+            || 1u32 << block_log.min(31) != bs
+        {
+            return Err(SuperblockError::Invalid(format!(
+                "block size {bs} (log {block_log})"
+            )));
+        }
+        if sb.inode_table >= sb.bytes_used
+            || sb.directory_table >= sb.bytes_used
+            || sb.directory_table < sb.inode_table
+            || sb.id_table >= sb.bytes_used
+        {
+            return Err(SuperblockError::Invalid(
+                "table offsets outside the image".into(),
+            ));
+        }
+        Ok(sb)
+    }
+}
+
+/// Decoded data block size word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockWord {
+    pub on_disk: u32,
+    pub compressed: bool,
+}
+
+impl BlockWord {
+    pub fn decode(w: u32) -> BlockWord {
+        BlockWord {
+            on_disk: w & (BLOCK_UNCOMPRESSED - 1),
+            compressed: w & BLOCK_UNCOMPRESSED == 0,
+        }
+    }
+    /// Size 0 means a sparse block: all zeros, nothing stored.
+    pub fn is_sparse(self) -> bool {
+        self.on_disk == 0
+    }
+}
+
+/// Metadata block header: (size on disk, compressed).
+pub fn meta_header(h: u16) -> (usize, bool) {
+    ((h & 0x7fff) as usize, h & 0x8000 == 0)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    BlockDev,
+    CharDev,
+    Fifo,
+    Socket,
+}
+
+impl Kind {
+    /// Basic type numbers 1..=7 (directory entries always use these).
+    pub fn from_basic(t: u16) -> FormatResult<Kind> {
+        Ok(match t {
+            1 => Kind::Dir,
+            2 => Kind::File,
+            3 => Kind::Symlink,
+            4 => Kind::BlockDev,
+            5 => Kind::CharDev,
+            6 => Kind::Fifo,
+            7 => Kind::Socket,
+            t => return Err(format!("bad inode type {t}")),
+        })
+    }
+    /// The S_IF* bits.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            Kind::Dir => libc::S_IFDIR,
+            Kind::File => libc::S_IFREG,
+            Kind::Symlink => libc::S_IFLNK,
+            Kind::BlockDev => libc::S_IFBLK,
+            Kind::CharDev => libc::S_IFCHR,
+            Kind::Fifo => libc::S_IFIFO,
+            Kind::Socket => libc::S_IFSOCK,
+        }
+    }
+}
+
+/// Where a directory's listing lives in the directory table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirLoc {
+    /// Metadata block, relative to the directory table start.
+    pub block: u32,
+    pub offset: u16,
+    /// Listing size in bytes (the stored size minus the 3 that squashfs adds for . and ..).
+    pub size: u32,
+    pub parent_number: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileLoc {
+    pub blocks_start: u64,
+    /// (fragment index, offset inside the fragment block).
+    pub fragment: Option<(u32, u32)>,
+    pub block_words: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Body {
+    Dir(DirLoc),
+    File(FileLoc),
+    Symlink(Vec<u8>),
+    /// Devices, fifos, sockets: nothing beyond the common fields.
+    Special,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawInode {
+    pub kind: Kind,
+    pub perm: u16,
+    pub uid_idx: u16,
+    pub gid_idx: u16,
+    pub mtime: u32,
+    pub number: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub rdev: u32,
+    pub xattr: Option<u32>,
+    pub body: Body,
+}
+
+fn opt(x: u32) -> Option<u32> {
+    (x != INVALID_U32).then_some(x)
+}
+
+/// Parse one inode. `block_size` is needed to know how many block words a file has;
+/// `max_blocks` bounds that count so a corrupt size cannot make us allocate without bound.
+pub fn parse_inode(
+    src: &mut impl ByteSource,
+    block_size: u32,
+    max_blocks: u64,
+) -> FormatResult<RawInode> {
+    let t = src.u16()?;
+    let perm = src.u16()?;
+    let uid_idx = src.u16()?;
+    let gid_idx = src.u16()?;
+    let mtime = src.u32()?;
+    let number = src.u32()?;
+    let extended = t > 7;
+    let kind = Kind::from_basic(if extended { t.wrapping_sub(7) } else { t })?;
+    let mut ino = RawInode {
+        kind,
+        perm: perm & 0o7777,
+        uid_idx,
+        gid_idx,
+        mtime,
+        number,
+        nlink: 1,
+        size: 0,
+        rdev: 0,
+        xattr: None,
+        body: Body::Special,
+    };
+    match (kind, extended) {
+        (Kind::Dir, false) => {
+            let block = src.u32()?;
+            ino.nlink = src.u32()?;
+            let size = src.u16()? as u32;
+            let offset = src.u16()?;
+            let parent_number = src.u32()?;
+            ino.body = Body::Dir(dir_loc(block, offset, size, parent_number)?);
+        }
+        (Kind::Dir, true) => {
+            ino.nlink = src.u32()?;
+            let size = src.u32()?;
+            let block = src.u32()?;
+            let parent_number = src.u32()?;
+            let _index_count = src.u16()?;
+            let offset = src.u16()?;
+            ino.xattr = opt(src.u32()?);
+            // The directory index that follows is only a lookup accelerator; listings are
+            // parsed whole and cached, so it is not read.
+            ino.body = Body::Dir(dir_loc(block, offset, size, parent_number)?);
+        }
+        (Kind::File, ext) => {
+            let (blocks_start, frag, frag_off) = if ext {
+                let start = src.u64()?;
+                ino.size = src.u64()?;
+                let _sparse = src.u64()?;
+                ino.nlink = src.u32()?;
+                let frag = src.u32()?;
+                let off = src.u32()?;
+                ino.xattr = opt(src.u32()?);
+                (start, frag, off)
+            } else {
+                let start = src.u32()? as u64;
+                let frag = src.u32()?;
+                let off = src.u32()?;
+                ino.size = src.u32()? as u64;
+                (start, frag, off)
+            };
+            let fragment = opt(frag).map(|f| (f, frag_off));
+            let bs = block_size as u64;
+            let n = if fragment.is_some() {
+                ino.size / bs
+            } else {
+                ino.size.div_ceil(bs)
+            };
+            if n > max_blocks {
+                return Err(format!(
+                    "file of {} bytes cannot fit in the inode table",
+                    ino.size
+                ));
+            }
+            let words = src.take(n as usize * 4)?;
+            let block_words = words
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            ino.body = Body::File(FileLoc {
+                blocks_start,
+                fragment,
+                block_words,
+            });
+        }
+        (Kind::Symlink, ext) => {
+            ino.nlink = src.u32()?;
+            let len = src.u32()? as usize;
+            if len > MAX_SYMLINK {
+                return Err(format!("symlink target of {len} bytes"));
+            }
+            let target = src.take(len)?;
+            ino.size = len as u64;
+            if ext {
+                ino.xattr = opt(src.u32()?);
+            }
+            ino.body = Body::Symlink(target);
+        }
+        (Kind::BlockDev | Kind::CharDev, ext) => {
+            ino.nlink = src.u32()?;
+            ino.rdev = src.u32()?;
+            if ext {
+                ino.xattr = opt(src.u32()?);
+            }
+        }
+        (Kind::Fifo | Kind::Socket, ext) => {
+            ino.nlink = src.u32()?;
+            if ext {
+                ino.xattr = opt(src.u32()?);
+            }
+        }
+    }
+    Ok(ino)
+}
+
+fn dir_loc(block: u32, offset: u16, size: u32, parent_number: u32) -> FormatResult<DirLoc> {
+    if size < 3 {
+        return Err(format!("directory size {size}"));
+    }
+    Ok(DirLoc {
+        block,
+        offset,
+        size: size - 3,
+        parent_number,
+    })
+}
+
+/// One directory entry: name, inode reference (block << 16 | offset), basic kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub inode: u64,
+    pub kind: Kind,
+}
+
+/// Parse a whole directory listing of `size` bytes.
+pub fn parse_dir(src: &mut impl ByteSource, size: u32) -> FormatResult<Vec<DirEntry>> {
+    let mut out = Vec::new();
+    let mut left = size as usize;
+    while left > 0 {
+        if left < 12 {
+            return Err("directory listing ends inside a header".into());
+        }
+        let count = src.u32()?;
+        let start = src.u32()?;
+        let _base_number = src.u32()?;
+        left -= 12;
+        if count >= MAX_DIR_COUNT {
+            return Err(format!(
+                "directory header with {} entries",
+                count as u64 + 1
+            ));
+        }
+        for _ in 0..=count {
+            if left < 8 {
+                return Err("directory listing ends inside an entry".into());
+            }
+            let offset = src.u16()?;
+            let _delta = src.u16()?;
+            let kind = Kind::from_basic(src.u16()?)?;
+            let name_len = src.u16()? as usize + 1;
+            left -= 8;
+            if name_len > MAX_NAME || name_len > left {
+                return Err(format!("directory entry name of {name_len} bytes"));
+            }
+            let name = src.take(name_len)?;
+            left -= name_len;
+            if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+                return Err(format!(
+                    "bad name {:?} in a directory",
+                    String::from_utf8_lossy(&name)
+                ));
+            }
+            out.push(DirEntry {
+                name,
+                inode: (start as u64) << 16 | offset as u64,
+                kind,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// One xattr key as stored: full name with prefix, and whether the value is out of line.
+pub fn xattr_name(kind: u16, name: &[u8]) -> FormatResult<(Vec<u8>, bool)> {
+    let prefix: &[u8] = match kind & 0xff {
+        0 => b"user.",
+        1 => b"trusted.",
+        2 => b"security.",
+        t => return Err(format!("xattr type {t}")),
+    };
+    let mut full = prefix.to_vec();
+    full.extend_from_slice(name);
+    Ok((full, kind & 0x100 != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb_bytes() -> [u8; SUPERBLOCK_SIZE] {
+        let mut b = [0u8; SUPERBLOCK_SIZE];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[12..16].copy_from_slice(&131072u32.to_le_bytes());
+        b[20..22].copy_from_slice(&6u16.to_le_bytes());
+        b[22..24].copy_from_slice(&17u16.to_le_bytes());
+        b[28..30].copy_from_slice(&4u16.to_le_bytes());
+        b[40..48].copy_from_slice(&10000u64.to_le_bytes());
+        b[48..56].copy_from_slice(&9000u64.to_le_bytes());
+        b[64..72].copy_from_slice(&5000u64.to_le_bytes());
+        b[72..80].copy_from_slice(&6000u64.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn superblock() {
+        let sb = Superblock::parse(&sb_bytes()).unwrap();
+        assert_eq!(
+            (sb.block_size, sb.compression, sb.inode_table),
+            (131072, 6, 5000)
+        );
+        let mut b = sb_bytes();
+        b[0] = b'X';
+        assert_eq!(Superblock::parse(&b), Err(SuperblockError::BadMagic));
+        let mut b = sb_bytes();
+        b[28] = 3;
+        assert_eq!(Superblock::parse(&b), Err(SuperblockError::Version(3, 0)));
+        let mut b = sb_bytes();
+        b[22] = 16; // log does not match size
+        assert!(matches!(
+            Superblock::parse(&b),
+            Err(SuperblockError::Invalid(_))
+        ));
+        let mut b = sb_bytes();
+        b[64..72].copy_from_slice(&20000u64.to_le_bytes());
+        assert!(matches!(
+            Superblock::parse(&b),
+            Err(SuperblockError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn words() {
+        assert_eq!(meta_header(0x8010), (16, false));
+        assert_eq!(meta_header(0x0010), (16, true));
+        assert_eq!(
+            BlockWord::decode(0x0100_0200),
+            BlockWord {
+                on_disk: 0x200,
+                compressed: false
+            }
+        );
+        assert_eq!(
+            BlockWord::decode(0x300),
+            BlockWord {
+                on_disk: 0x300,
+                compressed: true
+            }
+        );
+        assert!(BlockWord::decode(0).is_sparse());
+    }
+
+    fn header(t: u16) -> Vec<u8> {
+        let mut v = Vec::new();
+        for x in [t, 0o4755, 1, 2] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v.extend_from_slice(&1234u32.to_le_bytes());
+        v.extend_from_slice(&7u32.to_le_bytes());
+        v
+    }
+
+    fn le32(v: &mut Vec<u8>, xs: &[u32]) {
+        for x in xs {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+
+    #[test]
+    fn inode_table() {
+        // basic file: 2 full blocks + fragment tail
+        let mut b = header(2);
+        le32(&mut b, &[96, 3, 100, 4096 * 2 + 10, 500, 0x0100_1000]);
+        let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
+        assert_eq!(
+            (ino.kind, ino.perm, ino.size, ino.number, ino.mtime),
+            (Kind::File, 0o4755, 8202, 7, 1234)
+        );
+        assert_eq!(
+            ino.body,
+            Body::File(FileLoc {
+                blocks_start: 96,
+                fragment: Some((3, 100)),
+                block_words: vec![500, 0x0100_1000]
+            })
+        );
+        // same without fragment needs 3 words; with only 2 present it is truncated
+        let mut b = header(2);
+        le32(&mut b, &[96, INVALID_U32, 0, 4096 * 2 + 10, 500, 600]);
+        assert!(parse_inode(&mut &b[..], 4096, 100).is_err());
+        // absurd size is refused before allocating
+        let mut b = header(2);
+        le32(&mut b, &[96, INVALID_U32, 0, u32::MAX]);
+        assert!(parse_inode(&mut &b[..], 4096, 100)
+            .unwrap_err()
+            .contains("cannot fit"));
+        // extended symlink with xattr
+        let mut b = header(10);
+        le32(&mut b, &[2, 3]);
+        b.extend_from_slice(b"a/b");
+        le32(&mut b, &[5]);
+        let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
+        assert_eq!(
+            (ino.nlink, ino.xattr, ino.body),
+            (2, Some(5), Body::Symlink(b"a/b".to_vec()))
+        );
+        // char device
+        let mut b = header(5);
+        le32(&mut b, &[1, 0x103]);
+        let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
+        assert_eq!(
+            (ino.kind, ino.rdev, ino.xattr),
+            (Kind::CharDev, 0x103, None)
+        );
+        // basic dir
+        let mut b = header(1);
+        le32(&mut b, &[40, 3]);
+        b.extend_from_slice(&30u16.to_le_bytes());
+        b.extend_from_slice(&12u16.to_le_bytes());
+        le32(&mut b, &[1]);
+        let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
+        assert_eq!(
+            ino.body,
+            Body::Dir(DirLoc {
+                block: 40,
+                offset: 12,
+                size: 27,
+                parent_number: 1
+            })
+        );
+        // bad type
+        assert!(parse_inode(&mut &header(15)[..], 4096, 100).is_err());
+        assert!(parse_inode(&mut &header(0)[..], 4096, 100).is_err());
+    }
+
+    #[test]
+    fn directory() {
+        let mut b = Vec::new();
+        le32(&mut b, &[1, 7, 100]);
+        for (off, t, name) in [(16u16, 2u16, &b"a"[..]), (48, 1, b"bc")] {
+            for x in [off, 0, t, name.len() as u16 - 1] {
+                b.extend_from_slice(&x.to_le_bytes());
+            }
+            b.extend_from_slice(name);
+        }
+        let e = parse_dir(&mut &b[..], b.len() as u32).unwrap();
+        assert_eq!(
+            e[0],
+            DirEntry {
+                name: b"a".to_vec(),
+                inode: 7 << 16 | 16,
+                kind: Kind::File
+            }
+        );
+        assert_eq!(
+            e[1],
+            DirEntry {
+                name: b"bc".to_vec(),
+                inode: 7 << 16 | 48,
+                kind: Kind::Dir
+            }
+        );
+        assert!(parse_dir(&mut &b[..], b.len() as u32 - 1).is_err());
+        assert!(parse_dir(&mut &b[..5], b.len() as u32).is_err());
+        let mut bad = b.clone();
+        bad[12 + 8] = b'/';
+        assert!(parse_dir(&mut &bad[..], b.len() as u32).is_err());
+    }
+
+    #[test]
+    fn xattr_names() {
+        assert_eq!(xattr_name(0, b"x").unwrap(), (b"user.x".to_vec(), false));
+        assert_eq!(
+            xattr_name(0x102, b"capability").unwrap(),
+            (b"security.capability".to_vec(), true)
+        );
+        assert!(xattr_name(5, b"x").is_err());
+    }
+}

@@ -1,0 +1,723 @@
+//! A lazy, thread-safe, read-only squashfs 4.0 reader (in the manner of squashfuse_ll).
+//!
+//! Opening reads only the superblock, the id table and the fragment/xattr lookup pointers. Inodes,
+//! directory listings, fragments and xattrs are read on demand through bounded LRU caches of
+//! decompressed metadata blocks, parsed inodes and directory listings; file data goes through
+//! `pread` on the image and a bounded LRU of decompressed data blocks keyed by image offset.
+//! Locks are held only around cache lookups and inserts, never across I/O or decompression.
+//! Anything malformed becomes `SqfsError::Corrupt`: no panics, no unbounded allocations.
+
+mod compress;
+mod format;
+
+use std::num::NonZeroUsize;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
+use sha2::{Digest, Sha256};
+
+pub use compress::Compressor;
+use format::{BlockWord, Body, ByteSource, FormatResult, RawInode, Superblock, SuperblockError};
+pub use format::{DirEntry, Kind};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SqfsError {
+    #[error("cannot read image {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a squashfs image (no squashfs magic); give a .sqsh file made by `gpurun pull`, enroot or mksquashfs")]
+    NotSquashfs { path: PathBuf },
+    #[error("{path} is squashfs version {major}.{minor}; only 4.0 is supported, rebuild it with squashfs-tools 4.x")]
+    Version {
+        path: PathBuf,
+        major: u16,
+        minor: u16,
+    },
+    #[error("{path} is compressed with {name}, which gpurun cannot read; rebuild it with `mksquashfs -comp zstd` (gzip, xz and lz4 also work)")]
+    Compressor { path: PathBuf, name: String },
+    #[error("image {path} is corrupt or truncated ({what}); rebuild or download it again")]
+    Corrupt { path: PathBuf, what: String },
+    #[error("{inner} in image {path} is not a regular file")]
+    NotAFile { path: PathBuf, inner: String },
+    #[error("too many levels of symbolic links resolving {inner} in image {path}")]
+    SymlinkLoop { path: PathBuf, inner: String },
+}
+
+impl SqfsError {
+    /// The errno a FUSE reader should get.
+    pub fn errno(&self) -> i32 {
+        match self {
+            SqfsError::NotAFile { .. } => libc::EISDIR,
+            SqfsError::SymlinkLoop { .. } => libc::ELOOP,
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// One extended attribute: (full name such as `user.x`, value).
+pub type Xattr = (Vec<u8>, Vec<u8>);
+
+/// A parsed inode. `r` is its inode reference (metadata block << 16 | offset), which is also
+/// its identity: hard links share one inode and so one reference.
+#[derive(Debug)]
+pub struct Inode {
+    pub r: u64,
+    pub kind: Kind,
+    /// Permission bits including setuid/setgid/sticky (no file type bits).
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: u32,
+    /// The inode number stored in the image (1..=inode_count).
+    pub number: u32,
+    pub nlink: u32,
+    /// File size, symlink target length, or directory listing size.
+    pub size: u64,
+    /// Device number in the kernel's new_encode_dev format (what FUSE and stat expect).
+    pub rdev: u32,
+    xattr: Option<u32>,
+    body: Body,
+    /// Absolute image offset of each data block (files only).
+    block_pos: Vec<u64>,
+}
+
+impl Inode {
+    pub fn mode(&self) -> u32 {
+        self.kind.mode_bits() | self.perm as u32
+    }
+    pub fn symlink_target(&self) -> Option<&[u8]> {
+        match &self.body {
+            Body::Symlink(t) => Some(t),
+            _ => None,
+        }
+    }
+    pub fn has_xattrs(&self) -> bool {
+        self.xattr.is_some()
+    }
+}
+
+struct Caches {
+    meta: Mutex<LruCache<u64, Arc<MetaBlock>>>,
+    data: Mutex<LruCache<u64, Arc<Vec<u8>>>>,
+    inodes: Mutex<LruCache<u64, Arc<Inode>>>,
+    dirs: Mutex<LruCache<u64, Arc<Vec<DirEntry>>>>,
+}
+
+struct MetaBlock {
+    data: Vec<u8>,
+    /// Image offset of the following metadata block.
+    next: u64,
+}
+
+/// Sizes of the caches. Metadata is what makes lookups fast (the prototype's edge over the
+/// kernel came from keeping it in RAM), so it gets a generous bound; data blocks are re-read
+/// from the page cache cheaply.
+const META_CACHE_BLOCKS: usize = 8192; // 64 MiB at most
+const DATA_CACHE_BYTES: usize = 64 << 20;
+const INODE_CACHE: usize = 65536;
+const DIR_CACHE: usize = 16384;
+const MAX_SYMLINKS: usize = 40;
+
+pub struct Archive {
+    file: std::fs::File,
+    path: PathBuf,
+    sb: Superblock,
+    comp: Compressor,
+    ids: Vec<u32>,
+    frag_ptrs: Vec<u64>,
+    /// (start of the key/value area, lookup block pointers) when the image has xattrs.
+    xattr: Option<(u64, Vec<u64>)>,
+    caches: Caches,
+    /// Upper bound of block words an inode can hold: the inode table's size decompressed.
+    max_blocks: u64,
+}
+
+fn cache<K: std::hash::Hash + Eq, V>(n: usize) -> Mutex<LruCache<K, V>> {
+    Mutex::new(LruCache::new(NonZeroUsize::new(n.max(1)).unwrap()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding a cache lock cannot leave a cache inconsistent (single calls).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Archive {
+    pub fn open(path: &Path) -> Result<Archive, SqfsError> {
+        let io = |source| SqfsError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut buf = [0u8; format::SUPERBLOCK_SIZE];
+        match file.read_exact_at(&mut buf, 0) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(SqfsError::NotSquashfs {
+                    path: path.to_owned(),
+                })
+            }
+            Err(e) => return Err(io(e)),
+        }
+        let sb = Superblock::parse(&buf).map_err(|e| match e {
+            SuperblockError::BadMagic => SqfsError::NotSquashfs {
+                path: path.to_owned(),
+            },
+            SuperblockError::Version(major, minor) => SqfsError::Version {
+                path: path.to_owned(),
+                major,
+                minor,
+            },
+            SuperblockError::Invalid(what) => SqfsError::Corrupt {
+                path: path.to_owned(),
+                what,
+            },
+        })?;
+        let comp = Compressor::from_id(sb.compression).map_err(|name| SqfsError::Compressor {
+            path: path.to_owned(),
+            name,
+        })?;
+        let len = file.metadata().map_err(io)?.len();
+        if len < sb.bytes_used {
+            return Err(SqfsError::Corrupt {
+                path: path.to_owned(),
+                what: format!("file is {len} bytes, superblock says {}", sb.bytes_used),
+            });
+        }
+        let max_blocks =
+            (sb.directory_table - sb.inode_table) / 2 * format::METADATA_SIZE as u64 / 4 + 1;
+        let data_blocks = DATA_CACHE_BYTES / sb.block_size as usize;
+        let mut ar = Archive {
+            file,
+            path: path.to_owned(),
+            comp,
+            ids: Vec::new(),
+            frag_ptrs: Vec::new(),
+            xattr: None,
+            caches: Caches {
+                meta: cache(META_CACHE_BLOCKS),
+                data: cache(data_blocks.max(16)),
+                inodes: cache(INODE_CACHE),
+                dirs: cache(DIR_CACHE),
+            },
+            max_blocks,
+            sb,
+        };
+        let id_ptrs = ar.read_u64s(ar.sb.id_table, (ar.sb.id_count as u64).div_ceil(2048))?;
+        let mut ids = Vec::with_capacity(ar.sb.id_count as usize);
+        for i in 0..ar.sb.id_count as u64 {
+            let mut c = ar.cursor(id_ptrs[(i / 2048) as usize], (i % 2048 * 4) as usize);
+            ids.push(ar.fmt(c.u32())?);
+        }
+        ar.ids = ids;
+        if ar.sb.frag_count > 0 && ar.sb.fragment_table != format::INVALID_U64 {
+            ar.frag_ptrs = ar.read_u64s(
+                ar.sb.fragment_table,
+                (ar.sb.frag_count as u64).div_ceil(512),
+            )?;
+        }
+        if ar.sb.xattr_id_table != format::INVALID_U64 {
+            let head = ar.read_u64s(ar.sb.xattr_id_table, 2)?;
+            let count = head[1] & 0xffff_ffff;
+            let ptrs = ar.read_u64s(ar.sb.xattr_id_table + 16, count.div_ceil(512))?;
+            ar.xattr = Some((head[0], ptrs));
+        }
+        Ok(ar)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn block_size(&self) -> u32 {
+        self.sb.block_size
+    }
+    pub fn inode_count(&self) -> u32 {
+        self.sb.inode_count
+    }
+    pub fn bytes_used(&self) -> u64 {
+        self.sb.bytes_used
+    }
+    pub fn compressor(&self) -> Compressor {
+        self.comp
+    }
+    /// Inode reference of the root directory.
+    pub fn root_ref(&self) -> u64 {
+        self.sb.root_inode
+    }
+
+    fn corrupt(&self, what: impl Into<String>) -> SqfsError {
+        SqfsError::Corrupt {
+            path: self.path.clone(),
+            what: what.into(),
+        }
+    }
+    fn fmt<T>(&self, r: FormatResult<T>) -> Result<T, SqfsError> {
+        r.map_err(|w| self.corrupt(w))
+    }
+
+    fn pread(&self, pos: u64, len: usize) -> Result<Vec<u8>, SqfsError> {
+        if pos
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.sb.bytes_used)
+        {
+            return Err(self.corrupt(format!(
+                "{len} bytes at offset {pos} lie past the end of the image"
+            )));
+        }
+        let mut v = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut v, pos)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    self.corrupt(format!("truncated at offset {pos}"))
+                }
+                _ => SqfsError::Io {
+                    path: self.path.clone(),
+                    source: e,
+                },
+            })?;
+        Ok(v)
+    }
+
+    /// `n` little-endian u64 (uncompressed lookup table pointers) at `pos`.
+    fn read_u64s(&self, pos: u64, n: u64) -> Result<Vec<u64>, SqfsError> {
+        if n > self.sb.bytes_used / 8 {
+            return Err(self.corrupt("lookup table larger than the image"));
+        }
+        let b = self.pread(pos, n as usize * 8)?;
+        Ok(b.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect())
+    }
+
+    fn meta_block(&self, pos: u64) -> Result<Arc<MetaBlock>, SqfsError> {
+        if let Some(b) = lock(&self.caches.meta).get(&pos) {
+            return Ok(b.clone());
+        }
+        let h = self.pread(pos, 2)?;
+        let (len, compressed) = format::meta_header(u16::from_le_bytes([h[0], h[1]]));
+        let raw = self.pread(pos + 2, len)?;
+        let data = if compressed {
+            self.comp
+                .decompress(&raw, format::METADATA_SIZE)
+                .map_err(|e| self.corrupt(format!("metadata block at {pos}: {e}")))?
+        } else {
+            raw
+        };
+        let b = Arc::new(MetaBlock {
+            data,
+            next: pos + 2 + len as u64,
+        });
+        lock(&self.caches.meta).put(pos, b.clone());
+        Ok(b)
+    }
+
+    fn cursor(&self, block: u64, offset: usize) -> MetaCursor<'_> {
+        MetaCursor {
+            ar: self,
+            block,
+            offset,
+            cur: None,
+        }
+    }
+
+    /// The inode with reference `r`.
+    pub fn inode(&self, r: u64) -> Result<Arc<Inode>, SqfsError> {
+        if let Some(i) = lock(&self.caches.inodes).get(&r) {
+            return Ok(i.clone());
+        }
+        let block = self.sb.inode_table + (r >> 16);
+        if block >= self.sb.directory_table {
+            return Err(self.corrupt(format!("inode reference {r:#x} outside the inode table")));
+        }
+        let mut c = self.cursor(block, (r & 0xffff) as usize);
+        let raw = self.fmt(format::parse_inode(
+            &mut c,
+            self.sb.block_size,
+            self.max_blocks,
+        ))?;
+        let ino = Arc::new(self.cook(r, raw)?);
+        lock(&self.caches.inodes).put(r, ino.clone());
+        Ok(ino)
+    }
+
+    fn cook(&self, r: u64, raw: RawInode) -> Result<Inode, SqfsError> {
+        let id = |i: u16| {
+            self.ids
+                .get(i as usize)
+                .copied()
+                .ok_or_else(|| self.corrupt(format!("uid/gid index {i}")))
+        };
+        let mut block_pos = Vec::new();
+        let mut size = raw.size;
+        match &raw.body {
+            Body::File(f) => {
+                block_pos.reserve(f.block_words.len());
+                let mut p = f.blocks_start;
+                for &w in &f.block_words {
+                    block_pos.push(p);
+                    p += BlockWord::decode(w).on_disk as u64;
+                }
+                if p > self.sb.bytes_used {
+                    return Err(self.corrupt(format!(
+                        "data of inode {r:#x} lies past the end of the image"
+                    )));
+                }
+            }
+            Body::Dir(d) => size = d.size as u64,
+            _ => {}
+        }
+        Ok(Inode {
+            r,
+            kind: raw.kind,
+            perm: raw.perm,
+            uid: id(raw.uid_idx)?,
+            gid: id(raw.gid_idx)?,
+            mtime: raw.mtime,
+            number: raw.number,
+            nlink: raw.nlink,
+            size,
+            rdev: raw.rdev,
+            xattr: raw.xattr,
+            body: raw.body,
+            block_pos,
+        })
+    }
+
+    pub fn root(&self) -> Result<Arc<Inode>, SqfsError> {
+        self.inode(self.sb.root_inode)
+    }
+
+    /// The entries of a directory (without . and ..), sorted by name as squashfs stores them.
+    pub fn readdir(&self, dir: &Inode) -> Result<Arc<Vec<DirEntry>>, SqfsError> {
+        let Body::Dir(loc) = &dir.body else {
+            return Err(self.corrupt(format!("inode {:#x} read as a directory", dir.r)));
+        };
+        if let Some(d) = lock(&self.caches.dirs).get(&dir.r) {
+            return Ok(d.clone());
+        }
+        let mut c = self.cursor(
+            self.sb.directory_table + loc.block as u64,
+            loc.offset as usize,
+        );
+        let entries = Arc::new(self.fmt(format::parse_dir(&mut c, loc.size))?);
+        lock(&self.caches.dirs).put(dir.r, entries.clone());
+        Ok(entries)
+    }
+
+    /// Look a name up in a directory.
+    pub fn lookup_in(&self, dir: &Inode, name: &[u8]) -> Result<Option<DirEntry>, SqfsError> {
+        let entries = self.readdir(dir)?;
+        // Sorted by mksquashfs and tar2sqfs; fall back to a scan if an odd writer did not sort.
+        if let Ok(i) = entries.binary_search_by(|e| e.name.as_slice().cmp(name)) {
+            return Ok(Some(entries[i].clone()));
+        }
+        Ok(entries.iter().find(|e| e.name == name).cloned())
+    }
+
+    /// Resolve an absolute path inside the image, following symlinks inside the image
+    /// (the last component only when `follow` is set). None when it does not exist.
+    pub fn lookup(&self, path: &str, follow: bool) -> Result<Option<Arc<Inode>>, SqfsError> {
+        let mut stack = vec![self.root()?];
+        let mut todo: Vec<Vec<u8>> = components(path.as_bytes());
+        todo.reverse();
+        let mut links = 0;
+        while let Some(name) = todo.pop() {
+            let cur = stack.last().unwrap().clone();
+            if name == b".." {
+                if stack.len() > 1 {
+                    stack.pop();
+                }
+                continue;
+            }
+            if cur.kind != Kind::Dir {
+                return Ok(None);
+            }
+            let Some(e) = self.lookup_in(&cur, &name)? else {
+                return Ok(None);
+            };
+            let ino = self.inode(e.inode)?;
+            if ino.kind == Kind::Symlink && (follow || !todo.is_empty()) {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(SqfsError::SymlinkLoop {
+                        path: self.path.clone(),
+                        inner: path.to_owned(),
+                    });
+                }
+                let target = ino.symlink_target().unwrap_or_default();
+                if target.starts_with(b"/") {
+                    stack.truncate(1);
+                }
+                let mut parts = components(target);
+                parts.reverse();
+                todo.extend(parts);
+                continue;
+            }
+            stack.push(ino);
+        }
+        Ok(stack.pop())
+    }
+
+    pub fn exists(&self, path: &str) -> Result<bool, SqfsError> {
+        Ok(self.lookup(path, false)?.is_some())
+    }
+
+    /// A whole regular file by absolute path (symlinks followed), None when absent.
+    pub fn read_file(&self, path: &str) -> Result<Option<Vec<u8>>, SqfsError> {
+        let Some(ino) = self.lookup(path, true)? else {
+            return Ok(None);
+        };
+        if ino.kind != Kind::File {
+            return Err(SqfsError::NotAFile {
+                path: self.path.clone(),
+                inner: path.to_owned(),
+            });
+        }
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; self.sb.block_size as usize];
+        loop {
+            let n = self.read_at(&ino, out.len() as u64, &mut buf)?;
+            if n == 0 {
+                return Ok(Some(out));
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// Decompressed data block (or fragment block) at image offset `pos`, cached.
+    fn data_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Vec<u8>>, SqfsError> {
+        if let Some(b) = lock(&self.caches.data).get(&pos) {
+            return Ok(b.clone());
+        }
+        let bs = self.sb.block_size as usize;
+        if word.on_disk as usize > bs {
+            return Err(self.corrupt(format!("data block of {} bytes at {pos}", word.on_disk)));
+        }
+        let raw = self.pread(pos, word.on_disk as usize)?;
+        let data = if word.compressed {
+            self.comp
+                .decompress(&raw, bs)
+                .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?
+        } else {
+            raw
+        };
+        let b = Arc::new(data);
+        lock(&self.caches.data).put(pos, b.clone());
+        Ok(b)
+    }
+
+    fn fragment(&self, index: u32) -> Result<(u64, BlockWord), SqfsError> {
+        let i = index as u64;
+        let Some(&ptr) = self.frag_ptrs.get((i / 512) as usize) else {
+            return Err(self.corrupt(format!("fragment {index} of {}", self.sb.frag_count)));
+        };
+        if index >= self.sb.frag_count {
+            return Err(self.corrupt(format!("fragment {index} of {}", self.sb.frag_count)));
+        }
+        let mut c = self.cursor(ptr, (i % 512 * 16) as usize);
+        let start = self.fmt(c.u64())?;
+        let word = BlockWord::decode(self.fmt(c.u32())?);
+        Ok((start, word))
+    }
+
+    /// Read file data at `offset` into `buf`; returns the byte count (0 at end of file).
+    /// Reads up to the end of `buf` or the end of the file, whichever comes first.
+    pub fn read_at(&self, ino: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize, SqfsError> {
+        let Body::File(f) = &ino.body else {
+            return Err(SqfsError::NotAFile {
+                path: self.path.clone(),
+                inner: format!("inode {:#x}", ino.r),
+            });
+        };
+        if offset >= ino.size {
+            return Ok(0);
+        }
+        let end = ino.size.min(offset + buf.len() as u64);
+        let bs = self.sb.block_size as u64;
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / bs;
+            let in_block = (pos % bs) as usize;
+            let block_len = (ino.size - idx * bs).min(bs) as usize;
+            let n = ((end - pos) as usize).min(block_len - in_block);
+            let dst = &mut buf[(pos - offset) as usize..][..n];
+            if let Some(&w) = f.block_words.get(idx as usize) {
+                let word = BlockWord::decode(w);
+                if word.is_sparse() {
+                    dst.fill(0);
+                } else {
+                    let data = self.data_block(ino.block_pos[idx as usize], word)?;
+                    if data.len() != block_len {
+                        return Err(self.corrupt(format!(
+                            "block {idx} of inode {:#x} is {} bytes, expected {block_len}",
+                            ino.r,
+                            data.len()
+                        )));
+                    }
+                    dst.copy_from_slice(&data[in_block..in_block + n]);
+                }
+            } else if let (Some((frag, frag_off)), true) =
+                (f.fragment, idx as usize == f.block_words.len())
+            {
+                let (start, word) = self.fragment(frag)?;
+                let data = self.data_block(start, word)?;
+                let from = frag_off as usize + in_block;
+                let Some(src) = data.get(from..from + n) else {
+                    return Err(
+                        self.corrupt(format!("fragment {frag} too short for inode {:#x}", ino.r))
+                    );
+                };
+                dst.copy_from_slice(src);
+            } else {
+                return Err(self.corrupt(format!("inode {:#x} has no block {idx}", ino.r)));
+            }
+            pos += n as u64;
+        }
+        Ok((end - offset) as usize)
+    }
+
+    /// All xattrs of an inode as (full name, value), in stored order.
+    pub fn xattrs(&self, ino: &Inode) -> Result<Vec<Xattr>, SqfsError> {
+        let (Some(idx), Some((kv_start, ptrs))) = (ino.xattr, &self.xattr) else {
+            return Ok(Vec::new());
+        };
+        let i = idx as u64;
+        let Some(&ptr) = ptrs.get((i / 512) as usize) else {
+            return Err(self.corrupt(format!("xattr id {idx} out of range")));
+        };
+        let mut c = self.cursor(ptr, (i % 512 * 16) as usize);
+        let xref = self.fmt(c.u64())?;
+        let count = self.fmt(c.u32())?;
+        let mut kv = self.cursor(kv_start + (xref >> 16), (xref & 0xffff) as usize);
+        let mut out = Vec::new();
+        for _ in 0..count {
+            let kind = self.fmt(kv.u16())?;
+            let name_len = self.fmt(kv.u16())? as usize;
+            let name = self.fmt(kv.take(name_len))?;
+            let (full, out_of_line) = self.fmt(format::xattr_name(kind, &name))?;
+            let vlen = self.fmt(kv.u32())? as usize;
+            let value = if out_of_line {
+                if vlen != 8 {
+                    return Err(self.corrupt("out-of-line xattr reference is not 8 bytes"));
+                }
+                let vref = self.fmt(kv.u64())?;
+                let mut v = self.cursor(kv_start + (vref >> 16), (vref & 0xffff) as usize);
+                let len = self.fmt(v.u32())? as usize;
+                self.fmt(v.take(len))?
+            } else {
+                self.fmt(kv.take(vlen))?
+            };
+            out.push((full, value));
+            if out.len() > 65536 {
+                return Err(self.corrupt("more than 65536 xattrs on one inode"));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A key derived from the image's content, for caches of things made from it (the
+    /// extracted rootfs). It is the SHA-256 of the superblock and of everything from the start
+    /// of the inode table to the end of the image: the inode, directory, fragment, export, id
+    /// and xattr tables. Those hold every name, mode, owner, mtime, xattr, and each data block's
+    /// compressed size and position, so any real change to the image changes the key, yet a
+    /// 10 GB image costs only its few MB of metadata to key. (Data bytes rewritten in place with
+    /// identical compressed sizes and unchanged mtimes would not be noticed: not something any
+    /// tool produces.)
+    pub fn content_key(&self) -> Result<String, SqfsError> {
+        let mut h = Sha256::new();
+        h.update(self.pread(0, format::SUPERBLOCK_SIZE)?);
+        let mut pos = self.sb.inode_table.min(self.sb.directory_table);
+        while pos < self.sb.bytes_used {
+            let n = (self.sb.bytes_used - pos).min(1 << 20);
+            h.update(self.pread(pos, n as usize)?);
+            pos += n;
+        }
+        Ok(hex::encode(h.finalize()))
+    }
+}
+
+fn components(p: &[u8]) -> Vec<Vec<u8>> {
+    p.split(|&c| c == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(|c| c.to_vec())
+        .collect()
+}
+
+/// Reads consecutive bytes of a metadata table, crossing block boundaries.
+struct MetaCursor<'a> {
+    ar: &'a Archive,
+    block: u64,
+    offset: usize,
+    cur: Option<Arc<MetaBlock>>,
+}
+
+impl ByteSource for MetaCursor<'_> {
+    fn take(&mut self, n: usize) -> FormatResult<Vec<u8>> {
+        let mut out = Vec::with_capacity(n.min(1 << 16));
+        while out.len() < n {
+            let b = match &self.cur {
+                Some(b) => b.clone(),
+                None => {
+                    let b = self.ar.meta_block(self.block).map_err(|e| match e {
+                        SqfsError::Corrupt { what, .. } => what,
+                        e => e.to_string(),
+                    })?;
+                    self.cur = Some(b.clone());
+                    b
+                }
+            };
+            if self.offset > b.data.len() {
+                return Err(format!(
+                    "offset {} past a metadata block of {} bytes",
+                    self.offset,
+                    b.data.len()
+                ));
+            }
+            let k = (n - out.len()).min(b.data.len() - self.offset);
+            out.extend_from_slice(&b.data[self.offset..self.offset + k]);
+            self.offset += k;
+            if out.len() < n {
+                self.block = b.next;
+                self.offset = 0;
+                self.cur = None;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_components() {
+        assert_eq!(
+            components(b"/a//b/./c/"),
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+        );
+        assert!(components(b"/").is_empty());
+        assert_eq!(components(b"../x"), vec![b"..".to_vec(), b"x".to_vec()]);
+    }
+
+    #[test]
+    fn not_squashfs_names_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.sqsh");
+        std::fs::write(&p, vec![7u8; 4096]).unwrap();
+        let e = Archive::open(&p).err().unwrap();
+        assert!(matches!(e, SqfsError::NotSquashfs { .. }));
+        assert!(e.to_string().contains("x.sqsh"), "{e}");
+        std::fs::write(&p, b"hsq").unwrap();
+        assert!(matches!(
+            Archive::open(&p),
+            Err(SqfsError::NotSquashfs { .. })
+        ));
+        let e = Archive::open(&dir.path().join("missing")).err().unwrap();
+        assert!(matches!(e, SqfsError::Io { .. }) && e.to_string().contains("missing"));
+    }
+}

@@ -1,0 +1,686 @@
+//! Fork, apply the plan, exec; forward signals; pass the exit status back.
+//!
+//! Process model: gpurun (P) enters a new user namespace (single-threaded, so unshare is allowed),
+//! forks the container process (C) and then serves the image over FUSE from its own threads. C
+//! makes a private mount namespace, mounts the image, applies the plan's mounts, pivots into the
+//! root and execs. P forwards signals to C, returns C's status, and kills whatever C left behind.
+//! C dies with P (PDEATHSIG), and the mounts die with C's mount namespace: nothing outlives a run.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::SignalFd;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+
+use super::plan::{Mount, MountSource, Plan};
+use super::sys::{self, Create, SysError};
+use crate::exit;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("cannot create a user namespace ({0}); ask the admin to allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0) — `gpurun doctor` checks this")]
+    UserNamespace(SysError),
+    #[error("{0}")]
+    Setup(String),
+    #[error("{message}")]
+    Child { code: i32, message: String },
+    #[error("gpurun is installed setuid or setgid; it needs no privilege: chmod u-s,g-s {0}")]
+    Setuid(PathBuf),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Sys(#[from] SysError),
+}
+
+impl LaunchError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LaunchError::Child { code, .. } => *code,
+            _ => exit::GPURUN_FAILED,
+        }
+    }
+}
+
+/// The signals gpurun passes on to the container.
+const FORWARDED: [Signal; 7] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+];
+
+/// Starts serving an image on a mounted /dev/fuse fd; what it returns keeps the server alive.
+pub type Serve = Box<dyn FnOnce(OwnedFd) -> Result<Box<dyn std::any::Any>, String>>;
+
+/// How the image's root gets into the container.
+pub enum Lower {
+    /// A directory on the host (a sandbox or an extracted image).
+    Dir(PathBuf),
+    /// An open /dev/fuse; P serves it with `serve` once C has mounted it.
+    Fuse {
+        fd: OwnedFd,
+        image: PathBuf,
+        serve: Serve,
+    },
+}
+
+/// Where the container's pieces live inside C's private mount namespace. A tmpfs mounted over /tmp
+/// holds them: nothing is created on the host, and host /tmp is pinned by an fd beforehand.
+const STAGE: &str = "/tmp";
+
+/// For the Slurm holder: where to write the state once the container is ready.
+pub struct HoldState {
+    pub path: PathBuf,
+}
+
+/// Run a plan. Returns the exit code gpurun should exit with (the command's own).
+pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, LaunchError> {
+    if sys::is_setuid() {
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gpurun"));
+        return Err(LaunchError::Setuid(exe));
+    }
+    // Everything C needs is made before fork, so C allocates little and P stays simple.
+    let prepared = Prepared::new(plan)?;
+    let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
+    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
+    let state_tmp = match &hold {
+        Some(h) => {
+            let tmp = tmp_beside(&h.path);
+            Some((
+                File::create(&tmp).map_err(|e| LaunchError::Io {
+                    what: format!("create {}", tmp.display()),
+                    source: e,
+                })?,
+                tmp,
+            ))
+        }
+        None => None,
+    };
+
+    let mut mask = SigSet::empty();
+    for s in FORWARDED {
+        mask.add(s);
+    }
+    mask.add(Signal::SIGCHLD);
+    let old_mask = mask
+        .thread_swap_mask(SigmaskHow::SIG_BLOCK)
+        .map_err(|e| LaunchError::Setup(format!("sigprocmask: {e}")))?;
+
+    // Blocked too, so C can wait for it; the command gets the caller's original mask back.
+    let mut rt = unsafe { std::mem::zeroed::<libc::sigset_t>() };
+    unsafe {
+        libc::sigemptyset(&mut rt);
+        libc::sigaddset(&mut rt, parent_death_signal());
+        libc::pthread_sigmask(libc::SIG_BLOCK, &rt, std::ptr::null_mut());
+    }
+    sys::enter_user_namespace(plan.uid.inside, plan.gid.inside)
+        .map_err(LaunchError::UserNamespace)?;
+    sys::become_subreaper()?;
+    if hold.is_some() {
+        sys::die_with_parent(libc::SIGKILL)?;
+    }
+    let parent = nix::unistd::getpid();
+
+    // SAFETY: P is single-threaded here (the FUSE server starts after fork).
+    match unsafe { fork() }.map_err(|e| LaunchError::Setup(format!("fork: {e}")))? {
+        ForkResult::Child => {
+            drop(ready_r);
+            drop(err_r);
+            let fuse_fd = match &lower {
+                Lower::Fuse { fd, .. } => Some(fd.as_raw_fd()),
+                Lower::Dir(_) => None,
+            };
+            let e = child(
+                plan,
+                &prepared,
+                &lower,
+                fuse_fd,
+                ready_w,
+                parent,
+                state_tmp.map(|(f, _)| f),
+                old_mask,
+            );
+            let (code, msg) = e;
+            let mut w = File::from(err_w);
+            let _ = write!(w, "{code} {msg}");
+            unsafe { libc::_exit(code) };
+        }
+        ForkResult::Parent { child } => {
+            drop(ready_w);
+            drop(err_w);
+            parent_loop(
+                child,
+                lower,
+                ready_r,
+                err_r,
+                hold,
+                state_tmp.map(|(_, p)| p),
+            )
+        }
+    }
+}
+
+fn tmp_beside(p: &Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(format!(".tmp{}", std::process::id()));
+    PathBuf::from(s)
+}
+
+/// Pre-computed C strings for the exec, so the child does no planning.
+struct Prepared {
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    path_dirs: Vec<PathBuf>,
+}
+
+impl Prepared {
+    fn new(plan: &Plan) -> Result<Prepared, LaunchError> {
+        let c = |s: &[u8]| {
+            CString::new(s).map_err(|_| LaunchError::Setup("argument contains a NUL byte".into()))
+        };
+        let argv = plan
+            .argv
+            .iter()
+            .map(|a| c(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let envp = plan
+            .env
+            .iter()
+            .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let path = plan
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or(super::env::DEFAULT_PATH);
+        let path_dirs = path
+            .split(':')
+            .map(|d| PathBuf::from(if d.is_empty() { "." } else { d }))
+            .collect();
+        Ok(Prepared {
+            argv,
+            envp,
+            path_dirs,
+        })
+    }
+}
+
+/// The container process. Returns only on failure: (exit code, message for P to print).
+#[allow(clippy::too_many_arguments)]
+fn child(
+    plan: &Plan,
+    prep: &Prepared,
+    lower: &Lower,
+    fuse_fd: Option<i32>,
+    ready_w: OwnedFd,
+    parent: Pid,
+    state: Option<File>,
+    old_mask: SigSet,
+) -> (i32, String) {
+    if sys::die_with_parent(parent_death_signal()).is_err() || nix::unistd::getppid() != parent {
+        return (exit::GPURUN_FAILED, "gpurun exited during start-up".into());
+    }
+    let mut ready = File::from(ready_w);
+    let root = match setup_root(plan, lower, fuse_fd, &mut ready) {
+        Ok(r) => r,
+        Err(e) => return (exit::GPURUN_FAILED, e),
+    };
+    if let Some(mut f) = state {
+        let st = serde_json::json!({
+            "pid": std::process::id(),
+            "root": root,
+            "env": plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+            "cwd": plan.cwd,
+        });
+        if f.write_all(format!("{st}\n").as_bytes()).is_err() || ready.write_all(b"R").is_err() {
+            return (exit::GPURUN_FAILED, "cannot write the holder state".into());
+        }
+        drop(ready);
+        let _ = old_mask.thread_set_mask();
+        // Hold the namespace until P forwards a signal (SIGTERM from the SPANK plugin).
+        loop {
+            nix::unistd::pause();
+        }
+    }
+    drop(ready);
+    if let Err(e) = sys::pivot_root(&root) {
+        return (
+            exit::GPURUN_FAILED,
+            format!("cannot enter the container root: {e}"),
+        );
+    }
+    if nix::unistd::chdir(&plan.cwd).is_err() {
+        eprintln!(
+            "gpurun: warning: working directory {} does not exist in the container; using /",
+            plan.cwd.display()
+        );
+    }
+    if let Err(e) = sys::set_no_new_privs().and_then(|_| sys::become_subreaper()) {
+        return (exit::GPURUN_FAILED, e.to_string());
+    }
+    // C stays as a small init: it reaps, forwards signals, and takes the command's whole process
+    // tree down with it, also when gpurun itself is killed (PDEATHSIG reaches C, which can act).
+    // SAFETY: C is single-threaded.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            for s in FORWARDED {
+                unsafe { libc::signal(s as i32, libc::SIG_DFL) };
+            }
+            let _ = old_mask.thread_set_mask();
+            exec(prep)
+        }
+        Ok(ForkResult::Parent { child }) => supervise(child),
+        Err(e) => (exit::GPURUN_FAILED, format!("fork: {e}")),
+    }
+}
+
+/// C's loop once the command runs: forward, reap, and on the end of either the command or
+/// gpurun, kill everything left and leave with the command's status.
+fn supervise(cmd: Pid) -> ! {
+    let mut set = unsafe { std::mem::zeroed::<libc::sigset_t>() };
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, s as i32);
+        }
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigaddset(&mut set, parent_death_signal());
+    }
+    loop {
+        let mut info = unsafe { std::mem::zeroed::<libc::siginfo_t>() };
+        let signo = unsafe { libc::sigwaitinfo(&set, &mut info) };
+        if signo < 0 {
+            continue;
+        }
+        if signo == parent_death_signal() {
+            kill_descendants();
+            unsafe { libc::_exit(exit::GPURUN_FAILED) };
+        }
+        if signo != libc::SIGCHLD {
+            if info.si_code != libc::SI_KERNEL {
+                let _ = nix::sys::signal::kill(cmd, Signal::try_from(signo).ok());
+            }
+            continue;
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == cmd => {
+                    kill_descendants();
+                    unsafe { libc::_exit(code) };
+                }
+                Ok(WaitStatus::Signaled(pid, sig, core)) if pid == cmd => {
+                    kill_descendants();
+                    die_by(sig, core);
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// Sent to C when gpurun dies: a real-time signal, so it never collides with one a user sends.
+fn parent_death_signal() -> i32 {
+    libc::SIGRTMIN()
+}
+
+/// Leave by `sig`, as the command did, so callers see a signal and not a number.
+fn die_by(sig: Signal, core: bool) -> ! {
+    if !core {
+        unsafe { libc::signal(sig as i32, libc::SIG_DFL) };
+        let mut m = SigSet::empty();
+        m.add(sig);
+        let _ = m.thread_unblock();
+        let _ = nix::sys::signal::raise(sig);
+    }
+    unsafe { libc::_exit(128 + sig as i32) }
+}
+
+/// Build the container root in C's private mount namespace; returns its path.
+fn setup_root(
+    plan: &Plan,
+    lower: &Lower,
+    fuse_fd: Option<i32>,
+    ready: &mut File,
+) -> Result<PathBuf, String> {
+    sys::enter_mount_namespace().map_err(|e| e.to_string())?;
+    // Pin every host source before STAGE is covered.
+    let mut srcs: Vec<Option<OwnedFd>> = Vec::with_capacity(plan.mounts.len());
+    for m in &plan.mounts {
+        srcs.push(match &m.source {
+            MountSource::Bind { src } => match sys::open_path(src) {
+                Ok(fd) => Some(fd),
+                Err(_) if m.optional => None,
+                Err(e) => return Err(format!("cannot bind {}: {e}", src.display())),
+            },
+            _ => None,
+        });
+    }
+    let lower_dir_fd = match lower {
+        Lower::Dir(d) => {
+            Some(sys::open_path(d).map_err(|e| format!("cannot use image directory: {e}"))?)
+        }
+        Lower::Fuse { .. } => None,
+    };
+    let stage = Path::new(STAGE);
+    sys::mount_tmpfs(stage, 0o755).map_err(|e| e.to_string())?;
+    let (lower_p, upper, work, rootp, files) = (
+        stage.join("lower"),
+        stage.join("upper"),
+        stage.join("work"),
+        stage.join("root"),
+        stage.join("files"),
+    );
+    for d in [&lower_p, &upper, &work, &rootp, &files] {
+        std::fs::create_dir(d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+    }
+    match (lower, fuse_fd, &lower_dir_fd) {
+        (Lower::Fuse { image, .. }, Some(fd), _) => {
+            sys::mount_fuse(fd, image, &lower_p, plan.uid.inside, plan.gid.inside)
+                .map_err(|e| format!("cannot mount image {}: {e}", image.display()))?;
+            ready
+                .write_all(b"M")
+                .map_err(|e| format!("gpurun exited during start-up: {e}"))?;
+        }
+        (_, _, Some(fd)) => {
+            sys::bind(&sys::fd_path(fd), &lower_p).map_err(|e| e.to_string())?;
+            sys::remount_readonly(&lower_p).map_err(|e| e.to_string())?;
+        }
+        _ => unreachable!("a lower is either FUSE or a directory"),
+    }
+    // The overlay gives every mount point a place to be created, whatever the image contains.
+    let root = match sys::mount_overlay(&lower_p, &upper, &work, &rootp) {
+        Ok(()) => rootp,
+        Err(e) => {
+            if plan.writable {
+                return Err(format!(
+                    "--writable-tmpfs needs overlayfs in a user namespace (Linux ≥ 5.11): {e}"
+                ));
+            }
+            lower_p
+        }
+    };
+    let rootfd = sys::open_path(&root).map_err(|e| e.to_string())?;
+    for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
+        if let Err(e) = apply_mount(&rootfd, m, src.as_ref(), &files, i) {
+            if m.optional {
+                continue;
+            }
+            return Err(format!("cannot mount {}: {e}", m.dst.display()));
+        }
+    }
+    if !plan.writable {
+        sys::remount_readonly(&root).map_err(|e| e.to_string())?;
+    }
+    Ok(root)
+}
+
+fn apply_mount(
+    rootfd: &OwnedFd,
+    m: &Mount,
+    src: Option<&OwnedFd>,
+    files: &Path,
+    i: usize,
+) -> Result<(), SysError> {
+    match &m.source {
+        MountSource::Bind { .. } => {
+            let Some(src) = src else { return Ok(()) };
+            let kind = if sys::is_dir_fd(src)? {
+                Create::Dir
+            } else {
+                Create::File
+            };
+            bind_in_root(rootfd, &sys::fd_path(src), m, kind)
+        }
+        MountSource::Tmpfs => {
+            let dst = sys::open_in_root(rootfd, &m.dst, Create::Dir)?;
+            let mode = if m.dst == Path::new("/dev") {
+                0o755
+            } else {
+                0o1777
+            };
+            sys::mount_tmpfs(&sys::fd_path(&dst), mode)
+        }
+        MountSource::File { contents } => {
+            let f = files.join(i.to_string());
+            std::fs::write(&f, contents).map_err(|e| SysError::Path {
+                what: "write",
+                path: f.clone(),
+                errno: sys::io_errno(&e),
+            })?;
+            let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644));
+            bind_in_root(rootfd, &f, m, Create::File)
+        }
+        MountSource::Symlink { target } => sys::symlink_in_root(rootfd, &m.dst, target),
+    }
+}
+
+fn bind_in_root(rootfd: &OwnedFd, src: &Path, m: &Mount, kind: Create) -> Result<(), SysError> {
+    let dst = sys::open_in_root(rootfd, &m.dst, kind)?;
+    sys::bind(src, &sys::fd_path(&dst))?;
+    if m.readonly {
+        let top = sys::open_in_root(rootfd, &m.dst, Create::No)?;
+        sys::remount_readonly(&sys::fd_path(&top))?;
+    }
+    Ok(())
+}
+
+/// execve through the container's PATH (glibc's execvpe would search the host's PATH).
+fn exec(prep: &Prepared) -> (i32, String) {
+    let Some(arg0) = prep.argv.first() else {
+        return (exit::GPURUN_FAILED, "no command given".into());
+    };
+    let name = arg0.to_string_lossy().into_owned();
+    let candidates: Vec<PathBuf> = if name.contains('/') {
+        vec![PathBuf::from(&name)]
+    } else {
+        prep.path_dirs.iter().map(|d| d.join(&name)).collect()
+    };
+    let mut denied = None;
+    for cand in &candidates {
+        let Ok(c) = CString::new(cand.as_os_str().as_bytes()) else {
+            continue;
+        };
+        let e = nix::unistd::execve(&c, &prep.argv, &prep.envp).unwrap_err();
+        match e {
+            Errno::ENOENT | Errno::ENOTDIR => {}
+            Errno::EACCES | Errno::ENOEXEC | Errno::EISDIR => denied = Some((cand.clone(), e)),
+            other => {
+                return (
+                    exit::NOT_EXECUTABLE,
+                    format!("cannot execute {}: {other}", cand.display()),
+                )
+            }
+        }
+    }
+    match denied {
+        Some((p, Errno::ENOEXEC)) => (
+            exit::NOT_EXECUTABLE,
+            format!(
+                "cannot execute {}: not a program for this machine, and no #! line; check the file or the image's platform",
+                p.display()
+            ),
+        ),
+        Some((p, e)) => (
+            exit::NOT_EXECUTABLE,
+            format!(
+                "cannot execute {}: {e}; make it executable (chmod +x) or run it through its interpreter",
+                p.display()
+            ),
+        ),
+        None if name.contains('/') => (
+            exit::NOT_FOUND,
+            format!("{name}: no such file in the container; check the path (the image's files, and binds)"),
+        ),
+        None => (
+            exit::NOT_FOUND,
+            format!(
+                "{name}: command not found in the container's PATH ({}); check the name, or give its full path",
+                prep.path_dirs
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":")
+            ),
+        ),
+    }
+}
+
+/// P after fork: start the FUSE server when C has mounted, then forward signals until C exits.
+fn parent_loop(
+    child: Pid,
+    lower: Lower,
+    ready_r: OwnedFd,
+    err_r: OwnedFd,
+    hold: Option<HoldState>,
+    state_tmp: Option<PathBuf>,
+) -> Result<i32, LaunchError> {
+    let mut ready = File::from(ready_r);
+    // Kept alive until we exit: dropping it would stop serving the image.
+    let mut _server = None;
+    if let Lower::Fuse { fd, serve, .. } = lower {
+        let mut b = [0u8; 1];
+        if ready.read_exact(&mut b).is_ok() {
+            match serve(fd) {
+                Ok(s) => _server = Some(s),
+                Err(e) => {
+                    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                    return Err(LaunchError::Setup(format!("cannot serve the image: {e}")));
+                }
+            }
+        }
+    }
+    if let (Some(h), Some(tmp)) = (&hold, &state_tmp) {
+        let mut b = [0u8; 1];
+        if ready.read_exact(&mut b).is_ok() {
+            std::fs::rename(tmp, &h.path).map_err(|e| LaunchError::Io {
+                what: format!("rename {} to {}", tmp.display(), h.path.display()),
+                source: e,
+            })?;
+        }
+    }
+    drop(ready);
+
+    let mut mask = SigSet::empty();
+    for s in FORWARDED {
+        mask.add(s);
+    }
+    mask.add(Signal::SIGCHLD);
+    let sfd = SignalFd::new(&mask).map_err(|e| LaunchError::Setup(format!("signalfd: {e}")))?;
+    let status = loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => break st,
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(LaunchError::Setup(format!("waitpid: {e}"))),
+        }
+        let Ok(Some(info)) = sfd.read_signal() else {
+            continue;
+        };
+        let signo = info.ssi_signo as i32;
+        if signo == libc::SIGCHLD {
+            continue;
+        }
+        // A signal from the terminal already reached C (same process group); pass on only the
+        // ones sent to gpurun by a process (kill, scancel, timeout).
+        if info.ssi_code != libc::SI_KERNEL {
+            if let Ok(s) = Signal::try_from(signo) {
+                let _ = nix::sys::signal::kill(child, s);
+            }
+        }
+    };
+    kill_descendants();
+    if let Some(tmp) = &state_tmp {
+        let _ = std::fs::remove_file(tmp);
+    }
+    if let Some(h) = &hold {
+        let _ = std::fs::remove_file(&h.path);
+    }
+    let mut msg = String::new();
+    let _ = File::from(err_r).read_to_string(&mut msg);
+    if let Some((code, text)) = msg.split_once(' ') {
+        let code = code.parse().unwrap_or(exit::GPURUN_FAILED);
+        return Err(LaunchError::Child {
+            code,
+            message: text.to_string(),
+        });
+    }
+    Ok(match status {
+        WaitStatus::Exited(_, code) => code,
+        WaitStatus::Signaled(_, sig, _) if hold.is_some() && sig == Signal::SIGTERM => 0,
+        WaitStatus::Signaled(_, sig, core) => {
+            if !core {
+                // Die the same way, so shells and Slurm see the signal, not a number.
+                unsafe { libc::signal(sig as i32, libc::SIG_DFL) };
+                let mut m = SigSet::empty();
+                m.add(sig);
+                let _ = m.thread_unblock();
+                let _ = nix::sys::signal::raise(sig);
+            }
+            128 + sig as i32
+        }
+        _ => exit::GPURUN_FAILED,
+    })
+}
+
+/// Kill and reap every descendant of this process (we are a subreaper, so orphans are ours too).
+fn kill_descendants() {
+    let me = std::process::id() as i32;
+    loop {
+        let mut children: std::collections::HashMap<i32, Vec<i32>> = Default::default();
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                    continue;
+                };
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    continue;
+                };
+                // After the command name (which may hold spaces and parens): state, then ppid.
+                if let Some(ppid) = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|p| p.parse::<i32>().ok())
+                {
+                    children.entry(ppid).or_default().push(pid);
+                }
+            }
+        }
+        let mut todo = vec![me];
+        let mut found = false;
+        while let Some(p) = todo.pop() {
+            for &c in children.get(&p).map(|v| v.as_slice()).unwrap_or(&[]) {
+                found = true;
+                let _ = nix::sys::signal::kill(Pid::from_raw(c), Signal::SIGKILL);
+                todo.push(c);
+            }
+        }
+        while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            if st == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        if !found {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}

@@ -1,0 +1,875 @@
+//! The launch plan: everything decided before touching the system, as plain data.
+//!
+//! `plan()` is a pure function of the request and a snapshot of the host (`HostView`), so every rule
+//! (which binds, which /dev entries, which env, which uid map) is tested with tables, no root needed.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::env::{compose, EnvError, EnvInputs};
+use crate::image::meta::ImageMeta;
+
+/// What a mount inside the container is made from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MountSource {
+    /// A host file or directory (recursive bind).
+    Bind { src: PathBuf },
+    /// A fresh tmpfs.
+    Tmpfs,
+    /// A file whose contents gpurun generates (passwd, group, driver params…).
+    File { contents: String },
+    /// A symlink created in the container's writable scratch (e.g. /dev/fd → /proc/self/fd).
+    Symlink { target: PathBuf },
+}
+
+/// One mount (or symlink) in the container, applied in plan order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mount {
+    /// Absolute path inside the container.
+    pub dst: PathBuf,
+    #[serde(flatten)]
+    pub source: MountSource,
+    pub readonly: bool,
+    /// Skip silently when the host source does not exist (host files that are only sometimes there).
+    pub optional: bool,
+}
+
+impl Mount {
+    pub fn bind(src: impl Into<PathBuf>, dst: impl Into<PathBuf>, readonly: bool) -> Mount {
+        Mount {
+            dst: dst.into(),
+            source: MountSource::Bind { src: src.into() },
+            readonly,
+            optional: false,
+        }
+    }
+
+    pub fn optional(mut self) -> Mount {
+        self.optional = true;
+        self
+    }
+}
+
+impl Mount {
+    fn new(dst: impl Into<PathBuf>, source: MountSource) -> Mount {
+        Mount {
+            dst: dst.into(),
+            source,
+            readonly: false,
+            optional: false,
+        }
+    }
+
+    fn ro(mut self) -> Mount {
+        self.readonly = true;
+        self
+    }
+}
+
+/// One id of the caller as seen inside the container, and its host value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct IdMap {
+    pub inside: u32,
+    pub outside: u32,
+}
+
+/// What the container's root filesystem is made from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "path", rename_all = "snake_case")]
+pub enum RootSource {
+    /// A squashfs file served by gpurun's FUSE server.
+    Squashfs(PathBuf),
+    /// A directory tree (a sandbox, or an extracted image when FUSE is unavailable).
+    Dir(PathBuf),
+}
+
+/// The whole launch, as data. `--dry-run` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub root: RootSource,
+    pub uid: IdMap,
+    pub gid: IdMap,
+    /// Applied in order, after the root is in place.
+    pub mounts: Vec<Mount>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub argv: Vec<String>,
+    /// A tmpfs overlay keeps the root writable (`--writable-tmpfs`); otherwise it is read-only.
+    pub writable: bool,
+}
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Exec(Vec<String>),
+    /// Image entrypoint + (these args, or else the image cmd).
+    Run(Vec<String>),
+    /// An interactive shell; Some = the user's choice.
+    Shell(Option<String>),
+    /// Prepare the container and run nothing (the Slurm holder).
+    Hold,
+}
+
+/// The user's request (from the command line).
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub binds: Vec<String>,
+    pub contain: bool,
+    pub no_home: bool,
+    pub pwd: Option<PathBuf>,
+    pub cleanenv: bool,
+    pub env: Vec<String>,
+    /// Parsed --env-file contents.
+    pub env_files: Vec<(String, String)>,
+    pub writable_tmpfs: bool,
+    pub fakeroot: bool,
+}
+
+/// A top-level entry of the host's /dev.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DevEntry {
+    Symlink { name: String, target: PathBuf },
+    Other { name: String },
+}
+
+/// What the planner needs to know about the host, gathered once by `launch`.
+pub struct HostView<'a> {
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+    pub group: String,
+    pub home: PathBuf,
+    pub shell: Option<String>,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    /// Top-level entries of /dev (used only when /dev must be filtered).
+    pub dev: Vec<DevEntry>,
+    pub exists: &'a dyn Fn(&Path) -> bool,
+}
+
+/// What the planner needs to know about the image.
+pub struct ImageView<'a> {
+    pub root: RootSource,
+    pub meta: ImageMeta,
+    pub passwd: Option<String>,
+    pub group: Option<String>,
+    pub exists: &'a dyn Fn(&str) -> bool,
+}
+
+/// Extra mounts and environment from the GPU module.
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    pub mounts: Vec<Mount>,
+    pub env: Vec<(String, String)>,
+    pub ld_library_path_prepend: Vec<PathBuf>,
+    pub ld_library_path_append: Vec<PathBuf>,
+    pub path_append: Vec<PathBuf>,
+    /// Hide the host's /dev/nvidia* nodes (only those in `mounts` appear).
+    pub filter_nvidia_dev: bool,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error("--bind {0:?}: {1}")]
+    Bind(String, &'static str),
+    #[error("--bind source {0} does not exist; create it or fix the path")]
+    BindSourceMissing(PathBuf),
+    #[error("--pwd {0:?} must be an absolute path inside the container")]
+    RelativePwd(PathBuf),
+    #[error("the image has no entrypoint, no command and no /bin/sh; give a command: gpurun exec IMAGE CMD")]
+    NothingToRun,
+    #[error(transparent)]
+    Env(#[from] EnvError),
+}
+
+/// Host directories that are never bound as the working directory: binding them would hide the
+/// image's own copy (Apptainer skips them too).
+const SYSTEM_DIRS: &[&str] = &[
+    "/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root", "/run",
+    "/sbin", "/sys", "/usr", "/var", "/opt", "/srv",
+];
+
+fn is_system_dir(p: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|d| Path::new(d) == p)
+        || ["/usr", "/etc", "/proc", "/sys", "/dev", "/boot"]
+            .iter()
+            .any(|d| p.starts_with(d))
+}
+
+/// Parse one `--bind` item: `SRC[:DST[:ro|rw]]` (a comma list is split before).
+pub fn parse_bind(spec: &str, cwd: &Path) -> Result<(PathBuf, PathBuf, bool), PlanError> {
+    let err = |why| PlanError::Bind(spec.to_string(), why);
+    let parts: Vec<&str> = spec.split(':').collect();
+    let (src, dst, opt) = match parts.as_slice() {
+        [s] => (*s, *s, None),
+        [s, d] if *d == "ro" || *d == "rw" => (*s, *s, Some(*d)),
+        [s, d] => (*s, *d, None),
+        [s, d, o] => (*s, *d, Some(*o)),
+        _ => return Err(err("too many ':'; use SRC[:DST[:ro]]")),
+    };
+    if src.is_empty() || dst.is_empty() {
+        return Err(err("empty path; use SRC[:DST[:ro]]"));
+    }
+    let readonly = match opt {
+        None | Some("rw") => false,
+        Some("ro") => true,
+        Some(_) => return Err(err("the option after DST must be ro or rw")),
+    };
+    let src = cwd.join(src);
+    let dst = PathBuf::from(dst);
+    if !dst.is_absolute() {
+        return Err(err("DST must be an absolute path inside the container"));
+    }
+    Ok((normalize(&src), normalize(&dst), readonly))
+}
+
+/// Lexical normalisation (`a/./b/../c` → `a/c`); the kernel resolves symlinks later, inside the
+/// container root.
+pub fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            std::path::Component::Normal(n) => out.push(n),
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn passwd_with(image: Option<&str>, line: &str, id: u32) -> String {
+    let mut text = image.unwrap_or("").to_string();
+    let present = text
+        .lines()
+        .any(|l| l.split(':').nth(2).and_then(|u| u.parse::<u32>().ok()) == Some(id));
+    if !present {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+/// The command line to run.
+fn argv_for(action: &Action, image: &ImageView, host: &HostView) -> Result<Vec<String>, PlanError> {
+    let sh = || -> Result<String, PlanError> {
+        if (image.exists)("/bin/sh") {
+            Ok("/bin/sh".into())
+        } else {
+            Err(PlanError::NothingToRun)
+        }
+    };
+    Ok(match action {
+        Action::Exec(argv) => argv.clone(),
+        Action::Hold => Vec::new(),
+        Action::Run(args) => {
+            let mut argv = image.meta.entrypoint.clone();
+            argv.extend(if args.is_empty() {
+                image.meta.cmd.clone()
+            } else {
+                args.clone()
+            });
+            if argv.is_empty() {
+                argv.push(sh()?);
+            }
+            argv
+        }
+        Action::Shell(Some(s)) => vec![s.clone()],
+        Action::Shell(None) => match &host.shell {
+            Some(s) if (image.exists)(s) => vec![s.clone()],
+            _ => vec![sh()?],
+        },
+    })
+}
+
+/// Build the launch plan. Pure: everything about the host and the image comes in as data.
+pub fn plan(
+    req: &Request,
+    action: &Action,
+    host: &HostView,
+    image: &ImageView,
+    extras: &Extras,
+) -> Result<Plan, PlanError> {
+    let mut mounts = vec![
+        Mount::bind("/proc", "/proc", false),
+        Mount::bind("/sys", "/sys", false),
+    ];
+    if extras.filter_nvidia_dev {
+        mounts.push(Mount::new("/dev", MountSource::Tmpfs));
+        for e in &host.dev {
+            match e {
+                DevEntry::Symlink { name, target } => mounts.push(Mount::new(
+                    Path::new("/dev").join(name),
+                    MountSource::Symlink {
+                        target: target.clone(),
+                    },
+                )),
+                DevEntry::Other { name } if !name.starts_with("nvidia") => {
+                    let p = Path::new("/dev").join(name);
+                    mounts.push(Mount::bind(&p, &p, false).optional());
+                }
+                DevEntry::Other { .. } => {}
+            }
+        }
+    } else {
+        mounts.push(Mount::bind("/dev", "/dev", false));
+    }
+    if req.contain {
+        mounts.push(Mount::new("/tmp", MountSource::Tmpfs));
+        mounts.push(Mount::new("/var/tmp", MountSource::Tmpfs));
+    } else {
+        mounts.push(Mount::bind("/tmp", "/tmp", false));
+        mounts.push(Mount::bind("/var/tmp", "/var/tmp", false).optional());
+    }
+    for f in ["/etc/hosts", "/etc/resolv.conf", "/etc/localtime"] {
+        mounts.push(Mount::bind(f, f, true).optional());
+    }
+
+    let (uid, gid, home) = if req.fakeroot {
+        (0, 0, PathBuf::from("/root"))
+    } else {
+        (host.uid, host.gid, host.home.clone())
+    };
+    let bind_home = !req.contain && !req.no_home;
+    if bind_home {
+        mounts.push(Mount::bind(&host.home, &home, false));
+    }
+    let passwd_line = format!(
+        "{}:x:{}:{}:{}:{}:{}",
+        host.user,
+        uid,
+        gid,
+        host.user,
+        home.display(),
+        host.shell
+            .as_deref()
+            .filter(|s| (image.exists)(s))
+            .unwrap_or("/bin/sh")
+    );
+    let (passwd, group) = if req.fakeroot {
+        (
+            passwd_with(image.passwd.as_deref(), "root:x:0:0:root:/root:/bin/sh", 0),
+            passwd_with(image.group.as_deref(), "root:x:0:", 0),
+        )
+    } else {
+        (
+            passwd_with(image.passwd.as_deref(), &passwd_line, uid),
+            passwd_with(
+                image.group.as_deref(),
+                &format!("{}:x:{gid}:", host.group),
+                gid,
+            ),
+        )
+    };
+    mounts.push(Mount::new("/etc/passwd", MountSource::File { contents: passwd }).ro());
+    mounts.push(Mount::new("/etc/group", MountSource::File { contents: group }).ro());
+
+    for spec in req.binds.iter().flat_map(|b| b.split(',')) {
+        if spec.is_empty() {
+            continue;
+        }
+        let (src, dst, ro) = parse_bind(spec, &host.cwd)?;
+        if !(host.exists)(&src) {
+            return Err(PlanError::BindSourceMissing(src));
+        }
+        mounts.push(Mount::bind(src, dst, ro));
+    }
+
+    // The working directory: kept from the host, bound when nothing else brings it in.
+    let cwd = match &req.pwd {
+        Some(p) if !p.is_absolute() => return Err(PlanError::RelativePwd(p.clone())),
+        Some(p) => p.clone(),
+        None if req.contain => match image.meta.working_dir.as_str() {
+            "" => PathBuf::from("/"),
+            w => PathBuf::from(w),
+        },
+        None => {
+            let covered = mounts.iter().any(|m| {
+                matches!(m.source, MountSource::Bind { .. }) && host.cwd.starts_with(&m.dst)
+            }) && !is_system_dir(&host.cwd);
+            if covered {
+                host.cwd.clone()
+            } else if is_system_dir(&host.cwd) {
+                if (image.exists)(&host.cwd.to_string_lossy()) {
+                    host.cwd.clone()
+                } else {
+                    PathBuf::from("/")
+                }
+            } else {
+                mounts.push(Mount::bind(&host.cwd, &host.cwd, false));
+                host.cwd.clone()
+            }
+        }
+    };
+
+    mounts.extend(extras.mounts.iter().cloned());
+
+    let mut forced = vec![
+        ("HOME".to_string(), home.display().to_string()),
+        (
+            "USER".to_string(),
+            if req.fakeroot {
+                "root".into()
+            } else {
+                host.user.clone()
+            },
+        ),
+        (
+            "GPURUN_CONTAINER".to_string(),
+            match &image.root {
+                RootSource::Squashfs(p) | RootSource::Dir(p) => p.display().to_string(),
+            },
+        ),
+    ];
+    forced.extend(extras.env.iter().cloned());
+    if matches!(action, Action::Shell(_)) {
+        forced.push(("PS1".into(), "gpurun> ".into()));
+    }
+    let env = compose(&EnvInputs {
+        host: &host.env,
+        cleanenv: req.cleanenv,
+        image: &image.meta.env,
+        files: &req.env_files,
+        cli: &req.env,
+        forced: &forced,
+        ld_library_path_prepend: &extras.ld_library_path_prepend,
+        ld_library_path_append: &extras.ld_library_path_append,
+        path_append: &extras.path_append,
+    })?;
+
+    Ok(Plan {
+        root: image.root.clone(),
+        uid: IdMap {
+            inside: uid,
+            outside: host.uid,
+        },
+        gid: IdMap {
+            inside: gid,
+            outside: host.gid,
+        },
+        mounts,
+        env,
+        cwd,
+        argv: argv_for(action, image, host)?,
+        writable: req.writable_tmpfs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixture {
+        cwd: &'static str,
+        dev: Vec<DevEntry>,
+    }
+
+    fn host_exists(p: &Path) -> bool {
+        !p.starts_with("/missing")
+    }
+
+    fn image_exists(p: &str) -> bool {
+        ["/bin/sh", "/bin/bash", "/opt"].contains(&p)
+    }
+
+    fn run_plan(
+        f: &Fixture,
+        req: &Request,
+        action: Action,
+        meta: ImageMeta,
+        extras: &Extras,
+    ) -> Result<Plan, PlanError> {
+        let host = HostView {
+            uid: 1000,
+            gid: 100,
+            user: "alice".into(),
+            group: "users".into(),
+            home: "/home/alice".into(),
+            shell: Some("/bin/bash".into()),
+            cwd: f.cwd.into(),
+            env: vec![("FOO".into(), "1".into())],
+            dev: f.dev.clone(),
+            exists: &host_exists,
+        };
+        let image = ImageView {
+            root: RootSource::Squashfs("/img.sqsh".into()),
+            meta,
+            passwd: Some("root:x:0:0:root:/root:/bin/sh\n".into()),
+            group: None,
+            exists: &image_exists,
+        };
+        plan(req, &action, &host, &image, extras)
+    }
+
+    fn dsts(p: &Plan) -> Vec<String> {
+        p.mounts
+            .iter()
+            .map(|m| m.dst.display().to_string())
+            .collect()
+    }
+
+    fn find<'a>(p: &'a Plan, dst: &str) -> Option<&'a Mount> {
+        p.mounts.iter().find(|m| m.dst == Path::new(dst))
+    }
+
+    fn env<'a>(p: &'a Plan, k: &str) -> Option<&'a str> {
+        p.env
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+    }
+
+    const HOMEDIR: Fixture = Fixture {
+        cwd: "/home/alice/work",
+        dev: Vec::new(),
+    };
+
+    #[test]
+    fn default_mounts_and_identity() {
+        let p = run_plan(
+            &HOMEDIR,
+            &Request::default(),
+            Action::Exec(vec!["id".into()]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        for d in [
+            "/proc",
+            "/sys",
+            "/dev",
+            "/tmp",
+            "/var/tmp",
+            "/etc/hosts",
+            "/home/alice",
+            "/etc/passwd",
+        ] {
+            assert!(find(&p, d).is_some(), "missing {d} in {:?}", dsts(&p));
+        }
+        // cwd is under the bound home: no extra bind, kept as is.
+        assert_eq!(p.cwd, Path::new("/home/alice/work"));
+        assert!(find(&p, "/home/alice/work").is_none());
+        assert_eq!(
+            (p.uid.inside, p.uid.outside, p.gid.inside),
+            (1000, 1000, 100)
+        );
+        let MountSource::File { contents } = &find(&p, "/etc/passwd").unwrap().source else {
+            panic!()
+        };
+        assert!(contents.starts_with("root:x:0:0"));
+        assert!(contents.contains("alice:x:1000:100:alice:/home/alice:/bin/bash\n"));
+        let MountSource::File { contents } = &find(&p, "/etc/group").unwrap().source else {
+            panic!()
+        };
+        assert_eq!(contents, "users:x:100:\n");
+        assert_eq!(env(&p, "HOME"), Some("/home/alice"));
+        assert_eq!(env(&p, "FOO"), Some("1"));
+        assert_eq!(env(&p, "GPURUN_CONTAINER"), Some("/img.sqsh"));
+        assert!(!p.writable);
+    }
+
+    #[test]
+    fn cwd_rules() {
+        // (cwd, request, expected cwd, cwd bound?)
+        let contain = Request {
+            contain: true,
+            ..Default::default()
+        };
+        let pwd = Request {
+            pwd: Some("/opt".into()),
+            ..Default::default()
+        };
+        let cases: Vec<(&'static str, Request, &str, bool)> = vec![
+            ("/data/proj", Request::default(), "/data/proj", true),
+            ("/tmp/x", Request::default(), "/tmp/x", false),
+            ("/usr/lib", Request::default(), "/", false),
+            ("/opt", Request::default(), "/opt", false),
+            ("/", Request::default(), "/", false),
+            ("/data/proj", contain.clone(), "/", false),
+            ("/data/proj", pwd, "/opt", false),
+        ];
+        for (cwd, req, want, bound) in cases {
+            let f = Fixture { cwd, dev: vec![] };
+            let p = run_plan(
+                &f,
+                &req,
+                Action::Exec(vec!["true".into()]),
+                ImageMeta::default(),
+                &Extras::default(),
+            )
+            .unwrap();
+            assert_eq!(p.cwd, Path::new(want), "cwd {cwd}");
+            assert_eq!(
+                p.mounts.iter().any(|m| m.dst == Path::new(cwd)
+                    && cwd != "/tmp/x"
+                    && matches!(m.source, MountSource::Bind { .. })
+                    && m.dst != Path::new("/")),
+                bound,
+                "cwd {cwd} bound"
+            );
+        }
+        let meta = ImageMeta {
+            working_dir: "/workspace".into(),
+            ..Default::default()
+        };
+        let p = run_plan(
+            &HOMEDIR,
+            &contain,
+            Action::Exec(vec!["true".into()]),
+            meta,
+            &Extras::default(),
+        )
+        .unwrap();
+        assert_eq!(p.cwd, Path::new("/workspace"));
+        let rel = Request {
+            pwd: Some("rel".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            run_plan(
+                &HOMEDIR,
+                &rel,
+                Action::Exec(vec![]),
+                ImageMeta::default(),
+                &Extras::default()
+            ),
+            Err(PlanError::RelativePwd(_))
+        ));
+    }
+
+    #[test]
+    fn contain_no_home_and_fakeroot() {
+        let contain = Request {
+            contain: true,
+            ..Default::default()
+        };
+        let p = run_plan(
+            &HOMEDIR,
+            &contain,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert!(find(&p, "/home/alice").is_none());
+        assert_eq!(find(&p, "/tmp").unwrap().source, MountSource::Tmpfs);
+        let no_home = Request {
+            no_home: true,
+            ..Default::default()
+        };
+        let p = run_plan(
+            &Fixture {
+                cwd: "/data",
+                dev: vec![],
+            },
+            &no_home,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert!(find(&p, "/home/alice").is_none());
+        assert!(matches!(
+            find(&p, "/tmp").unwrap().source,
+            MountSource::Bind { .. }
+        ));
+        let fr = Request {
+            fakeroot: true,
+            ..Default::default()
+        };
+        let p = run_plan(
+            &HOMEDIR,
+            &fr,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert_eq!((p.uid.inside, p.uid.outside, p.gid.inside), (0, 1000, 0));
+        assert_eq!(
+            find(&p, "/root").unwrap().source,
+            MountSource::Bind {
+                src: "/home/alice".into()
+            }
+        );
+        assert_eq!(env(&p, "HOME"), Some("/root"));
+        assert_eq!(env(&p, "USER"), Some("root"));
+    }
+
+    #[test]
+    fn bind_specs() {
+        let cwd = Path::new("/work");
+        let ok: &[(&str, (&str, &str, bool))] = &[
+            ("/a", ("/a", "/a", false)),
+            ("/a:/b", ("/a", "/b", false)),
+            ("/a:/b:ro", ("/a", "/b", true)),
+            ("/a:/b:rw", ("/a", "/b", false)),
+            ("/a:ro", ("/a", "/a", true)),
+            ("rel/x:/x", ("/work/rel/x", "/x", false)),
+            ("/a/../c/./d:/e/", ("/c/d", "/e", false)),
+        ];
+        for (spec, (s, d, ro)) in ok {
+            assert_eq!(
+                parse_bind(spec, cwd).unwrap(),
+                (PathBuf::from(s), PathBuf::from(d), *ro),
+                "{spec}"
+            );
+        }
+        for bad in ["/a:/b:rx", "/a:rel", ":/b", "/a:/b:ro:x", "/a:"] {
+            assert!(parse_bind(bad, cwd).is_err(), "{bad} should fail");
+        }
+        let req = Request {
+            binds: vec!["/x:/y:ro,/z".into()],
+            ..Default::default()
+        };
+        let p = run_plan(
+            &HOMEDIR,
+            &req,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert!(find(&p, "/y").unwrap().readonly);
+        assert!(!find(&p, "/z").unwrap().readonly);
+        let req = Request {
+            binds: vec!["/missing/dir:/m".into()],
+            ..Default::default()
+        };
+        assert!(matches!(
+            run_plan(
+                &HOMEDIR,
+                &req,
+                Action::Exec(vec![]),
+                ImageMeta::default(),
+                &Extras::default()
+            ),
+            Err(PlanError::BindSourceMissing(_))
+        ));
+    }
+
+    #[test]
+    fn filtered_dev() {
+        let f = Fixture {
+            cwd: "/home/alice",
+            dev: vec![
+                DevEntry::Other {
+                    name: "null".into(),
+                },
+                DevEntry::Other {
+                    name: "nvidia0".into(),
+                },
+                DevEntry::Other {
+                    name: "nvidiactl".into(),
+                },
+                DevEntry::Other {
+                    name: "nvidia-caps".into(),
+                },
+                DevEntry::Other { name: "shm".into() },
+                DevEntry::Symlink {
+                    name: "fd".into(),
+                    target: "/proc/self/fd".into(),
+                },
+            ],
+        };
+        let extras = Extras {
+            filter_nvidia_dev: true,
+            mounts: vec![Mount::bind("/dev/nvidia0", "/dev/nvidia0", false)],
+            ..Default::default()
+        };
+        let p = run_plan(
+            &f,
+            &Request::default(),
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &extras,
+        )
+        .unwrap();
+        let d = dsts(&p);
+        assert_eq!(find(&p, "/dev").unwrap().source, MountSource::Tmpfs);
+        assert!(d.contains(&"/dev/null".to_string()) && d.contains(&"/dev/shm".to_string()));
+        assert!(
+            !d.contains(&"/dev/nvidiactl".to_string())
+                && !d.contains(&"/dev/nvidia-caps".to_string())
+        );
+        assert_eq!(
+            d.iter().filter(|x| *x == "/dev/nvidia0").count(),
+            1,
+            "only the GPU module's own bind"
+        );
+        assert_eq!(
+            find(&p, "/dev/fd").unwrap().source,
+            MountSource::Symlink {
+                target: "/proc/self/fd".into()
+            }
+        );
+        // The GPU binds come after /dev's tmpfs, or they would be hidden by it.
+        let pos = |x: &str| d.iter().position(|y| y == x).unwrap();
+        assert!(pos("/dev/nvidia0") > pos("/dev"));
+    }
+
+    #[test]
+    fn what_runs() {
+        let meta = ImageMeta {
+            entrypoint: vec!["/entry".into()],
+            cmd: vec!["default".into()],
+            ..Default::default()
+        };
+        let argv = |action: Action, meta: ImageMeta| {
+            run_plan(
+                &HOMEDIR,
+                &Request::default(),
+                action,
+                meta,
+                &Extras::default(),
+            )
+            .map(|p| p.argv)
+        };
+        let cases: Vec<(Action, ImageMeta, Vec<&str>)> = vec![
+            (Action::Run(vec![]), meta.clone(), vec!["/entry", "default"]),
+            (
+                Action::Run(vec!["x".into()]),
+                meta.clone(),
+                vec!["/entry", "x"],
+            ),
+            (
+                Action::Run(vec![]),
+                ImageMeta {
+                    cmd: vec!["python3".into()],
+                    ..Default::default()
+                },
+                vec!["python3"],
+            ),
+            (Action::Run(vec![]), ImageMeta::default(), vec!["/bin/sh"]),
+            (Action::Shell(None), ImageMeta::default(), vec!["/bin/bash"]),
+            (
+                Action::Shell(Some("/bin/zsh".into())),
+                ImageMeta::default(),
+                vec!["/bin/zsh"],
+            ),
+            (
+                Action::Exec(vec!["ls".into(), "-l".into()]),
+                meta,
+                vec!["ls", "-l"],
+            ),
+        ];
+        for (action, meta, want) in cases {
+            assert_eq!(argv(action.clone(), meta).unwrap(), want, "{action:?}");
+        }
+        let p = run_plan(
+            &HOMEDIR,
+            &Request::default(),
+            Action::Shell(None),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+        .unwrap();
+        assert_eq!(env(&p, "PS1"), Some("gpurun> "));
+    }
+}

@@ -1,0 +1,198 @@
+//! From a command line to a running container: gather the facts about the host and the image,
+//! make the plan, and launch it (or print it with --dry-run).
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::{Path, PathBuf};
+
+use super::env::{parse_env_file, EnvError};
+use super::launch::{self, HoldState, LaunchError, Lower};
+use super::plan::{
+    self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
+};
+use crate::exit;
+use crate::image::meta::{ImageMeta, MetaError, META_PATH};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("image {0}: no such file or directory; check the path, or pull it first: gpurun pull docker://…")]
+    ImageMissing(PathBuf),
+    #[error("image {path}: {reason}")]
+    Image { path: PathBuf, reason: String },
+    #[error("--env-file {0}: {1}; check the path")]
+    EnvFile(PathBuf, std::io::Error),
+    #[error(transparent)]
+    EnvFileSyntax(#[from] EnvError),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+}
+
+impl StartError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            StartError::Launch(e) => e.exit_code(),
+            _ => exit::GPURUN_FAILED,
+        }
+    }
+}
+
+/// A launch as the command line describes it.
+pub struct Launch {
+    pub image: String,
+    pub request: Request,
+    pub env_files: Vec<PathBuf>,
+    pub action: Action,
+    pub dry_run: bool,
+    /// For `hold`: where to write the state once ready.
+    pub state: Option<PathBuf>,
+}
+
+/// An image, opened: what the planner reads from it and what the launcher mounts.
+enum Image {
+    Dir(PathBuf),
+}
+
+impl Image {
+    fn open(arg: &str) -> Result<Image, StartError> {
+        let path = PathBuf::from(arg);
+        let md = std::fs::metadata(&path).map_err(|_| StartError::ImageMissing(path.clone()))?;
+        if md.is_dir() {
+            return Ok(Image::Dir(std::path::absolute(&path).unwrap_or(path)));
+        }
+        Err(StartError::Image {
+            path,
+            reason: "not a squashfs image or a directory".into(),
+        })
+    }
+
+    fn read(&self, p: &str) -> Option<Vec<u8>> {
+        match self {
+            Image::Dir(d) => std::fs::read(d.join(p.trim_start_matches('/'))).ok(),
+        }
+    }
+
+    fn exists(&self, p: &str) -> bool {
+        match self {
+            Image::Dir(d) => d.join(p.trim_start_matches('/')).symlink_metadata().is_ok(),
+        }
+    }
+
+    fn root(&self) -> RootSource {
+        match self {
+            Image::Dir(d) => RootSource::Dir(d.clone()),
+        }
+    }
+
+    fn lower(self) -> Lower {
+        match self {
+            Image::Dir(d) => Lower::Dir(d),
+        }
+    }
+}
+
+/// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
+pub fn host_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, lossy(v))))
+        .collect()
+}
+
+fn lossy(v: OsString) -> String {
+    v.into_string()
+        .unwrap_or_else(|v| String::from_utf8_lossy(&v.into_vec()).into_owned())
+}
+
+fn dev_entries() -> Vec<DevEntry> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/dev") {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            match std::fs::read_link(e.path()) {
+                Ok(target) => out.push(DevEntry::Symlink { name, target }),
+                Err(_) => out.push(DevEntry::Other { name }),
+            }
+        }
+    }
+    out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    out
+}
+
+/// Run a launch; returns the exit code for gpurun.
+pub fn start(l: Launch) -> Result<i32, StartError> {
+    let image = Image::open(&l.image)?;
+    let meta = match image.read(META_PATH) {
+        Some(b) => ImageMeta::from_json(&b)?,
+        None => ImageMeta::default(),
+    };
+    let mut request = l.request.clone();
+    for f in &l.env_files {
+        let text = std::fs::read_to_string(f).map_err(|e| StartError::EnvFile(f.clone(), e))?;
+        request.env_files.extend(parse_env_file(f, &text)?);
+    }
+
+    let uid = nix::unistd::getuid();
+    let gid = nix::unistd::getgid();
+    let pw = nix::unistd::User::from_uid(uid).ok().flatten();
+    let env = host_env();
+    let getenv = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    let user = pw
+        .as_ref()
+        .map(|p| p.name.clone())
+        .or_else(|| getenv("USER"))
+        .unwrap_or_else(|| format!("user{uid}"));
+    let home = pw
+        .as_ref()
+        .map(|p| p.dir.clone())
+        .or_else(|| getenv("HOME").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let group = nix::unistd::Group::from_gid(gid)
+        .ok()
+        .flatten()
+        .map(|g| g.name)
+        .unwrap_or_else(|| format!("group{gid}"));
+    let extras = Extras::default();
+    let host_exists = |p: &Path| p.exists();
+    let host = HostView {
+        uid: uid.as_raw(),
+        gid: gid.as_raw(),
+        user,
+        group,
+        home,
+        shell: getenv("SHELL"),
+        cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        env: env.clone(),
+        dev: if extras.filter_nvidia_dev {
+            dev_entries()
+        } else {
+            Vec::new()
+        },
+        exists: &host_exists,
+    };
+    let text = |p: &str| {
+        image
+            .read(p)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    let image_exists = |p: &str| image.exists(p);
+    let view = ImageView {
+        root: image.root(),
+        meta,
+        passwd: text("/etc/passwd"),
+        group: text("/etc/group"),
+        exists: &image_exists,
+    };
+    let plan = plan::plan(&request, &l.action, &host, &view, &extras)?;
+    if l.dry_run {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&plan).expect("plans serialise")
+        );
+        return Ok(0);
+    }
+    let hold = l.state.map(|path| HoldState { path });
+    Ok(launch::run(&plan, image.lower(), hold)?)
+}

@@ -1,0 +1,342 @@
+//! The only place that makes namespace, mount and process-control syscalls. Thin on purpose:
+//! every decision is made in `plan`; these functions just do what they are told and report errno
+//! with the path they were working on.
+
+use std::ffi::{CString, OsStr};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::mount::{MntFlags, MsFlags};
+use nix::sched::CloneFlags;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SysError {
+    #[error("{what} {path}: {errno}")]
+    Path {
+        what: &'static str,
+        path: PathBuf,
+        errno: Errno,
+    },
+    #[error("{what}: {errno}")]
+    Call { what: &'static str, errno: Errno },
+}
+
+impl SysError {
+    pub fn errno(&self) -> Errno {
+        match self {
+            SysError::Path { errno, .. } | SysError::Call { errno, .. } => *errno,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, SysError>;
+
+fn at<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> SysError + 'a {
+    move |errno| SysError::Path {
+        what,
+        path: path.to_path_buf(),
+        errno,
+    }
+}
+
+fn call(what: &'static str) -> impl FnOnce(Errno) -> SysError {
+    move |errno| SysError::Call { what, errno }
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("paths from the plan contain no NUL")
+}
+
+/// Enter a new user namespace and map `inside_uid/gid` to the caller's own ids (one line each:
+/// what an unprivileged process may write itself, so no newuidmap and no /etc/subuid).
+pub fn enter_user_namespace(inside_uid: u32, inside_gid: u32) -> Result<()> {
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER).map_err(call("unshare(CLONE_NEWUSER)"))?;
+    let write = |path: &'static str, text: String| -> Result<()> {
+        let p = Path::new(path);
+        let mut f = File::options()
+            .write(true)
+            .open(p)
+            .map_err(|e| at("open", p)(io_errno(&e)))?;
+        f.write_all(text.as_bytes())
+            .map_err(|e| at("write", p)(io_errno(&e)))
+    };
+    write("/proc/self/setgroups", "deny".into())?;
+    write("/proc/self/uid_map", format!("{inside_uid} {uid} 1\n"))?;
+    write("/proc/self/gid_map", format!("{inside_gid} {gid} 1\n"))?;
+    Ok(())
+}
+
+pub fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// A private copy of the mount tree, with nothing propagating back to the host.
+pub fn enter_mount_namespace() -> Result<()> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(call("unshare(CLONE_NEWNS)"))?;
+    nix::mount::mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(call("make / private"))
+}
+
+/// Join the user and mount namespaces of `pid` (the SPANK holder).
+pub fn join_namespaces(pid: i32) -> Result<()> {
+    for (ns, flag) in [
+        ("user", CloneFlags::CLONE_NEWUSER),
+        ("mnt", CloneFlags::CLONE_NEWNS),
+    ] {
+        let p = PathBuf::from(format!("/proc/{pid}/ns/{ns}"));
+        let f = File::open(&p).map_err(|e| at("open", &p)(io_errno(&e)))?;
+        nix::sched::setns(&f, flag).map_err(at("setns", &p))?;
+    }
+    Ok(())
+}
+
+pub fn mount_tmpfs(target: &Path, mode: u32) -> Result<()> {
+    nix::mount::mount(
+        Some("tmpfs"),
+        target,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(format!("mode={mode:o}").as_str()),
+    )
+    .map_err(at("mount tmpfs on", target))
+}
+
+/// Open a host path for a later bind mount (O_PATH: no read permission needed, and the object is
+/// pinned before anything is mounted over the path it was found at).
+pub fn open_path(path: &Path) -> Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        path,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(at("open", path))?;
+    Ok(fd)
+}
+
+pub fn is_dir_fd(fd: &OwnedFd) -> Result<bool> {
+    let st = nix::sys::stat::fstat(fd).map_err(call("fstat"))?;
+    Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+}
+
+/// The `/proc/self/fd/N` path of an fd: mount(2) follows it to the object itself.
+pub fn fd_path(fd: &impl AsRawFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Recursive bind of `src` (a path, or the `/proc/self/fd/N` of an O_PATH fd) onto `dst`.
+/// Read-only is a second step (`remount_readonly`) on a path that reaches the new mount: an fd
+/// opened before the bind still points under it.
+pub fn bind(src: &Path, dst: &Path) -> Result<()> {
+    let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
+    nix::mount::mount(Some(src), dst, None::<&str>, flags, None::<&str>).map_err(at("bind", dst))
+}
+
+/// Make the mount at `dst` read-only, keeping the flags the kernel locked on it (nosuid, nodev…
+/// from the host must be repeated or an unprivileged remount is refused).
+pub fn remount_readonly(dst: &Path) -> Result<()> {
+    let st = nix::sys::statvfs::statvfs(dst).map_err(at("statvfs", dst))?;
+    let f = st.flags();
+    use nix::sys::statvfs::FsFlags;
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    for (have, want) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if f.contains(have) {
+            flags |= want;
+        }
+    }
+    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
+        .map_err(at("remount read-only", dst))
+}
+
+pub fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<()> {
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    nix::mount::mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(opts.as_str()),
+    )
+    .map_err(at("mount overlay on", target))
+}
+
+/// Open /dev/fuse (close-on-exec: the container's command must not hold the connection open).
+pub fn open_fuse() -> std::io::Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        "/dev/fuse",
+        nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    Ok(fd)
+}
+
+/// Mount a FUSE connection whose server is gpurun itself (no fusermount: we are root in our own
+/// user namespace). No `default_permissions`: the image is immutable and already readable by the
+/// user as a file, so kernel permission checks would only hide root-owned 0700 dirs.
+pub fn mount_fuse(fd: RawFd, source: &Path, target: &Path, uid: u32, gid: u32) -> Result<()> {
+    let opts = format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid},allow_other");
+    nix::mount::mount(
+        Some(source),
+        target,
+        Some("fuse.gpurun"),
+        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(opts.as_str()),
+    )
+    .map_err(at("mount FUSE on", target))
+}
+
+/// Make `root` the root of this mount namespace (runc's trick: no put_old directory needed, so it
+/// works on a read-only root).
+pub fn pivot_root(root: &Path) -> Result<()> {
+    nix::unistd::chdir(root).map_err(at("chdir", root))?;
+    nix::unistd::pivot_root(".", ".").map_err(at("pivot_root to", root))?;
+    nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(call("detach old root"))?;
+    nix::unistd::chdir("/").map_err(call("chdir /"))
+}
+
+/// How to open a path inside the container root.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Create {
+    Dir,
+    File,
+    /// Open only; do not create.
+    No,
+}
+
+/// Open `path` inside the directory `root` as if `root` were `/` (openat2 RESOLVE_IN_ROOT), creating
+/// missing parents as directories and the last component as `create` says. A hostile image's
+/// symlinks and `..` can then never make a mount point land outside the container.
+pub fn open_in_root(root: &OwnedFd, path: &Path, create: Create) -> Result<OwnedFd> {
+    let rel: Vec<&OsStr> = path
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let mut prefix = PathBuf::new();
+    let mut dir =
+        openat2_in_root(root, Path::new(".")).map_err(at("open container root for", path))?;
+    for (i, name) in rel.iter().enumerate() {
+        prefix.push(name);
+        let last = i + 1 == rel.len();
+        match openat2_in_root(root, &prefix) {
+            Ok(fd) => dir = fd,
+            Err(Errno::ENOENT) if create != Create::No => {
+                let c = CString::new(name.as_bytes()).expect("no NUL");
+                let r = if !last || create == Create::Dir {
+                    unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) }
+                } else {
+                    let fd = unsafe {
+                        libc::openat(
+                            dir.as_raw_fd(),
+                            c.as_ptr(),
+                            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                            0o644,
+                        )
+                    };
+                    if fd >= 0 {
+                        unsafe { libc::close(fd) };
+                    }
+                    fd.min(0)
+                };
+                if r < 0 && Errno::last() != Errno::EEXIST {
+                    return Err(at("create", &prefix)(Errno::last()));
+                }
+                dir = openat2_in_root(root, &prefix).map_err(at("open", &prefix))?;
+            }
+            Err(e) => return Err(at("open", &prefix)(e)),
+        }
+    }
+    Ok(dir)
+}
+
+fn openat2_in_root(root: &OwnedFd, rel: &Path) -> std::result::Result<OwnedFd, Errno> {
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    let c = cstr(rel);
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        Err(Errno::last())
+    } else {
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+}
+
+/// Create a symlink at `path` inside `root` (parents created), unless something is already there.
+pub fn symlink_in_root(root: &OwnedFd, path: &Path, target: &Path) -> Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let dir = open_in_root(root, parent, Create::Dir)?;
+    let name = CString::new(path.file_name().unwrap_or_default().as_bytes()).expect("no NUL");
+    let dirfd = nix::fcntl::open(
+        &fd_path(&dir),
+        nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(at("open", parent))?;
+    let t = cstr(target);
+    if unsafe { libc::symlinkat(t.as_ptr(), dirfd.as_raw_fd(), name.as_ptr()) } < 0
+        && Errno::last() != Errno::EEXIST
+    {
+        return Err(at("symlink", path)(Errno::last()));
+    }
+    Ok(())
+}
+
+pub fn set_no_new_privs() -> Result<()> {
+    nix::sys::prctl::set_no_new_privs().map_err(call("PR_SET_NO_NEW_PRIVS"))
+}
+
+/// Get `signal` when the parent dies: a container must not outlive gpurun (its image server).
+pub fn die_with_parent(signal: i32) -> Result<()> {
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong) } < 0 {
+        return Err(SysError::Call {
+            what: "PR_SET_PDEATHSIG",
+            errno: Errno::last(),
+        });
+    }
+    Ok(())
+}
+
+/// Orphans of the container are re-parented to us, so we can reap and kill them on exit.
+pub fn become_subreaper() -> Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(call("PR_SET_CHILD_SUBREAPER"))
+}
+
+/// Whether this process is running with a setuid/setgid bit (installed wrongly).
+pub fn is_setuid() -> bool {
+    let (r, e) = (nix::unistd::getuid(), nix::unistd::geteuid());
+    let (rg, eg) = (nix::unistd::getgid(), nix::unistd::getegid());
+    r != e || rg != eg
+}

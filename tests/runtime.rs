@@ -1,0 +1,503 @@
+//! The runtime core, end to end: an unprivileged user runs commands from squashfs images made
+//! here with mksquashfs.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn image(s: &Scratch) -> std::path::PathBuf {
+    busybox_image(s, "bb", |root| {
+        std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+        std::fs::write(
+            root.join(".gpurun/meta.json"),
+            r#"{"env":["IMGVAR=fromimage","PATH=/bin:/usr/bin"],"entrypoint":["/bin/echo","entry"],"cmd":["default-cmd"],"working_dir":"/opt/work"}"#,
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join("opt/work")).unwrap();
+        std::fs::write(root.join("opt/data.txt"), "hello from the image\n").unwrap();
+        std::fs::hard_link(root.join("opt/data.txt"), root.join("opt/link.txt")).unwrap();
+        std::fs::write(root.join("opt/notexec"), "#!/bin/sh\necho hi\n").unwrap();
+        std::fs::set_permissions(
+            root.join("opt/notexec"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        // A root-owned 0700 directory, as images have (/root): readable rootless all the same.
+        std::fs::create_dir_all(root.join("root/secret")).unwrap();
+        std::fs::write(root.join("root/secret/f"), "s\n").unwrap();
+        std::fs::set_permissions(root.join("root"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        let big: Vec<u8> = (0..3_000_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        std::fs::write(root.join("opt/big.bin"), &big).unwrap();
+        let st = Command::new("setfattr")
+            .args(["-n", "user.origin", "-v", "gpurun-test"])
+            .arg(root.join("opt/data.txt"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    })
+}
+
+fn exec(img: &Path, args: &[&str]) -> std::process::Output {
+    let mut a = vec!["exec", img.to_str().unwrap()];
+    a.extend_from_slice(args);
+    gpurun(&a).output().unwrap()
+}
+
+#[test]
+fn identity_home_cwd_and_files() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let (uid, gid) = test_ids();
+    let o = exec(
+        &img,
+        &[
+            "sh",
+            "-c",
+            "id -u; id -g; id -un; echo $HOME; pwd; cat /opt/data.txt; cat /root/secret/f",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], uid.to_string());
+    assert_eq!(lines[1], gid.to_string());
+    assert_eq!(lines[2], TEST_USER, "the caller's name resolves inside");
+    assert_eq!(lines[3], format!("/home/{TEST_USER}"));
+    assert_eq!(
+        lines[4], "/",
+        "setpriv runs from /; / is not bound, so cwd stays /"
+    );
+    assert_eq!(lines[5], "hello from the image");
+    assert_eq!(lines[6], "s");
+
+    // The home directory is the host's: a file written inside is there afterwards.
+    let marker = format!("gpurun-home-test-{}", std::process::id());
+    let o = exec(&img, &["sh", "-c", &format!("echo hi > $HOME/{marker}")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let host_file = Path::new("/home").join(TEST_USER).join(&marker);
+    assert_eq!(std::fs::read_to_string(&host_file).unwrap(), "hi\n");
+    std::fs::remove_file(host_file).unwrap();
+
+    // The current directory is kept and bound.
+    let mut c = gpurun(&["exec", img.to_str().unwrap(), "sh", "-c", "pwd; ls"]);
+    std::fs::write(s.join("here.txt"), "x").unwrap();
+    c.current_dir(s.path());
+    let o = run_ok(&mut c);
+    assert!(stdout(&o).starts_with(&format!("{}\n", s.path().display())));
+    assert!(stdout(&o).contains("here.txt"));
+}
+
+#[test]
+fn hard_links_xattrs_and_big_files() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let o = exec(
+        &img,
+        &[
+            "sh",
+            "-c",
+            "stat -c '%i %h' /opt/data.txt /opt/link.txt; md5sum /opt/big.bin",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let l: Vec<&str> = out.lines().collect();
+    assert_eq!(l[0], l[1], "hard links share one inode");
+    assert!(l[0].ends_with(" 2"), "nlink is 2: {}", l[0]);
+    let want = Command::new("md5sum")
+        .arg(s.join("bb.root/opt/big.bin"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        l[2].split_whitespace().next(),
+        stdout(&want).split_whitespace().next()
+    );
+
+    // xattrs, read from the host through the container's root (busybox has no getfattr).
+    let mut child = gpurun(&["exec", img.to_str().unwrap(), "sleep", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = wait_for_descendant(child.id(), "sleep");
+    let o = as_user("getfattr")
+        .args(["--only-values", "-n", "user.origin"])
+        .arg(format!("/proc/{pid}/root/opt/data.txt"))
+        .output()
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(stdout(&o), "gpurun-test", "{}", stderr(&o));
+}
+
+/// The pid of the first descendant of `pid` whose command name is `comm`.
+fn wait_for_descendant(pid: u32, comm: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            let name = stat
+                .split_once('(')
+                .and_then(|(_, r)| r.rsplit_once(')'))
+                .map(|(n, _)| n);
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1));
+            if name == Some(comm) && ppid == Some(pid.to_string().as_str()) {
+                return p;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no {comm} under {pid}");
+}
+
+#[test]
+fn exit_codes_and_errors() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let o = exec(&img, &["sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7));
+    let o = exec(&img, &["no-such-command"]);
+    assert_eq!(o.status.code(), Some(127));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "one line: {e}");
+    assert!(
+        e.contains("no-such-command") && e.contains("not found"),
+        "{e}"
+    );
+    let o = exec(&img, &["/opt/notexec"]);
+    assert_eq!(o.status.code(), Some(126));
+    assert!(stderr(&o).contains("/opt/notexec"), "{}", stderr(&o));
+    let o = exec(&s.join("missing.sqsh"), &["true"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert!(stderr(&o).contains("missing.sqsh"), "{}", stderr(&o));
+    std::fs::write(s.join("garbage.sqsh"), vec![7u8; 4096]).unwrap();
+    s.chown_all();
+    let o = exec(&s.join("garbage.sqsh"), &["true"]);
+    assert_eq!(o.status.code(), Some(125));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("garbage.sqsh"), "{}", stderr(&o));
+}
+
+#[test]
+fn environment_and_run() {
+    let s = Scratch::new();
+    let img = image(&s);
+    std::fs::write(
+        s.join("vars.env"),
+        "# comment\nFROMFILE=file\nexport QUOTED=\"a b\"\n",
+    )
+    .unwrap();
+    s.chown_all();
+    let mut c = gpurun(&[
+        "exec",
+        "--env",
+        "CLI=1",
+        "--env-file",
+        s.join("vars.env").to_str().unwrap(),
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        "echo $IMGVAR $CLI $FROMFILE $QUOTED $HOSTVAR $INNER; echo $PATH",
+    ]);
+    c.env("HOSTVAR", "host")
+        .env("GPURUN_ENV_INNER", "prefixed")
+        .env("LD_PRELOAD", "/evil.so");
+    let o = run_ok(&mut c);
+    let out = stdout(&o);
+    assert_eq!(
+        out.lines().next().unwrap(),
+        "fromimage 1 file a b host prefixed"
+    );
+    assert_eq!(
+        out.lines().nth(1).unwrap(),
+        "/bin:/usr/bin",
+        "the image's PATH, not the host's"
+    );
+
+    let mut c = gpurun(&[
+        "exec",
+        "--cleanenv",
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        "echo ${HOSTVAR:-unset} $IMGVAR; env | grep -c LD_PRELOAD",
+    ]);
+    c.env("HOSTVAR", "host").env("LD_PRELOAD", "/evil.so");
+    let o = c.output().unwrap();
+    assert_eq!(stdout(&o).lines().next(), Some("unset fromimage"));
+    assert_eq!(stdout(&o).lines().nth(1), Some("0"));
+
+    // run: entrypoint + cmd from the image metadata; arguments replace cmd.
+    let o = run_ok(&mut gpurun(&["run", img.to_str().unwrap()]));
+    assert_eq!(stdout(&o), "entry default-cmd\n");
+    let o = run_ok(&mut gpurun(&[
+        "run",
+        img.to_str().unwrap(),
+        "mine",
+        "--flag",
+    ]));
+    assert_eq!(stdout(&o), "entry mine --flag\n");
+    let o = run_ok(gpurun(&["shell", img.to_str().unwrap()]).stdin(Stdio::null()));
+    assert_eq!(stdout(&o), "", "a shell on empty stdin exits quietly");
+    let mut sh = gpurun(&["shell", img.to_str().unwrap()]);
+    sh.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = sh.spawn().unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo in-shell $0\nexit 4\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(stdout(&o), "in-shell /bin/sh\n");
+}
+
+#[test]
+fn binds_contain_and_writable_tmpfs() {
+    let s = Scratch::new();
+    let img = image(&s);
+    std::fs::create_dir_all(s.join("data")).unwrap();
+    std::fs::write(s.join("data/in.txt"), "data\n").unwrap();
+    std::fs::create_dir_all(s.join("out")).unwrap();
+    s.chown_all();
+    let binds = format!(
+        "{}:/mnt/data:ro,{}:/results",
+        s.join("data").display(),
+        s.join("out").display()
+    );
+    let o = run_ok(&mut gpurun(&[
+        "exec", "--bind", &binds, img.to_str().unwrap(), "sh", "-c",
+        "cat /mnt/data/in.txt; echo w > /results/o.txt; echo x > /mnt/data/new 2>/dev/null || echo ro-refused",
+    ]));
+    assert_eq!(stdout(&o), "data\nro-refused\n");
+    assert_eq!(std::fs::read_to_string(s.join("out/o.txt")).unwrap(), "w\n");
+
+    let o = gpurun(&[
+        "exec",
+        "--bind",
+        "/nonexistent-src:/x",
+        img.to_str().unwrap(),
+        "true",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert!(stderr(&o).contains("/nonexistent-src"), "{}", stderr(&o));
+
+    // --contain: no home, private /tmp, image WorkingDir.
+    let marker = format!("/tmp/gpurun-contain-{}", std::process::id());
+    std::fs::write(&marker, "host").unwrap();
+    let o = run_ok(&mut gpurun(&[
+        "exec", "--contain", img.to_str().unwrap(), "sh", "-c",
+        &format!("pwd; ls $HOME 2>/dev/null && echo home-visible; test -e {marker} && echo tmp-shared; echo ok"),
+    ]));
+    assert_eq!(stdout(&o), "/opt/work\nok\n");
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        img.to_str().unwrap(),
+        "cat",
+        &marker,
+    ]));
+    assert_eq!(stdout(&o), "host", "without --contain, /tmp is the host's");
+    std::fs::remove_file(&marker).unwrap();
+
+    // Read-only by default; --writable-tmpfs gives a throwaway writable root.
+    let o = exec(&img, &["sh", "-c", "echo x > /opt/new"]);
+    assert!(!o.status.success());
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        "--writable-tmpfs",
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        "echo x > /opt/new && cat /opt/new && echo y >> /opt/data.txt && tail -1 /opt/data.txt",
+    ]));
+    assert_eq!(stdout(&o), "x\ny\n");
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        "--writable-tmpfs",
+        img.to_str().unwrap(),
+        "cat",
+        "/opt/data.txt",
+    ]));
+    assert_eq!(stdout(&o), "hello from the image\n", "nothing persists");
+
+    // --fakeroot maps the caller to root inside.
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        "--fakeroot",
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        "id -u; echo $HOME",
+    ]));
+    assert_eq!(stdout(&o), "0\n/root\n");
+}
+
+/// Processes of the test user whose command line mentions `marker`.
+fn user_procs(marker: &str) -> Vec<u32> {
+    let (uid, _) = test_ids();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let owner = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1));
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if owner == Some(uid.to_string().as_str()) && String::from_utf8_lossy(&cmd).contains(marker)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn fuse_connections() -> usize {
+    std::fs::read_dir("/sys/fs/fuse/connections")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn wait_gone(marker: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if user_procs(marker).is_empty() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn signals_and_no_leftovers() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let img = img.to_str().unwrap();
+    let before = fuse_connections();
+
+    // A forwarded signal reaches the command, whose exit status comes back.
+    let mut c = gpurun(&[
+        "exec",
+        img,
+        "sh",
+        "-c",
+        "trap 'echo got-usr1; exit 42' USR1; echo ready; while true; do sleep 0.1; done",
+    ])
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut first = [0u8; 6];
+    use std::io::Read;
+    c.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"ready\n");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.id() as i32),
+        nix::sys::signal::Signal::SIGUSR1,
+    )
+    .unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(42));
+    assert_eq!(stdout(&o), "got-usr1\n");
+
+    // SIGTERM: the command dies of it, and so does gpurun (the shell sees the signal).
+    for (sig, marker) in [
+        (nix::sys::signal::Signal::SIGTERM, "gpurun-leftover-term"),
+        (nix::sys::signal::Signal::SIGKILL, "gpurun-leftover-kill"),
+    ] {
+        let mut c = gpurun(&[
+            "exec",
+            img,
+            "sh",
+            "-c",
+            &format!("sleep 1000 & sleep 999; : {marker}"),
+        ])
+        .spawn()
+        .unwrap();
+        wait_for_descendant(c.id(), "sh");
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!user_procs(marker).is_empty());
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig).unwrap();
+        let st = c.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(st.signal(), Some(sig as i32), "{sig:?}");
+        // The shell dies with gpurun; its background sleep must not outlive it either.
+        if sig == nix::sys::signal::Signal::SIGTERM {
+            assert!(
+                wait_gone(marker),
+                "processes left after {sig:?}: {:?}",
+                user_procs(marker)
+            );
+        } else {
+            assert!(
+                wait_gone(marker) || user_procs(marker).iter().all(|p| !is_sh(*p)),
+                "container shell left after SIGKILL"
+            );
+        }
+    }
+    // A background process left by a command that exits normally is cleaned up too.
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        img,
+        "sh",
+        "-c",
+        "sleep 777 & echo started",
+    ]));
+    assert_eq!(stdout(&o), "started\n");
+    assert!(wait_gone("sleep 777"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        fuse_connections() <= before,
+        "FUSE connections left: {} > {before}",
+        fuse_connections()
+    );
+}
+
+fn is_sh(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim() == "sh")
+        .unwrap_or(false)
+}
+
+#[test]
+fn dry_run_prints_the_plan() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        "--dry-run",
+        "--bind",
+        "/etc:/hostetc:ro",
+        img.to_str().unwrap(),
+        "true",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["argv"][0], "true");
+    assert!(v["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["dst"] == "/hostetc" && m["readonly"] == true));
+}
