@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # A single-node Slurm cluster with fake GPUs, for gpurun's Slurm tests and benches.
 #
-#   cluster.sh start [v1|none]   install (apt) + configure + start munged, slurmctld, slurmd
+#   cluster.sh start [v1|none [PLUGIN.so [ARG...]]]
+#                                install (apt) + configure + start munged, slurmctld, slurmd;
+#                                with a SPANK plugin: "required PLUGIN.so ARG..." in
+#                                /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf (srun, sbatch and
+#                                slurmstepd read it at each start: no daemon restart)
 #   cluster.sh stop [--purge]    cancel jobs, stop the daemons this script started;
 #                                --purge also removes state, fake devices and configs
 #   cluster.sh status            print the node state and the cgroup mode
@@ -18,14 +22,15 @@
 #
 # Environment (all optional):
 #   SLURM_CI_DIR      state/log/pid directory               (default /tmp/gpurun-slurm)
+#   SLURM_CI_SPOOL    slurmd's spool directory, where the PMIx server sockets live; like on
+#                     a real node it is not under /tmp      (default /var/spool/gpurun-slurmd)
 #   SLURM_CI_GPUS     number of fake GPUs                   (default 4)
 #   SLURM_CI_CPUS     CPUs of the node                      (default 2)
-#   SLURM_CI_SPANK    SPANK plugin .so files to load, space separated ("required" lines in
-#                     /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf; no restart needed for them)
 #   SLURM_CI_TIMEOUT  seconds to wait for the node to become idle (default 60)
 set -euo pipefail
 
 DIR=${SLURM_CI_DIR:-/tmp/gpurun-slurm}
+SPOOL=${SLURM_CI_SPOOL:-/var/spool/gpurun-slurmd}
 NGPU=${SLURM_CI_GPUS:-4}
 NCPU=${SLURM_CI_CPUS:-2}
 TIMEOUT=${SLURM_CI_TIMEOUT:-60}
@@ -64,7 +69,8 @@ apt_retry() {  # apt with the dpkg lock possibly held by someone else
 
 install_pkgs() {
   local p need=""
-  for p in slurmctld slurmd slurm-client munge libslurm-dev; do
+  # libpmix-dev: mpi/pmix dlopen()s the unversioned libpmix.so; without it `srun --mpi=pmix` fails
+  for p in slurmctld slurmd slurm-client munge libslurm-dev libpmix-dev; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
   done
   [ -n "$need" ] || return 0
@@ -95,8 +101,9 @@ write_if_changed() {  # file: content on stdin; sets changed=1 when it differs
 
 start() {
   local mode=${1:-auto}
+  shift || true
   [ "$(id -u)" = 0 ] || die "must run as root"
-  mkdir -p "$DIR"/{ctld,d,log}
+  mkdir -p "$DIR"/{ctld,log} "$SPOOL"
   install_pkgs
   case "$mode" in
     auto) if v1_ok; then mode=v1; else mode=none; fi ;;
@@ -138,7 +145,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation=$DIR/ctld
-SlurmdSpoolDir=$DIR/d
+SlurmdSpoolDir=$SPOOL
 SlurmctldPidFile=$DIR/slurmctld.pid
 SlurmdPidFile=$DIR/slurmd.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
@@ -178,12 +185,14 @@ EOF
   grep -qs "include $ETC/plugstack.conf.d/\*.conf" "$ETC/plugstack.conf" \
     || echo "include $ETC/plugstack.conf.d/*.conf" >> "$ETC/plugstack.conf"
   # plugstack is read by every srun/sbatch/slurmstepd: a change needs no daemon restart
-  local so spank=""
-  for so in ${SLURM_CI_SPANK:-}; do
-    [ -r "$so" ] || die "SPANK plugin $so not readable"
-    spank="${spank}required $so"$'\n'
-  done
-  if [ -n "$spank" ]; then printf '%s' "$spank" > "$SPANKCONF"; else rm -f "$SPANKCONF"; fi
+  if [ $# -gt 0 ]; then
+    [ -r "$1" ] || die "SPANK plugin $1 not readable"
+    local so; so=$(realpath "$1"); shift
+    echo "required $so $*" > "$SPANKCONF"
+    log "SPANK plugin: $(cat "$SPANKCONF")"
+  else
+    rm -f "$SPANKCONF"
+  fi
   log "configs in $ETC (node $node, $NCPU cpus, $NGPU fake gpus, cgroup=$mode, changed=$changed)"
   if [ "$already" = 1 ] && [ "$changed" = 1 ]; then
     log "config changed while running: restarting daemons"
@@ -207,7 +216,7 @@ EOF
   if [ "$already" = 0 ]; then
     # fresh controller/node state on a cold start: job ids restart at 1 and a recovered
     # "idle" node state cannot fake readiness before slurmd registers
-    rm -rf "${DIR:?}"/ctld/* "${DIR:?}"/d/*
+    rm -rf "${DIR:?}"/ctld/* "${SPOOL:?}"/*
     /usr/sbin/slurmctld || die "slurmctld failed, see $DIR/log/slurmctld.log"
     /usr/sbin/slurmd || die "slurmd failed, see $DIR/log/slurmd.log"
     for _ in $(seq 50); do [ -s "$DIR/slurmd.pid" ] && [ -s "$DIR/slurmctld.pid" ] && break; sleep 0.1; done
@@ -248,7 +257,7 @@ stop() {
       if grep -qs "^$MARK" "$ETC/$f"; then rm -f "$ETC/$f"; fi
     done
     if [ -f "$ETC/slurm.conf.pre-gpurun-ci" ]; then mv "$ETC/slurm.conf.pre-gpurun-ci" "$ETC/slurm.conf"; fi
-    rm -rf "${DIR:?}"
+    rm -rf "${DIR:?}" "${SPOOL:?}"
     log "purged $DIR, fake devices and configs"
   fi
 }
@@ -259,8 +268,8 @@ status() {
 }
 
 case "${1:-}" in
-  start) start "${2:-auto}" ;;
+  start) shift; start "$@" ;;
   stop) stop "${2:-}" ;;
   status) status ;;
-  *) echo "usage: $0 start [v1|none] | stop [--purge] | status" >&2; exit 2 ;;
+  *) echo "usage: $0 start [v1|none [PLUGIN.so [ARG...]]] | stop [--purge] | status" >&2; exit 2 ;;
 esac
