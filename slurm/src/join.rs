@@ -30,12 +30,14 @@ fn open_ns(pid: i32, ns: &str) -> Result<OwnedFd, String> {
 }
 
 /// Join the holder's user and mount namespaces, then make the container root this task's root.
-pub fn enter(h: &Holder) -> Result<(), String> {
+/// Returns a warning for the user when the working directory had to change.
+pub fn enter(h: &Holder) -> Result<Option<String>, String> {
     // both opened before joining anything: after setns(user) /proc/PID may look different
     let user = open_ns(h.pid, "user")?;
     let mnt = open_ns(h.pid, "mnt")?;
     let root = cpath(&h.root).map_err(|e| format!("{}: {e}", h.root.display()))?;
     let cwd = cpath(&h.cwd).map_err(|e| format!("{}: {e}", h.cwd.display()))?;
+    let mut warning = None;
     // SAFETY: plain syscalls on valid fds and NUL-terminated paths; the task is single-threaded,
     // which setns(CLONE_NEWUSER) requires.
     unsafe {
@@ -77,15 +79,19 @@ pub fn enter(h: &Holder) -> Result<(), String> {
                 libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
             )?;
         }
-        check(
-            &format!("chdir {} in the container", h.cwd.display()),
-            libc::chdir(cwd.as_ptr()),
-        )?;
+        // as `gpurun exec` does: a working directory missing in the image is not fatal
+        if libc::chdir(cwd.as_ptr()) != 0 {
+            check("chdir / in the container", libc::chdir(c"/".as_ptr()))?;
+            warning = Some(format!(
+                "warning: working directory {} does not exist in the container; using /",
+                h.cwd.display()
+            ));
+        }
         // as for `gpurun exec`: nothing in the container gains privileges through exec
         check(
             "PR_SET_NO_NEW_PRIVS",
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
         )?;
     }
-    Ok(())
+    Ok(warning)
 }

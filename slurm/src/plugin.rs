@@ -377,8 +377,10 @@ pub unsafe extern "C" fn slurm_spank_task_init(
                 );
             }
         }
-        if let Err(e) = join::enter(&step.running.holder) {
-            fail_task(true, &format!("cannot enter the container: {e}"));
+        match join::enter(&step.running.holder) {
+            Ok(None) => {}
+            Ok(Some(warning)) => log_user(&format!("gpurun: {warning}")),
+            Err(e) => fail_task(true, &format!("cannot enter the container: {e}")),
         }
         0
     })

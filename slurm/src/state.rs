@@ -75,6 +75,9 @@ pub fn split_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> HashMap<Stri
 ///
 /// A variable whose task value differs from the step value was set per task by Slurm and is
 /// kept; otherwise the container's value is used, and variables gpurun dropped are unset.
+/// When gpurun renumbered a list the task changed (CUDA_VISIBLE_DEVICES with --gpus-per-task
+/// and no device cgroup: step `2,3` → container `0,1`, task `3`), the task's entries are
+/// translated the same way (`1`).
 pub fn task_env(
     step: &HashMap<String, String>,
     container: &[(String, String)],
@@ -84,7 +87,13 @@ pub fn task_env(
     let per_task = |k: &str| task.get(k) != step.get(k);
     let mut out = Vec::new();
     for (k, v) in container {
-        if from_host.contains(k) && task.contains_key(k) || per_task(k) && task.contains_key(k) {
+        if from_host.contains(k) && task.contains_key(k) {
+            continue;
+        }
+        if let (true, Some(t)) = (per_task(k), task.get(k)) {
+            if let Some(mapped) = step.get(k).and_then(|s| renumber(s, v, t)) {
+                out.push(EnvChange::Set(k.clone(), mapped));
+            }
             continue;
         }
         if task.get(k) != Some(v) {
@@ -99,6 +108,23 @@ pub fn task_env(
     dropped.sort();
     out.extend(dropped.into_iter().map(|k| EnvChange::Unset(k.clone())));
     out
+}
+
+/// `task`'s comma-separated entries translated by the position-wise map `step` → `container`;
+/// None when the lists are not such a map (then the task's value stands).
+fn renumber(step: &str, container: &str, task: &str) -> Option<String> {
+    if step == container {
+        return None;
+    }
+    let s: Vec<&str> = step.split(',').collect();
+    let c: Vec<&str> = container.split(',').collect();
+    if s.len() != c.len() {
+        return None;
+    }
+    task.split(',')
+        .map(|t| s.iter().position(|x| *x == t).map(|i| c[i]))
+        .collect::<Option<Vec<_>>>()
+        .map(|v| v.join(","))
 }
 
 #[cfg(test)]
@@ -187,6 +213,18 @@ mod tests {
             task_env(&step2, &container2, &step2, &[]),
             [set("CUDA_VISIBLE_DEVICES", "0,1")]
         );
+        // --gpus-per-task without a device cgroup: global indices, renumbered by gpurun
+        let step4 = env(&[("CUDA_VISIBLE_DEVICES", "2,3")]);
+        let task4 = env(&[("CUDA_VISIBLE_DEVICES", "3")]);
+        assert_eq!(
+            task_env(&step4, &container2, &task4, &[]),
+            [set("CUDA_VISIBLE_DEVICES", "1")]
+        );
+        // not translatable (unknown entry, lists of other lengths): the task's value stands
+        for (s, c, t) in [("2,3", "0,1", "5"), ("2,3", "0", "3"), ("0,1", "0,1", "1")] {
+            assert_eq!(renumber(s, c, t), None, "{s} {c} {t}");
+        }
+        assert_eq!(renumber("4,6,7", "0,1,2", "7,4").as_deref(), Some("2,0"));
         // --container-env for a variable the host lacks: the image's value is used
         assert_eq!(
             task_env(
