@@ -270,6 +270,29 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
     })
 }
 
+/// After option parsing. In srun, refuse --container-* options without an image before anything
+/// is launched (not in sbatch/salloc: their steps may add the image on their own srun line).
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_init_post_opt(
+    _sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("init_post_opt", || {
+        let p = plugin();
+        if unsafe { spank_context() } == S_CTX_LOCAL
+            && p.opts.image.is_none()
+            && p.opts.has_container_settings()
+        {
+            log_error(NO_IMAGE);
+            return -1;
+        }
+        0
+    })
+}
+
+const NO_IMAGE: &str = "gpurun: --container-* options need --container-image";
+
 /// Remote context, once per step on each node, before any task exists (uid 0, euid = user):
 /// start the holder and wait until the container is ready. A failure is kept and reported by
 /// the tasks (a failing user_init makes srun print "launch failed" and still exit 0).
@@ -286,7 +309,8 @@ pub unsafe extern "C" fn slurm_spank_user_init(
         let mut p = plugin();
         if p.opts.image.is_none() {
             if p.opts.has_container_settings() {
-                p.step = Some(Err("--container-* options need --container-image".into()));
+                let msg = NO_IMAGE.trim_start_matches("gpurun: ");
+                p.step = Some(Err(msg.into()));
             }
             return 0;
         }

@@ -225,12 +225,20 @@ EOF
   sbatch --wait -Q plug.sbatch >/dev/null 2>&1
   [ "$(echo $(cat plug-sbatch.out))" = "batch MARKER=host step MARKER=image data=secret" ]; res $? "#SBATCH --container-image: batch script on the host, its srun steps in the image ($(echo $(cat plug-sbatch.out)))"
 
+  out=$(srun "${T[@]}" --container-image="./${IMG#"$W"/}" cat /etc/gpurun-test-marker 2>>stderr.log)
+  [ "$out" = image ]; res $? "--container-image=./${IMG#"$W"/}: relative to the job's directory ($out)"
+  out=$(srun "${T[@]}" --container-mounts=/tmp:/x true 2>&1); rc=$?
+  [ "$rc" != 0 ] && grep -q 'gpurun: --container-\* options need --container-image' <<<"$out"; res $? "--container-mounts without --container-image: refused by srun (rc=$rc)"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=/a:relative true 2>&1); rc=$?
   [ "$rc" != 0 ] && grep -q 'gpurun: --container-mounts: destination "relative" must be absolute' <<<"$out"; res $? "bad --container-mounts: refused by srun with the reason (rc=$rc)"
   out=$(srun "${T[@]}" -n2 --container-image="$W/missing.sqsh" true 2>&1); rc=$?
   echo "  missing image -> rc=$rc: $(echo "$out" | tr '\n' '|')"
   [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q "missing.sqsh" <<<"$out"; res $? "missing image: exit 125 and one gpurun line"
 fi
+
+for f in "$ROOT"/slurm/examples/*.sbatch; do
+  bash -n "$f" && grep -q '^#SBATCH --time=' "$f"; res $? "example $(basename "$f"): valid shell with a time limit"
+done
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
