@@ -36,6 +36,8 @@ pub enum Command {
     /// Prepare a container and hold it for other processes to join (used by the Slurm plugin)
     #[command(hide = true)]
     Hold(HoldArgs),
+    /// Pull an image into one squashfs file (registry, OCI layout, docker archive or directory)
+    Pull(PullArgs),
 }
 
 /// Options shared by exec, run and shell.
@@ -115,4 +117,25 @@ pub struct HoldArgs {
     pub state: PathBuf,
     /// Image: a squashfs file
     pub image: String,
+}
+
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// docker://[REGISTRY/]REPO[:TAG][@DIGEST], oci:DIR[:TAG], docker-archive:FILE.tar or dir:ROOTFS
+    pub source: String,
+    /// Output file (default: NAME_TAG.sqsh in the current directory)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Platform to pull from a multi-platform image: OS/ARCH[/VARIANT] (default: this machine's)
+    #[arg(long, value_name = "OS/ARCH[/VARIANT]")]
+    pub platform: Option<String>,
+    /// Allow plain http to a registry that is not on loopback
+    #[arg(long)]
+    pub insecure: bool,
+    /// Replace the output file if it exists
+    #[arg(short = 'F', long)]
+    pub force: bool,
+    /// Compressor threads (default: all CPUs)
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<usize>,
 }

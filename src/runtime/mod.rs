@@ -1,6 +1,8 @@
 //! How a command runs in an image: a pure plan, then a thin layer of syscalls that applies it.
 
 pub mod env;
+pub mod extract;
+pub mod fuse;
 pub mod launch;
 pub mod plan;
 pub mod start;
