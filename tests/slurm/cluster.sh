@@ -25,14 +25,15 @@
 #   SLURM_CI_SPOOL    slurmd's spool directory, where the PMIx server sockets live; like on
 #                     a real node it is not under /tmp      (default /var/spool/gpurun-slurmd)
 #   SLURM_CI_GPUS     number of fake GPUs                   (default 4)
-#   SLURM_CI_CPUS     CPUs of the node                      (default 2)
+#   SLURM_CI_CPUS     CPUs of the node (may exceed the real ones: the node line is trusted;
+#                     4 lets a 2-task step run beside a 1-task job)  (default 4)
 #   SLURM_CI_TIMEOUT  seconds to wait for the node to become idle (default 60)
 set -euo pipefail
 
 DIR=${SLURM_CI_DIR:-/tmp/gpurun-slurm}
 SPOOL=${SLURM_CI_SPOOL:-/var/spool/gpurun-slurmd}
 NGPU=${SLURM_CI_GPUS:-4}
-NCPU=${SLURM_CI_CPUS:-2}
+NCPU=${SLURM_CI_CPUS:-4}
 TIMEOUT=${SLURM_CI_TIMEOUT:-60}
 ETC=/etc/slurm
 SPANKCONF=$ETC/plugstack.conf.d/zz-gpurun-ci.conf

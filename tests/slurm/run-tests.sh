@@ -75,9 +75,28 @@ EOF
 chmod 755 "$R/probe"
 mksquashfs "$R" "$W/img.sqsh" -noappend -quiet -no-progress -all-root >/dev/null || { echo "mksquashfs failed" >&2; exit 2; }
 IMG=$W/img.sqsh
+
+# The fake GPUs have no driver: without one gpurun runs without GPUs. Give it a fake driver the
+# way tests/gpu.rs does (libraries with the real sonames and a version suffix in an ld.so.cache,
+# a /proc/driver/nvidia stand-in); the device nodes stay the cluster's /dev/nvidiaN.
+if [ ! -e /proc/driver/nvidia/version ]; then
+  F=$W/fakenv; mkdir -p "$F/lib" "$F/proc"
+  echo 'int gpurun_fake(void) { return 42; }' > "$F/f.c"
+  for l in libcuda libnvidia-ml; do
+    gcc -shared -fPIC -Wl,-soname,$l.so.1 -o "$F/lib/$l.so.550.54.15" "$F/f.c" || { echo "gcc is needed" >&2; exit 2; }
+    ln -s $l.so.550.54.15 "$F/lib/$l.so.1"
+  done
+  echo "$F/lib" > "$F/ld.so.conf"; /sbin/ldconfig -X -C "$F/ld.so.cache" -f "$F/ld.so.conf"
+  echo 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (fake)' > "$F/proc/version"
+  echo 'ModifyDeviceFiles: 1' > "$F/proc/params"
+  export GPURUN_NV_PROC=$F/proc GPURUN_NV_DRIVER_PATH=$F/ld.so.cache
+fi
 PROBE="sh $R/probe"   # the same probe, run on the host side of the same step
 
 get() { sed -n "s/^$1=//p" "$2" | head -1; }
+# srun returns before Slurm has released the job; a next job started at once has been seen to
+# get a devices cgroup that still denies its GPU, so GPU tests start on an idle queue
+wait_idle() { for _ in $(seq 100); do [ -z "$(squeue -h -u "$(id -u)")" ] && return; sleep 0.1; done; }
 # the GPU set a job should see inside: what the devices cgroup lets it open (v1), or without
 # confinement the GRES indices Slurm gave it (on this cluster index i is /dev/nvidia i)
 want_nodes() {  # host-probe-file [gres-var]
@@ -98,10 +117,12 @@ gpu_case() {  # name host-probe ctr-probe [gres-var]
 step_probe='p=$1; shift; '"$PROBE"' > $p.host.$SLURM_PROCID; '"$GPURUN"' exec '"$IMG"' /probe > $p.ctr.$SLURM_PROCID'
 
 echo "--- plain srun/sbatch + gpurun exec"
+wait_idle
 srun "${T[@]}" --gres=gpu:2 sh -c "$step_probe" - gres2 2>err.gres2
 grep -q MARKER=image gres2.ctr.0; res $? "srun --gres=gpu:2 gpurun exec runs in the image" || cat err.gres2
 gpu_case "srun --gres=gpu:2" gres2.host.0 gres2.ctr.0
 
+wait_idle
 srun "${T[@]}" --gpus=1 sh -c "$step_probe" - gpus1 2>err.gpus1
 gpu_case "srun --gpus=1" gpus1.host.0 gpus1.ctr.0
 
@@ -113,6 +134,7 @@ cat > one.sbatch <<EOF
 $PROBE > $W/batch1.host.0
 $GPURUN exec $IMG /probe > $W/batch1.ctr.0
 EOF
+wait_idle
 sbatch --wait -Q one.sbatch >/dev/null 2>&1
 gpu_case "sbatch --gres=gpu:1 (batch step)" batch1.host.0 batch1.ctr.0 SLURM_JOB_GPUS
 
@@ -126,6 +148,7 @@ srun -t 1 sh -c '$step_probe' - two.\$SLURM_JOB_ID
 touch two.\$SLURM_JOB_ID.done
 for i in \$(seq 100); do [ \$(ls two.*.done | wc -l) -ge 2 ] && break; sleep 0.1; done
 EOF
+wait_idle
 a=$(sbatch --parsable two.sbatch); b=$(sbatch --parsable two.sbatch)
 running=0
 for _ in $(seq 100); do running=$(squeue -h -t R -j "$a,$b" | wc -l); [ "$running" = 2 ] && break; sleep 0.1; done
@@ -136,6 +159,7 @@ gpu_case "concurrent job B" "two.$b.host.0" "two.$b.ctr.0"
 na=$(get NODES "two.$a.ctr.0"); nb=$(get NODES "two.$b.ctr.0")
 [ -n "$na" ] && [ -n "$nb" ] && [ -z "$(comm -12 <(echo "$na" | tr , '\n' | sort) <(echo "$nb" | tr , '\n' | sort))" ]; res $? "concurrent jobs see disjoint GPUs in their containers ($na | $nb)"
 
+wait_idle
 srun "${T[@]}" -n2 --gres=gpu:2 --gpus-per-task=1 sh -c "$step_probe" - gpt 2>err.gpt
 for t in 0 1; do
   # per task the allowed node comes from the task's own cgroup (v1) or its CUDA_VISIBLE_DEVICES
@@ -176,8 +200,10 @@ else
   [ -z "$left" ]; res $? "after the step no holder is left${left:+: $left}"
   [ -z "$(find /tmp -maxdepth 1 -name 'gpurun-spank.*' -user "$(id -u)" 2>/dev/null)" ]; res $? "after the step no state directory is left"
 
+  wait_idle
   srun "${T[@]}" -n2 --gres=gpu:2 --gpus-per-task=1 -o 'pgpt.ctr.%t' --container-image="$IMG" /probe 2>err.pgpt
   # host and container probes in one allocation: same job, same GPUs
+  wait_idle
   salloc -Q "${T[@]}" --gres=gpu:2 sh -c "srun -o pg2.host.0 $PROBE; srun -o pg2.ctr.0 --container-image=$IMG /probe" 2>err.pg2
   gpu_case "plugin, --gres=gpu:2" pg2.host.0 pg2.ctr.0
   for t in 0 1; do
@@ -185,6 +211,27 @@ else
     if [ "$CG" = v1 ]; then [ "$cvd" = 0 ]; else [ "$cvd" = "$t" ]; fi; res $? "plugin, --gpus-per-task=1 task $t: Slurm's per-task CUDA_VISIBLE_DEVICES kept ($cvd)"
     if [ "$CG" = v1 ]; then
       [ "$(get OPENABLE pgpt.ctr.$t)" = "$t" ]; res $? "plugin, --gpus-per-task=1 task $t: only its own GPU opens ($(get OPENABLE pgpt.ctr.$t))"
+    fi
+  done
+
+  # GPUs 0,1 taken by another job: the step gets 2,3, one per task
+  wait_idle
+  blk=$(sbatch --parsable "${T[@]}" --gres=gpu:2 -o /dev/null --wrap 'sleep 60')
+  for _ in $(seq 100); do [ "$(squeue -h -j "$blk" -o %T)" = RUNNING ] && break; sleep 0.1; done
+  srun "${T[@]}" -n2 --gres=gpu:2 --gpus-per-task=1 -o 'tr.host.%t' $PROBE 2>>stderr.log
+  srun "${T[@]}" -n2 --gres=gpu:2 --gpus-per-task=1 -o 'tr.ctr.%t' --container-image="$IMG" /probe 2>>stderr.log
+  scancel "$blk"
+  for t in 0 1; do
+    hc=$(get CUDA_VISIBLE_DEVICES tr.host.$t); cc=$(get CUDA_VISIBLE_DEVICES tr.ctr.$t)
+    n=$(get NODES tr.ctr.$t); o=$(get OPENABLE tr.ctr.$t)
+    echo "  plugin, GPUs 2,3, task $t: host CVD=$hc openable=$(get OPENABLE tr.host.$t) | container CVD=$cc nodes=$n openable=$o"
+    [ "$n" = 2,3 ]; res $? "plugin, a step on GPUs 2,3: the container has /dev/nvidia{2,3} ($n)"
+    if [ "$CG" = v1 ]; then
+      # Slurm renumbers per task (0) and the task's cgroup leaves one GPU
+      [ "$cc" = 0 ] && [ "$o" = "$(get OPENABLE tr.host.$t)" ]; res $? "plugin, GPUs 2,3, task $t: CUDA_VISIBLE_DEVICES=0 and only its GPU opens"
+    else
+      # global indices 2/3 translated to the container's numbering 0/1
+      [ "$hc" = $((t + 2)) ] && [ "$cc" = "$t" ]; res $? "plugin, GPUs 2,3, task $t: CUDA_VISIBLE_DEVICES $hc on the host is $cc inside"
     fi
   done
 
