@@ -52,6 +52,7 @@ fn main() {
         Command::Run(a) => start(launch(a.image, a.opts, Action::Run(a.args), None)),
         Command::Shell(a) => start(launch(a.image, a.opts, Action::Shell(a.shell), None)),
         Command::Hold(a) => start(launch(a.image, a.opts, Action::Hold, Some(a.state))),
+        Command::Pull(args) => std::process::exit(pull(args, cli.quiet)),
     };
     let code = match result {
         Ok(code) => code,
@@ -59,7 +60,6 @@ fn main() {
             report(&e, cli.debug);
             e.exit_code()
         }
-        Command::Pull(args) => pull(args, cli.quiet),
     };
     std::process::exit(code);
 }
