@@ -179,6 +179,9 @@ done
 srun "${T[@]}" -n2 --mpi=pmi2 sh -c "$step_probe" - pmi2 2>err.pmi2
 [ "$(get PMI_RANK pmi2.ctr.1)" = 1 ] && [ "$(get PMI_FD pmi2.ctr.1)" = "$(get PMI_FD pmi2.host.1)" ] && [ "$(get PMI_FD pmi2.ctr.1)" != unset ]; res $? "srun --mpi=pmi2: PMI_RANK and PMI_FD inside"
 
+out=$(srun "${T[@]}" "$GPURUN" exec "$IMG" pwd 2>>stderr.log)
+[ "$out" = "$W" ]; res $? "srun gpurun exec keeps the job's working directory $W ($out)"
+
 echo "--- SPANK plugin"
 if ! srun --help 2>/dev/null | grep -q -- '--container-image='; then
   bad "SPANK plugin not loaded (tests/slurm/cluster.sh start MODE target/debug/libspank_gpurun.so gpurun=\$PWD/target/debug/gpurun)"
@@ -240,6 +243,8 @@ else
   [ "$(echo $out)" = "secret readonly" ]; res $? "--container-mounts=SRC:DST:ro: readable, read-only ($(echo $out))"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=./data:/in sh -c 'cat /in/x; touch /in/y && echo writable' 2>>stderr.log)
   [ "$(echo $out)" = "secret writable" ]; res $? "--container-mounts=./relative:DST (rw) ($(echo $out))"
+  out=$(srun "${T[@]}" --container-image="$IMG" pwd 2>>stderr.log)
+  [ "$out" = "$W" ]; res $? "--container-image keeps the job's working directory $W ($out)"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/data" --container-workdir=/data pwd 2>>stderr.log)
   [ "$out" = /data ]; res $? "--container-workdir=/data ($out)"
   out=$(FOO=host srun "${T[@]}" --container-image="$IMG" --container-env=FOO sh -c 'echo $FOO' 2>>stderr.log)
