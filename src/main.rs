@@ -45,26 +45,42 @@ fn report(e: &dyn std::error::Error, debug: bool) {
     }
 }
 
-fn main() {
-    let cli = Cli::parse();
-    let result: Result<i32, StartError> = match cli.command {
-        Command::Exec(a) => start(launch(a.image, a.opts, Action::Exec(a.command), None)),
-        Command::Run(a) => start(launch(a.image, a.opts, Action::Run(a.args), None)),
-        Command::Shell(a) => start(launch(a.image, a.opts, Action::Shell(a.shell), None)),
-        Command::Hold(a) => start(launch(a.image, a.opts, Action::Hold, Some(a.state))),
-        Command::Pull(args) => std::process::exit(pull(args, cli.quiet)),
-    };
-    let code = match result {
+fn launched(r: Result<i32, StartError>, debug: bool) -> i32 {
+    match r {
         Ok(code) => code,
         Err(e) => {
-            report(&e, cli.debug);
+            report(&e, debug);
             e.exit_code()
         }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let debug = cli.debug;
+    let code = match cli.command {
+        Command::Exec(a) => launched(
+            start(launch(a.image, a.opts, Action::Exec(a.command), None)),
+            debug,
+        ),
+        Command::Run(a) => launched(
+            start(launch(a.image, a.opts, Action::Run(a.args), None)),
+            debug,
+        ),
+        Command::Shell(a) => launched(
+            start(launch(a.image, a.opts, Action::Shell(a.shell), None)),
+            debug,
+        ),
+        Command::Hold(a) => launched(
+            start(launch(a.image, a.opts, Action::Hold, Some(a.state))),
+            debug,
+        ),
+        Command::Pull(args) => pull(args, cli.quiet, debug),
     };
     std::process::exit(code);
 }
 
-fn pull(args: gpurun::cli::PullArgs, quiet: bool) -> i32 {
+fn pull(args: gpurun::cli::PullArgs, quiet: bool, debug: bool) -> i32 {
     use gpurun::image::pull::{self, PullOptions};
     let opts = PullOptions {
         platform: args.platform,
@@ -78,7 +94,7 @@ fn pull(args: gpurun::cli::PullArgs, quiet: bool) -> i32 {
     match pull::pull(&args.source, args.output.as_deref(), &opts) {
         Ok(_) => 0,
         Err(e) => {
-            eprintln!("gpurun: {e}");
+            report(&e, debug);
             e.exit_code()
         }
     }

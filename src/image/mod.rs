@@ -3,8 +3,8 @@
 pub mod cache;
 pub mod flatten;
 pub mod meta;
-pub mod sqfs;
 pub mod pull;
 pub mod reference;
 pub mod registry;
+pub mod sqfs;
 pub mod squash;
