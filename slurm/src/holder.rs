@@ -1,7 +1,7 @@
 //! Starting and stopping `gpurun hold`: one per node per step, run as the job's user, holding the
 //! mounted image that the step's tasks join.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -269,13 +269,6 @@ impl Running {
             }
         }
     }
-}
-
-/// `CString`s for execve-style K=V lists; entries with a NUL cannot be passed and are skipped.
-pub fn c_strings(v: &[String]) -> Vec<CString> {
-    v.iter()
-        .filter_map(|s| CString::new(s.as_bytes()).ok())
-        .collect()
 }
 
 #[cfg(test)]
