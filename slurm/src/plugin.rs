@@ -71,6 +71,7 @@ extern "C" {
     fn spank_unsetenv(sp: spank_t, var: *const c_char) -> c_int;
     fn spank_context() -> c_int;
     fn slurm_error(fmt: *const c_char, ...);
+    fn slurm_info(fmt: *const c_char, ...);
     fn slurm_debug(fmt: *const c_char, ...);
     fn slurm_spank_log(fmt: *const c_char, ...);
 }
@@ -122,6 +123,11 @@ fn cstring(s: &str) -> CString {
 fn log_error(msg: &str) {
     let m = cstring(msg);
     unsafe { slurm_error(c"%s".as_ptr(), m.as_ptr()) }
+}
+/// In srun/sbatch: a line on the user's terminal without Slurm's "error:".
+fn log_warning(msg: &str) {
+    let m = cstring(msg);
+    unsafe { slurm_info(c"%s".as_ptr(), m.as_ptr()) }
 }
 fn log_debug(msg: &str) {
     let m = cstring(msg);
@@ -270,8 +276,9 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
     })
 }
 
-/// After option parsing. In srun, refuse --container-* options without an image before anything
-/// is launched (not in sbatch/salloc: their steps may add the image on their own srun line).
+/// After option parsing. As with pyxis, other --container-* options without an image leave the
+/// step on the host (`#SBATCH --container-mounts` with an image on some srun lines only), but
+/// srun says so, in case the image was forgotten.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_init_post_opt(
     _sp: spank_t,
@@ -284,14 +291,13 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
             && p.opts.image.is_none()
             && p.opts.has_container_settings()
         {
-            log_error(NO_IMAGE);
-            return -1;
+            log_warning(
+                "gpurun: warning: no --container-image: the --container-* options are ignored",
+            );
         }
         0
     })
 }
-
-const NO_IMAGE: &str = "gpurun: --container-* options need --container-image";
 
 /// Remote context, once per step on each node, before any task exists (uid 0, euid = user):
 /// start the holder and wait until the container is ready. A failure is kept and reported by
@@ -308,10 +314,6 @@ pub unsafe extern "C" fn slurm_spank_user_init(
         };
         let mut p = plugin();
         if p.opts.image.is_none() {
-            if p.opts.has_container_settings() {
-                let msg = NO_IMAGE.trim_start_matches("gpurun: ");
-                p.step = Some(Err(msg.into()));
-            }
             return 0;
         }
         let result = start_holder(sp, &p, job, step);
