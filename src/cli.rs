@@ -33,6 +33,8 @@ pub enum Command {
     Run(RunArgs),
     /// Start an interactive shell inside an image
     Shell(ShellArgs),
+    /// List the GPUs this process may use (index, minor, UUID, name, memory, utilisation, processes)
+    Gpus(GpusArgs),
     /// Prepare a container and hold it for other processes to join (used by the Slurm plugin)
     #[command(hide = true)]
     Hold(HoldArgs),
@@ -70,6 +72,8 @@ pub struct LaunchOpts {
     /// Map your user to root inside the container (no privilege is gained outside)
     #[arg(long)]
     pub fakeroot: bool,
+    #[command(flatten)]
+    pub gpu: crate::gpu::GpuOpts,
     /// Print the launch plan (mounts, env, devices, uid map) as JSON and run nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -106,6 +110,21 @@ pub struct ShellArgs {
     /// Shell to start (default: $SHELL if the image has it, else /bin/sh)
     #[arg(short, long)]
     pub shell: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct GpusArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Extra ld.so.cache files or directories holding the driver's libraries
+    #[arg(
+        long = "nv-driver-path",
+        env = "GPURUN_NV_DRIVER_PATH",
+        value_delimiter = ':',
+        value_name = "PATH"
+    )]
+    pub driver_paths: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -22,6 +22,7 @@ fn launch(
     o: LaunchOpts,
     action: Action,
     state: Option<std::path::PathBuf>,
+    quiet: bool,
 ) -> Launch {
     Launch {
         image,
@@ -30,6 +31,8 @@ fn launch(
         action,
         dry_run: o.dry_run,
         state,
+        gpu: o.gpu.clone(),
+        quiet,
     }
 }
 
@@ -60,22 +63,53 @@ fn main() {
     let debug = cli.debug;
     let code = match cli.command {
         Command::Exec(a) => launched(
-            start(launch(a.image, a.opts, Action::Exec(a.command), None)),
+            start(launch(
+                a.image,
+                a.opts,
+                Action::Exec(a.command),
+                None,
+                cli.quiet,
+            )),
             debug,
         ),
         Command::Run(a) => launched(
-            start(launch(a.image, a.opts, Action::Run(a.args), None)),
+            start(launch(
+                a.image,
+                a.opts,
+                Action::Run(a.args),
+                None,
+                cli.quiet,
+            )),
             debug,
         ),
         Command::Shell(a) => launched(
-            start(launch(a.image, a.opts, Action::Shell(a.shell), None)),
+            start(launch(
+                a.image,
+                a.opts,
+                Action::Shell(a.shell),
+                None,
+                cli.quiet,
+            )),
             debug,
         ),
         Command::Hold(a) => launched(
-            start(launch(a.image, a.opts, Action::Hold, Some(a.state))),
+            start(launch(
+                a.image,
+                a.opts,
+                Action::Hold,
+                Some(a.state),
+                cli.quiet,
+            )),
             debug,
         ),
         Command::Pull(args) => pull(args, cli.quiet, debug),
+        Command::Gpus(a) => match gpus(&a) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("gpurun: {e:#}");
+                gpurun::exit::GPURUN_FAILED
+            }
+        },
     };
     std::process::exit(code);
 }
@@ -98,4 +132,15 @@ fn pull(args: gpurun::cli::PullArgs, quiet: bool, debug: bool) -> i32 {
             e.exit_code()
         }
     }
+}
+
+fn gpus(a: &gpurun::cli::GpusArgs) -> anyhow::Result<()> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let l = gpurun::gpu::list(&a.driver_paths, &env)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&l)?);
+    } else {
+        print!("{}", gpurun::gpu::render(&l));
+    }
+    Ok(())
 }

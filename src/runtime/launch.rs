@@ -378,7 +378,7 @@ fn setup_root(
     }
     let lower_dir_fd = match lower {
         Lower::Dir(d) => {
-            Some(sys::open_path(d).map_err(|e| format!("cannot use image directory: {e}"))?)
+            Some(sys::clone_tree(d).map_err(|e| format!("cannot use image directory: {e}"))?)
         }
         Lower::Fuse { .. } => None,
     };

@@ -16,6 +16,7 @@ use super::{extract, fuse, sys};
 use crate::exit;
 use crate::image::cache::cache_root;
 use crate::image::meta::{ImageMeta, MetaError, META_PATH};
+use crate::image::pull::{ensure_local, PullError, PullOptions};
 use crate::image::sqfs::Archive;
 
 #[derive(Debug, thiserror::Error)]
@@ -34,12 +35,17 @@ pub enum StartError {
     Plan(#[from] PlanError),
     #[error(transparent)]
     Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
+    #[error(transparent)]
+    Pull(#[from] PullError),
 }
 
 impl StartError {
     pub fn exit_code(&self) -> i32 {
         match self {
             StartError::Launch(e) => e.exit_code(),
+            StartError::Pull(e) => e.exit_code(),
             _ => exit::GPURUN_FAILED,
         }
     }
@@ -54,6 +60,9 @@ pub struct Launch {
     pub dry_run: bool,
     /// For `hold`: where to write the state once ready.
     pub state: Option<PathBuf>,
+    pub gpu: crate::gpu::GpuOpts,
+    /// No progress output when a `docker://` image is pulled first.
+    pub quiet: bool,
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
@@ -66,8 +75,17 @@ enum Image {
 }
 
 impl Image {
-    fn open(arg: &str) -> Result<Image, StartError> {
-        let path = PathBuf::from(arg);
+    fn open(arg: &str, quiet: bool) -> Result<Image, StartError> {
+        // docker://…: pulled once into the cache (keyed by manifest digest), then run from there.
+        let path = if arg.starts_with("docker://") {
+            let opts = PullOptions {
+                quiet,
+                ..Default::default()
+            };
+            ensure_local(arg, &opts)?
+        } else {
+            PathBuf::from(arg)
+        };
         let md = std::fs::metadata(&path).map_err(|_| StartError::ImageMissing(path.clone()))?;
         let path = std::path::absolute(&path).unwrap_or(path);
         if md.is_dir() {
@@ -94,6 +112,28 @@ impl Image {
         match self {
             Image::Dir(d) => d.join(p.trim_start_matches('/')).symlink_metadata().is_ok(),
             Image::Squashfs { archive, .. } => archive.exists(p).unwrap_or(false),
+        }
+    }
+
+    fn list(&self, p: &str) -> Option<Vec<String>> {
+        match self {
+            Image::Dir(d) => Some(
+                std::fs::read_dir(d.join(p.trim_start_matches('/')))
+                    .ok()?
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect(),
+            ),
+            Image::Squashfs { archive, .. } => {
+                let dir = archive.lookup(p, true).ok()??;
+                let entries = archive.readdir(&dir).ok()?;
+                Some(
+                    entries
+                        .iter()
+                        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+                        .collect(),
+                )
+            }
         }
     }
 
@@ -170,7 +210,7 @@ fn dev_entries() -> Vec<DevEntry> {
 
 /// Run a launch; returns the exit code for gpurun.
 pub fn start(l: Launch) -> Result<i32, StartError> {
-    let image = Image::open(&l.image)?;
+    let image = Image::open(&l.image, l.quiet)?;
     let meta = match image.read(META_PATH) {
         Some(b) => ImageMeta::from_json(&b)?,
         None => ImageMeta::default(),
@@ -201,7 +241,25 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         .flatten()
         .map(|g| g.name)
         .unwrap_or_else(|| format!("group{gid}"));
-    let extras = Extras::default();
+    let image_env: Vec<(String, String)> = meta
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let gpu = crate::gpu::prepare(&l.gpu, &env, &image_env, &|d| image.list(d))?;
+    let extras = match gpu {
+        Some(g) => {
+            for w in &g.warnings {
+                eprintln!("gpurun: warning: {w}");
+            }
+            g.into_extras()
+        }
+        None => Extras {
+            filter_nvidia_dev: crate::gpu::host_has_nvidia_dev(),
+            ..Extras::default()
+        },
+    };
     let host_exists = |p: &Path| p.exists();
     let host = HostView {
         uid: uid.as_raw(),

@@ -51,6 +51,36 @@ fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("paths from the plan contain no NUL")
 }
 
+/// Run `f` in a forked child and return the bytes it produced (empty if it panicked). For work
+/// that leaves threads behind, such as NVML's initialisation: a multi-threaded process can no
+/// longer enter a user namespace (unshare(CLONE_NEWUSER) answers EINVAL). Call it while this
+/// process is single-threaded.
+pub fn in_child(f: impl FnOnce() -> Vec<u8>) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let (r, w) = nix::unistd::pipe().map_err(call("pipe"))?;
+    // SAFETY: the child only runs `f`, writes to the pipe and leaves with _exit.
+    match unsafe { nix::unistd::fork() }.map_err(call("fork"))? {
+        nix::unistd::ForkResult::Child => {
+            drop(r);
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_default();
+            let _ = File::from(w).write_all(&out);
+            // SAFETY: leave without running the parent's atexit handlers or destructors.
+            unsafe { libc::_exit(0) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(w);
+            let mut out = Vec::new();
+            let read = File::from(r).read_to_end(&mut out);
+            let _ = nix::sys::wait::waitpid(child, None);
+            read.map_err(|e| SysError::Call {
+                what: "read from child",
+                errno: io_errno(&e),
+            })?;
+            Ok(out)
+        }
+    }
+}
+
 /// Enter a new user namespace and map `inside_uid/gid` to the caller's own ids (one line each:
 /// what an unprivileged process may write itself, so no newuidmap and no /etc/subuid).
 pub fn enter_user_namespace(inside_uid: u32, inside_gid: u32) -> Result<()> {
