@@ -281,6 +281,23 @@ EOF
   [ "$out" = image ]; res $? "--container-image=./${IMG#"$W"/}: relative to the job's directory ($out)"
   out=$(srun "${T[@]}" --container-mounts="$W/data:/data" sh -c 'cat /etc/gpurun-test-marker 2>/dev/null || echo host' 2>&1); rc=$?
   [ "$rc" = 0 ] && grep -q 'gpurun: warning: no --container-image: the --container-\* options are ignored' <<<"$out" && grep -q '^host$' <<<"$out"; res $? "--container-mounts without --container-image: a warning, and the step runs on the host (rc=$rc)"
+  # a registry image, in enroot's REGISTRY#IMAGE form: pulled once by the node's holder
+  if command -v docker-registry >/dev/null && command -v skopeo >/dev/null && command -v umoci >/dev/null; then
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
+      "$W/registry" "$port" > registry.yml
+    docker-registry serve registry.yml > registry.log 2>&1 & reg=$!
+    for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/v2/" && break; sleep 0.1; done
+    { umoci init --layout oci && umoci new --image oci:t && umoci unpack --rootless --image oci:t bundle \
+        && cp -a "$R/." bundle/rootfs/ && umoci repack --image oci:t bundle \
+        && skopeo copy -q --dest-tls-verify=false oci:oci:t "docker://127.0.0.1:$port/gpurun/test:t"; } >registry-push.log 2>&1
+    out=$(GPURUN_CACHE=$W/cache srun "${T[@]}" -n2 --container-image="127.0.0.1:$port#gpurun/test:t" cat /etc/gpurun-test-marker 2>>stderr.log)
+    [ "$(echo $out)" = "image image" ]; res $? "--container-image=127.0.0.1:$port#gpurun/test:t: pulled from a registry, both tasks run in it ($(echo $out))"
+    kill "$reg"
+  else
+    bad "--container-image from a registry: needs docker-registry, skopeo and umoci (tests/setup-machine.sh)"
+  fi
+
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=/a:relative true 2>&1); rc=$?
   [ "$rc" != 0 ] && grep -q 'gpurun: --container-mounts: destination "relative" must be absolute' <<<"$out"; res $? "bad --container-mounts: refused by srun with the reason (rc=$rc)"
   out=$(srun "${T[@]}" -n2 --container-image="$W/missing.sqsh" true 2>&1); rc=$?
