@@ -7,7 +7,9 @@
 #     against what the job may open outside, --gres/--gpus/--gpus-per-task, two concurrent jobs,
 #     SLURM_*/PMI*/PMIx variables and the PMIx server directory
 #   the SPANK plugin (when loaded: cluster.sh start MODE PLUGIN.so gpurun=...): every option, one
-#     holder and one image mount shared by the tasks of a step, cleanup, #SBATCH, error lines
+#     holder and one image mount shared by the tasks of a step, cleanup, per-task GPUs, #SBATCH,
+#     a registry image (local docker-registry), error lines
+# Without an NVIDIA driver it gives gpurun a fake one (GPURUN_NV_PROC, GPURUN_NV_DRIVER_PATH).
 #
 # Ends with "N passed, N failed"; exit status 1 when a test failed.
 # Environment: GPURUN (default: target/debug/gpurun of this checkout), SLURM_TEST_DIR (scratch,
