@@ -554,3 +554,24 @@ fn without_fuse_the_image_is_extracted_once() {
         .collect();
     assert_eq!(rootfs.len(), 1, "extracted once, reused: {rootfs:?}");
 }
+
+#[test]
+fn the_terminal_is_passed_through() {
+    let s = Scratch::new();
+    let img = image(&s);
+    // script(1) gives gpurun a pseudo-terminal, as an interactive login would.
+    let cmd = format!(
+        "{} exec {} sh -c 'test -t 0 && test -t 1 && echo on-a-tty; stty size'",
+        gpurun_bin().display(),
+        img.display()
+    );
+    let o = as_user("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("COLUMNS", "91")
+        .env("LINES", "33")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(out.contains("on-a-tty"), "{out}\n{}", stderr(&o));
+}
