@@ -124,6 +124,9 @@ const MAX_SYMLINKS: usize = 40;
 
 pub struct Archive {
     file: std::fs::File,
+    /// Where the squashfs starts in the file: 0, or the partition's offset inside a SIF file.
+    /// Every offset in the squashfs is relative to it.
+    base: u64,
     path: PathBuf,
     sb: Superblock,
     comp: Compressor,
@@ -147,13 +150,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Archive {
     pub fn open(path: &Path) -> Result<Archive, SqfsError> {
+        Archive::open_at(path, 0)
+    }
+
+    /// A squashfs that starts `base` bytes into the file (an Apptainer SIF's partition).
+    pub fn open_at(path: &Path, base: u64) -> Result<Archive, SqfsError> {
         let io = |source| SqfsError::Io {
             path: path.to_owned(),
             source,
         };
         let file = std::fs::File::open(path).map_err(io)?;
         let mut buf = [0u8; format::SUPERBLOCK_SIZE];
-        match file.read_exact_at(&mut buf, 0) {
+        match file.read_exact_at(&mut buf, base) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 return Err(SqfsError::NotSquashfs {
@@ -192,6 +200,7 @@ impl Archive {
         let data_blocks = DATA_CACHE_BYTES / sb.block_size as usize;
         let mut ar = Archive {
             file,
+            base,
             path: path.to_owned(),
             comp,
             ids: Vec::new(),
@@ -269,7 +278,7 @@ impl Archive {
         }
         let mut v = vec![0u8; len];
         self.file
-            .read_exact_at(&mut v, pos)
+            .read_exact_at(&mut v, self.base + pos)
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => {
                     self.corrupt(format!("truncated at offset {pos}"))
