@@ -9,14 +9,15 @@ use serde::Serialize;
 use super::foreign;
 use super::meta::{ImageMeta, MetaError};
 use super::pull::{PullError, PullOptions};
-use super::sqfs::{Archive, SqfsError};
+use super::sif::OpenError;
+use super::sqfs::Archive;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
     #[error("image {0}: no such file; check the path, or inspect docker://REF")]
     Missing(PathBuf),
     #[error(transparent)]
-    Sqfs(#[from] SqfsError),
+    Open(#[from] OpenError),
     #[error(transparent)]
     Meta(#[from] MetaError),
     #[error(transparent)]
@@ -58,12 +59,12 @@ pub struct Report {
     pub cuda_requirement: BTreeMap<String, String>,
 }
 
-/// An image file opened.
+/// An image file opened: a squashfs, or the squashfs inside a SIF.
 pub fn open_file(path: &Path) -> Result<Archive, InspectError> {
     if !path.exists() {
         return Err(InspectError::Missing(path.to_path_buf()));
     }
-    Ok(Archive::open(path)?)
+    Ok(super::sif::open_archive(path)?)
 }
 
 fn report(
@@ -124,7 +125,11 @@ pub fn inspect(image: &str, opts: &PullOptions) -> Result<Report, InspectError> 
         )
     };
     let (flavor, meta) = foreign::image_meta(&read, &list)?;
-    let format = flavor.to_string();
+    let format = if super::sif::probe(path).ok().flatten().is_some() {
+        format!("{flavor} (SIF)")
+    } else {
+        flavor.to_string()
+    };
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let comp = format!("{:?}", archive.compressor()).to_lowercase();
     Ok(report(image.to_string(), format, size, Some(comp), meta))

@@ -9,5 +9,6 @@ pub mod meta;
 pub mod pull;
 pub mod reference;
 pub mod registry;
+pub mod sif;
 pub mod sqfs;
 pub mod squash;

@@ -15,6 +15,8 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use super::sqfs::{Archive, SqfsError};
+
 pub const MAGIC: &[u8; 10] = b"SIF_MAGIC\0";
 pub const HEADER_LEN: usize = 128;
 pub const DESCRIPTOR_LEN: usize = 585;
@@ -129,47 +131,64 @@ pub fn probe(path: &Path) -> Result<Option<Partition>, SifError> {
     Ok(Some(p))
 }
 
-/// A SIF file holding `squashfs` as its primary system partition, laid out as Apptainer lays
-/// them out (for tests: gpurun never writes SIF files).
-pub fn assemble(squashfs: &[u8]) -> Vec<u8> {
-    let table_end = HEADER_LEN + 48 * DESCRIPTOR_LEN;
-    let data_off = table_end.div_ceil(4096) * 4096;
-    let mut h = vec![0u8; HEADER_LEN];
-    h[..31].copy_from_slice(b"#!/usr/bin/env run-singularity\n");
-    h[MAGIC_AT..MAGIC_AT + 10].copy_from_slice(MAGIC);
-    h[42..45].copy_from_slice(b"01\0");
-    h[45..47].copy_from_slice(b"2\0"); // arch: amd64 in SIF's table
-    let put = |h: &mut Vec<u8>, at: usize, v: i64| h[at..at + 8].copy_from_slice(&v.to_le_bytes());
-    put(&mut h, 80, 47); // free descriptors
-    put(&mut h, 88, 48); // total descriptors
-    put(&mut h, 96, HEADER_LEN as i64);
-    put(&mut h, 104, (48 * DESCRIPTOR_LEN) as i64);
-    put(&mut h, 112, data_off as i64);
-    put(&mut h, 120, squashfs.len() as i64);
-    let mut d = vec![0u8; DESCRIPTOR_LEN];
-    d[0..4].copy_from_slice(&DATA_PARTITION.to_le_bytes());
-    d[4] = 1;
-    d[5..9].copy_from_slice(&1u32.to_le_bytes());
-    d[9..13].copy_from_slice(&0xf000_0001u32.to_le_bytes());
-    d[17..25].copy_from_slice(&(data_off as i64).to_le_bytes());
-    d[25..33].copy_from_slice(&(squashfs.len() as i64).to_le_bytes());
-    d[33..41].copy_from_slice(&(squashfs.len() as i64).to_le_bytes());
-    let name = b"rootfs.squashfs";
-    d[73..73 + name.len()].copy_from_slice(name);
-    let extra = 17 + 7 * 8 + 128;
-    d[extra..extra + 4].copy_from_slice(&FS_SQUASH.to_le_bytes());
-    d[extra + 4..extra + 8].copy_from_slice(&PART_PRIMARY_SYSTEM.to_le_bytes());
-    d[extra + 8..extra + 11].copy_from_slice(b"2\0\0");
-    let mut out = h;
-    out.extend_from_slice(&d);
-    out.resize(data_off, 0);
-    out.extend_from_slice(squashfs);
-    out
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("image {0}: {1}")]
+    Sif(std::path::PathBuf, SifError),
+    #[error(transparent)]
+    Sqfs(#[from] SqfsError),
+}
+
+/// An image file's squashfs: the file itself, or the system partition inside a SIF.
+pub fn open_archive(path: &Path) -> Result<Archive, OpenError> {
+    match probe(path).map_err(|e| OpenError::Sif(path.to_path_buf(), e))? {
+        Some(p) => Ok(Archive::open_at(path, p.offset)?),
+        None => Ok(Archive::open(path)?),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A SIF file holding `squashfs` as its primary system partition, laid out as Apptainer lays
+    /// them out.
+    fn assemble(squashfs: &[u8]) -> Vec<u8> {
+        let table_end = HEADER_LEN + 48 * DESCRIPTOR_LEN;
+        let data_off = table_end.div_ceil(4096) * 4096;
+        let mut h = vec![0u8; HEADER_LEN];
+        h[..31].copy_from_slice(b"#!/usr/bin/env run-singularity\n");
+        h[MAGIC_AT..MAGIC_AT + 10].copy_from_slice(MAGIC);
+        h[42..45].copy_from_slice(b"01\0");
+        h[45..47].copy_from_slice(b"2\0"); // arch: amd64 in SIF's table
+        let put =
+            |h: &mut Vec<u8>, at: usize, v: i64| h[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        put(&mut h, 80, 47); // free descriptors
+        put(&mut h, 88, 48); // total descriptors
+        put(&mut h, 96, HEADER_LEN as i64);
+        put(&mut h, 104, (48 * DESCRIPTOR_LEN) as i64);
+        put(&mut h, 112, data_off as i64);
+        put(&mut h, 120, squashfs.len() as i64);
+        let mut d = vec![0u8; DESCRIPTOR_LEN];
+        d[0..4].copy_from_slice(&DATA_PARTITION.to_le_bytes());
+        d[4] = 1;
+        d[5..9].copy_from_slice(&1u32.to_le_bytes());
+        d[9..13].copy_from_slice(&0xf000_0001u32.to_le_bytes());
+        d[17..25].copy_from_slice(&(data_off as i64).to_le_bytes());
+        d[25..33].copy_from_slice(&(squashfs.len() as i64).to_le_bytes());
+        d[33..41].copy_from_slice(&(squashfs.len() as i64).to_le_bytes());
+        let name = b"rootfs.squashfs";
+        d[73..73 + name.len()].copy_from_slice(name);
+        let extra = 17 + 7 * 8 + 128;
+        d[extra..extra + 4].copy_from_slice(&FS_SQUASH.to_le_bytes());
+        d[extra + 4..extra + 8].copy_from_slice(&PART_PRIMARY_SYSTEM.to_le_bytes());
+        d[extra + 8..extra + 11].copy_from_slice(b"2\0\0");
+        let mut out = h;
+        out.extend_from_slice(&d);
+        out.resize(data_off, 0);
+        out.extend_from_slice(squashfs);
+        out
+    }
 
     fn parse(file: &[u8]) -> Result<Partition, SifError> {
         system_partition(
@@ -184,7 +203,10 @@ mod tests {
         let f = assemble(b"hsqs and the rest");
         assert!(is_sif(&f));
         let p = parse(&f).unwrap();
-        assert_eq!(&f[p.offset as usize..(p.offset + p.len) as usize], b"hsqs and the rest");
+        assert_eq!(
+            &f[p.offset as usize..(p.offset + p.len) as usize],
+            b"hsqs and the rest"
+        );
         assert_eq!(p.offset % 4096, 0);
     }
 
@@ -193,17 +215,18 @@ mod tests {
         let part_type_at = HEADER_LEN + 201 + 4;
         let fs_type_at = HEADER_LEN + 201;
         let len_at = HEADER_LEN + 25;
-        let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>, &str)> = vec![
-            ("magic", Box::new(|f: &mut Vec<u8>| f[32] = b'X'), "not a SIF"),
-            ("data partition", Box::new(move |f: &mut Vec<u8>| f[part_type_at] = 3), "no squashfs"),
-            ("ext3", Box::new(move |f: &mut Vec<u8>| f[fs_type_at] = 2), "no squashfs"),
-            ("unused", Box::new(|f: &mut Vec<u8>| f[HEADER_LEN + 4] = 0), "no squashfs"),
-            ("past the end", Box::new(move |f: &mut Vec<u8>| f[len_at + 2] = 0xff), "outside"),
-            ("descriptor count", Box::new(|f: &mut Vec<u8>| f[88 + 7] = 0x7f), "corrupt"),
+        // (what, byte to change, its new value, expected error)
+        let cases: &[(&str, usize, u8, &str)] = &[
+            ("magic", 32, b'X', "not a sif"),
+            ("data partition", part_type_at, 3, "no squashfs"),
+            ("ext3", fs_type_at, 2, "no squashfs"),
+            ("unused", HEADER_LEN + 4, 0, "no squashfs"),
+            ("past the end", len_at + 2, 0xff, "outside"),
+            ("descriptor count", 88 + 7, 0x7f, "corrupt"),
         ];
-        for (what, spoil, want) in cases {
+        for (what, at, value, want) in cases {
             let mut f = assemble(b"hsqs");
-            spoil(&mut f);
+            f[*at] = *value;
             let e = parse(&f).unwrap_err().to_string().to_lowercase();
             assert!(e.contains(want), "{what}: {e}");
         }

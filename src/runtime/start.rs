@@ -17,6 +17,7 @@ use crate::exit;
 use crate::image::cache::cache_root;
 use crate::image::meta::MetaError;
 use crate::image::pull::{ensure_local, PullError, PullOptions};
+use crate::image::sif::OpenError;
 use crate::image::sqfs::Archive;
 
 #[derive(Debug, thiserror::Error)]
@@ -94,9 +95,13 @@ impl Image {
         if md.is_dir() {
             return Ok(Image::Dir(path));
         }
-        let archive = Archive::open(&path).map_err(|e| StartError::Image {
+        // A squashfs file, or the squashfs partition inside an Apptainer SIF file.
+        let archive = crate::image::sif::open_archive(&path).map_err(|e| StartError::Image {
             path: path.clone(),
-            reason: e.to_string(),
+            reason: match e {
+                OpenError::Sif(_, e) => e.to_string(),
+                OpenError::Sqfs(e) => e.to_string(),
+            },
         })?;
         Ok(Image::Squashfs {
             path,
