@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser};
 use gpurun::cli::{CacheCommand, Cli, Command, ConfigCommand, LaunchOpts};
-use gpurun::config::Config;
+use gpurun::config::{Config, Origin};
 use gpurun::runtime::plan::{Action, Request};
 use gpurun::runtime::start::{start, Launch};
 
@@ -285,7 +285,11 @@ fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
     use gpurun::image::gc;
     use gpurun::image::inspect::human_size;
     let cache = gpurun::image::cache::Cache::open(&gpurun::image::cache::cache_root())?;
-    let entries = gc::list(&cache, &gc::Activity::scan())?;
+    let from_files = match &ctx.cfg.cache_dir.from {
+        Origin::Site(_) | Origin::User(_) => ctx.cfg.cache_dir.value.as_deref(),
+        _ => None,
+    };
+    let entries = gc::list(&cache, &gc::Activity::scan(cache.root(), from_files))?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()

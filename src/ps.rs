@@ -99,7 +99,7 @@ pub struct GpuUse {
 #[derive(Debug, Clone, Serialize)]
 pub struct Container {
     pub pid: u32,
-    /// The container's init, whose root is the container's.
+    /// The container's init, whose root is the container's (None while it is being set up).
     pub init_pid: Option<u32>,
     pub action: String,
     pub image: String,
@@ -129,6 +129,18 @@ fn launch_of(cmdline: &[String]) -> Option<(String, String, Vec<String>)> {
         Command::Hold(a) => ("hold".into(), a.image, Vec::new()),
         _ => return None,
     })
+}
+
+/// Has process `pid` a root of its own (not the host's)?
+fn in_own_root(pid: u32) -> bool {
+    let id = |p: &Path| fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    match (
+        id(Path::new(&format!("/proc/{pid}/root/"))),
+        id(Path::new("/")),
+    ) {
+        (Some(a), Some(b)) => a != b,
+        _ => false,
+    }
 }
 
 /// The GPU minors a container's root shows under /dev.
@@ -162,11 +174,13 @@ pub fn containers(driver_paths: &[PathBuf]) -> Vec<Container> {
         let Some((action, image, command)) = launch_of(&p.cmdline) else {
             continue;
         };
+        // Until the init has switched to the container's root, its root is the host's (and so
+        // would be its /dev): it counts only once it has.
         let init = children
             .get(&p.pid)
             .into_iter()
             .flatten()
-            .find(|c| by_pid.get(c).is_some_and(|q| q.is_gpurun))
+            .find(|c| by_pid.get(c).is_some_and(|q| q.is_gpurun) && in_own_root(**c))
             .copied();
         let gpus = init
             .map(gpu_minors)

@@ -163,103 +163,85 @@ fn apptainer_images_run_unchanged() {
     assert_eq!(v["labels"]["org.label-schema.name"], "app");
 }
 
-/// A cache laid out as cache.rs lays it out, owned by the test user.
-fn fake_cache(s: &Scratch) -> PathBuf {
-    let c = s.join("cache");
-    for d in ["blobs/sha256", "locks", "images"] {
-        std::fs::create_dir_all(c.join(d)).unwrap();
-    }
-    let hex = |ch: char| ch.to_string().repeat(64);
-    let file = |p: PathBuf, size: usize, age_days: u64| {
-        std::fs::write(&p, vec![7u8; size]).unwrap();
-        let t = std::time::SystemTime::now() - Duration::from_secs(age_days * 86400);
-        let f = std::fs::File::options().write(true).open(&p).unwrap();
-        f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
-            .unwrap();
+/// `squashfs` wrapped in a SIF file the way `apptainer build` writes one (SIF 1, little-endian,
+/// packed): a 128-byte global header, a table of 585-byte descriptors, the data. Descriptor 1 is
+/// a definition file, descriptor 2 the squashfs primary system partition, so the partition is
+/// found by type rather than position.
+fn sif(squashfs: &[u8]) -> Vec<u8> {
+    const HEADER: usize = 128;
+    const DESC: usize = 585;
+    const NDESC: usize = 48;
+    let deffile = b"Bootstrap: docker\nFrom: busybox\n";
+    let def_off = (HEADER + NDESC * DESC).div_ceil(4096) * 4096;
+    let part_off = (def_off + deffile.len()).div_ceil(4096) * 4096;
+    let mut f = vec![0u8; part_off];
+    let i64_at = |f: &mut Vec<u8>, at: usize, v: usize| {
+        f[at..at + 8].copy_from_slice(&(v as i64).to_le_bytes())
     };
-    file(c.join("blobs/sha256").join(hex('a')), 1000, 40);
-    file(c.join("blobs/sha256").join(hex('b')), 2000, 20);
-    file(c.join("blobs/sha256").join(hex('c')), 4000, 5);
-    file(
-        c.join("images").join(format!("{}.sqsh", hex('d'))),
-        8000,
-        60,
-    );
-    file(c.join("blobs/sha256").join(hex('e')), 500, 0);
-    std::fs::write(c.join("locks").join(format!("{}.lock", hex('d'))), "").unwrap();
-    s.chown_all();
-    c
-}
-
-fn cache_cmd(c: &Path, args: &[&str]) -> Command {
-    let mut a = vec!["cache"];
-    a.extend_from_slice(args);
-    let mut cmd = gpurun(&a);
-    cmd.env("GPURUN_CACHEDIR", c);
-    cmd
-}
-
-fn names(v: &serde_json::Value) -> Vec<String> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap()[7..8].to_string())
-        .collect()
+    f[..31].copy_from_slice(b"#!/usr/bin/env run-singularity\n");
+    f[32..42].copy_from_slice(b"SIF_MAGIC\0");
+    f[42..44].copy_from_slice(b"01");
+    i64_at(&mut f, 80, NDESC - 2);
+    i64_at(&mut f, 88, NDESC);
+    i64_at(&mut f, 96, HEADER);
+    i64_at(&mut f, 104, NDESC * DESC);
+    i64_at(&mut f, 112, def_off);
+    i64_at(&mut f, 120, part_off + squashfs.len() - def_off);
+    let mut desc = |n: usize, kind: i32, off: usize, len: usize, extra: &[i32]| {
+        let d = HEADER + n * DESC;
+        f[d..d + 4].copy_from_slice(&kind.to_le_bytes());
+        f[d + 4] = 1;
+        f[d + 5..d + 9].copy_from_slice(&(n as u32 + 1).to_le_bytes());
+        i64_at(&mut f, d + 17, off);
+        i64_at(&mut f, d + 25, len);
+        i64_at(&mut f, d + 33, len);
+        for (i, v) in extra.iter().enumerate() {
+            let at = d + 201 + 4 * i;
+            f[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    };
+    desc(0, 0x4001, def_off, deffile.len(), &[]);
+    // fs type 1 = squashfs, partition type 2 = primary system
+    desc(1, 0x4004, part_off, squashfs.len(), &[1, 2]);
+    f[def_off..def_off + deffile.len()].copy_from_slice(deffile);
+    f.extend_from_slice(squashfs);
+    f
 }
 
 #[test]
-fn cache_list_gc_and_clean_keep_what_is_in_use() {
+fn apptainer_sif_files_run_unchanged() {
     let s = Scratch::new();
-    let c = fake_cache(&s);
-    let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
-    // Oldest use first; the fresh blob is protected.
-    assert_eq!(names(&v), ["d", "a", "b", "c", "e"]);
-    assert_eq!(v[0]["kind"], "image");
-    assert_eq!(v[0]["size_bytes"], 8000);
-    assert_eq!(v[4]["in_use"], "recent");
-    let text = stdout(&run_ok(&mut cache_cmd(&c, &["list"])));
-    assert!(text.contains("5 entries"), "{text}");
+    let sqsh = busybox_image(&s, "forsif", apptainer_root);
+    let path = s.join("app.sif");
+    std::fs::write(&path, sif(&std::fs::read(&sqsh).unwrap())).unwrap();
+    s.chown_all();
+    let img = path.to_str().unwrap();
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        img,
+        "sh",
+        "-c",
+        "echo $APP_DATA; cat /etc/passwd | head -1",
+    ]));
+    assert_eq!(stdout(&o).lines().next(), Some("/opt/app/data"));
+    let o = run_ok(&mut gpurun(&["run", img, "from-sif"]));
+    assert_eq!(stdout(&o).trim(), "runscript /opt/app/data from-sif");
+    let v = json(&run_ok(&mut gpurun(&["inspect", "--json", img])));
+    assert_eq!(v["format"], "apptainer (SIF)");
+    assert_eq!(v["labels"]["org.label-schema.name"], "app");
 
-    // A pull building image d holds its lock: gc must keep the image.
-    let lock =
-        std::fs::File::open(c.join("locks").join(format!("{}.lock", "d".repeat(64)))).unwrap();
-    assert_eq!(
-        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
-        0
-    );
-    let o = run_ok(&mut cache_cmd(
-        &c,
-        &["gc", "--older-than", "30d", "--dry-run"],
-    ));
-    assert!(
-        stdout(&o).contains("would remove blob sha256:aaaa"),
-        "{}",
-        stdout(&o)
-    );
-    run_ok(&mut cache_cmd(&c, &["gc", "--older-than", "30d"]));
-    let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
-    assert_eq!(names(&v), ["d", "b", "c", "e"]);
-    assert_eq!(v[0]["in_use"], "locked");
-    // Down to 5000 bytes: b goes (the locked image and the fresh blob stay, whatever their size).
-    run_ok(&mut cache_cmd(&c, &["gc", "--max-size", "13000"]));
-    assert_eq!(
-        names(&json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))),
-        ["d", "c", "e"]
-    );
-    drop(lock);
-    run_ok(&mut cache_cmd(&c, &["clean"]));
-    assert_eq!(
-        names(&json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))),
-        ["e"]
-    );
-
-    let o = cache_cmd(&c, &["gc", "--max-size", "20X"])
-        .output()
-        .unwrap();
-    assert_ne!(o.status.code(), Some(0));
-    assert!(stderr(&o).contains("500M, 20G"), "{}", stderr(&o));
-    let o = cache_cmd(&c, &["gc"]).output().unwrap();
+    // A SIF without a squashfs system partition: one line that says what to do.
+    let mut broken = std::fs::read(&path).unwrap();
+    broken[128 + 585 + 201] = 2; // ext3
+    std::fs::write(&path, &broken).unwrap();
+    let o = gpurun(&["exec", img, "true"]).output().unwrap();
     assert_eq!(o.status.code(), Some(125));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.contains(img) && e.contains("no squashfs system partition"),
+        "{e}"
+    );
 }
 
 #[test]

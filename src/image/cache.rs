@@ -37,7 +37,9 @@ pub fn cache_root() -> PathBuf {
     )
 }
 
-fn cache_root_from(gpurun: Option<PathBuf>, xdg: Option<PathBuf>, uid: u32) -> PathBuf {
+/// [`cache_root`] from given values (also for `gpurun cache gc`, which works out the roots of
+/// other gpurun processes).
+pub fn cache_root_from(gpurun: Option<PathBuf>, xdg: Option<PathBuf>, uid: u32) -> PathBuf {
     // Empty or relative values are ignored, as the XDG spec asks.
     let usable = |p: &PathBuf| p.is_absolute();
     if let Some(p) = gpurun.filter(usable) {

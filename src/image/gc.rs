@@ -4,9 +4,10 @@
 //! Safe beside running pulls and containers. An entry is kept when:
 //! - its lock (`locks/HEX.lock`) is held: a pull is downloading that blob or building that image;
 //! - a process of this user has it open (a running container's FUSE server holds its image);
-//! - it is a blob or an extracted rootfs and a `gpurun` pull or container of this user runs on
-//!   this node: a pull may have found a blob in the cache and not opened it yet, and a container
-//!   may run from an extracted rootfs;
+//! - it is a blob or an extracted rootfs and a `gpurun` pull or container of this user that uses
+//!   this cache (by its environment and the config files) runs on this node: a pull may have
+//!   found a blob in the cache and not opened it yet, and a container may run from an extracted
+//!   rootfs;
 //! - it changed in the last ten minutes (covers pulls on other nodes when the cache is on a
 //!   shared filesystem, which no /proc scan can see).
 //!
@@ -55,7 +56,9 @@ pub enum GcError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot remove {path}: {source}; check its owner and permissions (the cache is per user)")]
+    #[error(
+        "cannot remove {path}: {source}; check its owner and permissions (the cache is per user)"
+    )]
     Remove {
         path: PathBuf,
         source: std::io::Error,
@@ -141,14 +144,46 @@ fn locked(lock: &Path) -> bool {
     rc != 0
 }
 
-/// What this user's processes have open, and whether any gpurun pull or launch runs.
+/// What this user's processes have open, and whether a gpurun pull or launch that uses this
+/// cache runs.
 pub struct Activity {
     pub open: std::collections::HashSet<PathBuf>,
     pub gpurun_running: bool,
 }
 
+/// The cache root a process with environment `env` uses: GPURUN_CACHEDIR / GPURUN_CACHE, else the
+/// config files' cache_dir (`from_files`, the same files for every process of this user), else
+/// the XDG / /var/tmp default.
+pub fn cache_root_of(env: &[(String, String)], from_files: Option<&Path>, uid: u32) -> PathBuf {
+    let get = |k: &str| {
+        env.iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|p| p.is_absolute())
+    };
+    let explicit = get("GPURUN_CACHEDIR")
+        .or_else(|| get("GPURUN_CACHE"))
+        .or_else(|| from_files.map(Path::to_path_buf));
+    super::cache::cache_root_from(explicit, get("XDG_CACHE_HOME"), uid)
+}
+
+fn environ(pid: u32) -> Option<Vec<(String, String)>> {
+    let b = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    Some(
+        b.split(|c| *c == 0)
+            .filter_map(|kv| {
+                let kv = String::from_utf8_lossy(kv);
+                let (k, v) = kv.split_once('=')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect(),
+    )
+}
+
 impl Activity {
-    pub fn scan() -> Activity {
+    /// `cache` is the root being collected; `from_files` the config files' cache_dir, if any.
+    pub fn scan(cache: &Path, from_files: Option<&Path>) -> Activity {
         let me = std::process::id();
         let uid = nix::unistd::getuid().as_raw();
         let mut a = Activity {
@@ -166,11 +201,14 @@ impl Activity {
                     }
                 }
             }
-            if p.is_gpurun
+            let active = p.is_gpurun
                 && matches!(
                     p.subcommand().as_deref(),
                     Some("pull" | "exec" | "run" | "shell" | "hold")
-                )
+                );
+            // A process whose environment cannot be read is assumed to use this cache.
+            if active
+                && environ(p.pid).is_none_or(|env| cache_root_of(&env, from_files, uid) == cache)
             {
                 a.gpurun_running = true;
             }
@@ -353,6 +391,31 @@ mod tests {
             size_bytes: size,
             last_used,
             in_use: in_use.then(|| "open".to_string()),
+        }
+    }
+
+    #[test]
+    fn cache_roots_of_other_processes() {
+        let env = |v: &[(&str, &str)]| {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        type Env<'a> = &'a [(&'a str, &'a str)];
+        let files = Some(Path::new("/site"));
+        let cases: &[(Env, Option<&Path>, &str)] = &[
+            (
+                &[("GPURUN_CACHEDIR", "/a"), ("GPURUN_CACHE", "/b")],
+                files,
+                "/a",
+            ),
+            (&[("GPURUN_CACHE", "/b")], files, "/b"),
+            (&[("XDG_CACHE_HOME", "/x")], files, "/site"),
+            (&[("XDG_CACHE_HOME", "/x")], None, "/x/gpurun"),
+            (&[("GPURUN_CACHEDIR", "rel")], None, "/var/tmp/gpurun-7"),
+        ];
+        for (e, f, want) in cases {
+            assert_eq!(cache_root_of(&env(e), *f, 7), Path::new(want), "{e:?}");
         }
     }
 

@@ -1,0 +1,115 @@
+//! `gpurun cache list|gc|clean` as the unprivileged test user, on a cache laid out as cache.rs
+//! lays it out. A binary of its own: cargo runs test binaries one after another, so no container
+//! of the test user runs beside these tests (gc rightly keeps blobs while one does).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
+}
+
+/// A cache laid out as cache.rs lays it out, owned by the test user.
+fn fake_cache(s: &Scratch) -> PathBuf {
+    let c = s.join("cache");
+    for d in ["blobs/sha256", "locks", "images"] {
+        std::fs::create_dir_all(c.join(d)).unwrap();
+    }
+    let hex = |ch: char| ch.to_string().repeat(64);
+    let file = |p: PathBuf, size: usize, age_days: u64| {
+        std::fs::write(&p, vec![7u8; size]).unwrap();
+        let t = std::time::SystemTime::now() - Duration::from_secs(age_days * 86400);
+        let f = std::fs::File::options().write(true).open(&p).unwrap();
+        f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
+            .unwrap();
+    };
+    file(c.join("blobs/sha256").join(hex('a')), 1000, 40);
+    file(c.join("blobs/sha256").join(hex('b')), 2000, 20);
+    file(c.join("blobs/sha256").join(hex('c')), 4000, 5);
+    file(
+        c.join("images").join(format!("{}.sqsh", hex('d'))),
+        8000,
+        60,
+    );
+    file(c.join("blobs/sha256").join(hex('e')), 500, 0);
+    std::fs::write(c.join("locks").join(format!("{}.lock", hex('d'))), "").unwrap();
+    s.chown_all();
+    c
+}
+
+fn cache_cmd(c: &Path, args: &[&str]) -> Command {
+    let mut a = vec!["cache"];
+    a.extend_from_slice(args);
+    let mut cmd = gpurun(&a);
+    cmd.env("GPURUN_CACHEDIR", c);
+    cmd
+}
+
+fn names(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap()[7..8].to_string())
+        .collect()
+}
+
+#[test]
+fn cache_list_gc_and_clean_keep_what_is_in_use() {
+    let s = Scratch::new();
+    let c = fake_cache(&s);
+    let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
+    // Oldest use first; the fresh blob is protected.
+    assert_eq!(names(&v), ["d", "a", "b", "c", "e"]);
+    assert_eq!(v[0]["kind"], "image");
+    assert_eq!(v[0]["size_bytes"], 8000);
+    assert_eq!(v[4]["in_use"], "recent");
+    let text = stdout(&run_ok(&mut cache_cmd(&c, &["list"])));
+    assert!(text.contains("5 entries"), "{text}");
+
+    // A pull building image d holds its lock: gc must keep the image.
+    let lock =
+        std::fs::File::open(c.join("locks").join(format!("{}.lock", "d".repeat(64)))).unwrap();
+    assert_eq!(
+        unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
+        0
+    );
+    let o = run_ok(&mut cache_cmd(
+        &c,
+        &["gc", "--older-than", "30d", "--dry-run"],
+    ));
+    assert!(
+        stdout(&o).contains("would remove blob sha256:aaaa"),
+        "{}",
+        stdout(&o)
+    );
+    run_ok(&mut cache_cmd(&c, &["gc", "--older-than", "30d"]));
+    let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
+    assert_eq!(names(&v), ["d", "b", "c", "e"]);
+    assert_eq!(v[0]["in_use"], "locked");
+    // Down to 5000 bytes: b goes (the locked image and the fresh blob stay, whatever their size).
+    run_ok(&mut cache_cmd(&c, &["gc", "--max-size", "13000"]));
+    assert_eq!(
+        names(&json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))),
+        ["d", "c", "e"]
+    );
+    drop(lock);
+    run_ok(&mut cache_cmd(&c, &["clean"]));
+    assert_eq!(
+        names(&json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))),
+        ["e"]
+    );
+
+    let o = cache_cmd(&c, &["gc", "--max-size", "20X"])
+        .output()
+        .unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("500M, 20G"), "{}", stderr(&o));
+    let o = cache_cmd(&c, &["gc"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(125));
+}
