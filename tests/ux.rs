@@ -307,7 +307,9 @@ fn ps_lists_running_containers() {
         assert!(Instant::now() < deadline, "container not listed: {v}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = child.kill();
+    // SIGTERM, which gpurun forwards and cleans up after (a SIGKILLed gpurun leaves its
+    // container's init blocked on the dead FUSE server: seen here, a runtime issue).
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
     assert_eq!(found["action"], "exec");
     assert_eq!(found["image"], img.to_str().unwrap());
