@@ -297,9 +297,17 @@ impl Archive {
         if let Some(b) = lock(&self.caches.meta).get(&pos) {
             return Ok(b.clone());
         }
-        let h = self.pread(pos, 2)?;
-        let (len, compressed) = format::meta_header(u16::from_le_bytes([h[0], h[1]]));
-        let raw = self.pread(pos + 2, len)?;
+        // One read for header and block (a block is at most 2 + 8192 bytes on disk).
+        let want = (2 + format::METADATA_SIZE as u64).min(self.sb.bytes_used.saturating_sub(pos));
+        let mut raw = self.pread(pos, (want as usize).max(2))?;
+        let (len, compressed) = format::meta_header(u16::from_le_bytes([raw[0], raw[1]]));
+        if len + 2 > raw.len() {
+            return Err(self.corrupt(format!(
+                "metadata block at {pos} runs past the end of the image"
+            )));
+        }
+        raw.truncate(len + 2);
+        raw.drain(..2);
         let data = if compressed {
             self.comp
                 .decompress(&raw, format::METADATA_SIZE)
@@ -411,11 +419,11 @@ impl Archive {
     /// Look a name up in a directory.
     pub fn lookup_in(&self, dir: &Inode, name: &[u8]) -> Result<Option<DirEntry>, SqfsError> {
         let entries = self.readdir(dir)?;
-        // Sorted by mksquashfs and tar2sqfs; fall back to a scan if an odd writer did not sort.
-        if let Ok(i) = entries.binary_search_by(|e| e.name.as_slice().cmp(name)) {
-            return Ok(Some(entries[i].clone()));
-        }
-        Ok(entries.iter().find(|e| e.name == name).cloned())
+        // Listings are sorted by name: the kernel's own squashfs lookup relies on it too.
+        Ok(entries
+            .binary_search_by(|e| e.name.as_slice().cmp(name))
+            .ok()
+            .map(|i| entries[i].clone()))
     }
 
     /// Resolve an absolute path inside the image, following symlinks inside the image
