@@ -33,9 +33,13 @@ pub enum Command {
     Run(RunArgs),
     /// Start an interactive shell inside an image
     Shell(ShellArgs),
+    /// List the GPUs this process may use (index, minor, UUID, name, memory, utilisation, processes)
+    Gpus(GpusArgs),
     /// Prepare a container and hold it for other processes to join (used by the Slurm plugin)
     #[command(hide = true)]
     Hold(HoldArgs),
+    /// Pull an image into one squashfs file (registry, OCI layout, docker archive or directory)
+    Pull(PullArgs),
 }
 
 /// Options shared by exec, run and shell.
@@ -68,6 +72,8 @@ pub struct LaunchOpts {
     /// Map your user to root inside the container (no privilege is gained outside)
     #[arg(long)]
     pub fakeroot: bool,
+    #[command(flatten)]
+    pub gpu: crate::gpu::GpuOpts,
     /// Print the launch plan (mounts, env, devices, uid map) as JSON and run nothing
     #[arg(long)]
     pub dry_run: bool,
@@ -107,6 +113,21 @@ pub struct ShellArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct GpusArgs {
+    /// Print JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Extra ld.so.cache files or directories holding the driver's libraries
+    #[arg(
+        long = "nv-driver-path",
+        env = "GPURUN_NV_DRIVER_PATH",
+        value_delimiter = ':',
+        value_name = "PATH"
+    )]
+    pub driver_paths: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
 pub struct HoldArgs {
     #[command(flatten)]
     pub opts: LaunchOpts,
@@ -115,4 +136,25 @@ pub struct HoldArgs {
     pub state: PathBuf,
     /// Image: a squashfs file
     pub image: String,
+}
+
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// docker://[REGISTRY/]REPO[:TAG][@DIGEST], oci:DIR[:TAG], docker-archive:FILE.tar or dir:ROOTFS
+    pub source: String,
+    /// Output file (default: NAME_TAG.sqsh in the current directory)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Platform to pull from a multi-platform image: OS/ARCH[/VARIANT] (default: this machine's)
+    #[arg(long, value_name = "OS/ARCH[/VARIANT]")]
+    pub platform: Option<String>,
+    /// Allow plain http to a registry that is not on loopback
+    #[arg(long)]
+    pub insecure: bool,
+    /// Replace the output file if it exists
+    #[arg(short = 'F', long)]
+    pub force: bool,
+    /// Compressor threads (default: all CPUs)
+    #[arg(short, long, value_name = "N")]
+    pub jobs: Option<usize>,
 }

@@ -4,6 +4,7 @@
 //! (plan, then apply); `gpu` decides which NVIDIA driver files and devices go in.
 
 pub mod cli;
+pub mod gpu;
 pub mod image;
 pub mod runtime;
 

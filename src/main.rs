@@ -30,6 +30,7 @@ fn launch(
         action,
         dry_run: o.dry_run,
         state,
+        gpu: o.gpu.clone(),
     }
 }
 
@@ -45,20 +46,75 @@ fn report(e: &dyn std::error::Error, debug: bool) {
     }
 }
 
-fn main() {
-    let cli = Cli::parse();
-    let result: Result<i32, StartError> = match cli.command {
-        Command::Exec(a) => start(launch(a.image, a.opts, Action::Exec(a.command), None)),
-        Command::Run(a) => start(launch(a.image, a.opts, Action::Run(a.args), None)),
-        Command::Shell(a) => start(launch(a.image, a.opts, Action::Shell(a.shell), None)),
-        Command::Hold(a) => start(launch(a.image, a.opts, Action::Hold, Some(a.state))),
-    };
-    let code = match result {
+fn launched(r: Result<i32, StartError>, debug: bool) -> i32 {
+    match r {
         Ok(code) => code,
         Err(e) => {
-            report(&e, cli.debug);
+            report(&e, debug);
             e.exit_code()
         }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let debug = cli.debug;
+    let code = match cli.command {
+        Command::Exec(a) => launched(
+            start(launch(a.image, a.opts, Action::Exec(a.command), None)),
+            debug,
+        ),
+        Command::Run(a) => launched(
+            start(launch(a.image, a.opts, Action::Run(a.args), None)),
+            debug,
+        ),
+        Command::Shell(a) => launched(
+            start(launch(a.image, a.opts, Action::Shell(a.shell), None)),
+            debug,
+        ),
+        Command::Hold(a) => launched(
+            start(launch(a.image, a.opts, Action::Hold, Some(a.state))),
+            debug,
+        ),
+        Command::Pull(args) => pull(args, cli.quiet, debug),
+        Command::Gpus(a) => match gpus(&a) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("gpurun: {e:#}");
+                gpurun::exit::GPURUN_FAILED
+            }
+        },
     };
     std::process::exit(code);
+}
+
+fn pull(args: gpurun::cli::PullArgs, quiet: bool, debug: bool) -> i32 {
+    use gpurun::image::pull::{self, PullOptions};
+    let opts = PullOptions {
+        platform: args.platform,
+        insecure: args.insecure,
+        quiet,
+        force: args.force,
+        jobs: args.jobs,
+        cache: None,
+        handle_signals: true,
+    };
+    match pull::pull(&args.source, args.output.as_deref(), &opts) {
+        Ok(_) => 0,
+        Err(e) => {
+            report(&e, debug);
+            e.exit_code()
+        }
+    }
+}
+
+fn gpus(a: &gpurun::cli::GpusArgs) -> anyhow::Result<()> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let l = gpurun::gpu::list(&a.driver_paths, &env)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&l)?);
+    } else {
+        print!("{}", gpurun::gpu::render(&l));
+    }
+    Ok(())
 }

@@ -100,7 +100,7 @@ fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
 
 fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
     let fd = mount_fuse(mnt);
-    let _session = serve(Arc::new(Archive::open(img).unwrap()), fd, 2).unwrap();
+    let _session = serve(Arc::new(Archive::open(img).unwrap()), fd, 2, (0, 0)).unwrap();
     let how = tree::Compare {
         owners: false,
         suid: true,
@@ -167,7 +167,7 @@ fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
 
     // a corrupt data block: EIO to the reader, the rest of the image still served
     let fd = mount_fuse(mnt2);
-    let _bad = serve(Arc::new(Archive::open(bad_img).unwrap()), fd, 1).unwrap();
+    let _bad = serve(Arc::new(Archive::open(bad_img).unwrap()), fd, 1, (0, 0)).unwrap();
     let r = std::fs::read(mnt2.join("big")).map(|d| d.len());
     assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)));
     assert_eq!(std::fs::read(mnt2.join("small")).unwrap(), b"hello\n");
@@ -255,7 +255,7 @@ fn bench_read() {
                 let t0 = std::time::Instant::now();
                 let fd = mount_fuse(mnt.path());
                 let ar = Arc::new(Archive::open(Path::new(&img)).unwrap());
-                let session = serve(ar, fd, threads).unwrap();
+                let session = serve(ar, fd, threads, (0, 0)).unwrap();
                 let open_ms = t0.elapsed().as_secs_f64() * 1e3;
                 let (cpu0, child0) = (usage(libc::RUSAGE_SELF), usage(libc::RUSAGE_CHILDREN));
                 let t1 = std::time::Instant::now();

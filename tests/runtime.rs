@@ -141,6 +141,7 @@ fn hard_links_xattrs_and_big_files() {
 fn wait_for_descendant(pid: u32, comm: &str) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
+        let mut procs = Vec::new();
         for e in std::fs::read_dir("/proc").unwrap().flatten() {
             let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
                 continue;
@@ -151,13 +152,24 @@ fn wait_for_descendant(pid: u32, comm: &str) -> u32 {
             let name = stat
                 .split_once('(')
                 .and_then(|(_, r)| r.rsplit_once(')'))
-                .map(|(n, _)| n);
+                .map(|(n, _)| n.to_string());
             let ppid = stat
                 .rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().nth(1));
-            if name == Some(comm) && ppid == Some(pid.to_string().as_str()) {
-                return p;
+                .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+            procs.push((p, ppid.unwrap_or(0), name.unwrap_or_default()));
+        }
+        let mut family = vec![pid];
+        let mut i = 0;
+        while i < family.len() {
+            for (p, pp, name) in &procs {
+                if *pp == family[i] {
+                    if name == comm {
+                        return *p;
+                    }
+                    family.push(*p);
+                }
             }
+            i += 1;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -215,7 +227,7 @@ fn environment_and_run() {
     ]);
     c.env("HOSTVAR", "host")
         .env("GPURUN_ENV_INNER", "prefixed")
-        .env("LD_PRELOAD", "/evil.so");
+        .env("LD_LIBRARY_PATH", "/host-libs");
     let o = run_ok(&mut c);
     let out = stdout(&o);
     assert_eq!(
@@ -234,9 +246,10 @@ fn environment_and_run() {
         img.to_str().unwrap(),
         "sh",
         "-c",
-        "echo ${HOSTVAR:-unset} $IMGVAR; env | grep -c LD_PRELOAD",
+        "echo ${HOSTVAR:-unset} $IMGVAR; env | grep -c LD_LIBRARY_PATH",
     ]);
-    c.env("HOSTVAR", "host").env("LD_PRELOAD", "/evil.so");
+    c.env("HOSTVAR", "host")
+        .env("LD_LIBRARY_PATH", "/host-libs");
     let o = c.output().unwrap();
     assert_eq!(stdout(&o).lines().next(), Some("unset fromimage"));
     assert_eq!(stdout(&o).lines().nth(1), Some("0"));

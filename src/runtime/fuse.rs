@@ -48,10 +48,16 @@ thread_local! {
 /// Serve `archive` on an already mounted /dev/fuse fd, in background threads. The threads run
 /// until the mount goes away (unmounted, or its mount namespace gone), whether or not the
 /// returned session is kept; `join` it to wait for that.
+///
+/// Every file is reported as owned by `owner` (the container user's uid and gid): a rootless
+/// user owns all of their container, as with enroot and Charliecloud. Image owners such as root
+/// are not mapped in the user namespace, and the kernel would otherwise refuse to create mount
+/// points under root-owned directories or let the user change their own --writable-tmpfs root.
 pub fn serve(
     archive: Arc<Archive>,
     fuse_fd: OwnedFd,
     threads: usize,
+    owner: (u32, u32),
 ) -> Result<BackgroundSession, FuseError> {
     let image = archive.path().display().to_string();
     let threads = threads.max(1);
@@ -60,11 +66,16 @@ pub fn serve(
     config.n_threads = Some(threads);
     // One fd per worker thread (FUSE_DEV_IOC_CLONE) so they do not contend on one queue.
     config.clone_fd = threads > 1;
-    let session = Session::from_fd(SquashFs::new(archive), fuse_fd, SessionACL::All, config)
-        .map_err(|source| FuseError::Handshake {
-            image: image.clone(),
-            source,
-        })?;
+    let session = Session::from_fd(
+        SquashFs::new(archive, owner),
+        fuse_fd,
+        SessionACL::All,
+        config,
+    )
+    .map_err(|source| FuseError::Handshake {
+        image: image.clone(),
+        source,
+    })?;
     session
         .spawn()
         .map_err(|source| FuseError::Spawn { image, source })
@@ -83,10 +94,12 @@ struct SquashFs {
     /// keep the page cache": two round trips fewer per file (zero-message open, Linux 4.19+).
     zero_message_open: bool,
     zero_message_opendir: bool,
+    /// uid and gid every file is reported with (see `serve`).
+    owner: (u32, u32),
 }
 
 impl SquashFs {
-    fn new(ar: Arc<Archive>) -> SquashFs {
+    fn new(ar: Arc<Archive>, owner: (u32, u32)) -> SquashFs {
         let root = ar.root_ref();
         SquashFs {
             ar,
@@ -95,6 +108,7 @@ impl SquashFs {
             reported: AtomicBool::new(false),
             zero_message_open: false,
             zero_message_opendir: false,
+            owner,
         }
     }
 
@@ -131,8 +145,8 @@ impl SquashFs {
             kind: file_type(ino.kind),
             perm: ino.perm,
             nlink: ino.nlink,
-            uid: ino.uid,
-            gid: ino.gid,
+            uid: self.owner.0,
+            gid: self.owner.1,
             rdev: ino.rdev,
             blksize: self.ar.block_size(),
             flags: 0,

@@ -70,12 +70,9 @@ pub type Serve = Box<dyn FnOnce(OwnedFd) -> Result<Box<dyn std::any::Any>, Strin
 pub enum Lower {
     /// A directory on the host (a sandbox or an extracted image).
     Dir(PathBuf),
-    /// An open /dev/fuse; P serves it with `serve` once C has mounted it.
-    Fuse {
-        fd: OwnedFd,
-        image: PathBuf,
-        serve: Serve,
-    },
+    /// The image served over FUSE by P (`serve`) once C has mounted it. /dev/fuse is opened
+    /// inside the new user namespace: the kernel only mounts a connection opened there.
+    Fuse { image: PathBuf, serve: Serve },
 }
 
 /// Where the container's pieces live inside C's private mount namespace. A tmpfs mounted over /tmp
@@ -131,6 +128,15 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
     }
     sys::enter_user_namespace(plan.uid.inside, plan.gid.inside)
         .map_err(LaunchError::UserNamespace)?;
+    let fuse_fd = match &lower {
+        Lower::Fuse { image, .. } => Some(sys::open_fuse().map_err(|e| {
+            LaunchError::Setup(format!(
+                "cannot open /dev/fuse to serve {}: {e}",
+                image.display()
+            ))
+        })?),
+        Lower::Dir(_) => None,
+    };
     sys::become_subreaper()?;
     if hold.is_some() {
         sys::die_with_parent(libc::SIGKILL)?;
@@ -142,15 +148,11 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
         ForkResult::Child => {
             drop(ready_r);
             drop(err_r);
-            let fuse_fd = match &lower {
-                Lower::Fuse { fd, .. } => Some(fd.as_raw_fd()),
-                Lower::Dir(_) => None,
-            };
             let e = child(
                 plan,
                 &prepared,
                 &lower,
-                fuse_fd,
+                fuse_fd.as_ref().map(|fd| fd.as_raw_fd()),
                 ready_w,
                 parent,
                 state_tmp.map(|(f, _)| f),
@@ -167,6 +169,7 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
             parent_loop(
                 child,
                 lower,
+                fuse_fd,
                 ready_r,
                 err_r,
                 hold,
@@ -361,11 +364,11 @@ fn setup_root(
     ready: &mut File,
 ) -> Result<PathBuf, String> {
     sys::enter_mount_namespace().map_err(|e| e.to_string())?;
-    // Pin every host source before STAGE is covered.
+    // Capture every host source before STAGE is mounted over /tmp.
     let mut srcs: Vec<Option<OwnedFd>> = Vec::with_capacity(plan.mounts.len());
     for m in &plan.mounts {
         srcs.push(match &m.source {
-            MountSource::Bind { src } => match sys::open_path(src) {
+            MountSource::Bind { src } => match sys::clone_tree(src) {
                 Ok(fd) => Some(fd),
                 Err(_) if m.optional => None,
                 Err(e) => return Err(format!("cannot bind {}: {e}", src.display())),
@@ -399,8 +402,9 @@ fn setup_root(
                 .write_all(b"M")
                 .map_err(|e| format!("gpurun exited during start-up: {e}"))?;
         }
-        (_, _, Some(fd)) => {
-            sys::bind(&sys::fd_path(fd), &lower_p).map_err(|e| e.to_string())?;
+        (_, _, Some(tree)) => {
+            let dst = sys::open_path(&lower_p).map_err(|e| e.to_string())?;
+            sys::attach_tree(tree, &dst, &lower_p).map_err(|e| e.to_string())?;
             sys::remount_readonly(&lower_p).map_err(|e| e.to_string())?;
         }
         _ => unreachable!("a lower is either FUSE or a directory"),
@@ -441,13 +445,15 @@ fn apply_mount(
 ) -> Result<(), SysError> {
     match &m.source {
         MountSource::Bind { .. } => {
-            let Some(src) = src else { return Ok(()) };
-            let kind = if sys::is_dir_fd(src)? {
+            let Some(tree) = src else { return Ok(()) };
+            let kind = if sys::is_dir(tree)? {
                 Create::Dir
             } else {
                 Create::File
             };
-            bind_in_root(rootfd, &sys::fd_path(src), m, kind)
+            let dst = sys::open_in_root(rootfd, &m.dst, kind)?;
+            sys::attach_tree(tree, &dst, &m.dst)?;
+            readonly_if(rootfd, m)
         }
         MountSource::Tmpfs => {
             let dst = sys::open_in_root(rootfd, &m.dst, Create::Dir)?;
@@ -466,15 +472,16 @@ fn apply_mount(
                 errno: sys::io_errno(&e),
             })?;
             let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644));
-            bind_in_root(rootfd, &f, m, Create::File)
+            let dst = sys::open_in_root(rootfd, &m.dst, Create::File)?;
+            sys::bind(&f, &sys::fd_path(&dst))?;
+            readonly_if(rootfd, m)
         }
         MountSource::Symlink { target } => sys::symlink_in_root(rootfd, &m.dst, target),
     }
 }
 
-fn bind_in_root(rootfd: &OwnedFd, src: &Path, m: &Mount, kind: Create) -> Result<(), SysError> {
-    let dst = sys::open_in_root(rootfd, &m.dst, kind)?;
-    sys::bind(src, &sys::fd_path(&dst))?;
+/// Make a just-attached mount read-only, through a fresh handle that reaches the new mount.
+fn readonly_if(rootfd: &OwnedFd, m: &Mount) -> Result<(), SysError> {
     if m.readonly {
         let top = sys::open_in_root(rootfd, &m.dst, Create::No)?;
         sys::remount_readonly(&sys::fd_path(&top))?;
@@ -547,6 +554,7 @@ fn exec(prep: &Prepared) -> (i32, String) {
 fn parent_loop(
     child: Pid,
     lower: Lower,
+    fuse_fd: Option<OwnedFd>,
     ready_r: OwnedFd,
     err_r: OwnedFd,
     hold: Option<HoldState>,
@@ -555,7 +563,7 @@ fn parent_loop(
     let mut ready = File::from(ready_r);
     // Kept alive until we exit: dropping it would stop serving the image.
     let mut _server = None;
-    if let Lower::Fuse { fd, serve, .. } = lower {
+    if let (Lower::Fuse { serve, .. }, Some(fd)) = (lower, fuse_fd) {
         let mut b = [0u8; 1];
         if ready.read_exact(&mut b).is_ok() {
             match serve(fd) {

@@ -6,12 +6,17 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use super::env::{parse_env_file, EnvError};
-use super::launch::{self, HoldState, LaunchError, Lower};
+use std::sync::Arc;
+
+use super::launch::{self, HoldState, LaunchError, Lower, Serve};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
+use super::{extract, fuse, sys};
 use crate::exit;
+use crate::image::cache::cache_root;
 use crate::image::meta::{ImageMeta, MetaError, META_PATH};
+use crate::image::sqfs::Archive;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -29,6 +34,8 @@ pub enum StartError {
     Plan(#[from] PlanError),
     #[error(transparent)]
     Launch(#[from] LaunchError),
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
 }
 
 impl StartError {
@@ -49,47 +56,112 @@ pub struct Launch {
     pub dry_run: bool,
     /// For `hold`: where to write the state once ready.
     pub state: Option<PathBuf>,
+    pub gpu: crate::gpu::GpuOpts,
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
 enum Image {
     Dir(PathBuf),
+    Squashfs {
+        path: PathBuf,
+        archive: Arc<Archive>,
+    },
 }
 
 impl Image {
     fn open(arg: &str) -> Result<Image, StartError> {
         let path = PathBuf::from(arg);
         let md = std::fs::metadata(&path).map_err(|_| StartError::ImageMissing(path.clone()))?;
+        let path = std::path::absolute(&path).unwrap_or(path);
         if md.is_dir() {
-            return Ok(Image::Dir(std::path::absolute(&path).unwrap_or(path)));
+            return Ok(Image::Dir(path));
         }
-        Err(StartError::Image {
+        let archive = Archive::open(&path).map_err(|e| StartError::Image {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(Image::Squashfs {
             path,
-            reason: "not a squashfs image or a directory".into(),
+            archive: Arc::new(archive),
         })
     }
 
     fn read(&self, p: &str) -> Option<Vec<u8>> {
         match self {
             Image::Dir(d) => std::fs::read(d.join(p.trim_start_matches('/'))).ok(),
+            Image::Squashfs { archive, .. } => archive.read_file(p).ok().flatten(),
         }
     }
 
     fn exists(&self, p: &str) -> bool {
         match self {
             Image::Dir(d) => d.join(p.trim_start_matches('/')).symlink_metadata().is_ok(),
+            Image::Squashfs { archive, .. } => archive.exists(p).unwrap_or(false),
+        }
+    }
+
+    fn list(&self, p: &str) -> Option<Vec<String>> {
+        match self {
+            Image::Dir(d) => Some(
+                std::fs::read_dir(d.join(p.trim_start_matches('/')))
+                    .ok()?
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect(),
+            ),
+            Image::Squashfs { archive, .. } => {
+                let dir = archive.lookup(p, true).ok()??;
+                let entries = archive.readdir(&dir).ok()?;
+                Some(
+                    entries
+                        .iter()
+                        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+                        .collect(),
+                )
+            }
         }
     }
 
     fn root(&self) -> RootSource {
         match self {
             Image::Dir(d) => RootSource::Dir(d.clone()),
+            Image::Squashfs { path, .. } => RootSource::Squashfs(path.clone()),
         }
     }
 
-    fn lower(self) -> Lower {
-        match self {
-            Image::Dir(d) => Lower::Dir(d),
+    /// How the launcher gets the root: served over FUSE, or extracted once when /dev/fuse is
+    /// unusable (said on stderr, since it costs disk and time the first time).
+    fn lower(self, owner: (u32, u32)) -> Result<Lower, StartError> {
+        let (path, archive) = match self {
+            Image::Dir(d) => return Ok(Lower::Dir(d)),
+            Image::Squashfs { path, archive } => (path, archive),
+        };
+        // A probe: the fd the server uses is opened later, inside the user namespace.
+        match sys::open_fuse() {
+            Ok(_) => {
+                let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+                let serve: Serve = Box::new(move |fd| {
+                    fuse::serve(archive, fd, threads, owner)
+                        .map(|s| Box::new(s) as Box<dyn std::any::Any>)
+                        .map_err(|e| e.to_string())
+                });
+                Ok(Lower::Fuse { image: path, serve })
+            }
+            Err(e) => {
+                let cache = cache_root();
+                eprintln!(
+                    "gpurun: /dev/fuse cannot be opened ({e}); using an extracted copy of {} under {} (made once)",
+                    path.display(),
+                    cache.display()
+                );
+                let dir = extract::cached_rootfs(&path, &archive, &cache).map_err(|e| {
+                    StartError::Image {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                Ok(Lower::Dir(dir))
+            }
         }
     }
 }
@@ -154,7 +226,25 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         .flatten()
         .map(|g| g.name)
         .unwrap_or_else(|| format!("group{gid}"));
-    let extras = Extras::default();
+    let image_env: Vec<(String, String)> = meta
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let gpu = crate::gpu::prepare(&l.gpu, &env, &image_env, &|d| image.list(d))?;
+    let extras = match gpu {
+        Some(g) => {
+            for w in &g.warnings {
+                eprintln!("gpurun: warning: {w}");
+            }
+            g.into_extras()
+        }
+        None => Extras {
+            filter_nvidia_dev: crate::gpu::host_has_nvidia_dev(),
+            ..Extras::default()
+        },
+    };
     let host_exists = |p: &Path| p.exists();
     let host = HostView {
         uid: uid.as_raw(),
@@ -194,5 +284,6 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         return Ok(0);
     }
     let hold = l.state.map(|path| HoldState { path });
-    Ok(launch::run(&plan, image.lower(), hold)?)
+    let lower = image.lower((plan.uid.inside, plan.gid.inside))?;
+    Ok(launch::run(&plan, lower, hold)?)
 }

@@ -51,6 +51,36 @@ fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).expect("paths from the plan contain no NUL")
 }
 
+/// Run `f` in a forked child and return the bytes it produced (empty if it panicked). For work
+/// that leaves threads behind, such as NVML's initialisation: a multi-threaded process can no
+/// longer enter a user namespace (unshare(CLONE_NEWUSER) answers EINVAL). Call it while this
+/// process is single-threaded.
+pub fn in_child(f: impl FnOnce() -> Vec<u8>) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let (r, w) = nix::unistd::pipe().map_err(call("pipe"))?;
+    // SAFETY: the child only runs `f`, writes to the pipe and leaves with _exit.
+    match unsafe { nix::unistd::fork() }.map_err(call("fork"))? {
+        nix::unistd::ForkResult::Child => {
+            drop(r);
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_default();
+            let _ = File::from(w).write_all(&out);
+            // SAFETY: leave without running the parent's atexit handlers or destructors.
+            unsafe { libc::_exit(0) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(w);
+            let mut out = Vec::new();
+            let read = File::from(r).read_to_end(&mut out);
+            let _ = nix::sys::wait::waitpid(child, None);
+            read.map_err(|e| SysError::Call {
+                what: "read from child",
+                errno: io_errno(&e),
+            })?;
+            Ok(out)
+        }
+    }
+}
+
 /// Enter a new user namespace and map `inside_uid/gid` to the caller's own ids (one line each:
 /// what an unprivileged process may write itself, so no newuidmap and no /etc/subuid).
 pub fn enter_user_namespace(inside_uid: u32, inside_gid: u32) -> Result<()> {
@@ -112,8 +142,45 @@ pub fn mount_tmpfs(target: &Path, mode: u32) -> Result<()> {
     .map_err(at("mount tmpfs on", target))
 }
 
-/// Open a host path for a later bind mount (O_PATH: no read permission needed, and the object is
-/// pinned before anything is mounted over the path it was found at).
+/// A detached copy of the mount tree at `path` (open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)), to be
+/// attached later with `attach_tree`: the source is captured now, so whatever is mounted over its
+/// path afterwards (gpurun's own staging tmpfs over /tmp) cannot change what gets bound.
+pub fn clone_tree(path: &Path) -> Result<OwnedFd> {
+    let c = cstr(path);
+    let flags =
+        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(at("bind source", path)(Errno::last()));
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Attach a tree from `clone_tree` on the object `dst` (an O_PATH fd) refers to.
+pub fn attach_tree(tree: &OwnedFd, dst: &OwnedFd, what: &Path) -> Result<()> {
+    let empty = c"";
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            dst.as_raw_fd(),
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        return Err(at("bind onto", what)(Errno::last()));
+    }
+    Ok(())
+}
+
+// From <linux/mount.h>; not exported by the libc crate for every target.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+
+/// Open a path without reading it (O_PATH): a handle for the mount calls.
 pub fn open_path(path: &Path) -> Result<OwnedFd> {
     let fd = nix::fcntl::open(
         path,
@@ -124,7 +191,7 @@ pub fn open_path(path: &Path) -> Result<OwnedFd> {
     Ok(fd)
 }
 
-pub fn is_dir_fd(fd: &OwnedFd) -> Result<bool> {
+pub fn is_dir(fd: &OwnedFd) -> Result<bool> {
     let st = nix::sys::stat::fstat(fd).map_err(call("fstat"))?;
     Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }

@@ -1,0 +1,790 @@
+//! The host's NVIDIA driver files: libraries found through ld.so.cache files (no ldconfig run)
+//! or plain directories, binaries, GSP firmware, IPC sockets, and the driver's version and params.
+//! Parsing and choosing are pure; the rest only reads files and directories.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DriverError {
+    #[error("{path}: not an ld.so.cache file (neither \"ld.so-1.7.0\" nor \"glibc-ld.so.cache1.1\" format)")]
+    NotLdCache { path: String },
+    #[error("{path}: truncated ld.so.cache ({what})")]
+    Truncated { path: String, what: &'static str },
+}
+
+/// One entry of an ld.so.cache: flags (type and architecture), soname, path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheEntry {
+    pub flags: i32,
+    pub key: String,
+    pub value: String,
+}
+
+const OLD_MAGIC: &[u8] = b"ld.so-1.7.0";
+const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
+const OLD_ENTRY: usize = 12; // int32 flags, uint32 key, uint32 value
+const NEW_ENTRY: usize = 24; // + uint32 osversion, uint64 hwcap
+const NEW_HEADER: usize = 48; // magic+version (20), nlibs, len_strings, 24 bytes of flags/ext/unused
+
+/// Flags of an ELF libc6 library for the running architecture (glibc's ldconfig.h).
+pub const NATIVE_FLAGS: i32 = if cfg!(target_arch = "x86_64") {
+    0x0303 // FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
+} else if cfg!(target_arch = "aarch64") {
+    0x0a03 // FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64
+} else if cfg!(target_arch = "powerpc64") {
+    0x0503 // FLAG_ELF_LIBC6 | FLAG_POWERPC_LIB64
+} else {
+    0x0003
+};
+
+fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(off..off + 4)?.try_into().ok()?))
+}
+
+fn cstr_at(b: &[u8], off: usize) -> Option<String> {
+    let s = b.get(off..)?;
+    let end = s.iter().position(|&c| c == 0)?;
+    Some(String::from_utf8_lossy(&s[..end]).into_owned())
+}
+
+/// Parse an ld.so.cache in either format: the old "ld.so-1.7.0" (string offsets count from the end
+/// of its entry table; glibc 2.2–2.31 append the new format there) or the new
+/// "glibc-ld.so.cache1.1" (string offsets count from the new header). The new table wins when
+/// both are present. Host byte order.
+pub fn parse_ldcache(b: &[u8], path: &str) -> Result<Vec<CacheEntry>, DriverError> {
+    let trunc = |what| DriverError::Truncated {
+        path: path.into(),
+        what,
+    };
+    let parse_new = |base: usize| -> Result<Vec<CacheEntry>, DriverError> {
+        let nlibs = u32_at(b, base + 20).ok_or_else(|| trunc("header"))? as usize;
+        let mut out = Vec::with_capacity(nlibs.min(65536));
+        for i in 0..nlibs {
+            let e = base + NEW_HEADER + i * NEW_ENTRY;
+            let flags = u32_at(b, e).ok_or_else(|| trunc("entries"))? as i32;
+            let key = u32_at(b, e + 4).ok_or_else(|| trunc("entries"))? as usize;
+            let value = u32_at(b, e + 8).ok_or_else(|| trunc("entries"))? as usize;
+            out.push(CacheEntry {
+                flags,
+                key: cstr_at(b, base + key).ok_or_else(|| trunc("strings"))?,
+                value: cstr_at(b, base + value).ok_or_else(|| trunc("strings"))?,
+            });
+        }
+        Ok(out)
+    };
+    if b.starts_with(NEW_MAGIC) {
+        return parse_new(0);
+    }
+    if !b.starts_with(OLD_MAGIC) {
+        return Err(DriverError::NotLdCache { path: path.into() });
+    }
+    // magic (11 bytes), then nlibs aligned to 4
+    let nlibs = u32_at(b, 12).ok_or_else(|| trunc("header"))? as usize;
+    let strings = 16usize
+        .checked_add(
+            nlibs
+                .checked_mul(OLD_ENTRY)
+                .ok_or_else(|| trunc("header"))?,
+        )
+        .ok_or_else(|| trunc("header"))?;
+    if strings > b.len() {
+        return Err(trunc("entries"));
+    }
+    // a new-format table follows, aligned to 8
+    let new_at = (strings + 7) & !7;
+    if b.get(new_at..new_at + NEW_MAGIC.len()) == Some(NEW_MAGIC) {
+        return parse_new(new_at);
+    }
+    let mut out = Vec::with_capacity(nlibs);
+    for i in 0..nlibs {
+        let e = 16 + i * OLD_ENTRY;
+        let flags = u32_at(b, e).ok_or_else(|| trunc("entries"))? as i32;
+        let key = u32_at(b, e + 4).ok_or_else(|| trunc("entries"))? as usize;
+        let value = u32_at(b, e + 8).ok_or_else(|| trunc("entries"))? as usize;
+        out.push(CacheEntry {
+            flags,
+            key: cstr_at(b, strings + key).ok_or_else(|| trunc("strings"))?,
+            value: cstr_at(b, strings + value).ok_or_else(|| trunc("strings"))?,
+        });
+    }
+    Ok(out)
+}
+
+/// Driver version from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open Kernel Module
+/// for x86_64  580.159.04  Release Build …").
+pub fn parse_proc_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.starts_with("NVRM version:"))?;
+    line.split_whitespace()
+        .find(|t| t.contains('.') && t.bytes().all(|c| c.is_ascii_digit() || c == b'.'))
+        .map(str::to_string)
+}
+
+/// /proc/driver/nvidia/params as the container must see it: `ModifyDeviceFiles: 0`, so the
+/// driver's user-space libraries never try to create device nodes in the container.
+pub fn params_without_modify(params: &str) -> String {
+    let mut found = false;
+    let mut out: String = params
+        .lines()
+        .map(|l| {
+            if l.starts_with("ModifyDeviceFiles:") {
+                found = true;
+                "ModifyDeviceFiles: 0".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    if !found {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("ModifyDeviceFiles: 0");
+    }
+    out.push('\n');
+    out
+}
+
+/// libnvidia-container's groups of driver libraries (driver capabilities).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Group {
+    Utility,
+    Compute,
+    Video,
+    Graphics,
+}
+
+const UTILITY: &[&str] = &["libnvidia-ml.so", "libnvidia-cfg.so", "libnvidia-nscq.so"];
+const COMPUTE: &[&str] = &[
+    "libcuda.so",
+    "libcudadebugger.so",
+    "libnvidia-opencl.so",
+    "libnvidia-gpucomp.so",
+    "libnvidia-ptxjitcompiler.so",
+    "libnvidia-fatbinaryloader.so",
+    "libnvidia-allocator.so",
+    "libnvidia-compiler.so",
+    "libnvidia-pkcs11.so",
+    "libnvidia-pkcs11-openssl3.so",
+    "libnvidia-nvvm.so",
+    "libnvidia-tileiras.so",
+];
+const VIDEO: &[&str] = &[
+    "libvdpau_nvidia.so",
+    "libnvidia-encode.so",
+    "libnvidia-opticalflow.so",
+    "libnvcuvid.so",
+];
+const GRAPHICS: &[&str] = &[
+    "libnvidia-eglcore.so",
+    "libnvidia-glcore.so",
+    "libnvidia-tls.so",
+    "libnvidia-glsi.so",
+    "libnvidia-fbc.so",
+    "libnvidia-ifr.so",
+    "libnvidia-rtcore.so",
+    "libnvoptix.so",
+    "libGLX_nvidia.so",
+    "libEGL_nvidia.so",
+    "libGLESv2_nvidia.so",
+    "libGLESv1_CM_nvidia.so",
+    "libnvidia-glvkspirv.so",
+    "libnvidia-cbl.so",
+    "libnvidia-egl-wayland.so",
+    "libnvidia-egl-gbm.so",
+];
+
+/// The group a library belongs to, by name (`libcuda.so.1` → compute).
+pub fn group_of(name: &str) -> Option<Group> {
+    let in_list = |l: &[&str]| {
+        l.iter()
+            .any(|p| name == *p || name.strip_prefix(p).is_some_and(|r| r.starts_with('.')))
+    };
+    [
+        (UTILITY, Group::Utility),
+        (COMPUTE, Group::Compute),
+        (VIDEO, Group::Video),
+        (GRAPHICS, Group::Graphics),
+    ]
+    .into_iter()
+    .find(|(l, _)| in_list(l))
+    .map(|(_, g)| g)
+}
+
+/// The groups turned on by a capability list (`compute,utility,video`, `all`); compute and utility
+/// are always on. Unknown words are returned separately.
+pub fn groups_from_caps<'a>(caps: impl IntoIterator<Item = &'a str>) -> (Vec<Group>, Vec<String>) {
+    let mut g = vec![Group::Utility, Group::Compute];
+    let mut unknown = vec![];
+    for c in caps {
+        match c.trim().to_ascii_lowercase().as_str() {
+            "" | "compute" | "utility" | "compat32" => {}
+            "all" => g.extend([Group::Video, Group::Graphics]),
+            "video" => g.push(Group::Video),
+            "graphics" | "display" => g.push(Group::Graphics),
+            _ => unknown.push(c.trim().to_string()),
+        }
+    }
+    g.sort();
+    g.dedup();
+    (g, unknown)
+}
+
+/// A library the host offers: the name the loader looks for, and the real file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Soname or link name, e.g. `libcuda.so.1`.
+    pub name: String,
+    /// The resolved file, e.g. `/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04`.
+    pub file: PathBuf,
+}
+
+/// A library chosen for the container: bound from `src` to `<libdir>/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Library {
+    pub name: String,
+    pub src: PathBuf,
+    pub group: Option<Group>,
+}
+
+/// Choose the driver libraries: those whose real file ends in `.so.<version>` (a library of an
+/// older driver left behind is never taken), of an enabled group or of none. The first
+/// candidate for a name wins. Each library is offered under its own name and, for libcuda and
+/// libnvidia-ml, also without version (`libcuda.so`), which some programs dlopen.
+pub fn choose_libraries(candidates: &[Candidate], version: &str, groups: &[Group]) -> Vec<Library> {
+    let suffix = format!(".so.{version}");
+    let mut out: BTreeMap<String, Library> = BTreeMap::new();
+    for c in candidates {
+        let real = c
+            .file
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !real.ends_with(&suffix) {
+            continue;
+        }
+        let group = group_of(&c.name).or_else(|| group_of(&real));
+        if group.is_some_and(|g| !groups.contains(&g)) {
+            continue;
+        }
+        let mut names = vec![c.name.clone(), real.clone()];
+        for dev in ["libcuda.so", "libnvidia-ml.so"] {
+            if c.name.starts_with(&format!("{dev}.")) {
+                names.push(dev.to_string());
+            }
+        }
+        for n in names {
+            out.entry(n.clone()).or_insert(Library {
+                name: n,
+                src: c.file.clone(),
+                group,
+            });
+        }
+    }
+    out.into_values().collect()
+}
+
+/// Is this ELF file built for the running architecture (class and machine of its header)?
+pub fn elf_is_native(header: &[u8]) -> bool {
+    if header.len() < 20 || &header[..4] != b"\x7fELF" {
+        return false;
+    }
+    let class64 = header[4] == 2;
+    let machine = u16::from_le_bytes([header[18], header[19]]);
+    let want: u16 = if cfg!(target_arch = "x86_64") {
+        62
+    } else if cfg!(target_arch = "aarch64") {
+        183
+    } else if cfg!(target_arch = "powerpc64") {
+        21
+    } else {
+        return true;
+    };
+    class64 == cfg!(target_pointer_width = "64")
+        && (machine == want || machine.swap_bytes() == want)
+}
+
+fn is_native_file(p: &Path) -> bool {
+    use std::io::Read;
+    let mut h = [0u8; 20];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut h))
+        .is_ok()
+        && elf_is_native(&h)
+}
+
+/// Candidates from an ld.so.cache file: native entries only, paths resolved.
+pub fn candidates_from_ldcache(path: &Path) -> Result<Vec<Candidate>, DriverError> {
+    let b = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(_) => return Ok(vec![]),
+    };
+    let entries = parse_ldcache(&b, &path.display().to_string())?;
+    Ok(entries
+        .into_iter()
+        .filter(|e| e.flags == NATIVE_FLAGS)
+        .filter(|e| {
+            e.key.starts_with("libnvidia")
+                || e.key.starts_with("libcuda")
+                || e.key.contains("nvidia")
+                || e.key.starts_with("libnvcuvid")
+                || e.key.starts_with("libnvoptix")
+        })
+        .filter_map(|e| {
+            Some(Candidate {
+                name: e.key,
+                file: std::fs::canonicalize(&e.value).ok()?,
+            })
+        })
+        .collect())
+}
+
+/// Candidates from a directory: every `lib*.so*` entry (files and links), resolved, native only.
+pub fn candidates_from_dir(dir: &Path) -> Vec<Candidate> {
+    let mut v: Vec<Candidate> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("lib") || !name.contains(".so") {
+                return None;
+            }
+            let file = std::fs::canonicalize(e.path()).ok()?;
+            is_native_file(&file).then_some(Candidate { name, file })
+        })
+        .collect();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v
+}
+
+/// Where driver libraries are looked for, in order: the site's paths (ld.so.cache files or
+/// directories), /usr/local/nvidia/lib64 and /usr/local/nvidia/lib, then /etc/ld.so.cache.
+pub fn library_sources(extra: &[PathBuf]) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = extra.to_vec();
+    v.extend(
+        [
+            "/usr/local/nvidia/lib64",
+            "/usr/local/nvidia/lib",
+            "/etc/ld.so.cache",
+        ]
+        .map(PathBuf::from),
+    );
+    v
+}
+
+/// All candidates from the sources (a file is an ld.so.cache, a directory is scanned).
+pub fn candidates(sources: &[PathBuf]) -> Result<Vec<Candidate>, DriverError> {
+    let mut out = vec![];
+    for s in sources {
+        if s.is_dir() {
+            out.extend(candidates_from_dir(s));
+        } else if s.is_file() {
+            out.extend(candidates_from_ldcache(s)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The driver's binaries.
+pub const BINARIES: &[&str] = &[
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+/// Find the binaries in PATH, then /usr/local/nvidia/bin and the `bin` beside each site path.
+/// Only programs of this architecture count: a site's wrapper script (`exec /opt/…/nvidia-smi`)
+/// would point at a path the container does not have.
+pub fn find_binaries(path_env: Option<&str>, extra: &[PathBuf]) -> Vec<(String, PathBuf)> {
+    let mut dirs: Vec<PathBuf> = path_env
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    dirs.push("/usr/local/nvidia/bin".into());
+    for e in extra {
+        let d = if e.is_dir() {
+            e.clone()
+        } else {
+            e.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        dirs.push(d.join("bin"));
+        if let Some(p) = d.parent() {
+            dirs.push(p.join("bin"));
+        }
+    }
+    BINARIES
+        .iter()
+        .filter_map(|b| {
+            dirs.iter()
+                .filter_map(|d| std::fs::canonicalize(d.join(b)).ok())
+                .find(|p| p.is_file() && is_native_file(p))
+                .map(|p| (b.to_string(), p))
+        })
+        .collect()
+}
+
+/// The GSP firmware directory of this driver version, if the host has one.
+pub fn find_firmware(version: &str, extra: &[PathBuf]) -> Option<PathBuf> {
+    let mut roots: Vec<PathBuf> = [
+        "/lib/firmware",
+        "/usr/lib/firmware",
+        "/usr/local/nvidia/firmware",
+    ]
+    .map(PathBuf::from)
+    .to_vec();
+    for e in extra {
+        if let Some(p) = e.parent() {
+            roots.push(p.join("firmware"));
+        }
+    }
+    roots
+        .into_iter()
+        .map(|r| r.join("nvidia").join(version))
+        .find(|p| p.is_dir())
+}
+
+/// Sockets and pipe directories of the driver's daemons that exist on the host.
+pub fn find_ipc(mps_pipe_dir: Option<&str>) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = [
+        "/run/nvidia-persistenced/socket",
+        "/run/nvidia-fabricmanager/socket",
+    ]
+    .map(PathBuf::from)
+    .to_vec();
+    v.push(PathBuf::from(mps_pipe_dir.unwrap_or("/tmp/nvidia-mps")));
+    v.into_iter().filter(|p| p.exists()).collect()
+}
+
+/// Version of the CUDA forward-compatibility libcuda among a directory's entries
+/// (`libcuda.so.575.57.08` → `575.57.08`).
+pub fn compat_version(entries: &[String]) -> Option<String> {
+    entries
+        .iter()
+        .filter_map(|e| e.strip_prefix("libcuda.so."))
+        .filter(|v| v.contains('.') && super::require::compare_versions(v, "0").is_some())
+        .max_by(|a, b| super::require::compare_versions(a, b).unwrap_or(std::cmp::Ordering::Equal))
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Build a cache the way glibc's ldconfig lays it out.
+    fn new_cache(entries: &[(i32, &str, &str)]) -> Vec<u8> {
+        let mut strings = Vec::new();
+        let base = NEW_HEADER + entries.len() * NEW_ENTRY;
+        let mut table = Vec::new();
+        for (flags, k, v) in entries {
+            let ko = base + strings.len();
+            strings.extend_from_slice(k.as_bytes());
+            strings.push(0);
+            let vo = base + strings.len();
+            strings.extend_from_slice(v.as_bytes());
+            strings.push(0);
+            table.extend_from_slice(&flags.to_ne_bytes());
+            table.extend_from_slice(&(ko as u32).to_ne_bytes());
+            table.extend_from_slice(&(vo as u32).to_ne_bytes());
+            table.extend_from_slice(&0u32.to_ne_bytes());
+            table.extend_from_slice(&0u64.to_ne_bytes());
+        }
+        let mut b = NEW_MAGIC.to_vec();
+        b.extend_from_slice(&(entries.len() as u32).to_ne_bytes());
+        b.extend_from_slice(&(strings.len() as u32).to_ne_bytes());
+        b.resize(NEW_HEADER, 0);
+        b.extend(table);
+        b.extend(strings);
+        b
+    }
+
+    fn old_cache(entries: &[(i32, &str, &str)], append_new: bool) -> Vec<u8> {
+        let mut strings = Vec::new();
+        let mut table = Vec::new();
+        for (flags, k, v) in entries {
+            let ko = strings.len();
+            strings.extend_from_slice(k.as_bytes());
+            strings.push(0);
+            let vo = strings.len();
+            strings.extend_from_slice(v.as_bytes());
+            strings.push(0);
+            table.extend_from_slice(&flags.to_ne_bytes());
+            table.extend_from_slice(&(ko as u32).to_ne_bytes());
+            table.extend_from_slice(&(vo as u32).to_ne_bytes());
+        }
+        let mut b = OLD_MAGIC.to_vec();
+        b.push(0);
+        b.extend_from_slice(&(entries.len() as u32).to_ne_bytes());
+        b.extend(table);
+        if append_new {
+            while !b.len().is_multiple_of(8) {
+                b.push(0);
+            }
+            let n = new_cache(&[(NATIVE_FLAGS, "libnew.so.1", "/new/libnew.so.1")]);
+            b.extend(n);
+        } else {
+            b.extend(strings);
+        }
+        b
+    }
+
+    #[test]
+    fn ldcache_formats() {
+        let e = [
+            (NATIVE_FLAGS, "libcuda.so.1", "/usr/lib/libcuda.so.1"),
+            (0x0003, "libcuda.so.1", "/usr/lib32/libcuda.so.1"),
+        ];
+        let want: Vec<CacheEntry> = e
+            .iter()
+            .map(|(f, k, v)| CacheEntry {
+                flags: *f,
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect();
+        assert_eq!(parse_ldcache(&new_cache(&e), "c").unwrap(), want);
+        assert_eq!(parse_ldcache(&old_cache(&e, false), "c").unwrap(), want);
+        let both = parse_ldcache(&old_cache(&e, true), "c").unwrap();
+        assert_eq!(
+            both,
+            vec![CacheEntry {
+                flags: NATIVE_FLAGS,
+                key: "libnew.so.1".into(),
+                value: "/new/libnew.so.1".into()
+            }]
+        );
+        assert_eq!(parse_ldcache(&new_cache(&[]), "c").unwrap(), vec![]);
+        assert!(matches!(
+            parse_ldcache(b"garbage", "c"),
+            Err(DriverError::NotLdCache { .. })
+        ));
+        let mut t = new_cache(&e);
+        t.truncate(60);
+        assert!(matches!(
+            parse_ldcache(&t, "c"),
+            Err(DriverError::Truncated { .. })
+        ));
+        let mut t = old_cache(&e, false);
+        t.truncate(20);
+        assert!(matches!(
+            parse_ldcache(&t, "c"),
+            Err(DriverError::Truncated { .. })
+        ));
+        // a huge nlibs must not allocate or panic
+        let mut t = new_cache(&[]);
+        t[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert!(parse_ldcache(&t, "c").is_err());
+    }
+
+    #[test]
+    fn real_ldcache_of_this_machine() {
+        // whatever this machine's ldconfig wrote must parse and contain libc
+        if let Ok(b) = std::fs::read("/etc/ld.so.cache") {
+            let e = parse_ldcache(&b, "/etc/ld.so.cache").unwrap();
+            assert!(
+                e.iter()
+                    .any(|e| e.key == "libc.so.6" && e.flags == NATIVE_FLAGS),
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn proc_version_table() {
+        let cases = [
+            ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U16)  Mon\nGCC version:  gcc version 12.3.0", Some("580.159.04")),
+            ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n", Some("550.54.14")),
+            ("NVRM version: NVIDIA UNIX Kernel Module for aarch64  535.104.05  Sat Aug 19\n", Some("535.104.05")),
+            ("GCC version: 12.2\n", None),
+            ("", None),
+        ];
+        for (t, want) in cases {
+            assert_eq!(parse_proc_version(t).as_deref(), want, "{t}");
+        }
+    }
+
+    #[test]
+    fn params_table() {
+        assert_eq!(
+            params_without_modify(
+                "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"
+            ),
+            "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\nDeviceFileUID: 0\n"
+        );
+        assert_eq!(
+            params_without_modify("A: 1\n"),
+            "A: 1\nModifyDeviceFiles: 0\n"
+        );
+        assert_eq!(params_without_modify(""), "ModifyDeviceFiles: 0\n");
+    }
+
+    #[test]
+    fn groups_table() {
+        let cases = [
+            ("libcuda.so.1", Some(Group::Compute)),
+            ("libcuda.so", Some(Group::Compute)),
+            ("libcudadebugger.so.1", Some(Group::Compute)),
+            ("libnvidia-ml.so.1", Some(Group::Utility)),
+            ("libnvidia-pkcs11-openssl3.so.580.1", Some(Group::Compute)),
+            ("libnvidia-nvvm.so.4", Some(Group::Compute)),
+            ("libnvcuvid.so.1", Some(Group::Video)),
+            ("libGLX_nvidia.so.0", Some(Group::Graphics)),
+            ("libnvidia-glcore.so.580.1", Some(Group::Graphics)),
+            ("libnvidia-sandboxutils.so.1", None),
+            ("libcudart.so.12", None),
+        ];
+        for (n, want) in cases {
+            assert_eq!(group_of(n), want, "{n}");
+        }
+        assert_eq!(
+            groups_from_caps(["compute", "utility"]).0,
+            vec![Group::Utility, Group::Compute]
+        );
+        assert_eq!(
+            groups_from_caps(["video"]).0,
+            vec![Group::Utility, Group::Compute, Group::Video]
+        );
+        assert_eq!(
+            groups_from_caps(["all"]).0,
+            vec![
+                Group::Utility,
+                Group::Compute,
+                Group::Video,
+                Group::Graphics
+            ]
+        );
+        assert_eq!(
+            groups_from_caps(["graphics", "bogus"]).1,
+            vec!["bogus".to_string()]
+        );
+    }
+
+    #[test]
+    fn choose_table() {
+        let v = "550.54.14";
+        let c = |n: &str, f: &str| Candidate {
+            name: n.into(),
+            file: PathBuf::from(f),
+        };
+        let cands = vec![
+            c("libcuda.so.1", "/a/libcuda.so.550.54.14"),
+            c("libcuda.so.1", "/b/libcuda.so.550.54.14"), // later source: ignored
+            c("libnvidia-ml.so.1", "/a/libnvidia-ml.so.550.54.14"),
+            c("libnvidia-nvvm.so.4", "/a/libnvidia-nvvm.so.550.54.14"),
+            c("libnvidia-old.so.1", "/a/libnvidia-old.so.470.1"), // another driver's leftover
+            c(
+                "libnvidia-sandboxutils.so.1",
+                "/a/libnvidia-sandboxutils.so.550.54.14",
+            ),
+            c("libnvcuvid.so.1", "/a/libnvcuvid.so.550.54.14"),
+            c(
+                "libnvidia-glcore.so.550.54.14",
+                "/a/libnvidia-glcore.so.550.54.14",
+            ),
+            c("libcudart.so.12", "/a/libcudart.so.12.4.1"),
+        ];
+        let names = |g: &[Group]| {
+            choose_libraries(&cands, v, g)
+                .into_iter()
+                .map(|l| format!("{}={}", l.name, l.src.display()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(&[Group::Utility, Group::Compute]),
+            vec![
+                "libcuda.so=/a/libcuda.so.550.54.14",
+                "libcuda.so.1=/a/libcuda.so.550.54.14",
+                "libcuda.so.550.54.14=/a/libcuda.so.550.54.14",
+                "libnvidia-ml.so=/a/libnvidia-ml.so.550.54.14",
+                "libnvidia-ml.so.1=/a/libnvidia-ml.so.550.54.14",
+                "libnvidia-ml.so.550.54.14=/a/libnvidia-ml.so.550.54.14",
+                "libnvidia-nvvm.so.4=/a/libnvidia-nvvm.so.550.54.14",
+                "libnvidia-nvvm.so.550.54.14=/a/libnvidia-nvvm.so.550.54.14",
+                "libnvidia-sandboxutils.so.1=/a/libnvidia-sandboxutils.so.550.54.14",
+                "libnvidia-sandboxutils.so.550.54.14=/a/libnvidia-sandboxutils.so.550.54.14",
+            ]
+        );
+        let all = names(&[
+            Group::Utility,
+            Group::Compute,
+            Group::Video,
+            Group::Graphics,
+        ]);
+        assert!(all.contains(&"libnvcuvid.so.1=/a/libnvcuvid.so.550.54.14".to_string()));
+        assert!(all.contains(
+            &"libnvidia-glcore.so.550.54.14=/a/libnvidia-glcore.so.550.54.14".to_string()
+        ));
+        assert!(choose_libraries(&cands, "999.1", &[Group::Compute]).is_empty());
+    }
+
+    #[test]
+    fn elf_header_table() {
+        let mut h = [0u8; 20];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[4] = 2;
+        let m: u16 = if cfg!(target_arch = "aarch64") {
+            183
+        } else {
+            62
+        };
+        h[18..20].copy_from_slice(&m.to_le_bytes());
+        assert!(elf_is_native(&h));
+        h[4] = 1;
+        assert!(!elf_is_native(&h));
+        h[4] = 2;
+        h[18..20].copy_from_slice(&3u16.to_le_bytes()); // i386
+        assert!(!elf_is_native(&h));
+        assert!(!elf_is_native(b"#!/bin/sh\n"));
+    }
+
+    #[test]
+    fn binaries_skip_wrapper_scripts() {
+        let dir = tempfile::tempdir().unwrap();
+        let (wrap, real) = (dir.path().join("wrap"), dir.path().join("real"));
+        std::fs::create_dir_all(&wrap).unwrap();
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::write(
+            wrap.join("nvidia-smi"),
+            "#!/bin/sh\nexec /opt/nvidia/bin/nvidia-smi \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::copy(std::env::current_exe().unwrap(), real.join("nvidia-smi")).unwrap();
+        std::os::unix::fs::symlink(real.join("nvidia-smi"), wrap.join("nvidia-debugdump")).unwrap();
+        let path = format!("{}:{}", wrap.display(), real.display());
+        let found = find_binaries(Some(&path), &[]);
+        let real_smi = std::fs::canonicalize(real.join("nvidia-smi")).unwrap();
+        assert!(
+            found.contains(&("nvidia-smi".to_string(), real_smi.clone())),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&("nvidia-debugdump".to_string(), real_smi)),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn compat_table() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            compat_version(&s(&[
+                "libcuda.so",
+                "libcuda.so.1",
+                "libcuda.so.575.57.08",
+                "libnvidia-ptxjitcompiler.so.1"
+            ]))
+            .as_deref(),
+            Some("575.57.08")
+        );
+        assert_eq!(compat_version(&s(&["libcuda.so.1"])), None);
+        assert_eq!(compat_version(&[]), None);
+    }
+}

@@ -1,0 +1,625 @@
+//! NVIDIA GPU support: the host's driver files and exactly the allowed GPUs, as a plan.
+//!
+//! [`prepare`] decides everything (which files to bind where, which device nodes, which
+//! environment) and returns plain data; the runtime applies it. No syscalls here other than
+//! reading and opening files.
+//!
+//! Two environment variables point gpurun at another place for tests and unusual sites:
+//! `GPURUN_NV_DEV` (directory holding the nvidia* device nodes, default `/dev`) and
+//! `GPURUN_NV_PROC` (directory standing for `/proc/driver/nvidia`). Sites with the driver's
+//! libraries in an unusual place name extra ld.so.cache files or directories with
+//! `--nv-driver-path` / `GPURUN_NV_DRIVER_PATH` (or the config file, through
+//! [`GpuOpts::driver_paths`]).
+
+pub mod devices;
+pub mod driver;
+pub mod nvml;
+pub mod require;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::runtime::plan::{Mount, MountSource};
+use devices::{GpuNode, Request};
+
+/// Where the driver's libraries appear in the container (on the loader path, after the image's).
+pub const LIB_DIR: &str = "/.gpurun/nvidia/lib";
+/// Where the driver's binaries appear in the container (on PATH, last).
+pub const BIN_DIR: &str = "/.gpurun/nvidia/bin";
+/// CUDA forward-compatibility libraries in an image.
+pub const COMPAT_DIR: &str = "/usr/local/cuda/compat";
+
+/// GPU options of exec, run and shell.
+#[derive(Args, Debug, Clone, Default, Serialize)]
+pub struct GpuOpts {
+    /// Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is
+    /// present (env GPURUN_NV=1|0)
+    #[arg(long, conflicts_with = "no_nv")]
+    pub nv: bool,
+    /// No GPU support, even when a driver is present
+    #[arg(long)]
+    pub no_nv: bool,
+    /// GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none
+    /// [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm's GPUs, else all allowed]
+    #[arg(long, value_name = "LIST|all|none")]
+    pub gpus: Option<String>,
+    /// Driver capabilities beyond compute and utility: video, graphics, all
+    /// [default: NVIDIA_DRIVER_CAPABILITIES]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub nv_caps: Vec<String>,
+    /// Extra ld.so.cache files or directories holding the driver's libraries, searched before
+    /// /usr/local/nvidia and /etc/ld.so.cache
+    #[arg(
+        long = "nv-driver-path",
+        env = "GPURUN_NV_DRIVER_PATH",
+        value_delimiter = ':',
+        value_name = "PATH"
+    )]
+    pub driver_paths: Vec<PathBuf>,
+}
+
+/// A GPU in the container (for --dry-run and ps).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuDevice {
+    /// Device node, the same path inside and outside.
+    pub path: PathBuf,
+    pub minor: u32,
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    /// The MIG device, when one was asked for.
+    pub mig_uuid: Option<String>,
+}
+
+/// Everything GPU support adds to a launch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuPlan {
+    pub driver_version: String,
+    pub cuda_version: Option<String>,
+    /// Where the GPU choice came from (`--gpus`, `CUDA_VISIBLE_DEVICES`, …, `default`).
+    pub selected_by: devices::Source,
+    pub mounts: Vec<Mount>,
+    /// Set inside; wins over every other source.
+    pub env: Vec<(String, String)>,
+    pub ld_library_path_prepend: Vec<PathBuf>,
+    pub ld_library_path_append: Vec<PathBuf>,
+    pub path_append: Vec<PathBuf>,
+    pub devices: Vec<GpuDevice>,
+    /// Said once on stderr by the caller (non-fatal findings).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error(transparent)]
+    Device(#[from] devices::DeviceError),
+    #[error(transparent)]
+    Require(#[from] require::RequireError),
+    #[error(transparent)]
+    Driver(#[from] driver::DriverError),
+    #[error("the NVIDIA driver {version} is present but none of its libraries (libcuda.so.{version}, libnvidia-ml.so.{version}) was found in {searched}; name their ld.so.cache or directory with --nv-driver-path")]
+    NoLibraries { version: String, searched: String },
+}
+
+fn get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(n, _)| n == k)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The directories standing for /dev and /proc/driver/nvidia.
+fn roots(host_env: &[(String, String)]) -> (PathBuf, PathBuf) {
+    (
+        PathBuf::from(get(host_env, "GPURUN_NV_DEV").unwrap_or("/dev")),
+        PathBuf::from(get(host_env, "GPURUN_NV_PROC").unwrap_or("/proc/driver/nvidia")),
+    )
+}
+
+/// The driver version, when a driver is loaded.
+fn driver_version(proc_dir: &Path) -> Option<String> {
+    driver::parse_proc_version(&std::fs::read_to_string(proc_dir.join("version")).ok()?)
+}
+
+static WARNED_NO_DRIVER: AtomicBool = AtomicBool::new(false);
+
+/// Is GPU support asked for? None = off, Some(true) = explicitly, Some(false) = by default.
+fn wanted(opts: &GpuOpts, host_env: &[(String, String)]) -> Option<bool> {
+    if opts.no_nv {
+        return None;
+    }
+    if opts.nv {
+        return Some(true);
+    }
+    match get(host_env, "GPURUN_NV").map(|v| v.trim().to_ascii_lowercase()) {
+        Some(v) if matches!(v.as_str(), "0" | "false" | "no" | "off") => None,
+        Some(v) if !v.is_empty() => Some(true),
+        _ => Some(false),
+    }
+}
+
+/// The allowed GPUs: every /dev/nvidiaN the caller can open, with NVML's facts when present.
+fn allowed_gpus(dev: &Path, nvml: Option<&nvml::NvmlInfo>) -> (Vec<GpuNode>, Vec<u32>) {
+    let (mut allowed, mut denied) = (vec![], vec![]);
+    for minor in devices::gpu_minors(dev) {
+        if !devices::open_allows(&devices::probe(&dev.join(format!("nvidia{minor}")))) {
+            denied.push(minor);
+            continue;
+        }
+        let n = nvml.and_then(|n| n.gpus.iter().find(|g| g.minor == Some(minor)));
+        allowed.push(GpuNode {
+            minor,
+            nvml_index: n.map(|g| g.index),
+            uuid: n.and_then(|g| g.uuid.clone()),
+            pci_bus_id: n.and_then(|g| g.pci_bus_id.clone()),
+            mig: n.map(|g| g.mig.clone()).unwrap_or_default(),
+        });
+    }
+    devices::sort_allowed(&mut allowed);
+    (allowed, denied)
+}
+
+/// The device nodes a MIG device needs besides its GPU: the nvidia-caps of its GPU and compute
+/// instance, found through /proc/driver/nvidia/capabilities.
+fn mig_caps(proc_dir: &Path, dev: &Path, minor: u32, m: &devices::MigInfo) -> Vec<PathBuf> {
+    let (Some(gi), Some(ci)) = (m.gi, m.ci) else {
+        return vec![];
+    };
+    let base = proc_dir.join(format!("capabilities/gpu{minor}/mig/gi{gi}"));
+    [base.join("access"), base.join(format!("ci{ci}/access"))]
+        .iter()
+        .filter_map(|p| devices::cap_minor(&std::fs::read_to_string(p).ok()?))
+        .map(|c| dev.join(format!("nvidia-caps/nvidia-cap{c}")))
+        .collect()
+}
+
+/// Find the libnvidia-ml to load: the one among the chosen libraries, else the loader's.
+fn nvml_lib(libs: &[driver::Library]) -> PathBuf {
+    libs.iter()
+        .find(|l| l.name == "libnvidia-ml.so.1")
+        .map(|l| l.src.clone())
+        .unwrap_or_else(|| PathBuf::from("libnvidia-ml.so.1"))
+}
+
+/// Decide GPU support for one launch. `None`: GPU support is off or there is no driver (with
+/// `--nv`, a warning is printed once). `image_dir_list` lists a directory of the image.
+pub fn prepare(
+    opts: &GpuOpts,
+    host_env: &[(String, String)],
+    image_env: &[(String, String)],
+    image_dir_list: &dyn Fn(&str) -> Option<Vec<String>>,
+) -> Result<Option<GpuPlan>, GpuError> {
+    let Some(explicit) = wanted(opts, host_env) else {
+        return Ok(None);
+    };
+    let (dev, proc_dir) = roots(host_env);
+    let Some(version) = driver_version(&proc_dir) else {
+        if explicit && !WARNED_NO_DRIVER.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "gpurun: warning: --nv: no NVIDIA driver on this node ({} is missing); running without GPUs",
+                proc_dir.join("version").display()
+            );
+        }
+        return Ok(None);
+    };
+    let mut warnings = vec![];
+
+    // Which GPUs (decided first: `void` turns everything off).
+    let flag = opts.gpus.as_deref();
+    let minors = devices::gpu_minors(&dev).len();
+    if let (Request::Void, _) = devices::request_from(flag, host_env, minors) {
+        return Ok(None);
+    }
+
+    // Driver libraries.
+    let caps: Vec<String> = if !opts.nv_caps.is_empty() {
+        opts.nv_caps.clone()
+    } else {
+        get(host_env, "NVIDIA_DRIVER_CAPABILITIES")
+            .or_else(|| get(image_env, "NVIDIA_DRIVER_CAPABILITIES"))
+            .unwrap_or("")
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    };
+    let (groups, unknown) = driver::groups_from_caps(caps.iter().map(String::as_str));
+    if !unknown.is_empty() {
+        warnings.push(format!(
+            "unknown driver capabilities ignored: {}",
+            unknown.join(", ")
+        ));
+    }
+    let sources = driver::library_sources(&opts.driver_paths);
+    let libs = driver::choose_libraries(&driver::candidates(&sources)?, &version, &groups);
+    if libs.is_empty() {
+        return Err(GpuError::NoLibraries {
+            version,
+            searched: sources
+                .iter()
+                .map(|s| s.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+
+    // NVML (optional) and the allowed GPUs.
+    let nvml = match nvml::query_in_child(&nvml_lib(&libs), false) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            warnings.push(format!("{e}; GPUs are matched by device minor number"));
+            None
+        }
+    };
+    let (allowed, _denied) = allowed_gpus(&dev, nvml.as_ref());
+    let (request, source) = devices::request_from(flag, host_env, allowed.len());
+    let sel = devices::select(&allowed, &request, source)?;
+
+    // CUDA forward compatibility: the image's newer libcuda goes first on the loader path.
+    let compat = image_dir_list(COMPAT_DIR)
+        .and_then(|e| driver::compat_version(&e))
+        .filter(|v| require::compare_versions(v, &version) == Some(std::cmp::Ordering::Greater));
+
+    // NVIDIA_REQUIRE_* (a newer compat libcuda answers for CUDA itself).
+    let cuda_version = nvml.as_ref().and_then(|n| n.cuda_version.clone());
+    if !require::disabled(host_env) && !require::disabled(image_env) {
+        let base = require::Facts {
+            cuda: if compat.is_some() {
+                None
+            } else {
+                cuda_version.clone()
+            },
+            driver: Some(version.clone()),
+            arch: None,
+            brand: None,
+        };
+        let per_gpu: Vec<require::Facts> = sel
+            .chosen
+            .iter()
+            .map(|c| {
+                let n = nvml
+                    .as_ref()
+                    .and_then(|n| n.gpus.iter().find(|g| g.minor == Some(c.minor)));
+                require::Facts {
+                    arch: n.and_then(|g| g.arch.clone()),
+                    brand: n.and_then(|g| g.brand.clone()),
+                    ..base.clone()
+                }
+            })
+            .collect();
+        require::check(image_env, &per_gpu, &base)?;
+    }
+
+    // Mounts: device nodes first, then files.
+    let mut mounts = vec![];
+    let mut gpu_devices = vec![];
+    for c in &sel.chosen {
+        let name = format!("nvidia{}", c.minor);
+        mounts.push(Mount::bind(
+            dev.join(&name),
+            Path::new("/dev").join(&name),
+            false,
+        ));
+        let n = nvml
+            .as_ref()
+            .and_then(|n| n.gpus.iter().find(|g| g.minor == Some(c.minor)));
+        if let Some(m) = &c.mig {
+            for cap in mig_caps(&proc_dir, &dev, c.minor, m) {
+                let rel = cap.strip_prefix(&dev).unwrap_or(&cap).to_path_buf();
+                mounts.push(Mount::bind(cap, Path::new("/dev").join(rel), false));
+            }
+        }
+        gpu_devices.push(GpuDevice {
+            path: Path::new("/dev").join(&name),
+            minor: c.minor,
+            uuid: n.and_then(|g| g.uuid.clone()),
+            name: n.and_then(|g| g.name.clone()),
+            mig_uuid: c.mig.as_ref().map(|m| m.uuid.clone()),
+        });
+    }
+    for p in devices::control_nodes(&dev) {
+        let name = p.file_name().map(PathBuf::from).unwrap_or_default();
+        mounts.push(Mount::bind(p, Path::new("/dev").join(name), false));
+    }
+    for l in &libs {
+        mounts.push(Mount::bind(&l.src, Path::new(LIB_DIR).join(&l.name), true));
+    }
+    for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver_paths) {
+        mounts.push(Mount::bind(src, Path::new(BIN_DIR).join(name), true));
+    }
+    if let Some(fw) = driver::find_firmware(&version, &opts.driver_paths) {
+        mounts.push(Mount::bind(
+            fw,
+            Path::new("/lib/firmware/nvidia").join(&version),
+            true,
+        ));
+    }
+    for p in driver::find_ipc(get(host_env, "CUDA_MPS_PIPE_DIRECTORY")) {
+        mounts.push(Mount::bind(&p, &p, false));
+    }
+    let params_dst = Path::new("/proc/driver/nvidia/params");
+    if params_dst.exists() {
+        if let Ok(p) = std::fs::read_to_string(proc_dir.join("params")) {
+            mounts.push(Mount {
+                dst: params_dst.to_path_buf(),
+                source: MountSource::File {
+                    contents: driver::params_without_modify(&p),
+                },
+                readonly: true,
+                optional: false,
+            });
+        }
+    }
+
+    let mut env = vec![];
+    if let Some(v) = &sel.cuda_visible_devices {
+        env.push(("CUDA_VISIBLE_DEVICES".to_string(), v.clone()));
+        env.push((
+            "NVIDIA_VISIBLE_DEVICES".to_string(),
+            if v.is_empty() {
+                "none".into()
+            } else {
+                v.clone()
+            },
+        ));
+    }
+
+    Ok(Some(GpuPlan {
+        driver_version: version,
+        cuda_version,
+        selected_by: source,
+        mounts,
+        env,
+        ld_library_path_prepend: compat
+            .map(|_| PathBuf::from(COMPAT_DIR))
+            .into_iter()
+            .collect(),
+        ld_library_path_append: vec![PathBuf::from(LIB_DIR)],
+        path_append: vec![PathBuf::from(BIN_DIR)],
+        devices: gpu_devices,
+        warnings,
+    }))
+}
+
+impl GpuPlan {
+    /// What the launch plan takes from GPU support.
+    pub fn into_extras(self) -> crate::runtime::plan::Extras {
+        crate::runtime::plan::Extras {
+            mounts: self.mounts,
+            env: self.env,
+            ld_library_path_prepend: self.ld_library_path_prepend,
+            ld_library_path_append: self.ld_library_path_append,
+            path_append: self.path_append,
+            filter_nvidia_dev: true,
+        }
+    }
+}
+
+/// Does the host's /dev hold nvidia entries (which the container must then not see unless GPU
+/// support binds them)?
+pub fn host_has_nvidia_dev() -> bool {
+    std::fs::read_dir("/dev")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("nvidia"))
+}
+
+/// One GPU in `gpurun gpus`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuListEntry {
+    /// Index among the allowed GPUs (what CUDA_VISIBLE_DEVICES counts).
+    pub index: usize,
+    pub path: PathBuf,
+    pub minor: u32,
+    #[serde(flatten)]
+    pub nvml: Option<nvml::NvmlGpu>,
+}
+
+/// What `gpurun gpus` reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuList {
+    pub driver_version: Option<String>,
+    pub cuda_version: Option<String>,
+    /// Why NVML is not used, when it is not.
+    pub nvml_error: Option<String>,
+    pub gpus: Vec<GpuListEntry>,
+    /// Device nodes that exist but this process may not open (device cgroup).
+    pub denied: Vec<PathBuf>,
+}
+
+/// The GPUs this process may use, with NVML's details where NVML works.
+pub fn list(driver_paths: &[PathBuf], host_env: &[(String, String)]) -> Result<GpuList, GpuError> {
+    let (dev, proc_dir) = roots(host_env);
+    let version = driver_version(&proc_dir);
+    let (mut nvml, mut nvml_error) = (None, None);
+    match &version {
+        Some(v) => {
+            let libs = driver::choose_libraries(
+                &driver::candidates(&driver::library_sources(driver_paths))?,
+                v,
+                &[driver::Group::Utility],
+            );
+            match nvml::query(&nvml_lib(&libs), true) {
+                Ok(n) => nvml = Some(n),
+                Err(e) => nvml_error = Some(e.to_string()),
+            }
+        }
+        None => {
+            nvml_error = Some(format!(
+                "no NVIDIA driver on this node ({} is missing)",
+                proc_dir.join("version").display()
+            ))
+        }
+    }
+    let (allowed, denied) = allowed_gpus(&dev, nvml.as_ref());
+    let gpus = allowed
+        .iter()
+        .enumerate()
+        .map(|(index, g)| GpuListEntry {
+            index,
+            path: Path::new("/dev").join(format!("nvidia{}", g.minor)),
+            minor: g.minor,
+            nvml: nvml
+                .as_ref()
+                .and_then(|n| n.gpus.iter().find(|x| x.minor == Some(g.minor)).cloned()),
+        })
+        .collect();
+    Ok(GpuList {
+        driver_version: version.or_else(|| nvml.as_ref().and_then(|n| n.driver_version.clone())),
+        cuda_version: nvml.as_ref().and_then(|n| n.cuda_version.clone()),
+        nvml_error,
+        gpus,
+        denied: denied
+            .iter()
+            .map(|m| Path::new("/dev").join(format!("nvidia{m}")))
+            .collect(),
+    })
+}
+
+/// `gpurun gpus` as text.
+pub fn render(l: &GpuList) -> String {
+    let mut s = String::new();
+    match &l.driver_version {
+        Some(v) => {
+            s.push_str(&format!("NVIDIA driver {v}"));
+            if let Some(c) = &l.cuda_version {
+                s.push_str(&format!(", CUDA {c}"));
+            }
+            s.push('\n');
+        }
+        None => s.push_str("no NVIDIA driver on this node\n"),
+    }
+    if let Some(e) = &l.nvml_error {
+        if l.driver_version.is_some() {
+            s.push_str(&format!("({e}: showing device nodes only)\n"));
+        }
+    }
+    if l.gpus.is_empty() {
+        s.push_str("no GPU this process may use\n");
+    }
+    let mib = |b: Option<u64>| {
+        b.map(|b| format!("{}", b / (1 << 20)))
+            .unwrap_or_else(|| "?".into())
+    };
+    for g in &l.gpus {
+        s.push_str(&format!(
+            "GPU {}: {} (minor {})",
+            g.index,
+            g.path.display(),
+            g.minor
+        ));
+        if let Some(n) = &g.nvml {
+            s.push_str(&format!(
+                " {} {} memory {}/{} MiB, utilisation {}%",
+                n.name.as_deref().unwrap_or("?"),
+                n.uuid.as_deref().unwrap_or("?"),
+                mib(n.memory_used_bytes),
+                mib(n.memory_total_bytes),
+                n.utilization_percent
+                    .map(|u| u.to_string())
+                    .unwrap_or_else(|| "?".into())
+            ));
+            s.push('\n');
+            for m in &n.mig {
+                s.push_str(&format!("  MIG {}\n", m.uuid));
+            }
+            for p in &n.processes {
+                s.push_str(&format!(
+                    "  process {} using {} MiB\n",
+                    p.pid,
+                    mib(p.used_memory_bytes)
+                ));
+            }
+        } else {
+            s.push('\n');
+        }
+    }
+    for d in &l.denied {
+        s.push_str(&format!("not allowed here: {}\n", d.display()));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn wanted_table() {
+        let o = |nv, no_nv| GpuOpts {
+            nv,
+            no_nv,
+            ..Default::default()
+        };
+        let cases = [
+            (o(false, false), vec![], Some(false)),
+            (o(true, false), vec![], Some(true)),
+            (o(false, true), vec![], None),
+            (o(false, true), vec![("GPURUN_NV", "1")], None),
+            (o(false, false), vec![("GPURUN_NV", "1")], Some(true)),
+            (o(false, false), vec![("GPURUN_NV", "0")], None),
+            (o(false, false), vec![("GPURUN_NV", "off")], None),
+            (o(true, false), vec![("GPURUN_NV", "0")], Some(true)),
+            (o(false, false), vec![("GPURUN_NV", "")], Some(false)),
+        ];
+        for (opts, e, want) in cases {
+            assert_eq!(wanted(&opts, &env(&e)), want, "{opts:?} {e:?}");
+        }
+    }
+
+    #[test]
+    fn mig_devices_need_their_caps() {
+        let dir = tempfile::tempdir().unwrap();
+        let gi = dir.path().join("capabilities/gpu1/mig/gi2");
+        std::fs::create_dir_all(gi.join("ci0")).unwrap();
+        std::fs::write(
+            gi.join("access"),
+            "DeviceFileMinor: 21\nDeviceFileMode: 292\n",
+        )
+        .unwrap();
+        std::fs::write(gi.join("ci0/access"), "DeviceFileMinor: 22\n").unwrap();
+        let m = |gi, ci| devices::MigInfo {
+            uuid: "MIG-x".into(),
+            gi,
+            ci,
+        };
+        let dev = Path::new("/dev");
+        assert_eq!(
+            mig_caps(dir.path(), dev, 1, &m(Some(2), Some(0))),
+            vec![
+                PathBuf::from("/dev/nvidia-caps/nvidia-cap21"),
+                PathBuf::from("/dev/nvidia-caps/nvidia-cap22")
+            ]
+        );
+        assert!(mig_caps(dir.path(), dev, 0, &m(Some(2), Some(0))).is_empty());
+        assert!(mig_caps(dir.path(), dev, 1, &m(None, None)).is_empty());
+    }
+
+    #[test]
+    fn no_driver_means_no_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = env(&[
+            ("GPURUN_NV_PROC", dir.path().to_str().unwrap()),
+            ("GPURUN_NV_DEV", dir.path().to_str().unwrap()),
+        ]);
+        let opts = GpuOpts {
+            nv: true,
+            ..Default::default()
+        };
+        assert!(prepare(&opts, &e, &[], &|_| None).unwrap().is_none());
+        assert!(prepare(&GpuOpts::default(), &e, &[], &|_| None)
+            .unwrap()
+            .is_none());
+        let l = list(&[], &e).unwrap();
+        assert!(l.driver_version.is_none() && l.gpus.is_empty());
+        assert!(render(&l).contains("no NVIDIA driver"));
+    }
+}

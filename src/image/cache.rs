@@ -1,0 +1,175 @@
+//! The per-user cache: blobs stored once by digest, and whole images for `ensure_local`.
+//!
+//! Root: `$GPURUN_CACHE`, else `$XDG_CACHE_HOME/gpurun`, else `/var/tmp/gpurun-$UID`. The default is
+//! deliberately not under `$HOME`: HPC home directories have small quotas and are often on a slow
+//! shared filesystem, while `/var/tmp` is node-local, large and survives reboots.
+//!
+//! Layout:
+//!   blobs/sha256/HEX          complete blob, verified against its digest (never modified)
+//!   blobs/sha256/HEX.partial  download in progress; an interrupted pull resumes from its length
+//!   locks/HEX.lock            flock(2) held while one process downloads HEX or builds image HEX
+//!   images/HEX.sqsh           image built from the manifest with digest sha256:HEX
+//!   rootfs/…                  the runtime's extraction fallback (not managed here)
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::reference::valid_digest;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cache directory {path}: {source}; set GPURUN_CACHE to a writable directory")]
+    Dir { path: PathBuf, source: io::Error },
+    #[error("lock {path}: {source}")]
+    Lock { path: PathBuf, source: io::Error },
+    #[error("'{0}' is not a sha256 digest")]
+    BadDigest(String),
+}
+
+/// The cache root (see the module comment for the order of precedence).
+pub fn cache_root() -> PathBuf {
+    cache_root_from(
+        std::env::var_os("GPURUN_CACHE").map(PathBuf::from),
+        std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from),
+        nix::unistd::getuid().as_raw(),
+    )
+}
+
+fn cache_root_from(gpurun: Option<PathBuf>, xdg: Option<PathBuf>, uid: u32) -> PathBuf {
+    // Empty or relative values are ignored, as the XDG spec asks.
+    let usable = |p: &PathBuf| p.is_absolute();
+    if let Some(p) = gpurun.filter(usable) {
+        return p;
+    }
+    if let Some(p) = xdg.filter(usable) {
+        return p.join("gpurun");
+    }
+    PathBuf::from(format!("/var/tmp/gpurun-{uid}"))
+}
+
+#[derive(Debug, Clone)]
+pub struct Cache {
+    root: PathBuf,
+}
+
+impl Cache {
+    /// Open (creating if needed, mode 0700) the cache at `root`.
+    pub fn open(root: &Path) -> Result<Cache, CacheError> {
+        for sub in ["blobs/sha256", "locks", "images"] {
+            let p = root.join(sub);
+            fs::create_dir_all(&p).map_err(|source| CacheError::Dir { path: p, source })?;
+        }
+        // Private: pulled images may come from registries that needed credentials.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = fs::set_permissions(root, fs::Permissions::from_mode(0o700));
+        Ok(Cache {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn hex(digest: &str) -> Result<&str, CacheError> {
+        if !valid_digest(digest) {
+            return Err(CacheError::BadDigest(digest.to_string()));
+        }
+        Ok(&digest[7..])
+    }
+
+    pub fn blob_path(&self, digest: &str) -> Result<PathBuf, CacheError> {
+        Ok(self.root.join("blobs/sha256").join(Self::hex(digest)?))
+    }
+
+    pub fn partial_path(&self, digest: &str) -> Result<PathBuf, CacheError> {
+        Ok(self
+            .root
+            .join("blobs/sha256")
+            .join(format!("{}.partial", Self::hex(digest)?)))
+    }
+
+    pub fn image_path(&self, manifest_digest: &str) -> Result<PathBuf, CacheError> {
+        Ok(self
+            .root
+            .join("images")
+            .join(format!("{}.sqsh", Self::hex(manifest_digest)?)))
+    }
+
+    /// Take the exclusive lock for `digest`, waiting for another process that holds it.
+    pub fn lock(&self, digest: &str) -> Result<FileLock, CacheError> {
+        let path = self
+            .root
+            .join("locks")
+            .join(format!("{}.lock", Self::hex(digest)?));
+        FileLock::acquire(&path)
+    }
+}
+
+/// An exclusive flock(2), released on drop or when the process dies (so a killed pull never
+/// leaves a stale lock behind).
+#[derive(Debug)]
+pub struct FileLock {
+    _file: File,
+}
+
+impl FileLock {
+    pub fn acquire(path: &Path) -> Result<FileLock, CacheError> {
+        let err = |source| CacheError::Lock {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(err)?;
+        loop {
+            // SAFETY: flock on a file descriptor we own.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            if rc == 0 {
+                return Ok(FileLock { _file: file });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(err(e));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_precedence() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(cache_root_from(p("/c"), p("/x"), 7), PathBuf::from("/c"));
+        assert_eq!(
+            cache_root_from(None, p("/x"), 7),
+            PathBuf::from("/x/gpurun")
+        );
+        assert_eq!(
+            cache_root_from(p("rel"), p(""), 7),
+            PathBuf::from("/var/tmp/gpurun-7")
+        );
+        assert_eq!(
+            cache_root_from(None, None, 1000),
+            PathBuf::from("/var/tmp/gpurun-1000")
+        );
+    }
+
+    #[test]
+    fn paths_refuse_non_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Cache::open(dir.path()).unwrap();
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert!(c.blob_path(&d).unwrap().ends_with("a".repeat(64)));
+        assert!(c.blob_path("sha256:../../etc/passwd").is_err());
+        let _l = c.lock(&d).unwrap();
+    }
+}

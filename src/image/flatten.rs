@@ -1,0 +1,781 @@
+//! OCI layer semantics, applied top-down into one tar stream (DESIGN decision 2).
+//!
+//! Layers are read from the top. The first layer that writes a path decides it; lower layers'
+//! entries for that path, or below a whiteout (`.wh.NAME`), an opaque directory (`.wh..wh..opq`)
+//! or a non-directory decided above, are skipped. So every entry written is final and the stream
+//! has no duplicates. Whiteouts and opaque markers of a layer apply to the layers below it only,
+//! so they are committed when the layer ends. The decisions are in [`Merge`] (pure, table-tested);
+//! [`flatten`] does the reading and writing.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{self, BufRead, BufReader, Read, Write};
+
+use tar::{Archive, EntryType, Header};
+
+pub const WHITEOUT_PREFIX: &str = ".wh.";
+pub const OPAQUE_MARKER: &str = ".wh..wh..opq";
+
+#[derive(Debug, thiserror::Error)]
+pub enum FlattenError {
+    #[error("layer {layer}: cannot read it as a tar archive ({source}); the blob may be corrupt, pull again")]
+    Read { layer: String, source: io::Error },
+    #[error("writing the merged tar stream to tar2sqfs failed ({0})")]
+    Write(io::Error),
+}
+
+/// A path made relative to the image root, with `.` and `..` resolved without leaving it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Normalized {
+    /// `a/b/c`; empty for the root itself.
+    pub path: String,
+    /// True when the entry was absolute or its `..` tried to climb above the root.
+    pub escaped: bool,
+}
+
+/// Normalise a tar entry name or hard-link target lexically (a tar stream has no symlinks to
+/// follow, and clamping `..` at the root is what chroot-style resolution does).
+pub fn normalize(raw: &str) -> Normalized {
+    let mut escaped = raw.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for comp in raw.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    escaped = true;
+                }
+            }
+            c => parts.push(c),
+        }
+    }
+    Normalized {
+        path: parts.join("/"),
+        escaped,
+    }
+}
+
+/// What a (normalised) layer entry means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// `.wh.NAME`: NAME (this path) is deleted from the layers below.
+    Whiteout(String),
+    /// `DIR/.wh..wh..opq`: DIR's contents in the layers below are hidden.
+    Opaque(String),
+    /// Other `.wh..wh.*` names (aufs bookkeeping such as `.wh..wh.plnk`): never part of the image.
+    Internal,
+    /// A real entry.
+    Entry,
+}
+
+pub fn classify(path: &str) -> Kind {
+    let (dir, name) = match path.rsplit_once('/') {
+        Some((d, n)) => (d, n),
+        None => ("", path),
+    };
+    if name == OPAQUE_MARKER {
+        return Kind::Opaque(dir.to_string());
+    }
+    if name.starts_with(".wh..wh.") {
+        return Kind::Internal;
+    }
+    match name.strip_prefix(WHITEOUT_PREFIX) {
+        Some("") | None => Kind::Entry,
+        Some(hidden) if dir.is_empty() => Kind::Whiteout(hidden.to_string()),
+        Some(hidden) => Kind::Whiteout(format!("{dir}/{hidden}")),
+    }
+}
+
+/// Strict ancestors of `path`, nearest first: `a/b/c` → `a/b`, `a`.
+fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+    let mut cur = path;
+    std::iter::from_fn(move || {
+        let (parent, _) = cur.rsplit_once('/')?;
+        cur = parent;
+        Some(parent)
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Decided {
+    layer: usize,
+    dir: bool,
+}
+
+/// The top-down merge state.
+#[derive(Debug, Default)]
+pub struct Merge {
+    layer: usize,
+    decided: HashMap<String, Decided>,
+    /// Ancestors of decided paths: directories for every layer below, even without an entry.
+    implicit_dirs: HashSet<String>,
+    hidden: HashSet<String>,
+    opaque: HashSet<String>,
+    pending_hidden: Vec<String>,
+    pending_opaque: Vec<String>,
+}
+
+impl Merge {
+    pub fn new() -> Merge {
+        Merge::default()
+    }
+
+    /// Start layer `index` (layers are numbered upwards from the top, each larger than the last).
+    pub fn begin_layer(&mut self, index: usize) {
+        self.layer = index;
+    }
+
+    /// Commit this layer's whiteouts and opaque markers for the layers below.
+    pub fn end_layer(&mut self) {
+        self.hidden.extend(self.pending_hidden.drain(..));
+        self.opaque.extend(self.pending_opaque.drain(..));
+    }
+
+    pub fn whiteout(&mut self, path: &str) {
+        self.pending_hidden.push(path.to_string());
+    }
+
+    pub fn opaque(&mut self, dir: &str) {
+        self.pending_opaque.push(dir.to_string());
+    }
+
+    /// Is `path` hidden from this layer by what the layers above did?
+    fn hidden_from_above(&self, path: &str) -> bool {
+        if self.hidden.contains(path) {
+            return true;
+        }
+        ancestors(path).any(|a| {
+            self.hidden.contains(a)
+                || self.opaque.contains(a)
+                || self.decided.get(a).is_some_and(|d| !d.dir)
+        })
+    }
+
+    /// Should this layer's entry at `path` be written? Records the decision when it should.
+    pub fn decide(&mut self, path: &str, is_dir: bool) -> bool {
+        if self.decided.contains_key(path) || self.hidden_from_above(path) {
+            return false;
+        }
+        if self.implicit_dirs.contains(path) && !is_dir {
+            // Something above put entries below this path, so it is a directory there.
+            return false;
+        }
+        self.decided.insert(
+            path.to_string(),
+            Decided {
+                layer: self.layer,
+                dir: is_dir,
+            },
+        );
+        for a in ancestors(path) {
+            if !self.implicit_dirs.insert(a.to_string()) {
+                break;
+            }
+        }
+        true
+    }
+
+    /// May a hard link in the current layer to `target` be written as a link? Only when the
+    /// image's final `target` is the one this layer sees: written by this layer or a lower one.
+    pub fn link_target_ok(&self, target: &str) -> bool {
+        match self.decided.get(target) {
+            Some(d) => d.layer == self.layer && !d.dir,
+            None => !self.hidden_from_above(target) && !self.implicit_dirs.contains(target),
+        }
+    }
+}
+
+/// One layer: a name for messages (its digest) and a way to open its (possibly compressed) tar.
+pub struct Layer {
+    pub name: String,
+    #[allow(clippy::type_complexity)]
+    pub open: Box<dyn Fn() -> io::Result<Box<dyn Read + Send>> + Send + Sync>,
+}
+
+/// What the flattening dropped or changed, for one summary warning.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub entries: u64,
+    pub devices_dropped: u64,
+    pub setid_cleared: u64,
+    pub unsupported_skipped: u64,
+    /// One line per neutralised or refused entry (capped), naming layer and entry.
+    pub notes: Vec<String>,
+    pub notes_omitted: u64,
+}
+
+impl Report {
+    fn note(&mut self, line: String) {
+        if self.notes.len() < 20 {
+            self.notes.push(line);
+        } else {
+            self.notes_omitted += 1;
+        }
+    }
+}
+
+/// Detect gzip / zstd / plain tar by magic bytes: media types lie more often than magic numbers.
+pub fn decompress(r: Box<dyn Read + Send>) -> io::Result<Box<dyn Read + Send>> {
+    let mut br = BufReader::with_capacity(1 << 20, r);
+    let head = br.fill_buf()?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Ok(Box::new(flate2::read::MultiGzDecoder::new(br)))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Ok(Box::new(zstd::stream::read::Decoder::with_buffer(br)?))
+    } else {
+        Ok(Box::new(br))
+    }
+}
+
+/// A file written at the start of the image, ahead of every layer (gpurun's metadata).
+pub struct ExtraFile<'a> {
+    pub path: &'a str,
+    pub data: &'a [u8],
+}
+
+/// Merge `layers` (top first) into one tar stream on `out`.
+pub fn flatten<W: Write>(
+    layers: &[Layer],
+    extra: &[ExtraFile<'_>],
+    out: W,
+) -> Result<Report, FlattenError> {
+    let mut b = tar::Builder::new(out);
+    let mut merge = Merge::new();
+    let mut report = Report::default();
+    let now_epoch = 0;
+    merge.begin_layer(0);
+    for f in extra {
+        for a in ancestors(f.path).collect::<Vec<_>>().into_iter().rev() {
+            if merge.decide(a, true) {
+                let mut h = header(EntryType::Directory, 0o755, 0, 0, now_epoch);
+                b.append_data(&mut h, a, io::empty())
+                    .map_err(FlattenError::Write)?;
+            }
+        }
+        merge.decide(f.path, false);
+        let mut h = header(EntryType::Regular, 0o644, 0, 0, now_epoch);
+        h.set_size(f.data.len() as u64);
+        b.append_data(&mut h, f.path, f.data)
+            .map_err(FlattenError::Write)?;
+    }
+    merge.end_layer();
+    for (i, layer) in layers.iter().enumerate() {
+        merge.begin_layer(i + 1);
+        let rerr = |source| FlattenError::Read {
+            layer: layer.name.clone(),
+            source,
+        };
+        let reader = (layer.open)().and_then(decompress).map_err(rerr)?;
+        let mut ar = Archive::new(reader);
+        for entry in ar.entries().map_err(rerr)? {
+            let mut entry = entry.map_err(rerr)?;
+            let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+            let norm = normalize(&raw);
+            if norm.escaped {
+                report.note(format!(
+                    "layer {}: entry '{raw}' points outside the image root; stored as '/{}'",
+                    layer.name, norm.path
+                ));
+            }
+            if norm.path.is_empty() {
+                continue; // the root keeps tar2sqfs's defaults
+            }
+            match classify(&norm.path) {
+                Kind::Whiteout(p) => {
+                    merge.whiteout(&p);
+                    continue;
+                }
+                Kind::Opaque(d) => {
+                    merge.opaque(&d);
+                    continue;
+                }
+                Kind::Internal => continue,
+                Kind::Entry => {}
+            }
+            let et = entry.header().entry_type();
+            if !merge.decide(&norm.path, et.is_dir()) {
+                continue;
+            }
+            match et {
+                EntryType::Char | EntryType::Block => {
+                    report.devices_dropped += 1;
+                    continue;
+                }
+                EntryType::Regular
+                | EntryType::Continuous
+                | EntryType::Directory
+                | EntryType::Symlink
+                | EntryType::Link
+                | EntryType::Fifo => {}
+                _ => {
+                    report.unsupported_skipped += 1;
+                    continue;
+                }
+            }
+            let hdr = entry.header();
+            let mut mode = hdr.mode().map_err(rerr)? & 0o7777;
+            if mode & 0o6000 != 0 && !et.is_dir() {
+                mode &= !0o6000;
+                report.setid_cleared += 1;
+            }
+            // Some writers leave numeric fields blank; blank means 0 to GNU tar too.
+            let (uid, gid) = (hdr.uid().unwrap_or(0), hdr.gid().unwrap_or(0));
+            let mtime = hdr.mtime().unwrap_or(0);
+            let xattrs = xattrs(&mut entry).map_err(rerr)?;
+            let out_type = if et == EntryType::Continuous {
+                EntryType::Regular
+            } else {
+                et
+            };
+            let mut h = header(out_type, mode, uid, gid, mtime);
+            let path = norm.path.as_str();
+            report.entries += 1;
+            match out_type {
+                EntryType::Regular => {
+                    write_pax(&mut b, &xattrs)?;
+                    h.set_size(entry.size());
+                    b.append_data(&mut h, path, &mut entry).map_err(|e| {
+                        // A short read is the layer's fault; anything else is the pipe's.
+                        if e.kind() == io::ErrorKind::UnexpectedEof {
+                            rerr(e)
+                        } else {
+                            FlattenError::Write(e)
+                        }
+                    })?;
+                }
+                EntryType::Symlink => {
+                    let target = entry.link_name_bytes().unwrap_or_default();
+                    let target = String::from_utf8_lossy(&target).into_owned();
+                    write_pax(&mut b, &xattrs)?;
+                    b.append_link(&mut h, path, &target)
+                        .map_err(FlattenError::Write)?;
+                }
+                EntryType::Link => {
+                    let raw_t = entry.link_name_bytes().unwrap_or_default();
+                    let raw_t = String::from_utf8_lossy(&raw_t).into_owned();
+                    let t = normalize(&raw_t);
+                    if t.escaped {
+                        report.note(format!(
+                            "layer {}: hard link '{raw}' -> '{raw_t}' leaves the image root; linked to '/{}'",
+                            layer.name, t.path
+                        ));
+                    }
+                    if t.path == path || t.path.is_empty() {
+                        report.note(format!(
+                            "layer {}: hard link '{raw}' -> '{raw_t}' is invalid; skipped",
+                            layer.name
+                        ));
+                        continue;
+                    }
+                    if merge.link_target_ok(&t.path) {
+                        write_pax(&mut b, &xattrs)?;
+                        b.append_link(&mut h, path, &t.path)
+                            .map_err(FlattenError::Write)?;
+                    } else if !materialise(layers, i, &t.path, path, &mut b)? {
+                        report.note(format!(
+                            "layer {}: hard link '{raw}' -> '{raw_t}' has no target in this or a lower layer; skipped",
+                            layer.name
+                        ));
+                    }
+                }
+                _ => {
+                    write_pax(&mut b, &xattrs)?;
+                    b.append_data(&mut h, path, io::empty())
+                        .map_err(FlattenError::Write)?;
+                }
+            }
+        }
+        merge.end_layer();
+    }
+    b.into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(FlattenError::Write)?;
+    Ok(report)
+}
+
+fn header(t: EntryType, mode: u32, uid: u64, gid: u64, mtime: u64) -> Header {
+    let mut h = Header::new_gnu();
+    h.set_entry_type(t);
+    h.set_mode(mode);
+    h.set_uid(uid);
+    h.set_gid(gid);
+    h.set_mtime(mtime);
+    h.set_size(0);
+    h
+}
+
+/// The entry's `SCHILY.xattr.*` PAX records (how OCI layers carry xattrs).
+fn xattrs<R: Read>(entry: &mut tar::Entry<'_, R>) -> io::Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    if let Some(exts) = entry.pax_extensions()? {
+        for ext in exts {
+            let ext = ext?;
+            if let Ok(k) = ext.key() {
+                if k.starts_with("SCHILY.xattr.") {
+                    out.push((k.to_string(), ext.value_bytes().to_vec()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Write a PAX extended header carrying `records` (the tar crate's builder has no writer for them).
+fn write_pax<W: Write>(
+    b: &mut tar::Builder<W>,
+    records: &[(String, Vec<u8>)],
+) -> Result<(), FlattenError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut data = Vec::new();
+    for (k, v) in records {
+        // "LEN KEY=VALUE\n" where LEN counts itself.
+        let body = k.len() + v.len() + 3;
+        let mut len = body + body.to_string().len();
+        if len.to_string().len() != body.to_string().len() {
+            len = body + len.to_string().len();
+        }
+        data.extend_from_slice(format!("{len} {k}=").as_bytes());
+        data.extend_from_slice(v);
+        data.push(b'\n');
+    }
+    let mut h = Header::new_ustar();
+    h.set_entry_type(EntryType::XHeader);
+    h.set_path("PaxHeader").map_err(FlattenError::Write)?;
+    h.set_mode(0o644);
+    h.set_size(data.len() as u64);
+    h.set_cksum();
+    b.append(&h, data.as_slice()).map_err(FlattenError::Write)
+}
+
+/// A hard link whose target was replaced above its layer: write the target's content as this
+/// layer saw it (the topmost regular file at `target` from layer `from` down) as a plain file.
+fn materialise<W: Write>(
+    layers: &[Layer],
+    from: usize,
+    target: &str,
+    path: &str,
+    b: &mut tar::Builder<W>,
+) -> Result<bool, FlattenError> {
+    let mut target = target.to_string();
+    let mut li = from;
+    // Follow link chains a few hops; a longer chain is a broken image.
+    for _ in 0..8 {
+        if li >= layers.len() {
+            return Ok(false);
+        }
+        let layer = &layers[li];
+        let rerr = |source| FlattenError::Read {
+            layer: layer.name.clone(),
+            source,
+        };
+        let reader = (layer.open)().and_then(decompress).map_err(rerr)?;
+        let mut ar = Archive::new(reader);
+        let mut next = None;
+        for entry in ar.entries().map_err(rerr)? {
+            let mut entry = entry.map_err(rerr)?;
+            if normalize(&String::from_utf8_lossy(&entry.path_bytes())).path != target {
+                continue;
+            }
+            let hdr = entry.header();
+            match hdr.entry_type() {
+                EntryType::Regular | EntryType::Continuous => {
+                    let mode = hdr.mode().map_err(rerr)? & 0o1777;
+                    let mut h = header(
+                        EntryType::Regular,
+                        mode,
+                        hdr.uid().unwrap_or(0),
+                        hdr.gid().unwrap_or(0),
+                        hdr.mtime().unwrap_or(0),
+                    );
+                    h.set_size(entry.size());
+                    let xa = xattrs(&mut entry).map_err(rerr)?;
+                    write_pax(b, &xa)?;
+                    b.append_data(&mut h, path, &mut entry)
+                        .map_err(FlattenError::Write)?;
+                    return Ok(true);
+                }
+                EntryType::Link => {
+                    let t = entry.link_name_bytes().unwrap_or_default();
+                    next = Some(normalize(&String::from_utf8_lossy(&t)).path);
+                    break;
+                }
+                _ => return Ok(false),
+            }
+        }
+        match next {
+            Some(t) => target = t,
+            None => li += 1,
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalise_paths() {
+        let cases = [
+            ("a/b", "a/b", false),
+            ("./a/b/", "a/b", false),
+            ("a//b/./c", "a/b/c", false),
+            ("/etc/passwd", "etc/passwd", true),
+            ("a/../b", "b", false),
+            ("../../etc/shadow", "etc/shadow", true),
+            ("a/../../b", "b", true),
+            ("./", "", false),
+            ("/", "", true),
+            ("..", "", true),
+            ("a/b/..", "a", false),
+        ];
+        for (raw, path, escaped) in cases {
+            assert_eq!(
+                normalize(raw),
+                Normalized {
+                    path: path.into(),
+                    escaped
+                },
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn classify_names() {
+        let cases = [
+            ("etc/.wh.motd", Kind::Whiteout("etc/motd".into())),
+            (".wh.opt", Kind::Whiteout("opt".into())),
+            (
+                "usr/share/doc/.wh..wh..opq",
+                Kind::Opaque("usr/share/doc".into()),
+            ),
+            (".wh..wh..opq", Kind::Opaque("".into())),
+            ("x/.wh..wh.plnk", Kind::Internal),
+            ("x/.wh.", Kind::Entry),
+            ("x/a.wh.b", Kind::Entry),
+            ("etc/motd", Kind::Entry),
+        ];
+        for (p, k) in cases {
+            assert_eq!(classify(p), k, "{p}");
+        }
+    }
+
+    /// One step of a merge script.
+    enum Op {
+        Next(usize),
+        Wh(&'static str),
+        Opq(&'static str),
+        /// path, is_dir, expected decision
+        E(&'static str, bool, bool),
+        /// hard link target, expected link_target_ok
+        L(&'static str, bool),
+    }
+    use Op::*;
+
+    fn run(script: &[Op]) {
+        let mut m = Merge::new();
+        for (n, op) in script.iter().enumerate() {
+            match op {
+                Next(i) => {
+                    m.end_layer();
+                    m.begin_layer(*i);
+                }
+                Wh(p) => m.whiteout(p),
+                Opq(d) => m.opaque(d),
+                E(p, dir, want) => assert_eq!(m.decide(p, *dir), *want, "step {n}: {p}"),
+                L(t, want) => assert_eq!(m.link_target_ok(t), *want, "step {n}: link to {t}"),
+            }
+        }
+    }
+
+    #[test]
+    fn upper_layer_wins() {
+        run(&[
+            Next(1),
+            E("etc", true, true),
+            E("etc/hosts", false, true),
+            Next(2),
+            E("etc", true, false),        // dir attributes from above
+            E("etc/hosts", false, false), // replaced above
+            E("etc/passwd", false, true), // merged into the upper dir
+        ]);
+    }
+
+    #[test]
+    fn whiteouts_hide_lower_layers_only() {
+        run(&[
+            Next(1),
+            Wh("etc/motd"),
+            Wh("opt/gone"),
+            E("etc/new", false, true),
+            Next(2),
+            E("etc/motd", false, false),
+            E("opt/gone", true, false),
+            E("opt/gone/deep/file", false, false),
+            E("opt/kept", false, true),
+            E("etc/motd.d", false, true), // a sibling with a common prefix is not hidden
+        ]);
+    }
+
+    #[test]
+    fn whiteout_applies_after_the_layer_even_when_listed_late() {
+        run(&[
+            Next(1),
+            E("a", false, true),
+            Wh("b"),
+            Next(2),
+            E("b", false, false),
+        ]);
+    }
+
+    #[test]
+    fn opaque_dirs() {
+        run(&[
+            Next(1),
+            E("usr/share/doc", true, true),
+            Opq("usr/share/doc"),
+            E("usr/share/doc/new", false, true), // same layer: kept
+            Next(2),
+            E("usr/share/doc", true, false),
+            E("usr/share/doc/old", false, false),
+            E("usr/share/doc/x/y", false, false),
+            E("usr/share/docs", false, true),
+            E("usr/share", true, true),
+        ]);
+    }
+
+    #[test]
+    fn file_replacing_dir_and_dir_replacing_file() {
+        run(&[
+            Next(1),
+            E("opt/app", false, true), // a file where lower layers had a dir
+            E("var/lib/x", false, true), // implies var/lib is a dir
+            Next(2),
+            E("opt/app", true, false),
+            E("opt/app/bin/tool", false, false),
+            E("var/lib", false, false), // a file below an implied dir is hidden
+            E("var/lib", true, true),   // its first real dir entry gives attributes
+            E("var/lib", true, false),
+        ]);
+    }
+
+    #[test]
+    fn hard_link_targets() {
+        run(&[
+            Next(1),
+            E("bin/a", false, true),
+            L("bin/a", true),     // same layer
+            L("bin/lower", true), // comes from a lower layer
+            Wh("bin/gone"),
+            Next(2),
+            L("bin/a", false),    // replaced above: this layer's bin/a differs
+            L("bin/gone", false), // deleted above
+            E("bin/b", false, true),
+            L("bin/b", true),
+            L("bin", false), // a directory is not a link target
+        ]);
+    }
+
+    fn tar_of(entries: &[(&str, EntryType, &[u8], &str)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, t, data, link) in entries {
+            let mut h = Header::new_gnu();
+            h.set_entry_type(*t);
+            h.set_mode(if *t == EntryType::Directory {
+                0o755
+            } else {
+                0o4755
+            });
+            h.set_size(data.len() as u64);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(0);
+            if t.is_hard_link() || t.is_symlink() {
+                h.set_link_name(link).unwrap();
+            }
+            // set_path refuses "..", write the raw name as a hostile layer would.
+            let name = h.as_old_mut().name.as_mut();
+            name[..path.len()].copy_from_slice(path.as_bytes());
+            h.set_cksum();
+            b.append(&h, *data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn layer(name: &str, data: Vec<u8>) -> Layer {
+        Layer {
+            name: name.into(),
+            open: Box::new(move || {
+                Ok(Box::new(io::Cursor::new(data.clone())) as Box<dyn Read + Send>)
+            }),
+        }
+    }
+
+    #[test]
+    fn flatten_stream() {
+        let top = tar_of(&[
+            ("bin/.wh.old", EntryType::Regular, b"", ""),
+            ("bin/sh", EntryType::Regular, b"new sh", ""),
+            ("bin/link-to-old-sh", EntryType::Link, b"", "bin/sh-orig"),
+            ("../../etc/evil", EntryType::Regular, b"e", ""),
+            ("dev/null", EntryType::Char, b"", ""),
+        ]);
+        let gz = {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(&tar_of(&[
+                ("bin", EntryType::Directory, b"", ""),
+                ("bin/sh", EntryType::Regular, b"old sh", ""),
+                ("bin/sh-orig", EntryType::Link, b"", "bin/sh"),
+                ("bin/old", EntryType::Regular, b"x", ""),
+                ("lib/l", EntryType::Symlink, b"", "../../../x"),
+            ]))
+            .unwrap();
+            e.finish().unwrap()
+        };
+        let mut out = Vec::new();
+        let layers = [layer("top", top), layer("base", gz)];
+        let meta = [ExtraFile {
+            path: ".gpurun/meta.json",
+            data: b"{}",
+        }];
+        let rep = flatten(&layers, &meta, &mut out).unwrap();
+        assert_eq!(rep.devices_dropped, 1);
+        assert_eq!(rep.setid_cleared, 5);
+        assert_eq!(rep.notes.len(), 1, "{:?}", rep.notes);
+        assert!(rep.notes[0].contains("layer top") && rep.notes[0].contains("../../etc/evil"));
+        let mut got = Vec::new();
+        let mut ar = Archive::new(io::Cursor::new(out));
+        for e in ar.entries().unwrap() {
+            let mut e = e.unwrap();
+            let mut data = String::new();
+            e.read_to_string(&mut data).unwrap();
+            let link = e
+                .link_name()
+                .unwrap()
+                .map(|l| l.display().to_string())
+                .unwrap_or_default();
+            got.push(format!(
+                "{} {:?} {:o} {data} {link}",
+                e.path().unwrap().display(),
+                e.header().entry_type(),
+                e.header().mode().unwrap()
+            ));
+        }
+        assert_eq!(
+            got,
+            [
+                ".gpurun Directory 755  ",
+                ".gpurun/meta.json Regular 644 {} ",
+                "bin/sh Regular 755 new sh ",
+                "bin/link-to-old-sh Link 755  bin/sh-orig",
+                "etc/evil Regular 755 e ",
+                "bin Directory 755  ",
+                // bin/sh-orig links to the lower bin/sh, replaced above: written as a copy
+                "bin/sh-orig Regular 755 old sh ",
+                "lib/l Symlink 755  ../../../x",
+            ]
+        );
+    }
+}

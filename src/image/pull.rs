@@ -1,0 +1,842 @@
+//! `gpurun pull`: any source into one squashfs file, and [`ensure_local`] for the runtime.
+//!
+//! Flow (DESIGN decision 2): resolve the manifest (and platform) → blobs into the cache, in
+//! parallel, digest-checked → layers flattened top-down into one tar stream → `tar2sqfs` writes a
+//! temp file beside the target → rename. The output appears complete or not at all; the cache
+//! only ever holds verified blobs (`*.partial` files are resume points).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File};
+use std::io::{self, BufWriter, IsTerminal, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Deserialize;
+
+use super::cache::{cache_root, Cache, CacheError};
+use super::flatten::{flatten, ExtraFile, FlattenError, Layer, Report};
+use super::meta::{ImageMeta, META_PATH};
+use super::reference::{ImageRef, ReferenceError, Source};
+use super::registry::{
+    choose_platform, AuthSources, Descriptor, Manifest, Platform, RegistryClient, RegistryError,
+};
+use super::squash::{SquashError, SquashWriter};
+
+/// Exit codes of `gpurun pull` (and of commands that pull through [`ensure_local`]). Other
+/// failures exit with [`crate::exit::GPURUN_FAILED`] (125).
+pub mod exit {
+    /// The image, tag, platform or blob does not exist.
+    pub const NOT_FOUND: i32 = 20;
+    /// The registry refused the credentials, or there were none and it wants some.
+    pub const AUTH: i32 = 21;
+    /// The registry could not be reached or kept failing (connection errors, 5xx, 429).
+    pub const NETWORK: i32 = 22;
+    /// The image is malformed: bad manifest, config or layer, digest mismatch.
+    pub const BAD_IMAGE: i32 = 23;
+    /// No space left for the cache or the output.
+    pub const DISK_FULL: i32 = 24;
+    /// Interrupted by SIGINT / SIGTERM (128 + SIGINT, as shells report it).
+    pub const INTERRUPTED: i32 = 130;
+}
+
+/// Layers downloaded at once.
+const PARALLEL_DOWNLOADS: usize = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Reference(#[from] ReferenceError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error(transparent)]
+    Flatten(#[from] FlattenError),
+    #[error(transparent)]
+    Squash(#[from] SquashError),
+    #[error("{0}")]
+    Platform(String),
+    #[error("{0} already exists; remove it or pass --force to replace it")]
+    Exists(PathBuf),
+    #[error("cannot write {path} ({source}); choose another -o")]
+    Output { path: PathBuf, source: io::Error },
+    #[error("{path}: the disk is full; free space or choose another -o")]
+    DiskFull { path: PathBuf },
+    #[error("source {source_ref}: {detail}")]
+    Source { source_ref: String, detail: String },
+    #[error("image {image}: {detail}")]
+    BadImage { image: String, detail: String },
+    #[error("ensure_local needs a docker:// reference, not '{0}'")]
+    NotRegistry(String),
+    #[error("cannot start the async runtime ({0})")]
+    Runtime(io::Error),
+}
+
+impl PullError {
+    /// The process exit status for this error (see [`exit`]).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            PullError::Registry(e) => match e {
+                RegistryError::NotFound { .. } | RegistryError::NoPlatform { .. } => {
+                    exit::NOT_FOUND
+                }
+                RegistryError::Auth { .. } | RegistryError::Credentials { .. } => exit::AUTH,
+                RegistryError::Network { .. } => exit::NETWORK,
+                RegistryError::BadImage { .. } | RegistryError::Digest { .. } => exit::BAD_IMAGE,
+                RegistryError::DiskFull { .. } => exit::DISK_FULL,
+                RegistryError::Io { .. } | RegistryError::Cache(_) => crate::exit::GPURUN_FAILED,
+            },
+            PullError::Flatten(FlattenError::Read { .. }) | PullError::BadImage { .. } => {
+                exit::BAD_IMAGE
+            }
+            PullError::Squash(SquashError::DiskFull { .. }) | PullError::DiskFull { .. } => {
+                exit::DISK_FULL
+            }
+            PullError::Output { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
+                exit::DISK_FULL
+            }
+            PullError::Source { .. } => exit::NOT_FOUND,
+            _ => crate::exit::GPURUN_FAILED,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PullOptions {
+    /// `os/arch[/variant]`; the host's when `None`.
+    pub platform: Option<String>,
+    /// Allow plain http to a registry that is not on loopback.
+    pub insecure: bool,
+    /// Print only errors.
+    pub quiet: bool,
+    /// Replace an existing output file.
+    pub force: bool,
+    /// Compressor threads for tar2sqfs (all CPUs when `None`).
+    pub jobs: Option<usize>,
+    /// Cache root; [`cache_root`] when `None`.
+    pub cache: Option<PathBuf>,
+    /// Clean up and exit with [`exit::INTERRUPTED`] on SIGINT/SIGTERM (the CLI sets this; a
+    /// library caller with its own signal handling leaves it off).
+    pub handle_signals: bool,
+}
+
+/// `gpurun pull SOURCE [-o OUT]`: returns the path written.
+pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<PathBuf, PullError> {
+    let src = Source::parse(source)?;
+    let out = match output {
+        Some(o) => o.to_path_buf(),
+        None => PathBuf::from(default_output(&src)),
+    };
+    if out.exists() && !opts.force {
+        return Err(PullError::Exists(out));
+    }
+    let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
+    let ui = Ui::new(opts.quiet);
+    let rt = runtime()?;
+    if opts.handle_signals {
+        rt.spawn(cleanup_on_signal());
+    }
+    let (layers, meta) = match &src {
+        Source::Docker(image) => {
+            let (layers, meta) = rt.block_on(resolve_docker(image, opts, &cache, &ui, None))?;
+            (layers, meta)
+        }
+        Source::OciLayout { dir, tag } => oci_layout(dir, tag.as_deref(), source, opts)?,
+        Source::DockerArchive(file) => docker_archive(file, source)?,
+        Source::Dir(dir) => rootfs_dir(dir, source)?,
+    };
+    build(&layers, &meta, &out, opts, &ui)?;
+    Ok(out)
+}
+
+/// A cached `.sqsh` for a `docker://` reference, keyed by the manifest digest of the host's (or
+/// `opts.platform`'s) image: pulled on first use, reused after. Safe against concurrent callers.
+pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, PullError> {
+    let Source::Docker(image) = Source::parse(reference)? else {
+        return Err(PullError::NotRegistry(reference.to_string()));
+    };
+    let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
+    let ui = Ui::new(opts.quiet);
+    let rt = runtime()?;
+    if opts.handle_signals {
+        rt.spawn(cleanup_on_signal());
+    }
+    let client = client_for(&image, opts)?;
+    let (digest, manifest_bytes, platform) =
+        rt.block_on(resolve_manifest(&client, &image, opts))?;
+    let out = cache.image_path(&digest)?;
+    if out.exists() {
+        return Ok(out);
+    }
+    let _lock = cache.lock(&digest)?;
+    if out.exists() {
+        return Ok(out);
+    }
+    let resolved = (digest, manifest_bytes, platform);
+    let (layers, meta) = rt.block_on(resolve_docker(
+        &image,
+        opts,
+        &cache,
+        &ui,
+        Some((client, resolved)),
+    ))?;
+    build(&layers, &meta, &out, opts, &ui)?;
+    Ok(out)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, PullError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(PullError::Runtime)
+}
+
+fn default_output(src: &Source) -> String {
+    let stem = |p: &Path| {
+        p.file_stem()
+            .or_else(|| p.file_name())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "image".into())
+    };
+    match src {
+        Source::Docker(r) => r.default_file_name(),
+        Source::OciLayout { dir, tag } => match tag {
+            Some(t) => format!("{}_{t}.sqsh", stem(dir)),
+            None => format!("{}.sqsh", stem(dir)),
+        },
+        Source::DockerArchive(f) => format!("{}.sqsh", stem(f)),
+        Source::Dir(d) => format!("{}.sqsh", stem(&d.canonicalize().unwrap_or(d.clone()))),
+    }
+}
+
+// ---------------------------------------------------------------- progress
+
+/// Bars on a terminal, plain lines otherwise, nothing when quiet.
+struct Ui {
+    quiet: bool,
+    multi: Option<MultiProgress>,
+}
+
+impl Ui {
+    fn new(quiet: bool) -> Ui {
+        let multi = (!quiet && io::stderr().is_terminal())
+            .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+        Ui { quiet, multi }
+    }
+
+    fn line(&self, s: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.multi {
+            Some(m) => {
+                let _ = m.println(s);
+            }
+            None => eprintln!("{s}"),
+        }
+    }
+
+    fn bar(&self, len: u64, label: String) -> ProgressBar {
+        match &self.multi {
+            Some(m) => {
+                let b = m.add(ProgressBar::new(len));
+                b.set_style(
+                    ProgressStyle::with_template(
+                        "{prefix:>20} [{bar:30}] {bytes:>10}/{total_bytes:10} {bytes_per_sec}",
+                    )
+                    .expect("template")
+                    .progress_chars("=> "),
+                );
+                b.set_prefix(label);
+                b
+            }
+            None => ProgressBar::hidden(),
+        }
+    }
+}
+
+fn short(digest: &str) -> &str {
+    let hex = digest.split_once(':').map_or(digest, |(_, h)| h);
+    &hex[..hex.len().min(12)]
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
+
+// ---------------------------------------------------------------- registry sources
+
+fn client_for(image: &ImageRef, opts: &PullOptions) -> Result<RegistryClient, PullError> {
+    let creds = AuthSources::from_env().lookup(&image.registry)?;
+    Ok(RegistryClient::new(image, opts.insecure, creds))
+}
+
+fn wanted_platform(opts: &PullOptions) -> Result<Platform, PullError> {
+    match &opts.platform {
+        Some(p) => Platform::parse(p).map_err(PullError::Platform),
+        None => Ok(Platform::host()),
+    }
+}
+
+/// The platform-specific manifest: (digest, bytes, platform shown to the user).
+async fn resolve_manifest(
+    client: &RegistryClient,
+    image: &ImageRef,
+    opts: &PullOptions,
+) -> Result<(String, Vec<u8>, Option<Platform>), PullError> {
+    let want = wanted_platform(opts)?;
+    let (bytes, digest) = client.manifest(image.reference_part()).await?;
+    let m = Manifest::parse(&bytes).map_err(|detail| PullError::BadImage {
+        image: image.to_string(),
+        detail,
+    })?;
+    if !m.is_index() {
+        return Ok((digest, bytes, None));
+    }
+    let entries = m.manifests.unwrap_or_default();
+    let chosen =
+        choose_platform(&entries, &want).map_err(|available| RegistryError::NoPlatform {
+            image: image.to_string(),
+            wanted: want.to_string(),
+            available,
+        })?;
+    let (bytes, digest) = client.manifest(&chosen.digest).await?;
+    Ok((digest, bytes, chosen.platform.clone()))
+}
+
+type Resolved = (String, Vec<u8>, Option<Platform>);
+
+async fn resolve_docker(
+    image: &ImageRef,
+    opts: &PullOptions,
+    cache: &Cache,
+    ui: &Ui,
+    known: Option<(RegistryClient, Resolved)>,
+) -> Result<(Vec<Layer>, ImageMeta), PullError> {
+    let (client, (digest, bytes, _)) = match known {
+        Some(k) => k,
+        None => {
+            let c = client_for(image, opts)?;
+            let r = resolve_manifest(&c, image, opts).await?;
+            (c, r)
+        }
+    };
+    let bad = |detail: String| PullError::BadImage {
+        image: image.to_string(),
+        detail,
+    };
+    let m = Manifest::parse(&bytes).map_err(bad)?;
+    let config_desc = m
+        .config
+        .clone()
+        .ok_or_else(|| bad("the manifest has no config".into()))?;
+    ui.line(&format!(
+        "Pulling {image} (manifest {}, {} layers)",
+        short(&digest),
+        m.layers.len()
+    ));
+    let nothing = |_: u64| {};
+    let (config_path, _) = client.fetch_blob(&config_desc, cache, &nothing).await?;
+    let config_bytes = fs::read(&config_path).map_err(|e| bad(format!("config: {e}")))?;
+
+    let total: u64 = m.layers.iter().map(|l| l.size).sum();
+    let overall = ui.bar(total, "total".into());
+    let mut downloaded = 0u64;
+    let results: Vec<Result<(usize, PathBuf, bool), RegistryError>> =
+        futures_util::stream::iter(m.layers.iter().enumerate())
+            .map(|(i, desc)| {
+                let client = &client;
+                let overall = overall.clone();
+                let bar = ui.bar(desc.size, format!("layer {}", short(&desc.digest)));
+                async move {
+                    let on = move |n: u64| {
+                        bar.inc(n);
+                        overall.inc(n);
+                    };
+                    let (p, fresh) = client.fetch_blob(desc, cache, &on).await?;
+                    Ok((i, p, fresh))
+                }
+            })
+            .buffer_unordered(PARALLEL_DOWNLOADS)
+            .collect()
+            .await;
+    overall.finish_and_clear();
+    let mut paths: Vec<Option<PathBuf>> = vec![None; m.layers.len()];
+    for r in results {
+        let (i, p, fresh) = r?;
+        let d = &m.layers[i];
+        if fresh {
+            downloaded += d.size;
+        }
+        if ui.multi.is_none() {
+            ui.line(&format!(
+                "  layer {} {}: {}",
+                short(&d.digest),
+                mb(d.size),
+                if fresh { "downloaded" } else { "cached" }
+            ));
+        }
+        paths[i] = Some(p);
+    }
+    ui.line(&format!(
+        "Downloaded {} of {} ({} layers)",
+        mb(downloaded),
+        mb(total),
+        m.layers.len()
+    ));
+    let layers = m
+        .layers
+        .iter()
+        .zip(paths)
+        .rev()
+        .map(|(d, p)| file_layer(d.digest.clone(), p.expect("every layer fetched")))
+        .collect();
+    let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
+    Ok((layers, meta))
+}
+
+fn file_layer(name: String, path: PathBuf) -> Layer {
+    Layer {
+        name,
+        open: Box::new(move || Ok(Box::new(File::open(&path)?) as Box<dyn Read + Send>)),
+    }
+}
+
+/// The parts of the OCI image config gpurun keeps.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ConfigFile {
+    created: Option<String>,
+    architecture: String,
+    os: String,
+    variant: Option<String>,
+    config: Option<RunConfig>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "PascalCase")]
+struct RunConfig {
+    env: Option<Vec<String>>,
+    entrypoint: Option<Vec<String>>,
+    cmd: Option<Vec<String>>,
+    working_dir: Option<String>,
+    user: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+}
+
+fn image_meta(config: &[u8], source: &str, digest: &str) -> Result<ImageMeta, String> {
+    let c: ConfigFile = serde_json::from_slice(config)
+        .map_err(|e| format!("image config is not valid JSON ({e})"))?;
+    let rc = c.config.unwrap_or_default();
+    let mut platform = format!("{}/{}", c.os, c.architecture);
+    if let Some(v) = c.variant.filter(|v| !v.is_empty()) {
+        platform = format!("{platform}/{v}");
+    }
+    Ok(ImageMeta {
+        env: rc.env.unwrap_or_default(),
+        entrypoint: rc.entrypoint.unwrap_or_default(),
+        cmd: rc.cmd.unwrap_or_default(),
+        working_dir: rc.working_dir.unwrap_or_default(),
+        user: rc.user.unwrap_or_default(),
+        labels: rc.labels.unwrap_or_default(),
+        source: source.to_string(),
+        manifest_digest: digest.to_string(),
+        platform,
+        created: c.created.unwrap_or_default(),
+    })
+}
+
+// ---------------------------------------------------------------- offline sources
+
+fn oci_layout(
+    dir: &Path,
+    tag: Option<&str>,
+    source: &str,
+    opts: &PullOptions,
+) -> Result<(Vec<Layer>, ImageMeta), PullError> {
+    let fail = |detail: String| PullError::Source {
+        source_ref: source.to_string(),
+        detail,
+    };
+    let blob = |digest: &str| -> Result<PathBuf, PullError> {
+        let (alg, hex) = digest
+            .split_once(':')
+            .filter(|(a, h)| !a.contains('/') && !h.contains('/') && !h.contains(".."))
+            .ok_or_else(|| fail(format!("'{digest}' is not a digest")))?;
+        Ok(dir.join("blobs").join(alg).join(hex))
+    };
+    let read = |p: &Path| fs::read(p).map_err(|e| fail(format!("{}: {e}", p.display())));
+    let index = Manifest::parse(&read(&dir.join("index.json"))?).map_err(fail)?;
+    let entries = index.manifests.unwrap_or_default();
+    let tag_of = |d: &Descriptor| d.annotations_ref_name();
+    let mut desc = match tag {
+        Some(t) => entries
+            .iter()
+            .find(|d| tag_of(d).as_deref() == Some(t))
+            .cloned()
+            .ok_or_else(|| {
+                let tags: Vec<String> = entries.iter().filter_map(tag_of).collect();
+                fail(format!(
+                    "no tag '{t}' in the layout; tags: {}",
+                    tags.join(", ")
+                ))
+            })?,
+        None if entries.len() == 1 => entries[0].clone(),
+        None => {
+            let tags: Vec<String> = entries.iter().filter_map(tag_of).collect();
+            return Err(fail(format!(
+                "the layout holds {} images; name one as oci:DIR:TAG (tags: {})",
+                entries.len(),
+                tags.join(", ")
+            )));
+        }
+    };
+    let mut bytes = read(&blob(&desc.digest)?)?;
+    let mut m = Manifest::parse(&bytes).map_err(fail)?;
+    if m.is_index() {
+        let want = wanted_platform(opts)?;
+        let sub = m.manifests.clone().unwrap_or_default();
+        desc = choose_platform(&sub, &want)
+            .map_err(|available| {
+                PullError::Registry(RegistryError::NoPlatform {
+                    image: source.to_string(),
+                    wanted: want.to_string(),
+                    available,
+                })
+            })?
+            .clone();
+        bytes = read(&blob(&desc.digest)?)?;
+        m = Manifest::parse(&bytes).map_err(fail)?;
+    }
+    let config = m
+        .config
+        .as_ref()
+        .ok_or_else(|| fail("the manifest has no config".into()))?;
+    let config_bytes = read(&blob(&config.digest)?)?;
+    let mut layers = Vec::new();
+    for l in m.layers.iter().rev() {
+        let p = blob(&l.digest)?;
+        if !p.exists() {
+            return Err(fail(format!("layer blob {} is missing", p.display())));
+        }
+        layers.push(file_layer(l.digest.clone(), p));
+    }
+    let meta = image_meta(&config_bytes, source, &desc.digest).map_err(fail)?;
+    Ok((layers, meta))
+}
+
+/// A `docker save` archive: manifest.json names the config and the layer members, which are read
+/// in place (seek to the member's data) rather than extracted.
+fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), PullError> {
+    let fail = |detail: String| PullError::Source {
+        source_ref: source.to_string(),
+        detail,
+    };
+    let f = File::open(file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
+    let mut members: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut small: HashMap<String, Vec<u8>> = HashMap::new();
+    let mut ar = tar::Archive::new(f);
+    for e in ar.entries().map_err(|e| fail(e.to_string()))? {
+        let mut e = e.map_err(|e| fail(e.to_string()))?;
+        let name = super::flatten::normalize(&String::from_utf8_lossy(&e.path_bytes())).path;
+        let (pos, size) = (e.raw_file_position(), e.size());
+        if name == "manifest.json" || name.ends_with(".json") || size < 1 << 20 {
+            let mut v = Vec::new();
+            e.read_to_end(&mut v).map_err(|e| fail(e.to_string()))?;
+            small.insert(name.clone(), v);
+        }
+        members.insert(name, (pos, size));
+    }
+    #[derive(Deserialize)]
+    struct Entry {
+        #[serde(rename = "Config")]
+        config: String,
+        #[serde(rename = "Layers")]
+        layers: Vec<String>,
+    }
+    let manifest: Vec<Entry> = serde_json::from_slice(
+        small
+            .get("manifest.json")
+            .ok_or_else(|| fail("no manifest.json: not a docker save archive".into()))?,
+    )
+    .map_err(|e| fail(format!("manifest.json: {e}")))?;
+    let entry = match manifest.as_slice() {
+        [one] => one,
+        _ => {
+            return Err(fail(format!(
+                "holds {} images; gpurun reads archives of one",
+                manifest.len()
+            )))
+        }
+    };
+    let config = small
+        .get(&super::flatten::normalize(&entry.config).path)
+        .ok_or_else(|| fail(format!("config {} is missing", entry.config)))?;
+    let mut layers = Vec::new();
+    for l in entry.layers.iter().rev() {
+        let &(pos, size) = members
+            .get(&super::flatten::normalize(l).path)
+            .ok_or_else(|| fail(format!("layer {l} is missing")))?;
+        let path = file.to_path_buf();
+        layers.push(Layer {
+            name: l.clone(),
+            open: Box::new(move || {
+                let mut f = File::open(&path)?;
+                f.seek(SeekFrom::Start(pos))?;
+                Ok(Box::new(f.take(size)) as Box<dyn Read + Send>)
+            }),
+        });
+    }
+    let meta = image_meta(config, source, "").map_err(fail)?;
+    Ok((layers, meta))
+}
+
+/// A root filesystem directory, packed as one layer by a writer thread (hard links are stored
+/// as copies: the tar crate does not detect them).
+fn rootfs_dir(dir: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), PullError> {
+    if !dir.is_dir() {
+        return Err(PullError::Source {
+            source_ref: source.to_string(),
+            detail: format!("{} is not a directory", dir.display()),
+        });
+    }
+    let root = dir.to_path_buf();
+    let layer = Layer {
+        name: source.to_string(),
+        open: Box::new(move || {
+            let (reader, writer) = io::pipe()?;
+            let root = root.clone();
+            let handle = std::thread::spawn(move || -> io::Result<()> {
+                let mut b = tar::Builder::new(writer);
+                b.follow_symlinks(false);
+                b.append_dir_all(".", &root)?;
+                b.into_inner().map(drop)
+            });
+            Ok(Box::new(ThreadReader {
+                pipe: reader,
+                handle: Some(handle),
+            }) as Box<dyn Read + Send>)
+        }),
+    };
+    let meta = ImageMeta {
+        source: source.to_string(),
+        platform: Platform::host().to_string(),
+        ..Default::default()
+    };
+    Ok((vec![layer], meta))
+}
+
+/// Reads a pipe filled by a thread; at the end, the thread's error (if any) becomes the reader's.
+struct ThreadReader {
+    pipe: io::PipeReader,
+    handle: Option<std::thread::JoinHandle<io::Result<()>>>,
+}
+
+impl Read for ThreadReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.pipe.read(buf)?;
+        if n == 0 {
+            if let Some(h) = self.handle.take() {
+                h.join()
+                    .map_err(|_| io::Error::other("tar writer thread panicked"))??;
+            }
+        }
+        Ok(n)
+    }
+}
+
+// ---------------------------------------------------------------- writing
+
+/// Temp outputs and the tar2sqfs child, removed / killed when a signal arrives.
+static IN_FLIGHT: Mutex<(Vec<PathBuf>, Vec<u32>)> = Mutex::new((Vec::new(), Vec::new()));
+
+async fn cleanup_on_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+    let guard = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+    for pid in &guard.1 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+    }
+    for p in &guard.0 {
+        let _ = fs::remove_file(p);
+    }
+    eprintln!("gpurun: interrupted; nothing was written (downloads resume on the next pull)");
+    std::process::exit(exit::INTERRUPTED);
+}
+
+/// Removes the temp output unless the build succeeded and renamed it.
+struct TempOut {
+    path: PathBuf,
+}
+
+impl Drop for TempOut {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+        let mut g = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.retain(|p| p != &self.path);
+    }
+}
+
+fn build(
+    layers: &[Layer],
+    meta: &ImageMeta,
+    out: &Path,
+    opts: &PullOptions,
+    ui: &Ui,
+) -> Result<(), PullError> {
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "image.sqsh".into());
+    let tmp = TempOut {
+        path: dir.join(format!(".{name}.tmp-{}", std::process::id())),
+    };
+    IN_FLIGHT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .0
+        .push(tmp.path.clone());
+    let jobs = opts
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    ui.line(&format!("Writing {}", out.display()));
+    let spinner = ui.bar(0, "squashfs".into());
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    let mut writer = SquashWriter::start(&tmp.path, jobs)?;
+    let pid = writer.pid();
+    IN_FLIGHT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .1
+        .push(pid);
+    let meta_json = meta.to_json();
+    let extra = [ExtraFile {
+        path: META_PATH.trim_start_matches('/'),
+        data: &meta_json,
+    }];
+    let stdin = BufWriter::with_capacity(1 << 20, writer.stdin());
+    let flattened = flatten(layers, &extra, stdin);
+    let result = match flattened {
+        Ok(report) => writer.finish().map(|_| report).map_err(PullError::from),
+        Err(e @ FlattenError::Write(_)) => {
+            // The pipe broke because tar2sqfs stopped: its reason is the real one.
+            writer.finish().map_err(PullError::from).and(Err(e.into()))
+        }
+        Err(e) => {
+            writer.abort();
+            Err(e.into())
+        }
+    };
+    IN_FLIGHT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .1
+        .retain(|p| *p != pid);
+    spinner.finish_and_clear();
+    let report = result?;
+    warn_report(&report, ui);
+    fs::rename(&tmp.path, out).map_err(|source| PullError::Output {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let size = fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    ui.line(&format!(
+        "Wrote {} ({}, {} entries)",
+        out.display(),
+        mb(size),
+        report.entries
+    ));
+    Ok(())
+}
+
+fn warn_report(r: &Report, ui: &Ui) {
+    for n in &r.notes {
+        ui.line(&format!("gpurun: warning: {n}"));
+    }
+    if r.notes_omitted > 0 {
+        ui.line(&format!(
+            "gpurun: warning: {} more entries outside the image root were neutralised",
+            r.notes_omitted
+        ));
+    }
+    let mut parts = Vec::new();
+    if r.devices_dropped > 0 {
+        parts.push(format!("{} device nodes dropped", r.devices_dropped));
+    }
+    if r.setid_cleared > 0 {
+        parts.push(format!(
+            "setuid/setgid bits cleared on {} files",
+            r.setid_cleared
+        ));
+    }
+    if r.unsupported_skipped > 0 {
+        parts.push(format!(
+            "{} entries of unsupported types skipped",
+            r.unsupported_skipped
+        ));
+    }
+    if !parts.is_empty() {
+        ui.line(&format!(
+            "gpurun: warning: {} (a rootless container cannot use them)",
+            parts.join(", ")
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_to_meta() {
+        let cfg = br#"{"created":"2024-01-01T00:00:00Z","architecture":"arm64","variant":"v8","os":"linux",
+            "config":{"Env":["PATH=/bin"],"Entrypoint":null,"Cmd":["/bin/sh"],"WorkingDir":"/w","User":"1000:1000",
+            "Labels":{"a":"b"}}}"#;
+        let m = image_meta(cfg, "docker://x/y:z", "sha256:abc").unwrap();
+        assert_eq!(m.env, vec!["PATH=/bin"]);
+        assert!(m.entrypoint.is_empty());
+        assert_eq!(m.cmd, vec!["/bin/sh"]);
+        assert_eq!(
+            (m.working_dir.as_str(), m.user.as_str()),
+            ("/w", "1000:1000")
+        );
+        assert_eq!(m.labels.get("a").map(String::as_str), Some("b"));
+        assert_eq!(m.platform, "linux/arm64/v8");
+        assert_eq!(m.created, "2024-01-01T00:00:00Z");
+        assert!(image_meta(b"[", "s", "d").is_err());
+    }
+
+    #[test]
+    fn exit_codes_are_distinct() {
+        let codes = [
+            exit::NOT_FOUND,
+            exit::AUTH,
+            exit::NETWORK,
+            exit::BAD_IMAGE,
+            exit::DISK_FULL,
+            exit::INTERRUPTED,
+        ];
+        for (i, a) in codes.iter().enumerate() {
+            assert!(![0, 1, 2, 125, 126, 127].contains(a));
+            assert!(codes[i + 1..].iter().all(|b| a != b));
+        }
+    }
+}

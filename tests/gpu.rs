@@ -1,0 +1,791 @@
+//! GPU support without a GPU: a fake driver (tiny shared objects with the real sonames and a
+//! driver version suffix, ld.so.caches written by the real ldconfig in all three formats, fake
+//! device nodes, a fake /proc/driver/nvidia) checked through `gpurun::gpu::prepare` and through
+//! `gpurun gpus` run as the unprivileged test user.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpurun::gpu::{self, GpuOpts};
+use gpurun::runtime::plan::{Mount, MountSource};
+
+const VERSION: &str = "550.54.14";
+
+struct FakeDriver {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl FakeDriver {
+    fn lib(&self) -> PathBuf {
+        self.root.join("lib")
+    }
+    fn dev(&self) -> PathBuf {
+        self.root.join("dev")
+    }
+    fn proc_dir(&self) -> PathBuf {
+        self.root.join("proc")
+    }
+    fn cache(&self, format: &str) -> PathBuf {
+        self.root.join(format!("{format}.cache"))
+    }
+    /// The host environment gpurun sees: hooks to the fake driver, PATH to its binaries.
+    fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut e = vec![
+            (
+                "GPURUN_NV_DEV".to_string(),
+                self.dev().display().to_string(),
+            ),
+            (
+                "GPURUN_NV_PROC".to_string(),
+                self.proc_dir().display().to_string(),
+            ),
+            (
+                "PATH".to_string(),
+                format!("{}:/usr/bin:/bin", self.root.join("bin").display()),
+            ),
+        ];
+        e.extend(extra.iter().map(|(a, b)| (a.to_string(), b.to_string())));
+        e
+    }
+}
+
+fn sh(cmd: &mut Command) {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Build the fake driver. `gpus` device nodes nvidia0.. (needs root for mknod; None without).
+fn fake_driver(gpus: u32) -> Option<FakeDriver> {
+    if !common::is_root() {
+        eprintln!("skipped: needs root for mknod");
+        return None;
+    }
+    common::setup();
+    let dir = tempfile::Builder::new()
+        .prefix("gpurun-fakenv.")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = dir.path().to_path_buf();
+    let f = FakeDriver { _dir: dir, root };
+    for d in ["lib", "dev", "proc", "bin"] {
+        std::fs::create_dir_all(f.root.join(d)).unwrap();
+    }
+    let src = f.root.join("x.c");
+    std::fs::write(&src, "int gpurun_fake(void) { return 42; }\n").unwrap();
+    // (soname, real file)
+    let libs = [
+        ("libcuda.so.1", format!("libcuda.so.{VERSION}")),
+        ("libnvidia-ml.so.1", format!("libnvidia-ml.so.{VERSION}")),
+        (
+            "libnvidia-ptxjitcompiler.so.1",
+            format!("libnvidia-ptxjitcompiler.so.{VERSION}"),
+        ),
+        (
+            "libnvidia-nvvm.so.4",
+            format!("libnvidia-nvvm.so.{VERSION}"),
+        ),
+        (
+            "libcudadebugger.so.1",
+            format!("libcudadebugger.so.{VERSION}"),
+        ),
+        (
+            "libnvidia-sandboxutils.so.1",
+            format!("libnvidia-sandboxutils.so.{VERSION}"),
+        ),
+        ("libnvcuvid.so.1", format!("libnvcuvid.so.{VERSION}")),
+        (
+            &*Box::leak(format!("libnvidia-glcore.so.{VERSION}").into_boxed_str()),
+            format!("libnvidia-glcore.so.{VERSION}"),
+        ),
+        (
+            "libnvidia-oldthing.so.1",
+            "libnvidia-oldthing.so.470.82.01".to_string(),
+        ),
+    ];
+    for (soname, file) in &libs {
+        sh(Command::new("cc")
+            .args(["-shared", "-fPIC", &format!("-Wl,-soname,{soname}"), "-o"])
+            .arg(f.lib().join(file))
+            .arg(&src));
+        if soname != file {
+            std::os::unix::fs::symlink(file, f.lib().join(soname)).unwrap();
+        }
+    }
+    let conf = f.root.join("ld.so.conf");
+    std::fs::write(&conf, format!("{}\n", f.lib().display())).unwrap();
+    for format in ["new", "old", "compat"] {
+        sh(Command::new("ldconfig")
+            .args(["-X", "-c", format, "-C"])
+            .arg(f.cache(format))
+            .arg("-f")
+            .arg(&conf));
+    }
+    std::fs::write(
+        f.proc_dir().join("version"),
+        format!("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {VERSION}  Release Build  (fake)\nGCC version:  gcc version 12.2.0\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        f.proc_dir().join("params"),
+        "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\n",
+    )
+    .unwrap();
+    // a real (static) program: gpurun takes only programs of this architecture, no scripts
+    let smi_c = f.root.join("smi.c");
+    std::fs::write(
+        &smi_c,
+        "#include <stdio.h>\nint main(void) { puts(\"fake nvidia-smi\"); return 0; }\n",
+    )
+    .unwrap();
+    sh(Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(f.root.join("bin/nvidia-smi"))
+        .arg(&smi_c));
+    let mknod = |name: &str, minor: u32, mode: &str| {
+        sh(Command::new("mknod")
+            .args(["-m", mode])
+            .arg(f.dev().join(name))
+            .args(["c", "195", &minor.to_string()]));
+    };
+    for i in 0..gpus {
+        mknod(&format!("nvidia{i}"), i, "0666");
+    }
+    mknod("nvidiactl", 255, "0666");
+    sh(Command::new("mknod")
+        .args(["-m", "0666"])
+        .arg(f.dev().join("nvidia-uvm"))
+        .args(["c", "511", "0"]));
+    Some(f)
+}
+
+fn prepare(
+    f: &FakeDriver,
+    opts: GpuOpts,
+    host: &[(&str, &str)],
+    image: &[(&str, &str)],
+) -> Result<Option<gpu::GpuPlan>, gpu::GpuError> {
+    let image: Vec<(String, String)> = image
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    gpu::prepare(&opts, &f.env(host), &image, &|_| None)
+}
+
+fn opts(f: &FakeDriver, format: &str) -> GpuOpts {
+    GpuOpts {
+        driver_paths: vec![f.cache(format)],
+        ..Default::default()
+    }
+}
+
+fn binds(p: &gpu::GpuPlan) -> Vec<(String, String)> {
+    p.mounts
+        .iter()
+        .filter_map(|m: &Mount| match &m.source {
+            MountSource::Bind { src } => {
+                Some((src.display().to_string(), m.dst.display().to_string()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn dsts(p: &gpu::GpuPlan) -> Vec<String> {
+    p.mounts
+        .iter()
+        .map(|m| m.dst.display().to_string())
+        .collect()
+}
+
+fn get<'a>(p: &'a gpu::GpuPlan, k: &str) -> Option<&'a str> {
+    p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn driver_libraries_from_every_cache_format() {
+    let Some(f) = fake_driver(2) else { return };
+    for format in ["new", "old", "compat"] {
+        let p = prepare(&f, opts(&f, format), &[], &[])
+            .unwrap()
+            .expect("plan");
+        let b = binds(&p);
+        let lib = |name: &str, file: &str| {
+            (
+                f.lib().join(file).display().to_string(),
+                format!("/.gpurun/nvidia/lib/{name}"),
+            )
+        };
+        for (name, file) in [
+            ("libcuda.so.1", format!("libcuda.so.{VERSION}")),
+            ("libcuda.so", format!("libcuda.so.{VERSION}")),
+            ("libnvidia-ml.so.1", format!("libnvidia-ml.so.{VERSION}")),
+            (
+                "libnvidia-nvvm.so.4",
+                format!("libnvidia-nvvm.so.{VERSION}"),
+            ),
+            (
+                "libnvidia-sandboxutils.so.1",
+                format!("libnvidia-sandboxutils.so.{VERSION}"),
+            ),
+            (
+                "libcudadebugger.so.1",
+                format!("libcudadebugger.so.{VERSION}"),
+            ),
+        ] {
+            assert!(
+                b.contains(&lib(name, &file)),
+                "{format}: {name} missing in {b:#?}"
+            );
+        }
+        let d = dsts(&p);
+        assert!(
+            !d.iter()
+                .any(|d| d.contains("libnvcuvid") || d.contains("glcore")),
+            "{format}: video/graphics without caps: {d:#?}"
+        );
+        assert!(
+            !d.iter().any(|d| d.contains("oldthing")),
+            "{format}: another driver's library: {d:#?}"
+        );
+        assert!(p
+            .mounts
+            .iter()
+            .all(|m| !m.dst.starts_with("/.gpurun") || m.readonly));
+        assert_eq!(
+            p.ld_library_path_append,
+            vec![PathBuf::from("/.gpurun/nvidia/lib")]
+        );
+        assert_eq!(p.path_append, vec![PathBuf::from("/.gpurun/nvidia/bin")]);
+        assert!(b.contains(&(
+            f.root.join("bin/nvidia-smi").display().to_string(),
+            "/.gpurun/nvidia/bin/nvidia-smi".into()
+        )));
+        assert_eq!(p.driver_version, VERSION);
+    }
+    // a directory works as well as a cache; video and graphics on request
+    let mut o = GpuOpts {
+        driver_paths: vec![f.lib()],
+        ..Default::default()
+    };
+    o.nv_caps = vec!["video".into(), "graphics".into()];
+    let d = dsts(&prepare(&f, o, &[], &[]).unwrap().unwrap());
+    assert!(
+        d.contains(&"/.gpurun/nvidia/lib/libnvcuvid.so.1".to_string()),
+        "{d:#?}"
+    );
+    assert!(
+        d.contains(&format!(
+            "/.gpurun/nvidia/lib/libnvidia-glcore.so.{VERSION}"
+        )),
+        "{d:#?}"
+    );
+    assert!(
+        d.contains(&"/.gpurun/nvidia/lib/libnvidia-nvvm.so.4".to_string()),
+        "{d:#?}"
+    );
+    let d = dsts(
+        &prepare(
+            &f,
+            opts(&f, "new"),
+            &[("NVIDIA_DRIVER_CAPABILITIES", "all")],
+            &[],
+        )
+        .unwrap()
+        .unwrap(),
+    );
+    assert!(
+        d.contains(&"/.gpurun/nvidia/lib/libnvcuvid.so.1".to_string()),
+        "{d:#?}"
+    );
+}
+
+#[test]
+fn devices_and_cuda_visible_devices() {
+    let Some(f) = fake_driver(12) else { return };
+    let nodes = |p: &gpu::GpuPlan| -> Vec<String> {
+        dsts(p)
+            .into_iter()
+            .filter(|d| d.starts_with("/dev/"))
+            .collect()
+    };
+    // everything allowed by default, plus the control nodes; CUDA_VISIBLE_DEVICES left alone
+    let p = prepare(&f, opts(&f, "new"), &[], &[]).unwrap().unwrap();
+    let mut want: Vec<String> = (0..12).map(|i| format!("/dev/nvidia{i}")).collect();
+    want.extend(["/dev/nvidiactl".to_string(), "/dev/nvidia-uvm".to_string()]);
+    assert_eq!(nodes(&p), want);
+    assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), None);
+    assert!(binds(&p).contains(&(
+        f.dev().join("nvidia11").display().to_string(),
+        "/dev/nvidia11".into()
+    )));
+    // caller's order kept, numeric sort with 10+ GPUs
+    let p = prepare(
+        &f,
+        opts(&f, "new"),
+        &[("CUDA_VISIBLE_DEVICES", "11,2,10")],
+        &[],
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        nodes(&p),
+        vec![
+            "/dev/nvidia2",
+            "/dev/nvidia10",
+            "/dev/nvidia11",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm"
+        ]
+    );
+    assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), Some("2,0,1"));
+    // --gpus wins; none keeps the driver but no GPU
+    let mut o = opts(&f, "new");
+    o.gpus = Some("none".into());
+    let p = prepare(&f, o, &[("CUDA_VISIBLE_DEVICES", "1")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(nodes(&p), vec!["/dev/nvidiactl", "/dev/nvidia-uvm"]);
+    assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), Some(""));
+    // empty CUDA_VISIBLE_DEVICES = no GPU; void = no GPU support at all
+    let p = prepare(&f, opts(&f, "new"), &[("CUDA_VISIBLE_DEVICES", "")], &[])
+        .unwrap()
+        .unwrap();
+    assert!(p.devices.is_empty());
+    assert!(prepare(
+        &f,
+        opts(&f, "new"),
+        &[("NVIDIA_VISIBLE_DEVICES", "void")],
+        &[]
+    )
+    .unwrap()
+    .is_none());
+    // Slurm without CUDA_VISIBLE_DEVICES: positions
+    let p = prepare(&f, opts(&f, "new"), &[("SLURM_STEP_GPUS", "3")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        p.devices.iter().map(|d| d.minor).collect::<Vec<_>>(),
+        vec![3]
+    );
+    // a GPU that does not exist: error names it and lists what is allowed
+    let e = prepare(&f, opts(&f, "new"), &[("CUDA_VISIBLE_DEVICES", "12")], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"12\"")
+            && e.contains("CUDA_VISIBLE_DEVICES")
+            && e.contains("11 (/dev/nvidia11)"),
+        "{e}"
+    );
+    // --no-nv and GPURUN_NV=0 turn it off
+    let mut o = opts(&f, "new");
+    o.no_nv = true;
+    assert!(prepare(&f, o, &[], &[]).unwrap().is_none());
+    assert!(prepare(&f, opts(&f, "new"), &[("GPURUN_NV", "0")], &[])
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn require_against_the_fake_driver() {
+    let Some(f) = fake_driver(1) else { return };
+    let o = || opts(&f, "new");
+    assert!(
+        prepare(&f, o(), &[], &[("NVIDIA_REQUIRE_DRIVER", "driver>=550")])
+            .unwrap()
+            .is_some()
+    );
+    let e = prepare(&f, o(), &[], &[("NVIDIA_REQUIRE_DRIVER", "driver>=560")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!("driver {VERSION}")) && e.contains("NVIDIA_DISABLE_REQUIRE"),
+        "{e}"
+    );
+    // alternatives: one holds
+    assert!(prepare(
+        &f,
+        o(),
+        &[],
+        &[(
+            "NVIDIA_REQUIRE_CUDA",
+            "brand=tesla,driver>=560 driver>=550,driver<551"
+        )]
+    )
+    .unwrap()
+    .is_some());
+    // disabled from the image or the caller
+    assert!(prepare(
+        &f,
+        o(),
+        &[],
+        &[
+            ("NVIDIA_REQUIRE_DRIVER", "driver>=560"),
+            ("NVIDIA_DISABLE_REQUIRE", "1")
+        ]
+    )
+    .unwrap()
+    .is_some());
+    assert!(prepare(
+        &f,
+        o(),
+        &[("NVIDIA_DISABLE_REQUIRE", "true")],
+        &[("NVIDIA_REQUIRE_DRIVER", "driver>=560")]
+    )
+    .unwrap()
+    .is_some());
+    let e = prepare(&f, o(), &[], &[("NVIDIA_REQUIRE_CUDA", "cuda>>12")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("invalid expression"), "{e}");
+}
+
+#[test]
+fn compat_libraries_and_params() {
+    let Some(f) = fake_driver(1) else { return };
+    let list_newer = |d: &str| {
+        (d == "/usr/local/cuda/compat").then(|| {
+            vec![
+                "libcuda.so.1".to_string(),
+                "libcuda.so.575.57.08".to_string(),
+            ]
+        })
+    };
+    let list_older =
+        |d: &str| (d == "/usr/local/cuda/compat").then(|| vec!["libcuda.so.535.1.1".to_string()]);
+    let image = vec![("NVIDIA_REQUIRE_CUDA".to_string(), "cuda>=12.9".to_string())];
+    let p = gpu::prepare(&opts(&f, "new"), &f.env(&[]), &image, &list_newer)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        p.ld_library_path_prepend,
+        vec![PathBuf::from("/usr/local/cuda/compat")]
+    );
+    let p = gpu::prepare(&opts(&f, "new"), &f.env(&[]), &[], &list_older)
+        .unwrap()
+        .unwrap();
+    assert!(p.ld_library_path_prepend.is_empty());
+    // the params file is only replaced where the host has one (this machine has no driver)
+    let has = p
+        .mounts
+        .iter()
+        .any(|m| m.dst == Path::new("/proc/driver/nvidia/params"));
+    assert_eq!(has, Path::new("/proc/driver/nvidia/params").exists());
+}
+
+#[test]
+fn gpus_command_as_user() {
+    let Some(f) = fake_driver(3) else { return };
+    // nvidia1 is closed to the test user (as a device cgroup would do, EACCES here)
+    std::fs::set_permissions(
+        f.dev().join("nvidia1"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let mut c = common::gpurun(&["gpus", "--json", "--nv-driver-path"]);
+    c.arg(f.cache("new"));
+    for (k, v) in f.env(&[]) {
+        if k != "PATH" {
+            c.env(k, v);
+        }
+    }
+    let o = common::run_ok(&mut c);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["driver_version"], VERSION);
+    let minors: Vec<u64> = j["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["minor"].as_u64().unwrap())
+        .collect();
+    assert_eq!(minors, vec![0, 2]);
+    assert_eq!(j["gpus"][1]["index"], 1);
+    assert_eq!(j["denied"][0], "/dev/nvidia1");
+    assert!(j["nvml_error"].as_str().unwrap().contains("NVML"), "{j}");
+    // text form, and no driver at all
+    let o = common::run_ok(
+        common::gpurun(&["gpus"])
+            .env("GPURUN_NV_PROC", "/nonexistent")
+            .env("GPURUN_NV_DEV", f.dev()),
+    );
+    let s = common::stdout(&o);
+    assert!(
+        s.contains("no NVIDIA driver on this node") && s.contains("GPU 1: /dev/nvidia2"),
+        "{s}"
+    );
+}
+
+/// A busybox image directory with `env` as its config's environment.
+fn image(s: &common::Scratch, env: &[&str]) -> PathBuf {
+    let root = s.join("img");
+    common::busybox_rootfs(&root);
+    std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+    let meta = serde_json::json!({ "env": env });
+    std::fs::write(root.join(".gpurun/meta.json"), meta.to_string()).unwrap();
+    s.chown_all();
+    root
+}
+
+/// `gpurun ARGS` as the test user, pointed at the fake driver.
+fn gpurun_nv(f: &FakeDriver, host: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    let mut c = common::gpurun(args);
+    c.current_dir("/");
+    for (k, v) in f.env(host) {
+        c.env(k, v);
+    }
+    c.env("GPURUN_NV_DRIVER_PATH", f.cache("new"));
+    c.output().unwrap()
+}
+
+const INSIDE: &str =
+    "ls /dev | grep -i nvidia | tr '\\n' ' '; echo; echo CVD=$CUDA_VISIBLE_DEVICES; \
+     echo LD=$LD_LIBRARY_PATH; ls /.gpurun/nvidia/lib | tr '\\n' ' '; echo; nvidia-smi";
+
+#[test]
+fn exec_sees_exactly_the_chosen_gpus() {
+    let Some(f) = fake_driver(4) else { return };
+    let s = common::Scratch::new();
+    let img = image(&s, &["PATH=/bin:/usr/bin"]);
+    let img = img.to_str().unwrap();
+    let o = gpurun_nv(
+        &f,
+        &[("CUDA_VISIBLE_DEVICES", "3,1")],
+        &["exec", img, "sh", "-c", INSIDE],
+    );
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", common::stderr(&o));
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some("nvidia-uvm nvidia1 nvidia3 nvidiactl "),
+        "{out}"
+    );
+    assert_eq!(lines.next(), Some("CVD=1,0"), "{out}");
+    assert_eq!(lines.next(), Some("LD=/.gpurun/nvidia/lib"), "{out}");
+    let libs = lines.next().unwrap();
+    for l in [
+        "libcuda.so.1",
+        "libnvidia-ml.so.1",
+        "libnvidia-nvvm.so.4",
+        "libnvidia-ptxjitcompiler.so.1",
+    ] {
+        assert!(libs.contains(l), "{l} not in {libs}");
+    }
+    assert!(
+        !libs.contains("nvcuvid") && !libs.contains("oldthing"),
+        "{libs}"
+    );
+    assert_eq!(lines.next(), Some("fake nvidia-smi"), "{out}");
+
+    // all of them by default, in numeric order; none with --no-nv or CUDA_VISIBLE_DEVICES=""
+    let o = gpurun_nv(
+        &f,
+        &[],
+        &[
+            "exec",
+            img,
+            "sh",
+            "-c",
+            "ls /dev | grep nvidia | tr '\\n' ' '",
+        ],
+    );
+    assert_eq!(
+        common::stdout(&o),
+        "nvidia-uvm nvidia0 nvidia1 nvidia2 nvidia3 nvidiactl "
+    );
+    let o = gpurun_nv(
+        &f,
+        &[("CUDA_VISIBLE_DEVICES", "")],
+        &[
+            "exec",
+            img,
+            "sh",
+            "-c",
+            "ls /dev | grep nvidia | tr '\\n' ' '",
+        ],
+    );
+    assert_eq!(common::stdout(&o), "nvidia-uvm nvidiactl ");
+    let o = gpurun_nv(
+        &f,
+        &[],
+        &[
+            "exec",
+            "--no-nv",
+            img,
+            "sh",
+            "-c",
+            "ls /dev | grep -c nvidia; ls /.gpurun/nvidia 2>&1 | head -1",
+        ],
+    );
+    assert!(
+        common::stdout(&o).starts_with("0\n"),
+        "{}",
+        common::stdout(&o)
+    );
+
+    // a GPU that is not there: error, names it and what is allowed
+    let o = gpurun_nv(&f, &[("CUDA_VISIBLE_DEVICES", "7")], &["exec", img, "true"]);
+    assert_eq!(o.status.code(), Some(125));
+    let e = common::stderr(&o);
+    assert!(
+        e.contains("\"7\"")
+            && e.contains("0 (/dev/nvidia0), 1 (/dev/nvidia1), 2 (/dev/nvidia2), 3 (/dev/nvidia3)"),
+        "{e}"
+    );
+
+    // --dry-run shows the GPU part of the plan
+    let o = gpurun_nv(&f, &[], &["exec", "--dry-run", "--gpus", "2", img, "true"]);
+    let plan = common::stdout(&o);
+    assert!(
+        plan.contains("\"/dev/nvidia2\"") && !plan.contains("\"/dev/nvidia1\""),
+        "{plan}"
+    );
+    assert!(plan.contains("/.gpurun/nvidia/lib/libcuda.so.1"), "{plan}");
+}
+
+#[test]
+fn exec_checks_the_image_requirements() {
+    let Some(f) = fake_driver(1) else { return };
+    let s = common::Scratch::new();
+    let img = image(
+        &s,
+        &[
+            "PATH=/bin",
+            "NVIDIA_REQUIRE_CUDA=driver>=560 brand=tesla,driver>=999",
+        ],
+    );
+    let img = img.to_str().unwrap();
+    let o = gpurun_nv(&f, &[], &["exec", img, "true"]);
+    assert_eq!(o.status.code(), Some(125));
+    let e = common::stderr(&o);
+    assert!(
+        e.contains(&format!("driver {VERSION}")) && e.contains("driver>=560"),
+        "{e}"
+    );
+    let o = gpurun_nv(
+        &f,
+        &[("NVIDIA_DISABLE_REQUIRE", "1")],
+        &["exec", img, "true"],
+    );
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    // no GPU support, no check
+    let o = gpurun_nv(&f, &[], &["exec", "--no-nv", img, "true"]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+}
+
+#[test]
+fn nv_without_a_driver_warns_once_and_runs() {
+    let s = common::Scratch::new();
+    let img = image(&s, &["PATH=/bin"]);
+    let mut c = common::gpurun(&[
+        "exec",
+        "--nv",
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        "echo ran",
+    ]);
+    c.current_dir("/").env("GPURUN_NV_PROC", "/nonexistent");
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert_eq!(common::stdout(&o), "ran\n");
+    let e = common::stderr(&o);
+    assert_eq!(e.matches("no NVIDIA driver on this node").count(), 1, "{e}");
+}
+
+/// Is a Slurm cluster with the fake GPUs of recipes/slurm up (gres gpu on /dev/nvidia0..)?
+fn slurm_with_gpus() -> bool {
+    let up = Command::new("timeout")
+        .args(["5", "sinfo", "-h", "-o", "%G"])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("gpu"));
+    up && Path::new("/dev/nvidia0").exists() && Path::new("/dev/nvidia1").exists()
+}
+
+/// Under Slurm with ConstrainDevices the step may open only its own GPUs (EPERM for the others):
+/// a 1-GPU step beside a running 2-GPU job gets another GPU than nvidia0, and CUDA_VISIBLE_DEVICES
+/// is 0 all the same. The container must show exactly the nodes the step can open.
+#[test]
+fn slurm_step_sees_exactly_its_gpus() {
+    if !common::is_root() || !slurm_with_gpus() {
+        eprintln!(
+            "skipped: needs root, a running Slurm with gres gpu and /dev/nvidia0-1 (recipes/slurm)"
+        );
+        return;
+    }
+    let Some(f) = fake_driver(0) else { return };
+    let s = common::Scratch::new();
+    let img = image(&s, &["PATH=/bin"]);
+    let bin = s.join("gpurun");
+    std::fs::copy(common::gpurun_bin(), &bin).unwrap();
+    s.chown_all();
+    // job A holds two GPUs while the step below runs
+    let mut a = common::as_user("srun")
+        .args(["-t", "1", "--gres=gpu:2", "sleep", "20"])
+        .current_dir("/")
+        .spawn()
+        .unwrap();
+    let running = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        Command::new("squeue")
+            .args(["-h", "-t", "R", "-u", common::TEST_USER, "-o", "%b"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("gpu"))
+    });
+    let script = format!(
+        "echo CVD=$CUDA_VISIBLE_DEVICES; {bin} gpus --json; {bin} exec {img} sh -c 'ls /dev | grep -E \"^nvidia[0-9]+$\" | tr \"\\n\" \" \"; echo; echo CVD=$CUDA_VISIBLE_DEVICES'",
+        bin = bin.display(),
+        img = img.display()
+    );
+    let mut b = common::as_user("srun");
+    b.args(["-t", "1", "--gres=gpu:1", "sh", "-c", &script])
+        .current_dir("/");
+    for (k, v) in f.env(&[]) {
+        if k != "GPURUN_NV_DEV" && k != "PATH" {
+            b.env(k, v);
+        }
+    }
+    b.env("GPURUN_NV_DRIVER_PATH", f.cache("new"));
+    let o = b.output().unwrap();
+    let _ = a.kill();
+    let _ = a.wait();
+    let out = common::stdout(&o);
+    eprintln!("job A running: {running}\n{out}");
+    assert!(o.status.success(), "{out}\n{}", common::stderr(&o));
+    let json_start = out.find('{').unwrap();
+    let json_end = out.rfind('}').unwrap();
+    let j: serde_json::Value = serde_json::from_str(&out[json_start..=json_end]).unwrap();
+    let allowed: Vec<String> = j["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| format!("nvidia{}", g["minor"]))
+        .collect();
+    assert_eq!(allowed.len(), 1, "a 1-GPU step opens one GPU: {out}");
+    assert!(
+        !j["denied"].as_array().unwrap().is_empty(),
+        "the others are denied: {out}"
+    );
+    let tail: Vec<&str> = out[json_end + 1..]
+        .lines()
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        tail,
+        vec![format!("{} ", allowed[0]).as_str(), "CVD=0"],
+        "{out}"
+    );
+    assert!(out.starts_with("CVD=0\n"), "{out}");
+    if running {
+        assert_ne!(allowed[0], "nvidia0", "job A holds nvidia0: {out}");
+    }
+}

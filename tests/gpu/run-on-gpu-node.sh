@@ -1,0 +1,202 @@
+#!/bin/bash
+# GPU test for gpurun on a real NVIDIA node. Run as root (it makes /dev/fuse usable and switches to
+# an unprivileged user, as a site would); everything gpurun does runs as that user.
+#
+#   sudo GPURUN=/path/to/gpurun TEST_USER=ubuntu LOG=gpu-node.log bash tests/gpu/run-on-gpu-node.sh
+#
+# Environment: GPURUN (default: gpurun next to this script, then PATH), TEST_USER (default: ubuntu,
+# else nobody), BUSYBOX (a static busybox for the test image; default: next to this script, then
+# /bin/busybox), IMAGE (use this image instead of the one built here: a .sqsh or a directory),
+# LOG (default ./gpu-node.log). Needs nvcc (CUDA toolkit) for the CUDA program, nvidia-smi on the host.
+# The test image is built here: busybox plus this host's C/C++ runtime (so a program compiled here
+# runs in it). Ends with "N passed, N failed"; exit status 0 only when nothing failed.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+GPURUN=${GPURUN:-$here/gpurun}
+[ -x "$GPURUN" ] || GPURUN=$(command -v gpurun || true)
+TEST_USER=${TEST_USER:-ubuntu}
+id "$TEST_USER" >/dev/null 2>&1 || TEST_USER=nobody
+BUSYBOX=${BUSYBOX:-$here/busybox}
+[ -x "$BUSYBOX" ] || BUSYBOX=/bin/busybox
+LOG=${LOG:-$PWD/gpu-node.log}
+W=$(mktemp -d /tmp/gpurun-gpu.XXXXXX)
+chmod 755 "$W"
+pass=0 fail=0
+exec > >(tee "$LOG") 2>&1
+
+say() { printf '\n== %s\n' "$*"; }
+ok() { pass=$((pass + 1)); echo "PASS: $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+check() { # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then ok "$name"; else bad "$name"; fi
+}
+# run a command line as the test user, in $W, with a small clean environment (plus gpurun's site
+# settings GPURUN_NV_DRIVER_PATH, GPURUN_NV_DEV, GPURUN_NV_PROC when set) and "$@" assignments
+as_user() {
+    local keep=""
+    for v in GPURUN_NV_DRIVER_PATH GPURUN_NV_DEV GPURUN_NV_PROC; do
+        [ -n "${!v:-}" ] && keep="$keep $v=${!v}"
+    done
+    su "$TEST_USER" -s /bin/bash -c "cd / && env -i HOME=/tmp PATH=/usr/local/bin:/usr/bin:/bin$keep $*"
+}
+G="$W/gpurun"
+
+say "host"
+date -u; uname -r; id "$TEST_USER"
+cat /proc/driver/nvidia/version 2>&1 | head -1
+nvidia-smi -L
+ls -la /dev/nvidia* /dev/nvidia-caps 2>&1
+env | grep -E '^(NVIDIA|CUDA)_' || true
+[ -n "$GPURUN" ] && [ -x "$GPURUN" ] || { bad "gpurun binary (GPURUN=$GPURUN)"; echo "$pass passed, $fail failed"; exit 1; }
+cp "$GPURUN" "$G"; chmod 755 "$G"
+chmod 666 /dev/fuse 2>/dev/null || true
+mapfile -t UUIDS < <(nvidia-smi --query-gpu=uuid --format=csv,noheader)
+mapfile -t BUSIDS < <(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader)
+NG=${#UUIDS[@]}
+echo "GPUs: $NG"
+
+say "CUDA test program (nvcc -cudart static)"
+cat > "$W/vecadd.cu" <<'EOF'
+#include <cstdio>
+#include <cstdlib>
+__global__ void add(const float *a, const float *b, float *c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+int main() {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) { printf("cudaGetDeviceCount: %s\n", cudaGetErrorString(e)); return 2; }
+    printf("devices: %d\n", n);
+    for (int d = 0; d < n; d++) {
+        cudaDeviceProp p; char bus[32];
+        cudaGetDeviceProperties(&p, d);
+        cudaDeviceGetPCIBusId(bus, sizeof bus, d);
+        printf("device %d: %s %s sm_%d%d\n", d, p.name, bus, p.major, p.minor);
+    }
+    const int N = 1 << 20;
+    size_t sz = N * sizeof(float);
+    float *a = (float *)malloc(sz), *b = (float *)malloc(sz), *c = (float *)malloc(sz);
+    for (int i = 0; i < N; i++) { a[i] = i; b[i] = 2.0f * i; }
+    float *da, *db, *dc;
+    if (cudaMalloc(&da, sz) || cudaMalloc(&db, sz) || cudaMalloc(&dc, sz)) { printf("cudaMalloc failed\n"); return 3; }
+    cudaMemcpy(da, a, sz, cudaMemcpyHostToDevice);
+    cudaMemcpy(db, b, sz, cudaMemcpyHostToDevice);
+    add<<<(N + 255) / 256, 256>>>(da, db, dc, N);
+    e = cudaMemcpy(c, dc, sz, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) { printf("kernel: %s\n", cudaGetErrorString(e)); return 4; }
+    for (int i = 0; i < N; i++) if (c[i] != 3.0f * i) { printf("vecadd: FAIL at %d\n", i); return 5; }
+    printf("vecadd: OK (%d elements)\n", N);
+    return 0;
+}
+EOF
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if "$NVCC" -cudart static -O2 -o "$W/vecadd" "$W/vecadd.cu"; then
+    ok "nvcc built vecadd"; "$W/vecadd" | sed 's/^/host: /'
+else
+    bad "nvcc built vecadd"
+fi
+
+say "test image"
+if [ -n "${IMAGE:-}" ]; then
+    IMG=$IMAGE
+else
+    IMG=$W/img
+    mkdir -p "$IMG"/{bin,usr/bin,etc,tmp,dev,proc,sys,lib64,lib/x86_64-linux-gnu,.gpurun,w}
+    cp "$BUSYBOX" "$IMG/bin/busybox"
+    for a in $("$IMG/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$IMG/bin/$a"; done
+    for l in ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libstdc++.so.6 libgcc_s.so.1; do
+        f=$(readlink -f /lib/x86_64-linux-gnu/$l) && cp "$f" "$IMG/lib/x86_64-linux-gnu/$l"
+    done
+    ln -s ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$IMG/lib64/ld-linux-x86-64.so.2"
+    echo 'root:x:0:0:root:/root:/bin/sh' > "$IMG/etc/passwd"; echo 'root:x:0:' > "$IMG/etc/group"
+    echo '{"env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","NVIDIA_REQUIRE_CUDA=cuda>=12.0"]}' > "$IMG/.gpurun/meta.json"
+    chmod -R a+rX "$IMG"
+fi
+# the same image with a requirement no driver meets
+IMG_NEW=$W/img-new
+cp -a "$IMG" "$IMG_NEW" 2>/dev/null && \
+    echo '{"env":["PATH=/bin:/usr/bin","NVIDIA_REQUIRE_CUDA=cuda>=99.0 brand=tesla,driver>=470,driver<471"]}' > "$IMG_NEW/.gpurun/meta.json"
+# a directory image is the user's own (as one unpacked by the user would be)
+[ -d "$IMG" ] && chown -R "$TEST_USER:$(id -gn "$TEST_USER")" "$IMG" "$IMG_NEW"
+echo "image: $IMG ($(du -sh "$IMG" | cut -f1))"
+
+say "gpurun gpus"
+as_user "$G" gpus | tee "$W/gpus.txt"
+check "gpurun gpus lists GPU 0 with its UUID" grep -q "GPU 0: .*${UUIDS[0]}" "$W/gpus.txt"
+as_user "$G" gpus --json > "$W/gpus.json"; head -c 1500 "$W/gpus.json"; echo
+check "gpurun gpus --json has the driver version" grep -q '"driver_version": "' "$W/gpus.json"
+
+say "exec --nv nvidia-smi -L (all GPUs)"
+t0=$(date +%s%N)
+as_user "$G" exec --nv --gpus all "$IMG" nvidia-smi -L | tee "$W/smi.txt"
+t1=$(date +%s%N); echo "took $(( (t1 - t0) / 1000000 )) ms"
+check "nvidia-smi -L inside shows all $NG GPUs" [ "$(grep -c '^GPU ' "$W/smi.txt")" = "$NG" ]
+check "nvidia-smi -L inside shows GPU 0's UUID" grep -q "${UUIDS[0]}" "$W/smi.txt"
+
+say "inside: devices, environment, driver files"
+as_user "$G" exec --nv --gpus all "$IMG" sh -c "'ls -la /dev | grep -i nvidia; echo CVD=\$CUDA_VISIBLE_DEVICES; echo LD=\$LD_LIBRARY_PATH; echo PATH=\$PATH; ls /.gpurun/nvidia/lib /.gpurun/nvidia/bin; grep ModifyDeviceFiles /proc/driver/nvidia/params'" | tee "$W/inside.txt"
+check "libcuda.so.1 injected" grep -q '^libcuda.so.1$' "$W/inside.txt"
+check "libnvidia-ml.so.1 injected" grep -q '^libnvidia-ml.so.1$' "$W/inside.txt"
+check "nvidia-smi on PATH" grep -q '^nvidia-smi$' "$W/inside.txt"
+check "ModifyDeviceFiles is 0 inside" grep -q 'ModifyDeviceFiles: 0' "$W/inside.txt"
+check "nvidiactl inside" grep -q 'nvidiactl' "$W/inside.txt"
+
+say "CUDA program inside"
+as_user "$G" exec --nv --gpus all --bind "$W:/w" "$IMG" /w/vecadd | tee "$W/vecadd.txt"
+check "vecadd OK inside" grep -q 'vecadd: OK' "$W/vecadd.txt"
+check "vecadd sees $NG GPU(s) inside" grep -q "devices: $NG" "$W/vecadd.txt"
+
+say "device filter"
+if [ "$NG" -ge 2 ]; then
+    as_user CUDA_VISIBLE_DEVICES=1 "$G" exec --nv "$IMG" nvidia-smi -L | tee "$W/f1.txt"
+    check "CUDA_VISIBLE_DEVICES=1: exactly one GPU inside" [ "$(grep -c '^GPU ' "$W/f1.txt")" = 1 ]
+    check "CUDA_VISIBLE_DEVICES=1: it is GPU 1 (${UUIDS[1]})" grep -q "${UUIDS[1]}" "$W/f1.txt"
+    as_user CUDA_VISIBLE_DEVICES=1 "$G" exec --nv --bind "$W:/w" "$IMG" sh -c "'ls /dev | grep -E \"^nvidia[0-9]+\$\"; echo CVD=\$CUDA_VISIBLE_DEVICES; /w/vecadd'" | tee "$W/f2.txt"
+    check "CUDA_VISIBLE_DEVICES=1: one device node inside" [ "$(grep -cE '^nvidia[0-9]+$' "$W/f2.txt")" = 1 ]
+    check "CUDA_VISIBLE_DEVICES=1: renumbered to 0 inside" grep -q '^CVD=0$' "$W/f2.txt"
+    check "CUDA_VISIBLE_DEVICES=1: CUDA sees one device" grep -q 'devices: 1' "$W/f2.txt"
+    bus1=$(echo "${BUSIDS[1]}" | sed 's/^0000//' | tr 'A-F' 'a-f')
+    check "CUDA_VISIBLE_DEVICES=1: CUDA's device is GPU 1 ($bus1)" grep -qi "$bus1" "$W/f2.txt"
+    check "CUDA_VISIBLE_DEVICES=1: vecadd OK" grep -q 'vecadd: OK' "$W/f2.txt"
+    as_user CUDA_VISIBLE_DEVICES=1,0 "$G" exec --nv "$IMG" sh -c "'echo CVD=\$CUDA_VISIBLE_DEVICES; nvidia-smi -L'" | tee "$W/f3.txt"
+    check "CUDA_VISIBLE_DEVICES=1,0: order kept (1,0)" grep -q '^CVD=1,0$' "$W/f3.txt"
+else
+    as_user CUDA_VISIBLE_DEVICES=1 "$G" exec --nv "$IMG" true > "$W/f1.txt" 2>&1; rc=$?
+    cat "$W/f1.txt"
+    check "one GPU: CUDA_VISIBLE_DEVICES=1 is refused (exit 125)" [ "$rc" = 125 ]
+    check "one GPU: the error lists the allowed GPU" grep -q 'allowed: 0 (/dev/nvidia' "$W/f1.txt"
+fi
+last=$((NG - 1))
+as_user CUDA_VISIBLE_DEVICES=${UUIDS[$last]} "$G" exec --nv "$IMG" sh -c "'echo CVD=\$CUDA_VISIBLE_DEVICES; nvidia-smi -L'" | tee "$W/u.txt"
+check "UUID selection keeps the UUID" grep -q "^CVD=${UUIDS[$last]}\$" "$W/u.txt"
+check "UUID selection shows that GPU" [ "$(grep -c "${UUIDS[$last]}" "$W/u.txt")" = 2 ]
+as_user "$G" exec --nv --gpus none "$IMG" sh -c "'ls /dev | grep -cE \"^nvidia[0-9]+\$\"; nvidia-smi -L'" > "$W/none.txt" 2>&1; cat "$W/none.txt"
+check "--gpus none: no GPU node inside" grep -q '^0$' "$W/none.txt"
+
+say "GPU support off"
+as_user "$G" exec --no-nv "$IMG" sh -c "'ls /dev | grep -c nvidia; ls /.gpurun/nvidia 2>&1 | head -1'" | tee "$W/off.txt"
+check "--no-nv: no nvidia node inside" grep -q '^0$' "$W/off.txt"
+as_user GPURUN_NV=0 "$G" exec "$IMG" sh -c "'ls /dev | grep -c nvidia'" | tee "$W/off2.txt"
+check "GPURUN_NV=0: no nvidia node inside" grep -q '^0$' "$W/off2.txt"
+as_user "$G" exec "$IMG" sh -c "'ls /dev | grep -c nvidia'" | tee "$W/default.txt"
+check "default with a driver: GPU support on" grep -vq '^0$' "$W/default.txt"
+
+say "NVIDIA_REQUIRE_CUDA"
+as_user "$G" exec --nv "$IMG_NEW" true > "$W/req.txt" 2>&1; rc=$?
+cat "$W/req.txt"
+check "too-new requirement refused (exit 125)" [ "$rc" = 125 ]
+check "the error names the CUDA the image needs" grep -q 'CUDA >= 99.0' "$W/req.txt"
+check "the error names what the driver supports" grep -q 'supporting CUDA' "$W/req.txt"
+as_user NVIDIA_DISABLE_REQUIRE=1 "$G" exec --nv "$IMG_NEW" true; rc=$?
+check "NVIDIA_DISABLE_REQUIRE=1 lets it run" [ "$rc" = 0 ]
+
+say "--dry-run"
+as_user "$G" exec --nv --dry-run "$IMG" true > "$W/dry.json"
+grep -E '"(dst|src|key|value)": "[^"]*(nvidia|firmware|gpurun|CUDA|NVIDIA|LD_LIBRARY)' "$W/dry.json" | head -80
+check "--dry-run shows /dev/nvidia0 and libcuda" grep -q '/.gpurun/nvidia/lib/libcuda.so.1' "$W/dry.json"
+
+say "result"
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

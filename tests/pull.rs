@@ -1,0 +1,642 @@
+//! `gpurun pull` against a real registry (Debian's docker-registry on loopback), run as the
+//! unprivileged test user, results read back with squashfs-tools / squashfs-tools-ng.
+
+mod common;
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{stderr, Scratch};
+use support::{Action, Comp, LayerTar, Layout, Node, Proxy, Registry};
+
+const EXIT_NOT_FOUND: i32 = 20;
+const EXIT_AUTH: i32 = 21;
+const EXIT_NETWORK: i32 = 22;
+
+fn config() -> serde_json::Value {
+    serde_json::json!({
+        "Env": ["PATH=/bin", "GPURUN_TEST=1"],
+        "Entrypoint": ["/bin/sh", "-c"],
+        "Cmd": ["echo hi"],
+        "WorkingDir": "/data",
+        "User": "1000:1000",
+        "Labels": {"org.test": "yes"}
+    })
+}
+
+fn layer1() -> Vec<u8> {
+    LayerTar::new()
+        .busybox()
+        .file("etc/motd", b"motd")
+        .dir("opt")
+        .dir("opt/dir")
+        .file("opt/dir/a", b"a")
+        .dir("opt/replaced")
+        .file("opt/replaced/old", b"old")
+        .dir("data")
+        .file("data/orig", b"orig-v1")
+        .hardlink("data/link", "data/orig")
+        .file("data/keep", b"keep")
+        .file_mode("bin/suid", b"x", 0o4755)
+        .dir("dev")
+        .chardev("dev/null")
+        .file_xattr("etc/xattr-file", b"x", &[("user.gpurun", "hello")])
+        .owned("etc/secret", b"s", 1000, 1000)
+        .finish()
+}
+
+fn layer2() -> Vec<u8> {
+    LayerTar::new()
+        .file("etc/.wh.motd", b"")
+        .file("opt/.wh.dir", b"")
+        .dir("opt/replaced")
+        .file("opt/replaced/.wh..wh..opq", b"")
+        .file("opt/replaced/new", b"new")
+        .hardlink("data/xkeep", "data/keep")
+        .hardlink("data/xorig", "data/orig")
+        .file("../../escape", b"e")
+        .finish()
+}
+
+fn layer3() -> Vec<u8> {
+    LayerTar::new()
+        .file("data/orig", b"orig-v3")
+        .file("etc/hostname", b"gpurun-test")
+        .finish()
+}
+
+fn marker(text: &str) -> Vec<u8> {
+    LayerTar::new()
+        .dir("etc")
+        .file("etc/marker", text.as_bytes())
+        .finish()
+}
+
+struct Fixture {
+    layout: PathBuf,
+    layers_digest: String,
+    simple_layers: Vec<String>,
+    big_layer: String,
+}
+
+/// Build every test image into an OCI layout and push them to `reg`.
+fn fixture(s: &Scratch, reg: &Registry) -> Fixture {
+    let mut l = Layout::new(&s.join("layout"));
+    let img = l.image(
+        "layers",
+        &[
+            (layer1(), Comp::Gzip),
+            (layer2(), Comp::Zstd),
+            (layer3(), Comp::None),
+        ],
+        "amd64",
+        None,
+        config(),
+    );
+    let l1 = (layer1(), Comp::Gzip);
+    let simple = l.image(
+        "simple",
+        &[l1.clone(), (marker("simple"), Comp::Gzip)],
+        "amd64",
+        None,
+        config(),
+    );
+    let mut other = config();
+    other["Labels"]["org.test"] = "other".into();
+    l.image(
+        "simple2",
+        &[l1.clone(), (marker("simple"), Comp::Gzip)],
+        "amd64",
+        None,
+        other,
+    );
+    l.image(
+        "amd64",
+        &[l1.clone(), (marker("amd64"), Comp::Gzip)],
+        "amd64",
+        None,
+        config(),
+    );
+    l.image(
+        "arm64",
+        &[(marker("arm64"), Comp::Gzip)],
+        "arm64",
+        Some("v8"),
+        config(),
+    );
+    l.index("multi", &["amd64", "arm64"]);
+    // Random bytes do not compress: the blob is big enough to cut in the middle.
+    let mut big = vec![0u8; 3 << 20];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for b in big.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let big = l.image(
+        "big",
+        &[(LayerTar::new().file("big", &big).finish(), Comp::Gzip)],
+        "amd64",
+        None,
+        config(),
+    );
+    reg.push(&l.dir, "layers", "test/layers:oci", "oci");
+    reg.push(&l.dir, "simple", "test/simple:v2", "v2s2");
+    reg.push(&l.dir, "simple2", "test/simple2:v1", "v2s2");
+    reg.push(&l.dir, "multi", "test/multi:latest", "all");
+    reg.push(&l.dir, "big", "test/big:v1", "oci");
+    s.chown_all();
+    Fixture {
+        layout: l.dir.clone(),
+        layers_digest: img.digest,
+        simple_layers: simple.layer_digests,
+        big_layer: big.layer_digests[0].clone(),
+    }
+}
+
+/// `gpurun pull ARGS` as the test user, cache and credentials isolated in the scratch dir.
+fn gpurun_pull(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut c = common::gpurun(&["pull"]);
+    c.args(args)
+        .current_dir(s.path())
+        .env("GPURUN_CACHE", s.join("cache"))
+        .env("DOCKER_CONFIG", s.join("docker-config"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("GPURUN_DOCKER_USERNAME")
+        .env_remove("GPURUN_DOCKER_PASSWORD");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+fn pull(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Output {
+    gpurun_pull(s, args, env).output().expect("spawn gpurun")
+}
+
+fn pull_ok(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let o = pull(s, args, env);
+    assert!(
+        o.status.success(),
+        "pull {args:?} failed ({:?}): {}",
+        o.status,
+        stderr(&o)
+    );
+    o
+}
+
+fn one_line_error(o: &Output, code: i32, needles: &[&str]) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {e}");
+    let lines: Vec<&str> = e.lines().filter(|l| l.starts_with("gpurun:")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {e}");
+    for n in needles {
+        assert!(lines[0].contains(n), "error line lacks '{n}': {}", lines[0]);
+    }
+}
+
+fn file(tree: &BTreeMap<String, Node>, p: &str) -> String {
+    let n = tree
+        .get(p)
+        .unwrap_or_else(|| panic!("{p} missing from image: {:?}", tree.keys()));
+    String::from_utf8_lossy(&n.data).into_owned()
+}
+
+fn no_temp_files(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let n = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!n.contains(".tmp-"), "temp file left behind: {n}");
+    }
+}
+
+#[test]
+fn pull_flattens_layers_into_squashfs() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let fx = fixture(&s, &reg);
+    let out = s.join("layers.sqsh");
+    let src = format!("docker://{}/test/layers:oci", reg.addr());
+    let o = pull_ok(&s, &[&src, "-o", out.to_str().unwrap()], &[]);
+    let err = stderr(&o);
+
+    let t = support::read_image(&out);
+    // whiteouts and opaque directories
+    for gone in [
+        "etc/motd",
+        "opt/dir",
+        "opt/dir/a",
+        "opt/replaced/old",
+        "dev/null",
+    ] {
+        assert!(
+            !t.contains_key(gone),
+            "{gone} should be gone: {:?}",
+            t.keys()
+        );
+    }
+    assert_eq!(file(&t, "opt/replaced/new"), "new");
+    assert_eq!(t["opt/replaced"].kind, 'd');
+    assert_eq!(t["dev"].kind, 'd');
+    // upper layer wins; hard links keep the content their layer saw
+    assert_eq!(file(&t, "data/orig"), "orig-v3");
+    assert_eq!(file(&t, "data/link"), "orig-v1");
+    assert_eq!(file(&t, "data/xorig"), "orig-v1");
+    assert_eq!(file(&t, "etc/hostname"), "gpurun-test");
+    // a cross-layer hard link stays one inode
+    let (k, xk) = (&t["data/keep"], &t["data/xkeep"]);
+    assert!(
+        (k.kind == 'h' && k.link == "data/xkeep") || (xk.kind == 'h' && xk.link == "data/keep"),
+        "data/keep and data/xkeep should be hard-linked: {k:?} {xk:?}"
+    );
+    // symlinks as written, setuid dropped, owners and xattrs kept, escape neutralised
+    assert_eq!(
+        (t["bin/sh"].kind, t["bin/sh"].link.as_str()),
+        ('l', "busybox")
+    );
+    assert_eq!(t["bin/suid"].mode, 0o755);
+    assert_eq!((t["etc/secret"].uid, t["etc/secret"].mode), (1000, 0o600));
+    assert_eq!(
+        t["etc/xattr-file"].xattrs,
+        vec![("user.gpurun".to_string(), b"hello".to_vec())]
+    );
+    assert_eq!(file(&t, "escape"), "e");
+    assert_eq!(
+        t["bin/busybox"].data,
+        std::fs::read("/bin/busybox").unwrap()
+    );
+
+    // squashfs-tools agrees
+    let lls = support::lls(&out);
+    for want in [
+        "-rwxr-xr-x 0/0 squashfs-root/bin/suid",
+        "lrwxrwxrwx 0/0 squashfs-root/bin/sh -> busybox",
+        "-rw------- 1000/1000 squashfs-root/etc/secret",
+        "-rwxr-xr-x 0/0 squashfs-root/bin/busybox",
+        "drwxr-xr-x 0/0 squashfs-root/opt/replaced",
+    ] {
+        assert!(
+            lls.iter().any(|l| l == want),
+            "unsquashfs -lls lacks {want}: {lls:#?}"
+        );
+    }
+
+    // metadata
+    let meta: serde_json::Value = serde_json::from_str(&file(&t, ".gpurun/meta.json")).unwrap();
+    assert_eq!(
+        meta["env"],
+        serde_json::json!(["PATH=/bin", "GPURUN_TEST=1"])
+    );
+    assert_eq!(meta["entrypoint"], serde_json::json!(["/bin/sh", "-c"]));
+    assert_eq!(meta["cmd"], serde_json::json!(["echo hi"]));
+    assert_eq!(meta["working_dir"], "/data");
+    assert_eq!(meta["user"], "1000:1000");
+    assert_eq!(meta["labels"]["org.test"], "yes");
+    assert_eq!(meta["source"], src.as_str());
+    assert_eq!(meta["platform"], "linux/amd64");
+    assert_eq!(meta["created"], "2024-01-01T00:00:00Z");
+    // skopeo may recompress the uncompressed layer, so the pushed manifest digest is the registry's
+    let digest = meta["manifest_digest"].as_str().unwrap();
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+    let _ = &fx.layers_digest;
+
+    // one summary warning, and one line naming the layer and the hostile entry
+    let summary: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("device nodes dropped"))
+        .collect();
+    assert_eq!(summary.len(), 1, "{err}");
+    assert!(
+        summary[0].contains("1 device nodes dropped")
+            && summary[0].contains("setuid/setgid bits cleared on 1 files"),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("layer sha256:") && l.contains("'../../escape'")),
+        "{err}"
+    );
+
+    // quiet means nothing on stderr
+    let o = pull_ok(&s, &["-q", "-F", &src, "-o", out.to_str().unwrap()], &[]);
+    assert_eq!(stderr(&o), "");
+    no_temp_files(s.path());
+}
+
+#[test]
+fn docker_v2_offline_sources_and_platforms() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let fx = fixture(&s, &reg);
+    let a = format!("docker://{}/test/simple:v2", reg.addr());
+    pull_ok(&s, &[&a, "-o", "v2.sqsh"], &[]);
+    let t = support::read_image(&s.join("v2.sqsh"));
+    assert_eq!(file(&t, "etc/marker"), "simple");
+    assert_eq!(file(&t, "etc/motd"), "motd");
+
+    // default name, and refusing to overwrite
+    pull_ok(&s, &[&a], &[]);
+    assert!(s.join("simple_v2.sqsh").exists());
+    let o = pull(&s, &[&a], &[]);
+    one_line_error(&o, 125, &["simple_v2.sqsh", "--force"]);
+
+    // index: host platform by default, --platform, and a clear error
+    let m = format!("docker://{}/test/multi:latest", reg.addr());
+    if std::env::consts::ARCH == "x86_64" {
+        pull_ok(&s, &[&m, "-o", "host.sqsh"], &[]);
+        assert_eq!(
+            file(&support::read_image(&s.join("host.sqsh")), "etc/marker"),
+            "amd64"
+        );
+    }
+    pull_ok(
+        &s,
+        &["--platform", "linux/arm64/v8", &m, "-o", "arm.sqsh"],
+        &[],
+    );
+    let t = support::read_image(&s.join("arm.sqsh"));
+    assert_eq!(file(&t, "etc/marker"), "arm64");
+    let meta: serde_json::Value = serde_json::from_str(&file(&t, ".gpurun/meta.json")).unwrap();
+    assert_eq!(meta["platform"], "linux/arm64/v8");
+    let o = pull(&s, &["--platform", "linux/s390x", &m, "-o", "x.sqsh"], &[]);
+    one_line_error(
+        &o,
+        EXIT_NOT_FOUND,
+        &["linux/s390x", "linux/amd64, linux/arm64/v8", "--platform"],
+    );
+    assert!(!s.join("x.sqsh").exists());
+
+    // the same image from the OCI layout and from a docker archive
+    let from_reg = support::read_image(&s.join("v2.sqsh"));
+    let strip = |mut t: BTreeMap<String, Node>| {
+        t.remove(".gpurun/meta.json");
+        t
+    };
+    let oci = format!("oci:{}:simple", fx.layout.display());
+    pull_ok(&s, &[&oci, "-o", "oci.sqsh"], &[]);
+    assert_eq!(
+        strip(support::read_image(&s.join("oci.sqsh"))),
+        strip(from_reg.clone())
+    );
+    let archive = s.join("simple.tar");
+    let st = Command::new("skopeo")
+        .args(["--insecure-policy", "copy", "--quiet"])
+        .arg(format!("oci:{}:simple", fx.layout.display()))
+        .arg(format!(
+            "docker-archive:{}:test/simple:v2",
+            archive.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    s.chown_all();
+    pull_ok(
+        &s,
+        &[
+            &format!("docker-archive:{}", archive.display()),
+            "-o",
+            "arch.sqsh",
+        ],
+        &[],
+    );
+    let t = support::read_image(&s.join("arch.sqsh"));
+    let meta: serde_json::Value = serde_json::from_str(&file(&t, ".gpurun/meta.json")).unwrap();
+    assert_eq!(meta["cmd"], serde_json::json!(["echo hi"]));
+    assert_eq!(strip(t), strip(from_reg));
+
+    // a directory
+    let root = s.join("rootfs");
+    common::busybox_rootfs(&root);
+    s.chown_all();
+    pull_ok(
+        &s,
+        &[&format!("dir:{}", root.display()), "-o", "dir.sqsh"],
+        &[],
+    );
+    let t = support::read_image(&s.join("dir.sqsh"));
+    assert_eq!(
+        (t["bin/sh"].kind, t["bin/sh"].link.as_str()),
+        ('l', "busybox")
+    );
+    assert_eq!(file(&t, "etc/group"), "root:x:0:\n");
+
+    // bad references: one line, no output
+    let o = pull(&s, &["ubuntu:24.04"], &[]);
+    one_line_error(&o, 125, &["docker://ubuntu:24.04"]);
+    let o = pull(
+        &s,
+        &[
+            &format!("docker://{}/test/nope:v1", reg.addr()),
+            "-o",
+            "n.sqsh",
+        ],
+        &[],
+    );
+    one_line_error(&o, EXIT_NOT_FOUND, &["test/nope:v1", "not found"]);
+    assert!(!s.join("n.sqsh").exists());
+    no_temp_files(s.path());
+}
+
+#[test]
+fn basic_auth_registry() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), Some(("tester", "s3cret-pass")));
+    fixture(&s, &reg);
+    let src = format!("docker://{}/test/simple:v2", reg.addr());
+
+    let o = pull(&s, &[&src, "-o", "a.sqsh"], &[]);
+    one_line_error(&o, EXIT_AUTH, &[&reg.addr(), "GPURUN_DOCKER_USERNAME"]);
+    let o = pull(
+        &s,
+        &[&src, "-o", "a.sqsh"],
+        &[
+            ("GPURUN_DOCKER_USERNAME", "tester"),
+            ("GPURUN_DOCKER_PASSWORD", "wrong-pass"),
+        ],
+    );
+    one_line_error(&o, EXIT_AUTH, &[&reg.addr()]);
+    assert!(!stderr(&o).contains("wrong-pass"));
+
+    let o = pull_ok(
+        &s,
+        &[&src, "-o", "env.sqsh"],
+        &[
+            ("GPURUN_DOCKER_USERNAME", "tester"),
+            ("GPURUN_DOCKER_PASSWORD", "s3cret-pass"),
+        ],
+    );
+    assert!(!stderr(&o).contains("s3cret"));
+    assert_eq!(
+        file(&support::read_image(&s.join("env.sqsh")), "etc/marker"),
+        "simple"
+    );
+
+    // docker config.json with base64 "auth"; a fresh cache so the blobs come from the registry
+    let dc = s.join("docker-config");
+    std::fs::create_dir_all(&dc).unwrap();
+    let auth = "dGVzdGVyOnMzY3JldC1wYXNz"; // base64("tester:s3cret-pass")
+    std::fs::write(
+        dc.join("config.json"),
+        format!(
+            r#"{{"auths":{{"http://{}":{{"auth":"{auth}"}}}}}}"#,
+            reg.addr()
+        ),
+    )
+    .unwrap();
+    s.chown_all();
+    pull_ok(
+        &s,
+        &[&src, "-o", "cfg.sqsh"],
+        &[("GPURUN_CACHE", s.join("cache2").to_str().unwrap())],
+    );
+    assert_eq!(
+        file(&support::read_image(&s.join("cfg.sqsh")), "etc/marker"),
+        "simple"
+    );
+}
+
+#[test]
+fn faults_retries_resume_and_shared_layers() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let fx = fixture(&s, &reg);
+    let proxy = Proxy::start(reg.port);
+    let src = |repo: &str| format!("docker://{}/{repo}", proxy.addr());
+
+    // 500 twice on the manifest, then fine: retried
+    proxy.rule("/manifests/", Action::Status(500), 2);
+    pull_ok(&s, &[&src("test/simple:v2"), "-o", "r.sqsh"], &[]);
+    let manifest_gets = proxy
+        .requests()
+        .iter()
+        .filter(|r| r.contains("/manifests/v2"))
+        .count();
+    assert_eq!(manifest_gets, 3, "{:#?}", proxy.requests());
+
+    // a second image sharing every layer downloads none of them
+    proxy.clear();
+    pull_ok(&s, &[&src("test/simple2:v1"), "-o", "shared.sqsh"], &[]);
+    let reqs = proxy.requests();
+    for d in &fx.simple_layers {
+        assert!(
+            !reqs.iter().any(|r| r.contains(d.as_str())),
+            "layer {d} fetched again: {reqs:#?}"
+        );
+    }
+    assert!(
+        reqs.iter().any(|r| r.contains("/blobs/")),
+        "the new config is fetched: {reqs:#?}"
+    );
+    let t = support::read_image(&s.join("shared.sqsh"));
+    let meta: serde_json::Value = serde_json::from_str(&file(&t, ".gpurun/meta.json")).unwrap();
+    assert_eq!(meta["labels"]["org.test"], "other");
+
+    // a blob cut in the middle resumes with a range request
+    proxy.clear();
+    proxy.rule(&fx.big_layer, Action::Truncate(1 << 20), 1);
+    let o = pull_ok(&s, &[&src("test/big:v1"), "-o", "big.sqsh"], &[]);
+    let reqs = proxy.requests();
+    assert!(
+        reqs.iter()
+            .any(|r| r.contains("/blobs/") && r.contains("bytes=") && !r.contains("bytes=0-")),
+        "no resumed range request: {reqs:#?}\n{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        support::read_image(&s.join("big.sqsh"))["big"].data.len(),
+        3 << 20
+    );
+
+    // errors: one line, distinct codes, nothing written
+    let cases: [(u16, i32, &[&str]); 4] = [
+        (404, EXIT_NOT_FOUND, &["not found"]),
+        (401, EXIT_AUTH, &["refused access"]),
+        (429, EXIT_NETWORK, &["429"]),
+        (503, EXIT_NETWORK, &["503"]),
+    ];
+    for (status, code, needles) in cases {
+        proxy.clear();
+        proxy.rule("/manifests/", Action::Status(status), usize::MAX);
+        let out = format!("e{status}.sqsh");
+        let o = pull(
+            &s,
+            &[&src("test/layers:oci"), "-o", &out],
+            &[(
+                "GPURUN_CACHE",
+                s.join(format!("c{status}")).to_str().unwrap(),
+            )],
+        );
+        one_line_error(&o, code, needles);
+        assert!(!s.join(&out).exists());
+    }
+    proxy.clear();
+    no_temp_files(s.path());
+}
+
+#[test]
+fn concurrent_pulls_share_the_cache_and_interrupts_leave_nothing() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    fixture(&s, &reg);
+    let src = format!("docker://{}/test/layers:oci", reg.addr());
+    let mut a = gpurun_pull(&s, &[&src, "-o", "a.sqsh"], &[])
+        .spawn()
+        .unwrap();
+    let mut b = gpurun_pull(&s, &[&src, "-o", "b.sqsh"], &[])
+        .spawn()
+        .unwrap();
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    // same bytes: the build is reproducible and neither saw a half-written blob
+    assert_eq!(
+        std::fs::read(s.join("a.sqsh")).unwrap(),
+        std::fs::read(s.join("b.sqsh")).unwrap()
+    );
+    let blobs: Vec<String> = std::fs::read_dir(s.join("cache/blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(blobs.iter().all(|b| !b.ends_with(".partial")), "{blobs:?}");
+
+    // SIGTERM while a blob is slow to come: no output, no temp file, exit 128+
+    let proxy = Proxy::start(reg.port);
+    proxy.rule("/blobs/", Action::Delay(Duration::from_secs(5)), usize::MAX);
+    let mut c = gpurun_pull(
+        &s,
+        &[
+            &format!("docker://{}/test/big:v1", proxy.addr()),
+            "-o",
+            "int.sqsh",
+        ],
+        &[("GPURUN_CACHE", s.join("cache-int").to_str().unwrap())],
+    )
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = gpurun_pid(c.id());
+    // SAFETY: signalling a process this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let st = c.wait().unwrap();
+    assert_eq!(st.code(), Some(130), "{st:?}");
+    assert!(!s.join("int.sqsh").exists());
+    no_temp_files(s.path());
+}
+
+/// The gpurun process: the child itself, or runuser's child when running as root.
+fn gpurun_pid(child: u32) -> libc::pid_t {
+    if !common::is_root() {
+        return child as libc::pid_t;
+    }
+    let kids =
+        std::fs::read_to_string(format!("/proc/{child}/task/{child}/children")).unwrap_or_default();
+    kids.split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(child as libc::pid_t)
+}
