@@ -276,6 +276,12 @@ fn bench_read() {
                     usage(libc::RUSAGE_CHILDREN) - child0,
                     String::from_utf8_lossy(&out.stdout).trim()
                 );
+                let status = std::fs::read_to_string("/proc/self/status").unwrap();
+                let hwm = status
+                    .lines()
+                    .find(|l| l.starts_with("VmHWM"))
+                    .unwrap_or("");
+                println!("       peak RSS of the serving process: {hwm}");
                 drop(session);
                 let r = unsafe { libc::umount2(c(mnt.path()).as_ptr(), libc::MNT_DETACH) };
                 check(r, "umount");
