@@ -22,6 +22,7 @@ fn launch(
     o: LaunchOpts,
     action: Action,
     state: Option<std::path::PathBuf>,
+    quiet: bool,
 ) -> Launch {
     Launch {
         image,
@@ -31,6 +32,7 @@ fn launch(
         dry_run: o.dry_run,
         state,
         gpu: o.gpu.clone(),
+        quiet,
     }
 }
 
@@ -61,19 +63,43 @@ fn main() {
     let debug = cli.debug;
     let code = match cli.command {
         Command::Exec(a) => launched(
-            start(launch(a.image, a.opts, Action::Exec(a.command), None)),
+            start(launch(
+                a.image,
+                a.opts,
+                Action::Exec(a.command),
+                None,
+                cli.quiet,
+            )),
             debug,
         ),
         Command::Run(a) => launched(
-            start(launch(a.image, a.opts, Action::Run(a.args), None)),
+            start(launch(
+                a.image,
+                a.opts,
+                Action::Run(a.args),
+                None,
+                cli.quiet,
+            )),
             debug,
         ),
         Command::Shell(a) => launched(
-            start(launch(a.image, a.opts, Action::Shell(a.shell), None)),
+            start(launch(
+                a.image,
+                a.opts,
+                Action::Shell(a.shell),
+                None,
+                cli.quiet,
+            )),
             debug,
         ),
         Command::Hold(a) => launched(
-            start(launch(a.image, a.opts, Action::Hold, Some(a.state))),
+            start(launch(
+                a.image,
+                a.opts,
+                Action::Hold,
+                Some(a.state),
+                cli.quiet,
+            )),
             debug,
         ),
         Command::Pull(args) => pull(args, cli.quiet, debug),

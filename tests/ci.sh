@@ -5,31 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TEST_USER=gpuruntest
-PACKAGES=(
-  squashfs-tools squashfs-tools-ng busybox-static attr fuse3 util-linux
-  docker-registry skopeo apache2-utils curl python3 ca-certificates
-  gcc libc6-dev
-  munge slurmctld slurmd slurm-client libslurm-dev
-)
-
-if [ "$(id -u)" != 0 ]; then
-  echo "tests/ci.sh sets up the machine (apt, a test user, Slurm): run it as root" >&2
-  exit 2
-fi
-
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
-    --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
-id "$TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/sh "$TEST_USER"
-chmod 0666 /dev/fuse
+bash tests/setup-machine.sh
 # The test user must be able to read the build (tests run gpurun from target/).
 chmod o+rx "$PWD" || true
 

@@ -371,6 +371,12 @@ fn docker_v2_offline_sources_and_platforms() {
         &["linux/s390x", "linux/amd64, linux/arm64/v8", "--platform"],
     );
     assert!(!s.join("x.sqsh").exists());
+    let o = pull(&s, &["--platform", "linux/arm64", &a, "-o", "x.sqsh"], &[]);
+    one_line_error(
+        &o,
+        EXIT_NOT_FOUND,
+        &["linux/arm64", "available: linux/amd64"],
+    );
 
     // the same image from the OCI layout and from a docker archive
     let from_reg = support::read_image(&s.join("v2.sqsh"));
@@ -384,6 +390,22 @@ fn docker_v2_offline_sources_and_platforms() {
         strip(support::read_image(&s.join("oci.sqsh"))),
         strip(from_reg.clone())
     );
+    let multi = format!("oci:{}:multi", fx.layout.display());
+    pull_ok(
+        &s,
+        &["--platform", "linux/arm64", &multi, "-o", "ocim.sqsh"],
+        &[],
+    );
+    assert_eq!(
+        file(&support::read_image(&s.join("ocim.sqsh")), "etc/marker"),
+        "arm64"
+    );
+    let o = pull(
+        &s,
+        &[&format!("oci:{}:nope", fx.layout.display()), "-o", "n.sqsh"],
+        &[],
+    );
+    one_line_error(&o, EXIT_NOT_FOUND, &["no tag 'nope'", "simple"]);
     let archive = s.join("simple.tar");
     let st = Command::new("skopeo")
         .args(["--insecure-policy", "copy", "--quiet"])
@@ -518,6 +540,21 @@ fn faults_retries_resume_and_shared_layers() {
         .filter(|r| r.contains("/manifests/v2"))
         .count();
     assert_eq!(manifest_gets, 3, "{:#?}", proxy.requests());
+    // every manifest request accepts all four manifest and index types
+    for r in proxy
+        .requests()
+        .iter()
+        .filter(|r| r.contains("/manifests/"))
+    {
+        for mt in [
+            "application/vnd.oci.image.index.v1+json",
+            "application/vnd.oci.image.manifest.v1+json",
+            "application/vnd.docker.distribution.manifest.list.v2+json",
+            "application/vnd.docker.distribution.manifest.v2+json",
+        ] {
+            assert!(r.contains(mt), "{r} lacks {mt}");
+        }
+    }
 
     // a second image sharing every layer downloads none of them
     proxy.clear();
@@ -575,6 +612,16 @@ fn faults_retries_resume_and_shared_layers() {
         one_line_error(&o, code, needles);
         assert!(!s.join(&out).exists());
     }
+    // a layer that keeps failing while the image is being written: its error, nothing written
+    proxy.clear();
+    proxy.rule(&fx.big_layer, Action::Status(503), usize::MAX);
+    let o = pull(
+        &s,
+        &[&src("test/big:v1"), "-o", "bigfail.sqsh"],
+        &[("GPURUN_CACHE", s.join("cbig").to_str().unwrap())],
+    );
+    one_line_error(&o, EXIT_NETWORK, &["503"]);
+    assert!(!s.join("bigfail.sqsh").exists());
     proxy.clear();
     no_temp_files(s.path());
 }
@@ -607,7 +654,7 @@ fn concurrent_pulls_share_the_cache_and_interrupts_leave_nothing() {
     // SIGTERM while a blob is slow to come: no output, no temp file, exit 128+
     let proxy = Proxy::start(reg.port);
     proxy.rule("/blobs/", Action::Delay(Duration::from_secs(5)), usize::MAX);
-    let mut c = gpurun_pull(
+    let c = gpurun_pull(
         &s,
         &[
             &format!("docker://{}/test/big:v1", proxy.addr()),
@@ -616,14 +663,15 @@ fn concurrent_pulls_share_the_cache_and_interrupts_leave_nothing() {
         ],
         &[("GPURUN_CACHE", s.join("cache-int").to_str().unwrap())],
     )
+    .stderr(std::process::Stdio::piped())
     .spawn()
     .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     let pid = gpurun_pid(c.id());
     // SAFETY: signalling a process this test started.
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let st = c.wait().unwrap();
-    assert_eq!(st.code(), Some(130), "{st:?}");
+    let o = c.wait_with_output().unwrap();
+    one_line_error(&o, 130, &["interrupted"]);
     assert!(!s.join("int.sqsh").exists());
     no_temp_files(s.path());
 }
@@ -639,4 +687,118 @@ fn gpurun_pid(child: u32) -> libc::pid_t {
         .next()
         .and_then(|p| p.parse().ok())
         .unwrap_or(child as libc::pid_t)
+}
+
+#[test]
+fn ensure_local_caches_by_manifest_digest() {
+    use gpurun::image::pull::{ensure_local, PullOptions};
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    fixture(&s, &reg);
+    let proxy = Proxy::start(reg.port);
+    let opts = PullOptions {
+        quiet: true,
+        cache: Some(s.join("lib-cache")),
+        ..Default::default()
+    };
+    let r = format!("docker://{}/test/layers:oci", proxy.addr());
+    let first = ensure_local(&r, &opts).unwrap();
+    assert!(
+        first.starts_with(s.join("lib-cache/images")),
+        "{}",
+        first.display()
+    );
+    assert_eq!(file(&support::read_image(&first), "data/orig"), "orig-v3");
+    proxy.clear();
+    let again = ensure_local(&r, &opts).unwrap();
+    assert_eq!(first, again);
+    let reqs = proxy.requests();
+    assert!(!reqs.iter().any(|r| r.contains("/blobs/")), "{reqs:#?}");
+    let e = ensure_local(&format!("oci:{}", s.join("layout").display()), &opts).unwrap_err();
+    assert_eq!(e.exit_code(), 125);
+    let e = ensure_local(&format!("docker://{}/test/none:x", proxy.addr()), &opts).unwrap_err();
+    assert_eq!(e.exit_code(), EXIT_NOT_FOUND);
+    assert!(e.to_string().contains("test/none:x"), "{e}");
+}
+
+#[test]
+fn full_disk_leaves_no_partial_image() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root to mount a small tmpfs");
+        return;
+    }
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    fixture(&s, &reg);
+    let small = s.join("small");
+    std::fs::create_dir(&small).unwrap();
+    let (uid, gid) = common::test_ids();
+    let st = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size=1m,uid={uid},gid={gid}"),
+            "tmpfs",
+        ])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    struct Umount(PathBuf);
+    impl Drop for Umount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Umount(small.clone());
+    let src = format!("docker://{}/test/big:v1", reg.addr());
+    let o = pull(
+        &s,
+        &[&src, "-o", small.join("big.sqsh").to_str().unwrap()],
+        &[],
+    );
+    one_line_error(&o, 24, &["disk is full"]);
+    assert_eq!(
+        std::fs::read_dir(&small).unwrap().count(),
+        0,
+        "something left in the full fs"
+    );
+    // a full cache disk: the blob cannot be stored
+    let o = pull(
+        &s,
+        &[&src, "-o", "big.sqsh"],
+        &[("GPURUN_CACHE", small.join("cache").to_str().unwrap())],
+    );
+    one_line_error(&o, 24, &["disk is full"]);
+    assert!(!s.join("big.sqsh").exists());
+}
+
+#[test]
+fn bearer_token_registry() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    fixture(&s, &reg);
+    let proxy = Proxy::start_bearer(reg.port, "dGVzdGVyOnMzY3JldC1wYXNz"); // tester:s3cret-pass
+    let src = format!("docker://{}/test/simple:v2", proxy.addr());
+    let o = pull(&s, &[&src, "-o", "anon.sqsh"], &[]);
+    one_line_error(&o, EXIT_AUTH, &[&proxy.addr()]);
+    let o = pull_ok(
+        &s,
+        &[&src, "-o", "tok.sqsh"],
+        &[
+            ("GPURUN_DOCKER_USERNAME", "tester"),
+            ("GPURUN_DOCKER_PASSWORD", "s3cret-pass"),
+        ],
+    );
+    assert!(!stderr(&o).contains("s3cret") && !stderr(&o).contains(support::BEARER_TOKEN));
+    assert_eq!(
+        file(&support::read_image(&s.join("tok.sqsh")), "etc/marker"),
+        "simple"
+    );
+    assert!(
+        proxy.requests().iter().any(|r| r.starts_with("GET /token")),
+        "{:#?}",
+        proxy.requests()
+    );
 }

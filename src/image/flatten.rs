@@ -140,7 +140,8 @@ impl Merge {
 
     /// Is `path` hidden from this layer by what the layers above did?
     fn hidden_from_above(&self, path: &str) -> bool {
-        if self.hidden.contains(path) {
+        // An opaque root (`/.wh..wh..opq`) hides every lower entry.
+        if self.hidden.contains(path) || self.opaque.contains("") {
             return true;
         }
         ancestors(path).any(|a| {
@@ -187,6 +188,8 @@ impl Merge {
 /// One layer: a name for messages (its digest) and a way to open its (possibly compressed) tar.
 pub struct Layer {
     pub name: String,
+    /// Stored (compressed) size in bytes, 0 when unknown: the squashfs is about this big.
+    pub size: u64,
     #[allow(clippy::type_complexity)]
     pub open: Box<dyn Fn() -> io::Result<Box<dyn Read + Send>> + Send + Sync>,
 }
@@ -214,7 +217,7 @@ impl Report {
 }
 
 /// Detect gzip / zstd / plain tar by magic bytes: media types lie more often than magic numbers.
-pub fn decompress(r: Box<dyn Read + Send>) -> io::Result<Box<dyn Read + Send>> {
+pub fn decompress<'a>(r: Box<dyn Read + Send + 'a>) -> io::Result<Box<dyn Read + Send + 'a>> {
     let mut br = BufReader::with_capacity(1 << 20, r);
     let head = br.fill_buf()?;
     if head.starts_with(&[0x1f, 0x8b]) {
@@ -232,14 +235,35 @@ pub struct ExtraFile<'a> {
     pub data: &'a [u8],
 }
 
-/// Merge `layers` (top first) into one tar stream on `out`.
+/// Counts the (compressed) bytes read from a layer, for progress.
+struct Counting<'a> {
+    inner: Box<dyn Read + Send>,
+    on_read: &'a (dyn Fn(u64) + Sync),
+}
+
+impl Read for Counting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        (self.on_read)(n as u64);
+        Ok(n)
+    }
+}
+
+/// Merge `layers` (top first) into one tar stream on `out`; `on_read` hears of every
+/// (compressed) layer byte read.
 pub fn flatten<W: Write>(
     layers: &[Layer],
     extra: &[ExtraFile<'_>],
     out: W,
+    on_read: &(dyn Fn(u64) + Sync),
 ) -> Result<Report, FlattenError> {
     let mut b = tar::Builder::new(out);
     let mut merge = Merge::new();
+    // Non-directories written so far; hard links are written last, once their target is known
+    // to be in the image (tar2sqfs aborts on a dangling one).
+    let mut written: HashSet<String> = HashSet::new();
+    let mut links: Vec<PendingLink> = Vec::new();
+    let mut copies: HashMap<(usize, String), String> = HashMap::new();
     let mut report = Report::default();
     let now_epoch = 0;
     merge.begin_layer(0);
@@ -264,7 +288,12 @@ pub fn flatten<W: Write>(
             layer: layer.name.clone(),
             source,
         };
-        let reader = (layer.open)().and_then(decompress).map_err(rerr)?;
+        let raw_reader = (layer.open)().map_err(rerr)?;
+        let counted: Box<dyn Read + Send + '_> = Box::new(Counting {
+            inner: raw_reader,
+            on_read,
+        });
+        let reader = decompress(counted).map_err(rerr)?;
         let mut ar = Archive::new(reader);
         for entry in ar.entries().map_err(rerr)? {
             let mut entry = entry.map_err(rerr)?;
@@ -341,6 +370,7 @@ pub fn flatten<W: Write>(
                             FlattenError::Write(e)
                         }
                     })?;
+                    written.insert(path.to_string());
                 }
                 EntryType::Symlink => {
                     let target = entry.link_name_bytes().unwrap_or_default();
@@ -348,6 +378,7 @@ pub fn flatten<W: Write>(
                     write_pax(&mut b, &xattrs)?;
                     b.append_link(&mut h, path, &target)
                         .map_err(FlattenError::Write)?;
+                    written.insert(path.to_string());
                 }
                 EntryType::Link => {
                     let raw_t = entry.link_name_bytes().unwrap_or_default();
@@ -366,14 +397,30 @@ pub fn flatten<W: Write>(
                         ));
                         continue;
                     }
+                    let what = format!("layer {}: hard link '{raw}' -> '{raw_t}'", layer.name);
                     if merge.link_target_ok(&t.path) {
-                        write_pax(&mut b, &xattrs)?;
-                        b.append_link(&mut h, path, &t.path)
-                            .map_err(FlattenError::Write)?;
-                    } else if !materialise(layers, i, &t.path, path, &mut b)? {
+                        links.push(PendingLink {
+                            path: path.to_string(),
+                            target: t.path,
+                            header: h,
+                            xattrs,
+                            what,
+                        });
+                    } else if let Some(first) = copies.get(&(i, t.path.clone())) {
+                        // Another link to the same replaced file: share the copy, as before.
+                        links.push(PendingLink {
+                            path: path.to_string(),
+                            target: first.clone(),
+                            header: h,
+                            xattrs,
+                            what,
+                        });
+                    } else if materialise(layers, i, &t.path, path, &mut b)? {
+                        copies.insert((i, t.path), path.to_string());
+                        written.insert(path.to_string());
+                    } else {
                         report.note(format!(
-                            "layer {}: hard link '{raw}' -> '{raw_t}' has no target in this or a lower layer; skipped",
-                            layer.name
+                            "{what} has no target in this or a lower layer; skipped"
                         ));
                     }
                 }
@@ -381,15 +428,49 @@ pub fn flatten<W: Write>(
                     write_pax(&mut b, &xattrs)?;
                     b.append_data(&mut h, path, io::empty())
                         .map_err(FlattenError::Write)?;
+                    if out_type != EntryType::Directory {
+                        written.insert(path.to_string());
+                    }
                 }
             }
         }
         merge.end_layer();
     }
+    // Chains (a link to a link) resolve over several rounds.
+    loop {
+        let before = links.len();
+        let mut unresolved = Vec::new();
+        for mut l in links {
+            if written.contains(&l.target) {
+                write_pax(&mut b, &l.xattrs)?;
+                b.append_link(&mut l.header, &l.path, &l.target)
+                    .map_err(FlattenError::Write)?;
+                written.insert(l.path);
+            } else {
+                unresolved.push(l);
+            }
+        }
+        links = unresolved;
+        if links.len() == before {
+            break;
+        }
+    }
+    for l in links {
+        report.note(format!("{} has no target in the image; skipped", l.what));
+    }
     b.into_inner()
         .and_then(|mut w| w.flush())
         .map_err(FlattenError::Write)?;
     Ok(report)
+}
+
+struct PendingLink {
+    path: String,
+    target: String,
+    header: Header,
+    xattrs: Vec<(String, Vec<u8>)>,
+    /// "layer L: hard link 'A' -> 'B'", for the note when it cannot be written.
+    what: String,
 }
 
 fn header(t: EntryType, mode: u32, uid: u64, gid: u64, mtime: u64) -> Header {
@@ -647,6 +728,18 @@ mod tests {
     }
 
     #[test]
+    fn opaque_root() {
+        run(&[
+            Next(1),
+            Opq(""),
+            E("etc/new", false, true),
+            Next(2),
+            E("etc", true, false),
+            E("bin/sh", false, false),
+        ]);
+    }
+
+    #[test]
     fn file_replacing_dir_and_dir_replacing_file() {
         run(&[
             Next(1),
@@ -707,6 +800,7 @@ mod tests {
     fn layer(name: &str, data: Vec<u8>) -> Layer {
         Layer {
             name: name.into(),
+            size: 0,
             open: Box::new(move || {
                 Ok(Box::new(io::Cursor::new(data.clone())) as Box<dyn Read + Send>)
             }),
@@ -728,6 +822,8 @@ mod tests {
                 ("bin", EntryType::Directory, b"", ""),
                 ("bin/sh", EntryType::Regular, b"old sh", ""),
                 ("bin/sh-orig", EntryType::Link, b"", "bin/sh"),
+                ("bin/sh-orig2", EntryType::Link, b"", "bin/sh"),
+                ("bin/dangling", EntryType::Link, b"", "nothere"),
                 ("bin/old", EntryType::Regular, b"x", ""),
                 ("lib/l", EntryType::Symlink, b"", "../../../x"),
             ]))
@@ -735,16 +831,25 @@ mod tests {
             e.finish().unwrap()
         };
         let mut out = Vec::new();
+        let total = (top.len() + gz.len()) as u64;
         let layers = [layer("top", top), layer("base", gz)];
         let meta = [ExtraFile {
             path: ".gpurun/meta.json",
             data: b"{}",
         }];
-        let rep = flatten(&layers, &meta, &mut out).unwrap();
+        let read = std::sync::atomic::AtomicU64::new(0);
+        let count = |n: u64| {
+            read.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        };
+        let rep = flatten(&layers, &meta, &mut out, &count).unwrap();
+        let read = read.into_inner();
+        // Both layers are read up to their end-of-archive blocks (not the padding after them).
+        assert!(read > total / 2 && read <= total, "{read} of {total}");
         assert_eq!(rep.devices_dropped, 1);
-        assert_eq!(rep.setid_cleared, 5);
-        assert_eq!(rep.notes.len(), 1, "{:?}", rep.notes);
+        assert_eq!(rep.setid_cleared, 7);
+        assert_eq!(rep.notes.len(), 2, "{:?}", rep.notes);
         assert!(rep.notes[0].contains("layer top") && rep.notes[0].contains("../../etc/evil"));
+        assert!(rep.notes[1].contains("layer base") && rep.notes[1].contains("'bin/dangling'"));
         let mut got = Vec::new();
         let mut ar = Archive::new(io::Cursor::new(out));
         for e in ar.entries().unwrap() {
@@ -769,12 +874,14 @@ mod tests {
                 ".gpurun Directory 755  ",
                 ".gpurun/meta.json Regular 644 {} ",
                 "bin/sh Regular 755 new sh ",
-                "bin/link-to-old-sh Link 755  bin/sh-orig",
                 "etc/evil Regular 755 e ",
                 "bin Directory 755  ",
                 // bin/sh-orig links to the lower bin/sh, replaced above: written as a copy
                 "bin/sh-orig Regular 755 old sh ",
                 "lib/l Symlink 755  ../../../x",
+                // hard links come last, once their targets are known to be there
+                "bin/link-to-old-sh Link 755  bin/sh-orig",
+                "bin/sh-orig2 Link 755  bin/sh-orig",
             ]
         );
     }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, IsTerminal, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -139,16 +139,20 @@ pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<P
     if opts.handle_signals {
         rt.spawn(cleanup_on_signal());
     }
-    let (layers, meta) = match &src {
+    let ((layers, meta), downloads) = match &src {
         Source::Docker(image) => {
-            let (layers, meta) = rt.block_on(resolve_docker(image, opts, &cache, &ui, None))?;
-            (layers, meta)
+            let (layers, meta, d) = rt.block_on(resolve_docker(image, opts, &cache, &ui, None))?;
+            ((layers, meta), Some(d))
         }
-        Source::OciLayout { dir, tag } => oci_layout(dir, tag.as_deref(), source, opts)?,
-        Source::DockerArchive(file) => docker_archive(file, source)?,
-        Source::Dir(dir) => rootfs_dir(dir, source)?,
+        Source::OciLayout { dir, tag } => (oci_layout(dir, tag.as_deref(), source, opts)?, None),
+        Source::DockerArchive(file) => (docker_archive(file, source)?, None),
+        Source::Dir(dir) => (rootfs_dir(dir, source)?, None),
     };
-    build(&layers, &meta, &out, opts, &ui)?;
+    let built = build(&layers, &meta, &out, opts, &ui);
+    if let Some(d) = downloads {
+        d.finish(&rt, built.is_err())?;
+    }
+    built?;
     Ok(out)
 }
 
@@ -165,8 +169,7 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
         rt.spawn(cleanup_on_signal());
     }
     let client = client_for(&image, opts)?;
-    let (digest, manifest_bytes, platform) =
-        rt.block_on(resolve_manifest(&client, &image, opts))?;
+    let (digest, manifest_bytes) = rt.block_on(resolve_manifest(&client, &image, opts))?;
     let out = cache.image_path(&digest)?;
     if out.exists() {
         return Ok(out);
@@ -175,15 +178,17 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
     if out.exists() {
         return Ok(out);
     }
-    let resolved = (digest, manifest_bytes, platform);
-    let (layers, meta) = rt.block_on(resolve_docker(
+    let resolved = (digest, manifest_bytes);
+    let (layers, meta, downloads) = rt.block_on(resolve_docker(
         &image,
         opts,
         &cache,
         &ui,
         Some((client, resolved)),
     ))?;
-    build(&layers, &meta, &out, opts, &ui)?;
+    let built = build(&layers, &meta, &out, opts, &ui);
+    downloads.finish(&rt, built.is_err())?;
+    built?;
     Ok(out)
 }
 
@@ -216,6 +221,7 @@ fn default_output(src: &Source) -> String {
 // ---------------------------------------------------------------- progress
 
 /// Bars on a terminal, plain lines otherwise, nothing when quiet.
+#[derive(Clone)]
 struct Ui {
     quiet: bool,
     multi: Option<MultiProgress>,
@@ -244,12 +250,16 @@ impl Ui {
         match &self.multi {
             Some(m) => {
                 let b = m.add(ProgressBar::new(len));
+                // Without a known size (a directory source) a spinner and a byte count.
+                let template = if len == 0 {
+                    "{prefix:>20} {spinner} {bytes:>10} {bytes_per_sec}"
+                } else {
+                    "{prefix:>20} [{bar:30}] {bytes:>10}/{total_bytes:10} {bytes_per_sec}"
+                };
                 b.set_style(
-                    ProgressStyle::with_template(
-                        "{prefix:>20} [{bar:30}] {bytes:>10}/{total_bytes:10} {bytes_per_sec}",
-                    )
-                    .expect("template")
-                    .progress_chars("=> "),
+                    ProgressStyle::with_template(template)
+                        .expect("template")
+                        .progress_chars("=> "),
                 );
                 b.set_prefix(label);
                 b
@@ -282,12 +292,12 @@ fn wanted_platform(opts: &PullOptions) -> Result<Platform, PullError> {
     }
 }
 
-/// The platform-specific manifest: (digest, bytes, platform shown to the user).
+/// The platform-specific manifest: (digest, bytes).
 async fn resolve_manifest(
     client: &RegistryClient,
     image: &ImageRef,
     opts: &PullOptions,
-) -> Result<(String, Vec<u8>, Option<Platform>), PullError> {
+) -> Result<Resolved, PullError> {
     let want = wanted_platform(opts)?;
     let (bytes, digest) = client.manifest(image.reference_part()).await?;
     let m = Manifest::parse(&bytes).map_err(|detail| PullError::BadImage {
@@ -295,7 +305,7 @@ async fn resolve_manifest(
         detail,
     })?;
     if !m.is_index() {
-        return Ok((digest, bytes, None));
+        return Ok((digest, bytes));
     }
     let entries = m.manifests.unwrap_or_default();
     let chosen =
@@ -305,10 +315,10 @@ async fn resolve_manifest(
             available,
         })?;
     let (bytes, digest) = client.manifest(&chosen.digest).await?;
-    Ok((digest, bytes, chosen.platform.clone()))
+    Ok((digest, bytes))
 }
 
-type Resolved = (String, Vec<u8>, Option<Platform>);
+type Resolved = (String, Vec<u8>);
 
 async fn resolve_docker(
     image: &ImageRef,
@@ -316,8 +326,8 @@ async fn resolve_docker(
     cache: &Cache,
     ui: &Ui,
     known: Option<(RegistryClient, Resolved)>,
-) -> Result<(Vec<Layer>, ImageMeta), PullError> {
-    let (client, (digest, bytes, _)) = match known {
+) -> Result<(Vec<Layer>, ImageMeta, Downloads), PullError> {
+    let (client, (digest, bytes)) = match known {
         Some(k) => k,
         None => {
             let c = client_for(image, opts)?;
@@ -343,65 +353,167 @@ async fn resolve_docker(
     let (config_path, _) = client.fetch_blob(&config_desc, cache, &nothing).await?;
     let config_bytes = fs::read(&config_path).map_err(|e| bad(format!("config: {e}")))?;
 
-    let total: u64 = m.layers.iter().map(|l| l.size).sum();
-    let overall = ui.bar(total, "total".into());
-    let mut downloaded = 0u64;
-    let results: Vec<Result<(usize, PathBuf, bool), RegistryError>> =
-        futures_util::stream::iter(m.layers.iter().enumerate())
-            .map(|(i, desc)| {
-                let client = &client;
-                let overall = overall.clone();
-                let bar = ui.bar(desc.size, format!("layer {}", short(&desc.digest)));
-                async move {
-                    let on = move |n: u64| {
-                        bar.inc(n);
-                        overall.inc(n);
-                    };
-                    let (p, fresh) = client.fetch_blob(desc, cache, &on).await?;
-                    Ok((i, p, fresh))
-                }
-            })
-            .buffer_unordered(PARALLEL_DOWNLOADS)
-            .collect()
-            .await;
-    overall.finish_and_clear();
-    let mut paths: Vec<Option<PathBuf>> = vec![None; m.layers.len()];
-    for r in results {
-        let (i, p, fresh) = r?;
-        let d = &m.layers[i];
-        if fresh {
-            downloaded += d.size;
+    let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
+    // A single-platform image must still be what --platform asked for.
+    if opts.platform.is_some() {
+        let want = wanted_platform(opts)?;
+        let have = Platform::parse(&meta.platform).map_err(bad)?;
+        if !want.accepts(&have) {
+            return Err(RegistryError::NoPlatform {
+                image: image.to_string(),
+                wanted: want.to_string(),
+                available: have.to_string(),
+            }
+            .into());
         }
-        if ui.multi.is_none() {
-            ui.line(&format!(
-                "  layer {} {}: {}",
-                short(&d.digest),
-                mb(d.size),
-                if fresh { "downloaded" } else { "cached" }
-            ));
-        }
-        paths[i] = Some(p);
     }
+    let slots: Vec<Arc<Slot>> = m.layers.iter().map(|_| Arc::new(Slot::default())).collect();
+    let handle = tokio::spawn(download_all(
+        Arc::new(client),
+        cache.clone(),
+        ui.clone(),
+        m.layers.clone(),
+        slots.clone(),
+    ));
+    // Top first: flattening starts as soon as the top layer is in, while the rest download.
+    let layers = m
+        .layers
+        .iter()
+        .zip(slots.iter().cloned())
+        .rev()
+        .map(|(d, slot)| Layer {
+            name: d.digest.clone(),
+            size: d.size,
+            open: Box::new(move || Ok(Box::new(File::open(slot.wait()?)?) as Box<dyn Read + Send>)),
+        })
+        .collect();
+    Ok((layers, meta, Downloads { handle, slots }))
+}
+
+/// Where one layer's download stands; `Layer::open` waits on it.
+#[derive(Default)]
+struct Slot {
+    state: Mutex<Option<Result<PathBuf, String>>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn set(&self, r: Result<PathBuf, String>) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.is_none() {
+            *st = Some(r);
+        }
+        self.ready.notify_all();
+    }
+
+    fn failed(&self) -> bool {
+        matches!(
+            *self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            Some(Err(_))
+        )
+    }
+
+    fn wait(&self) -> io::Result<PathBuf> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match &*st {
+                Some(Ok(p)) => return Ok(p.clone()),
+                Some(Err(e)) => return Err(io::Error::other(e.clone())),
+                None => st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner()),
+            }
+        }
+    }
+}
+
+/// The layer downloads running beside the squashfs build.
+struct Downloads {
+    handle: tokio::task::JoinHandle<Result<(), RegistryError>>,
+    slots: Vec<Arc<Slot>>,
+}
+
+impl Downloads {
+    /// Their outcome. A failed download is the real cause of a failed build, so it wins; when
+    /// the build failed for its own reason the downloads are stopped (partial blobs stay as
+    /// resume points).
+    fn finish(self, rt: &tokio::runtime::Runtime, build_failed: bool) -> Result<(), PullError> {
+        if build_failed && !self.slots.iter().any(|s| s.failed()) {
+            self.handle.abort();
+            return Ok(());
+        }
+        match rt.block_on(self.handle) {
+            Ok(r) => r.map_err(PullError::from),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+async fn download_all(
+    client: Arc<RegistryClient>,
+    cache: Cache,
+    ui: Ui,
+    descs: Vec<Descriptor>,
+    slots: Vec<Arc<Slot>>,
+) -> Result<(), RegistryError> {
+    let total: u64 = descs.iter().map(|l| l.size).sum();
+    let overall = ui.bar(total, "total".into());
+    let (client, cache, descs_ref, ui_ref) = (&client, &cache, &descs, &ui);
+    let mut stream = futures_util::stream::iter((0..descs.len()).rev())
+        .map(|i| {
+            let overall = overall.clone();
+            let bar = ui_ref.bar(
+                descs_ref[i].size,
+                format!("layer {}", short(&descs_ref[i].digest)),
+            );
+            async move {
+                let on = move |n: u64| {
+                    bar.inc(n);
+                    overall.inc(n);
+                };
+                (i, client.fetch_blob(&descs_ref[i], cache, &on).await)
+            }
+        })
+        .buffer_unordered(PARALLEL_DOWNLOADS);
+    let mut downloaded = 0u64;
+    while let Some((i, r)) = stream.next().await {
+        let d = &descs[i];
+        match r {
+            Ok((p, fresh)) => {
+                if fresh {
+                    downloaded += d.size;
+                }
+                if ui.multi.is_none() {
+                    ui.line(&format!(
+                        "  layer {} {}: {}",
+                        short(&d.digest),
+                        mb(d.size),
+                        if fresh { "downloaded" } else { "cached" }
+                    ));
+                }
+                slots[i].set(Ok(p));
+            }
+            Err(e) => {
+                for s in &slots {
+                    s.set(Err(format!("download of layer {} failed", d.digest)));
+                }
+                overall.finish_and_clear();
+                return Err(e);
+            }
+        }
+    }
+    overall.finish_and_clear();
     ui.line(&format!(
         "Downloaded {} of {} ({} layers)",
         mb(downloaded),
         mb(total),
-        m.layers.len()
+        descs.len()
     ));
-    let layers = m
-        .layers
-        .iter()
-        .zip(paths)
-        .rev()
-        .map(|(d, p)| file_layer(d.digest.clone(), p.expect("every layer fetched")))
-        .collect();
-    let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
-    Ok((layers, meta))
+    Ok(())
 }
 
-fn file_layer(name: String, path: PathBuf) -> Layer {
+fn file_layer(name: String, size: u64, path: PathBuf) -> Layer {
     Layer {
         name,
+        size,
         open: Box::new(move || Ok(Box::new(File::open(&path)?) as Box<dyn Read + Send>)),
     }
 }
@@ -523,7 +635,7 @@ fn oci_layout(
         if !p.exists() {
             return Err(fail(format!("layer blob {} is missing", p.display())));
         }
-        layers.push(file_layer(l.digest.clone(), p));
+        layers.push(file_layer(l.digest.clone(), l.size, p));
     }
     let meta = image_meta(&config_bytes, source, &desc.digest).map_err(fail)?;
     Ok((layers, meta))
@@ -584,6 +696,7 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
         let path = file.to_path_buf();
         layers.push(Layer {
             name: l.clone(),
+            size,
             open: Box::new(move || {
                 let mut f = File::open(&path)?;
                 f.seek(SeekFrom::Start(pos))?;
@@ -607,6 +720,7 @@ fn rootfs_dir(dir: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), PullE
     let root = dir.to_path_buf();
     let layer = Layer {
         name: source.to_string(),
+        size: 0,
         open: Box::new(move || {
             let (reader, writer) = io::pipe()?;
             let root = root.clone();
@@ -706,6 +820,7 @@ fn build(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "image.sqsh".into());
+    remove_stale_temps(&dir, &name);
     let tmp = TempOut {
         path: dir.join(format!(".{name}.tmp-{}", std::process::id())),
     };
@@ -718,8 +833,10 @@ fn build(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     ui.line(&format!("Writing {}", out.display()));
-    let spinner = ui.bar(0, "squashfs".into());
-    spinner.enable_steady_tick(Duration::from_millis(200));
+    let expected: u64 = layers.iter().map(|l| l.size).sum();
+    let bar = ui.bar(expected, "squashfs".into());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let on_read = |n: u64| bar.inc(n);
     let mut writer = SquashWriter::start(&tmp.path, jobs)?;
     let pid = writer.pid();
     IN_FLIGHT
@@ -733,12 +850,18 @@ fn build(
         data: &meta_json,
     }];
     let stdin = BufWriter::with_capacity(1 << 20, writer.stdin());
-    let flattened = flatten(layers, &extra, stdin);
+    let flattened = flatten(layers, &extra, stdin, &on_read);
     let result = match flattened {
-        Ok(report) => writer.finish().map(|_| report).map_err(PullError::from),
+        Ok(report) => writer
+            .finish(expected)
+            .map(|_| report)
+            .map_err(PullError::from),
         Err(e @ FlattenError::Write(_)) => {
             // The pipe broke because tar2sqfs stopped: its reason is the real one.
-            writer.finish().map_err(PullError::from).and(Err(e.into()))
+            writer
+                .finish(expected)
+                .map_err(PullError::from)
+                .and(Err(e.into()))
         }
         Err(e) => {
             writer.abort();
@@ -750,7 +873,7 @@ fn build(
         .unwrap_or_else(|p| p.into_inner())
         .1
         .retain(|p| *p != pid);
-    spinner.finish_and_clear();
+    bar.finish_and_clear();
     let report = result?;
     warn_report(&report, ui);
     fs::rename(&tmp.path, out).map_err(|source| PullError::Output {
@@ -765,6 +888,23 @@ fn build(
         report.entries
     ));
     Ok(())
+}
+
+/// Temp outputs of pulls that were killed (SIGKILL, power loss) before they could clean up.
+fn remove_stale_temps(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 fn warn_report(r: &Report, ui: &Ui) {

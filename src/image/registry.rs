@@ -447,6 +447,11 @@ pub fn choose_platform<'a>(
 
 // ---------------------------------------------------------------- the client
 
+/// Docker's rule: plain http only for loopback registries, or when the user says `--insecure`.
+pub fn plain_http(image: &ImageRef, insecure: bool) -> bool {
+    insecure || image.is_loopback()
+}
+
 pub struct RegistryClient {
     client: oci_client::Client,
     auth: RegistryAuth,
@@ -460,7 +465,7 @@ enum Failure {
 
 impl RegistryClient {
     pub fn new(image: &ImageRef, insecure: bool, creds: Option<Credentials>) -> RegistryClient {
-        let protocol = if insecure || image.is_loopback() {
+        let protocol = if plain_http(image, insecure) {
             ClientProtocol::HttpsExcept(vec![image.registry.clone()])
         } else {
             ClientProtocol::Https
@@ -589,10 +594,9 @@ impl RegistryClient {
             match f().await {
                 Ok(v) => return Ok(v),
                 Err(e) => match self.classify(what, e) {
-                    Failure::Retry(e) if attempt + 1 < ATTEMPTS => {
+                    Failure::Retry(_) if attempt + 1 < ATTEMPTS => {
                         tokio::time::sleep(BACKOFF_BASE * 2u32.pow(attempt)).await;
                         attempt += 1;
-                        let _ = e;
                     }
                     Failure::Retry(e) | Failure::Fatal(e) => return Err(e),
                 },
@@ -918,6 +922,16 @@ mod tests {
         for bad in ["linux", "linux/", "/amd64", "a/b/c/d"] {
             assert!(Platform::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn http_only_for_loopback_or_insecure() {
+        let r = |s: &str| crate::image::reference::parse_docker(s).unwrap();
+        assert!(plain_http(&r("127.0.0.1:5000/a"), false));
+        assert!(plain_http(&r("localhost:5000/a"), false));
+        assert!(!plain_http(&r("nvcr.io/nvidia/pytorch:1"), false));
+        assert!(!plain_http(&r("ubuntu"), false));
+        assert!(plain_http(&r("registry.lan:5000/a"), true));
     }
 
     #[test]

@@ -378,7 +378,7 @@ fn setup_root(
     }
     let lower_dir_fd = match lower {
         Lower::Dir(d) => {
-            Some(sys::open_path(d).map_err(|e| format!("cannot use image directory: {e}"))?)
+            Some(sys::clone_tree(d).map_err(|e| format!("cannot use image directory: {e}"))?)
         }
         Lower::Fuse { .. } => None,
     };
@@ -634,17 +634,7 @@ fn parent_loop(
     Ok(match status {
         WaitStatus::Exited(_, code) => code,
         WaitStatus::Signaled(_, sig, _) if hold.is_some() && sig == Signal::SIGTERM => 0,
-        WaitStatus::Signaled(_, sig, core) => {
-            if !core {
-                // Die the same way, so shells and Slurm see the signal, not a number.
-                unsafe { libc::signal(sig as i32, libc::SIG_DFL) };
-                let mut m = SigSet::empty();
-                m.add(sig);
-                let _ = m.thread_unblock();
-                let _ = nix::sys::signal::raise(sig);
-            }
-            128 + sig as i32
-        }
+        WaitStatus::Signaled(_, sig, core) => die_by(sig, core),
         _ => exit::GPURUN_FAILED,
     })
 }

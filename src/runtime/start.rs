@@ -16,6 +16,7 @@ use super::{extract, fuse, sys};
 use crate::exit;
 use crate::image::cache::cache_root;
 use crate::image::meta::{ImageMeta, MetaError, META_PATH};
+use crate::image::pull::{ensure_local, PullError, PullOptions};
 use crate::image::sqfs::Archive;
 
 #[derive(Debug, thiserror::Error)]
@@ -36,12 +37,15 @@ pub enum StartError {
     Launch(#[from] LaunchError),
     #[error(transparent)]
     Gpu(#[from] crate::gpu::GpuError),
+    #[error(transparent)]
+    Pull(#[from] PullError),
 }
 
 impl StartError {
     pub fn exit_code(&self) -> i32 {
         match self {
             StartError::Launch(e) => e.exit_code(),
+            StartError::Pull(e) => e.exit_code(),
             _ => exit::GPURUN_FAILED,
         }
     }
@@ -57,6 +61,8 @@ pub struct Launch {
     /// For `hold`: where to write the state once ready.
     pub state: Option<PathBuf>,
     pub gpu: crate::gpu::GpuOpts,
+    /// No progress output when a `docker://` image is pulled first.
+    pub quiet: bool,
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
@@ -69,8 +75,17 @@ enum Image {
 }
 
 impl Image {
-    fn open(arg: &str) -> Result<Image, StartError> {
-        let path = PathBuf::from(arg);
+    fn open(arg: &str, quiet: bool) -> Result<Image, StartError> {
+        // docker://…: pulled once into the cache (keyed by manifest digest), then run from there.
+        let path = if arg.starts_with("docker://") {
+            let opts = PullOptions {
+                quiet,
+                ..Default::default()
+            };
+            ensure_local(arg, &opts)?
+        } else {
+            PathBuf::from(arg)
+        };
         let md = std::fs::metadata(&path).map_err(|_| StartError::ImageMissing(path.clone()))?;
         let path = std::path::absolute(&path).unwrap_or(path);
         if md.is_dir() {
@@ -195,7 +210,7 @@ fn dev_entries() -> Vec<DevEntry> {
 
 /// Run a launch; returns the exit code for gpurun.
 pub fn start(l: Launch) -> Result<i32, StartError> {
-    let image = Image::open(&l.image)?;
+    let image = Image::open(&l.image, l.quiet)?;
     let meta = match image.read(META_PATH) {
         Some(b) => ImageMeta::from_json(&b)?,
         None => ImageMeta::default(),

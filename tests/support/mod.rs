@@ -506,8 +506,22 @@ pub struct Proxy {
     pub rules: Arc<Mutex<Vec<Rule>>>,
 }
 
+/// The token the bearer-mode proxy hands out at /token for the right basic credentials.
+pub const BEARER_TOKEN: &str = "gpurun-test-token";
+
 impl Proxy {
     pub fn start(upstream: u16) -> Proxy {
+        Proxy::start_with(upstream, None)
+    }
+
+    /// A proxy that acts like a token-auth registry (Docker Hub's flow): /v2/ answers 401 with a
+    /// Bearer challenge, /token trades the basic credentials `basic_b64` (base64 user:password)
+    /// for [`BEARER_TOKEN`], and every other request needs that token.
+    pub fn start_bearer(upstream: u16, basic_b64: &str) -> Proxy {
+        Proxy::start_with(upstream, Some(basic_b64.to_string()))
+    }
+
+    fn start_with(upstream: u16, bearer: Option<String>) -> Proxy {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let log = Arc::new(Mutex::new(Vec::new()));
@@ -516,8 +530,8 @@ impl Proxy {
         std::thread::spawn(move || {
             for conn in l.incoming() {
                 let Ok(conn) = conn else { continue };
-                let (log, rules) = (log2.clone(), rules2.clone());
-                std::thread::spawn(move || serve(conn, upstream, &log, &rules));
+                let (log, rules, bearer) = (log2.clone(), rules2.clone(), bearer.clone());
+                std::thread::spawn(move || serve(conn, upstream, port, bearer, &log, &rules));
             }
         });
         Proxy { port, log, rules }
@@ -545,7 +559,22 @@ impl Proxy {
     }
 }
 
-fn serve(mut c: TcpStream, upstream: u16, log: &Mutex<Vec<String>>, rules: &Mutex<Vec<Rule>>) {
+fn reply(c: &mut TcpStream, code: u16, headers: &str, body: &str) {
+    let _ = write!(
+        c,
+        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+}
+
+fn serve(
+    mut c: TcpStream,
+    upstream: u16,
+    port: u16,
+    bearer: Option<String>,
+    log: &Mutex<Vec<String>>,
+    rules: &Mutex<Vec<Rule>>,
+) {
     // One request per connection: we answer with Connection: close.
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -564,12 +593,53 @@ fn serve(mut c: TcpStream, upstream: u16, log: &Mutex<Vec<String>>, rules: &Mute
         .find(|l| l.to_ascii_lowercase().starts_with("range:"))
         .map(|l| format!(" [{}]", l.trim()))
         .unwrap_or_default();
+    let accept = if path.contains("/manifests/") {
+        lines
+            .clone()
+            .find(|l| l.to_ascii_lowercase().starts_with("accept:"))
+            .map(|l| format!(" [{}]", l.trim()))
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
     log.lock().unwrap().push(format!(
-        "{}{range}",
+        "{}{range}{accept}",
         request_line
             .rsplit_once(' ')
             .map_or(&*request_line, |x| x.0)
     ));
+    if let Some(basic) = &bearer {
+        let auth = text
+            .split("\r\n")
+            .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
+            .map(|l| l.split_once(':').unwrap().1.trim().to_string())
+            .unwrap_or_default();
+        if path.starts_with("/token") {
+            if auth == format!("Basic {basic}") {
+                reply(
+                    &mut c,
+                    200,
+                    "",
+                    &format!("{{\"token\":\"{BEARER_TOKEN}\"}}"),
+                );
+            } else {
+                reply(&mut c, 401, "", "{\"details\":\"bad credentials\"}");
+            }
+            return;
+        }
+        if auth != format!("Bearer {BEARER_TOKEN}") {
+            let challenge = format!(
+                "WWW-Authenticate: Bearer realm=\"http://127.0.0.1:{port}/token\",service=\"gpurun-test\"\r\n"
+            );
+            reply(
+                &mut c,
+                401,
+                &challenge,
+                "{\"errors\":[{\"code\":\"UNAUTHORIZED\",\"message\":\"token needed\"}]}",
+            );
+            return;
+        }
+    }
     let action = {
         let mut rs = rules.lock().unwrap();
         rs.iter_mut()

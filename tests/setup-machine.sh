@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Root-only machine setup shared by tests/ci.sh and tests/demo.sh: Debian packages, the
+# unprivileged test user, and /dev/fuse at mode 0666 as distributions ship it.
+set -euo pipefail
+TEST_USER=${TEST_USER:-gpuruntest}
+PACKAGES=(
+  squashfs-tools squashfs-tools-ng busybox-static attr fuse3 util-linux
+  docker-registry skopeo umoci apache2-utils curl openssl python3 ca-certificates
+  gcc libc6-dev
+  munge slurmctld slurmd slurm-client libslurm-dev
+)
+if [ "$(id -u)" != 0 ]; then
+  echo "$0 sets up the machine (apt, a test user, /dev/fuse): run it as root" >&2
+  exit 2
+fi
+missing=()
+for p in "${PACKAGES[@]}" ${EXTRA_PACKAGES:-}; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null
+fi
+id "$TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/sh "$TEST_USER"
+chmod 0666 /dev/fuse
