@@ -80,8 +80,6 @@ fn whole_tree_through_gpurun_exec() {
 }
 
 #[test]
-#[ignore = "launch.rs attaches a Lower::Dir with open_path (O_PATH) instead of clone_tree: \
-            move_mount gives EINVAL, so no directory root runs yet; passes with that fixed"]
 fn extract_fallback_when_dev_fuse_is_unusable() {
     if !is_root() {
         return; // needs a private mount namespace to hide /dev/fuse from gpurun
