@@ -743,6 +743,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn archive_is_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Archive>();
+        send_sync::<Arc<Inode>>();
+    }
+
+    #[test]
     fn weighted_cache_keeps_to_its_budget() {
         let mut c = Weighted::new(100);
         for k in 0..10 {
