@@ -456,14 +456,45 @@ impl Archive {
         Ok(entries)
     }
 
-    /// Look a name up in a directory.
+    /// Look a name up in a directory: in its cached listing, else through the directory index
+    /// (parsing only the part of the listing that can hold the name), else in the whole
+    /// listing, which is then cached.
     pub fn lookup_in(&self, dir: &Inode, name: &[u8]) -> Result<Option<DirEntry>, SqfsError> {
-        let entries = self.readdir(dir)?;
         // Listings are sorted by name: the kernel's own squashfs lookup relies on it too.
-        Ok(entries
-            .binary_search_by(|e| e.name.as_slice().cmp(name))
-            .ok()
-            .map(|i| entries[i].clone()))
+        let search = |entries: &[DirEntry]| {
+            entries
+                .binary_search_by(|e| e.name.as_slice().cmp(name))
+                .ok()
+                .map(|i| entries[i].clone())
+        };
+        if let Some(d) = lock(&self.caches.dirs).get(dir.r) {
+            return Ok(search(&d));
+        }
+        let Body::Dir(loc) = &dir.body else {
+            return Err(self.corrupt(format!("inode {:#x} read as a directory", dir.r)));
+        };
+        if loc.index.is_empty() {
+            return Ok(search(&self.readdir(dir)?));
+        }
+        let (mut block, mut skip) = (loc.block, 0);
+        for ix in loc.index.iter().take_while(|ix| ix.name.as_slice() <= name) {
+            (block, skip) = (ix.block, ix.offset);
+        }
+        let offset = (loc.offset as usize + skip as usize) % format::METADATA_SIZE;
+        let mut c = self.cursor(self.sb.directory_table + block as u64, offset);
+        let mut found = None;
+        let scan = format::scan_dir(&mut c, loc.size - skip, |e| {
+            match e.name.as_slice().cmp(name) {
+                std::cmp::Ordering::Less => true,
+                std::cmp::Ordering::Equal => {
+                    found = Some(e);
+                    false
+                }
+                std::cmp::Ordering::Greater => false,
+            }
+        });
+        self.fmt(scan)?;
+        Ok(found)
     }
 
     /// Resolve an absolute path inside the image, following symlinks inside the image
