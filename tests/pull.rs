@@ -343,6 +343,10 @@ fn docker_v2_offline_sources_and_platforms() {
     // default name, and refusing to overwrite
     pull_ok(&s, &[&a], &[]);
     assert!(s.join("simple_v2.sqsh").exists());
+    std::fs::create_dir(s.join("outdir")).unwrap();
+    s.chown_all();
+    pull_ok(&s, &[&a, "-o", "outdir"], &[]);
+    assert!(s.join("outdir/simple_v2.sqsh").exists());
     let o = pull(&s, &[&a], &[]);
     one_line_error(&o, 125, &["simple_v2.sqsh", "--force"]);
 

@@ -132,7 +132,9 @@ pub struct PullOptions {
 /// `gpurun pull SOURCE [-o OUT]`: returns the path written.
 pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<PathBuf, PullError> {
     let src = Source::parse(source)?;
+    // `-o DIR` puts the default name in DIR.
     let out = match output {
+        Some(o) if o.is_dir() => o.join(default_output(&src)),
         Some(o) => o.to_path_buf(),
         None => PathBuf::from(default_output(&src)),
     };
