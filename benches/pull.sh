@@ -15,6 +15,19 @@
 #   medium  3 layers, about 130 MB uncompressed (python3.11, python3, perl libraries)
 #   large   3 layers, about 800 MB uncompressed (+ /usr/lib/x86_64-linux-gnu)
 #
+# Seen here (2026-11-29; 2 vCPUs shared with other builds, load average 11-17, so wall times are
+# noisy; CPU = user+sys of the whole pipeline; peak = cache/temp + output; best of 1-3):
+#   image   tool       wall s   cpu s   peak MB   image MB
+#   medium  gpurun        1.4     1.0       66        34
+#   medium  gpurun15     25.0    13.2       63        29
+#   medium  umoci        69.9    20.3      190        29
+#   medium  ch           91.7    23.4      318        33
+#   large   gpurun       10.4     6.0      518       257
+#   large   gpurun15    138.0    81.3      483       221
+#   large   umoci       423.6   114.4     1252       221
+#   large   ch          452.7   120.7     2049       250
+# At equal compression (gpurun15 vs umoci) gpurun needs 0.65-0.7x the CPU and 0.33-0.4x the disk.
+#
 # Needs: docker-registry, skopeo, umoci, squashfs-tools, squashfs-tools-ng, openssl, curl;
 # charliecloud (+ python3-lark) optional. Build gpurun first: cargo build --release.
 set -euo pipefail
