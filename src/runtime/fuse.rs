@@ -87,6 +87,12 @@ struct SquashFs {
     reported: AtomicBool,
     /// uid and gid every file is reported with (see `serve`).
     owner: (u32, u32),
+    /// The kernel can do without OPEN / OPENDIR (FUSE_NO_OPEN_SUPPORT, _NO_OPENDIR_SUPPORT):
+    /// answering the first one with ENOSYS saves two round trips (OPEN and RELEASE) per open
+    /// for the rest of the mount. The kernel then opens with FOPEN_KEEP_CACHE (and
+    /// FOPEN_CACHE_DIR for directories), the flags we reply with anyway.
+    no_open: bool,
+    no_opendir: bool,
 }
 
 impl SquashFs {
@@ -98,6 +104,8 @@ impl SquashFs {
             parents: Mutex::new(HashMap::new()),
             reported: AtomicBool::new(false),
             owner,
+            no_open: false,
+            no_opendir: false,
         }
     }
 
@@ -244,6 +252,12 @@ impl Filesystem for SquashFs {
             | InitFlags::FUSE_READDIRPLUS_AUTO;
         // Ask only for what this kernel offers; an older one just goes without.
         let _ = config.add_capabilities(want & config.capabilities());
+        self.no_open = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPEN_SUPPORT);
+        self.no_opendir = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         if let Err(max) = config.set_max_readahead(MAX_READAHEAD) {
             let _ = config.set_max_readahead(max);
         }
@@ -298,6 +312,8 @@ impl Filesystem for SquashFs {
         match self.inode(ino) {
             Ok(i) if i.kind == Kind::Dir => reply.error(Errno::EISDIR),
             Ok(_) if flags.acc_mode() != OpenAccMode::O_RDONLY => reply.error(Errno::EROFS),
+            // Opens need no state here: let the kernel stop asking (see `no_open`).
+            Ok(_) if self.no_open => reply.error(Errno::ENOSYS),
             // The image never changes: keep page-cache contents across opens.
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
             Err(e) => reply.error(e),
@@ -328,6 +344,7 @@ impl Filesystem for SquashFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.dir(ino) {
+            Ok(_) if self.no_opendir => reply.error(Errno::ENOSYS),
             // Listings never change: let the kernel cache them.
             Ok(_) => reply.opened(
                 FileHandle(0),
