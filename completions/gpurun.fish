@@ -133,7 +133,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -s v -l verbose -d '
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l debug -d 'Also print the cause chain of errors and every mount'
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -s h -l help -d 'Print help'
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -s V -l version -d 'Print version'
-complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s o -l output -d 'Output file (default: NAME_TAG.sqsh in the current directory)' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s o -l output -d 'Output file, or a directory to put NAME_TAG.sqsh in (default: NAME_TAG.sqsh here)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l platform -d 'Platform to pull from a multi-platform image: OS/ARCH[/VARIANT] (default: this machine\'s)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s j -l jobs -d 'Compressor threads (default: all CPUs)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l insecure -d 'Allow plain http to a registry that is not on loopback'
