@@ -263,7 +263,18 @@ impl Config {
         };
         let mut files = vec![(Origin::Site(site.clone()), read(&site)?)];
         if let Some(u) = user {
-            files.push((Origin::User(u.clone()), read(&u)?));
+            // A HOME we cannot read (another user's, inherited through su or a test harness) holds
+            // no config of ours: skipped, where an unreadable site file is an error.
+            let text = match read(&u) {
+                Err(_)
+                    if std::fs::File::open(&u)
+                        .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied) =>
+                {
+                    None
+                }
+                r => r?,
+            };
+            files.push((Origin::User(u.clone()), text));
         }
         Config::merge(&files, &env)
     }
