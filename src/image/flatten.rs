@@ -409,19 +409,18 @@ pub fn flatten<W: Write>(
                     write_pax(&mut b, &xattrs)?;
                     let size = entry.size();
                     h.set_size(size);
-                    let data = Exact {
-                        inner: &mut entry,
-                        left: size,
-                    };
-                    b.append_data(&mut h, path, data).map_err(|e| {
-                        // A short read is the layer's fault (a header that lies about its size,
-                        // or a cut stream); anything else is the pipe's.
-                        if e.kind() == io::ErrorKind::UnexpectedEof {
-                            refuse(format!(
+                    let mut data = Exact::new(&mut entry, size);
+                    b.append_data(&mut h, path, &mut data).map_err(|e| {
+                        // A failed read is the layer's fault (a header that lies about its size,
+                        // a cut or corrupt stream); anything else is the pipe's.
+                        match data.read_failed {
+                            false => FlattenError::Write(e),
+                            true if e.kind() == io::ErrorKind::UnexpectedEof => refuse(format!(
                                 "its header declares {size} bytes but the layer ends first; the blob may be corrupt, pull again"
-                            ))
-                        } else {
-                            FlattenError::Write(e)
+                            )),
+                            true => refuse(format!(
+                                "its data cannot be read ({e}); the blob may be corrupt, pull again"
+                            )),
                         }
                     })?;
                     written.insert(path.to_string());
@@ -491,6 +490,9 @@ pub fn flatten<W: Write>(
                 }
             }
         }
+        // Read to the end of the compressed stream: the gzip CRC and the zstd checksum sit after
+        // the tar's end blocks, and only they catch a corrupt layer from a local layout or archive.
+        io::copy(&mut ar.into_inner(), &mut io::sink()).map_err(rerr)?;
         merge.end_layer();
     }
     // Chains (a link to a link) resolve over several rounds.
@@ -526,6 +528,18 @@ pub fn flatten<W: Write>(
 struct Exact<R> {
     inner: R,
     left: u64,
+    /// Tells a reading error (the layer's fault) from a writing one (the pipe's).
+    read_failed: bool,
+}
+
+impl<R: Read> Exact<R> {
+    fn new(inner: R, left: u64) -> Exact<R> {
+        Exact {
+            inner,
+            left,
+            read_failed: false,
+        }
+    }
 }
 
 impl<R: Read> Read for Exact<R> {
@@ -536,10 +550,11 @@ impl<R: Read> Read for Exact<R> {
         let want = buf
             .len()
             .min(usize::try_from(self.left).unwrap_or(usize::MAX));
-        let n = self.inner.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        let n = match self.inner.read(&mut buf[..want]) {
+            Ok(0) => Err(io::ErrorKind::UnexpectedEof.into()),
+            r => r,
         }
+        .inspect_err(|_| self.read_failed = true)?;
         self.left -= n as u64;
         Ok(n)
     }
@@ -654,12 +669,9 @@ fn materialise<W: Write>(
                     h.set_size(size);
                     let xa = xattrs(&mut entry).map_err(rerr)?;
                     write_pax(b, &xa)?;
-                    let data = Exact {
-                        inner: &mut entry,
-                        left: size,
-                    };
-                    b.append_data(&mut h, path, data).map_err(|e| {
-                        if e.kind() == io::ErrorKind::UnexpectedEof {
+                    let mut data = Exact::new(&mut entry, size);
+                    b.append_data(&mut h, path, &mut data).map_err(|e| {
+                        if data.read_failed {
                             rerr(e)
                         } else {
                             FlattenError::Write(e)
