@@ -452,11 +452,13 @@ fn apply_mount(
                 Create::File
             };
             let dst = sys::open_in_root(rootfd, &m.dst, kind)?;
+            not_the_root(rootfd, &dst, &m.dst)?;
             sys::attach_tree(tree, &dst, &m.dst)?;
             readonly_if(rootfd, m)
         }
         MountSource::Tmpfs => {
             let dst = sys::open_in_root(rootfd, &m.dst, Create::Dir)?;
+            not_the_root(rootfd, &dst, &m.dst)?;
             let mode = if m.dst == Path::new("/dev") {
                 0o755
             } else {
@@ -478,6 +480,20 @@ fn apply_mount(
         }
         MountSource::Symlink { target } => sys::symlink_in_root(rootfd, &m.dst, target),
     }
+}
+
+/// An image whose /tmp (say) is a symlink to `/` would have a bind hide the whole image, and put
+/// the host's world-writable /tmp where the container looks for /etc/ld.so.preload: refused.
+fn not_the_root(rootfd: &OwnedFd, dst: &OwnedFd, path: &Path) -> Result<(), SysError> {
+    let (r, d) = (sys::fstat(rootfd)?, sys::fstat(dst)?);
+    if path != Path::new("/") && (r.st_dev, r.st_ino) == (d.st_dev, d.st_ino) {
+        return Err(SysError::Path {
+            what: "the image's symlinks resolve it to the container's root:",
+            path: path.to_path_buf(),
+            errno: nix::errno::Errno::ELOOP,
+        });
+    }
+    Ok(())
 }
 
 /// Make a just-attached mount read-only, through a fresh handle that reaches the new mount.

@@ -381,6 +381,10 @@ pub fn symlink_in_root(root: &OwnedFd, path: &Path, target: &Path) -> Result<()>
     Ok(())
 }
 
+pub fn fstat(fd: &OwnedFd) -> Result<nix::sys::stat::FileStat> {
+    nix::sys::stat::fstat(fd).map_err(call("fstat"))
+}
+
 pub fn set_no_new_privs() -> Result<()> {
     nix::sys::prctl::set_no_new_privs().map_err(call("PR_SET_NO_NEW_PRIVS"))
 }
