@@ -241,7 +241,14 @@ fn child(
         return (exit::GPURUN_FAILED, "gpurun exited during start-up".into());
     }
     let mut ready = File::from(ready_w);
-    let root = match setup_root(plan, lower, fuse_fd, &mut ready) {
+    // During set-up the death signal must kill C outright: if gpurun dies while C's mount(2)
+    // waits on the FUSE server gpurun was, C holds the /dev/fuse fd, so the request never fails,
+    // and a blocked death signal left C (and its namespace and FUSE connection) there for good.
+    sys::block_signal(parent_death_signal(), false);
+    let root = setup_root(plan, lower, fuse_fd, &mut ready);
+    // From here C handles it itself (supervise waits for it).
+    sys::block_signal(parent_death_signal(), true);
+    let root = match root {
         Ok(r) => r,
         Err(e) => return (exit::GPURUN_FAILED, e),
     };
