@@ -44,8 +44,8 @@ fn user_procs(marker: &str) -> Vec<String> {
     out
 }
 
-/// Entries the test user owns in the shared temp dirs, but not test scratch dirs (other test
-/// binaries make those as the same user while this one runs).
+/// Entries the test user owns in the shared temp dirs that gpurun could have made (named for it,
+/// or temp files): other engineers' tests on this machine leave their own files as the same user.
 fn user_temp_files() -> BTreeSet<String> {
     let (uid, _) = test_ids();
     let mut out = BTreeSet::new();
@@ -55,7 +55,7 @@ fn user_temp_files() -> BTreeSet<String> {
         };
         for e in d.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with("gpurun-test.") {
+            if n.starts_with("gpurun-test.") || !(n.contains("gpurun") || n.contains(".tmp")) {
                 continue;
             }
             if e.metadata().is_ok_and(|m| m.uid() == uid) {
