@@ -12,3 +12,5 @@ chmod o+rx "$PWD" || true
 export CARGO_TERM_COLOR=never
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked -- --test-threads=2
+# Real Slurm (cgroup v1 ConstrainDevices, then no cgroups), with the SPANK plugin of this build.
+bash tests/slurm/ci.sh

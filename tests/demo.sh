@@ -20,7 +20,7 @@ docker-registry serve "$W/registry.yml" > "$W/registry.log" 2>&1 &
 REG_PID=$!
 for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$PORT/v2/" && break; sleep 0.1; done
 
-echo "== building demo/busybox:latest (busybox-static, 2 layers) and pushing it to 127.0.0.1:$PORT"
+echo "== building demo/busybox:latest (busybox-static) and pushing it to 127.0.0.1:$PORT"
 cd "$W"
 umoci init --layout oci >/dev/null
 umoci new --image oci:demo >/dev/null
@@ -33,17 +33,19 @@ echo 'PRETTY_NAME="gpurun demo (busybox)"' > bundle/rootfs/etc/os-release
 umoci repack --image oci:demo bundle >/dev/null
 umoci config --image oci:demo --config.env GREETING=hello-from-the-image \
   --config.entrypoint /bin/sh --config.cmd=-c --config.cmd='echo "$GREETING, args: $0 $*"; cat /etc/os-release' >/dev/null
-skopeo copy -q --dest-tls-verify=false oci:demo "docker://127.0.0.1:$PORT/demo/busybox:latest"
+skopeo copy -q --dest-tls-verify=false oci:oci:demo "docker://127.0.0.1:$PORT/demo/busybox:latest"
 cd - >/dev/null
 
-as_user() { setpriv --reuid=gpuruntest --regid=gpuruntest --init-groups -- env -i HOME=/home/gpuruntest USER=gpuruntest PATH=/usr/bin:/bin GPURUN_CACHE="$W/cache" "$@"; }
+U=$W/user  # what the unprivileged user writes: the cache and the image
+install -d -o gpuruntest -g gpuruntest "$U"
+as_user() { setpriv --reuid=gpuruntest --regid=gpuruntest --init-groups -- env -i HOME=/home/gpuruntest USER=gpuruntest PATH=/usr/bin:/bin GPURUN_CACHE="$U/cache" "$@"; }
 echo "== gpurun pull (as gpuruntest)"
-( cd "$W" && as_user "$GPURUN" pull "docker://127.0.0.1:$PORT/demo/busybox:latest" -o "$W/busybox.sqsh" )
-unsquashfs -s "$W/busybox.sqsh" | head -3
+( cd "$U" && as_user "$GPURUN" pull "docker://127.0.0.1:$PORT/demo/busybox:latest" -o "$U/busybox.sqsh" )
+unsquashfs -s "$U/busybox.sqsh" | head -3
 echo "== gpurun exec"
-( cd "$W" && as_user "$GPURUN" exec "$W/busybox.sqsh" sh -c 'id; cat /etc/os-release; echo "$GREETING"; ls /' )
+( cd "$U" && as_user "$GPURUN" exec "$U/busybox.sqsh" sh -c 'id; cat /etc/os-release; echo "$GREETING"; ls /' )
 echo "== gpurun run"
-( cd "$W" && as_user "$GPURUN" run "$W/busybox.sqsh" )
+( cd "$U" && as_user "$GPURUN" run "$U/busybox.sqsh" )
 echo "== gpurun exec docker://… (cached by manifest digest)"
-( cd "$W" && as_user "$GPURUN" -q exec "docker://127.0.0.1:$PORT/demo/busybox:latest" echo ok from the cache )
+( cd "$U" && as_user "$GPURUN" -q exec "docker://127.0.0.1:$PORT/demo/busybox:latest" echo ok from the cache )
 echo "demo: all steps passed"

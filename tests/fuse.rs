@@ -226,3 +226,70 @@ fn fuse_mount_serves_the_image() {
         "child failed: status {status:#x}"
     );
 }
+
+/// Read benchmark (not run by default): serve $GPURUN_BENCH_IMAGE on a fresh mount for each of
+/// 3 repetitions and time `sh -c "$GPURUN_BENCH_CMD"` run inside it (default: tar the whole tree
+/// into a pipe). Compare with the same command over `squashfuse_ll` or a kernel mount.
+///   GPURUN_BENCH_IMAGE=x.sqsh cargo test --release --test fuse -- --ignored --nocapture bench
+#[test]
+#[ignore]
+fn bench_read() {
+    let Ok(img) = std::env::var("GPURUN_BENCH_IMAGE") else {
+        return;
+    };
+    let cmd = std::env::var("GPURUN_BENCH_CMD").unwrap_or_else(|_| "tar cf - . | wc -c".into());
+    let threads: usize = std::env::var("GPURUN_BENCH_THREADS").map_or(2, |t| t.parse().unwrap());
+    let mnt = tempfile::tempdir().unwrap();
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let r = std::panic::catch_unwind(|| {
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            enter_namespaces(uid, gid);
+            for rep in 0..3 {
+                let usage = |who| {
+                    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+                    unsafe { libc::getrusage(who, &mut u) };
+                    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+                    t(u.ru_utime) + t(u.ru_stime)
+                };
+                let t0 = std::time::Instant::now();
+                let fd = mount_fuse(mnt.path());
+                let ar = Arc::new(Archive::open(Path::new(&img)).unwrap());
+                let session = serve(ar, fd, threads, (0, 0)).unwrap();
+                let open_ms = t0.elapsed().as_secs_f64() * 1e3;
+                let (cpu0, child0) = (usage(libc::RUSAGE_SELF), usage(libc::RUSAGE_CHILDREN));
+                let t1 = std::time::Instant::now();
+                let out = std::process::Command::new("sh")
+                    .args(["-c", &cmd])
+                    .current_dir(mnt.path())
+                    .output()
+                    .unwrap();
+                let secs = t1.elapsed().as_secs_f64();
+                let bytes: f64 = String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse()
+                    .unwrap_or(0.0);
+                println!(
+                    "rep {rep}: {secs:.2} s, {:.0} MB/s, server CPU {:.2} s, command CPU {:.2} s, open+mount {open_ms:.1} ms, out {}",
+                    bytes / secs / 1e6,
+                    usage(libc::RUSAGE_SELF) - cpu0,
+                    usage(libc::RUSAGE_CHILDREN) - child0,
+                    String::from_utf8_lossy(&out.stdout).trim()
+                );
+                let status = std::fs::read_to_string("/proc/self/status").unwrap();
+                let hwm = status
+                    .lines()
+                    .find(|l| l.starts_with("VmHWM"))
+                    .unwrap_or("");
+                println!("       peak RSS of the serving process: {hwm}");
+                drop(session);
+                let r = unsafe { libc::umount2(c(mnt.path()).as_ptr(), libc::MNT_DETACH) };
+                check(r, "umount");
+            }
+        });
+        unsafe { libc::_exit(if r.is_ok() { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+}

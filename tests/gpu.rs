@@ -111,11 +111,17 @@ fn fake_driver(gpus: u32) -> Option<FakeDriver> {
             "libnvidia-oldthing.so.470.82.01".to_string(),
         ),
     ];
+    let fake_nvml = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/fake-nvml.c");
     for (soname, file) in &libs {
+        let c = if *soname == "libnvidia-ml.so.1" {
+            &fake_nvml
+        } else {
+            &src
+        };
         sh(Command::new("cc")
             .args(["-shared", "-fPIC", &format!("-Wl,-soname,{soname}"), "-o"])
             .arg(f.lib().join(file))
-            .arg(&src));
+            .arg(c));
         if soname != file {
             std::os::unix::fs::symlink(file, f.lib().join(soname)).unwrap();
         }
@@ -347,6 +353,14 @@ fn devices_and_cuda_visible_devices() {
         ]
     );
     assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), Some("2,0,1"));
+    // `all` named by the caller becomes an explicit list (CUDA itself does not know `all`)
+    let p = prepare(&f, opts(&f, "new"), &[("CUDA_VISIBLE_DEVICES", "all")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        get(&p, "CUDA_VISIBLE_DEVICES"),
+        Some("0,1,2,3,4,5,6,7,8,9,10,11")
+    );
     // --gpus wins; none keeps the driver but no GPU
     let mut o = opts(&f, "new");
     o.gpus = Some("none".into());
@@ -510,7 +524,16 @@ fn gpus_command_as_user() {
     assert_eq!(minors, vec![0, 2]);
     assert_eq!(j["gpus"][1]["index"], 1);
     assert_eq!(j["denied"][0], "/dev/nvidia1");
-    assert!(j["nvml_error"].as_str().unwrap().contains("NVML"), "{j}");
+    // NVML (the fake one) names nvidia0; nvidia2 is unknown to it
+    assert!(j["nvml_error"].is_null(), "{j}");
+    assert_eq!(j["cuda_version"], "12.4");
+    assert_eq!(
+        j["gpus"][0]["nvml"]["uuid"],
+        "GPU-fa4e1111-1111-1111-1111-111111111111"
+    );
+    assert_eq!(j["gpus"][0]["nvml"]["name"], "Fake H200");
+    assert_eq!(j["gpus"][0]["nvml"]["index"], 1);
+    assert!(j["gpus"][1]["nvml"].is_null(), "{j}");
     // text form, and no driver at all
     let o = common::run_ok(
         common::gpurun(&["gpus"])
@@ -524,15 +547,13 @@ fn gpus_command_as_user() {
     );
 }
 
-/// A busybox image directory with `env` as its config's environment.
+/// A busybox squashfs image with `env` as its config's environment.
 fn image(s: &common::Scratch, env: &[&str]) -> PathBuf {
-    let root = s.join("img");
-    common::busybox_rootfs(&root);
-    std::fs::create_dir_all(root.join(".gpurun")).unwrap();
-    let meta = serde_json::json!({ "env": env });
-    std::fs::write(root.join(".gpurun/meta.json"), meta.to_string()).unwrap();
-    s.chown_all();
-    root
+    let meta = serde_json::json!({ "env": env }).to_string();
+    common::busybox_image(s, "img", |root| {
+        std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+        std::fs::write(root.join(".gpurun/meta.json"), meta).unwrap();
+    })
 }
 
 /// `gpurun ARGS` as the test user, pointed at the fake driver.
@@ -638,7 +659,7 @@ fn exec_sees_exactly_the_chosen_gpus() {
     let e = common::stderr(&o);
     assert!(
         e.contains("\"7\"")
-            && e.contains("0 (/dev/nvidia0), 1 (/dev/nvidia1), 2 (/dev/nvidia2), 3 (/dev/nvidia3)"),
+            && e.contains("1 (/dev/nvidia1, GPU-fa4e0000-0000-0000-0000-000000000000), 2 (/dev/nvidia2), 3 (/dev/nvidia3)"),
         "{e}"
     );
 
@@ -770,22 +791,191 @@ fn slurm_step_sees_exactly_its_gpus() {
         .iter()
         .map(|g| format!("nvidia{}", g["minor"]))
         .collect();
-    assert_eq!(allowed.len(), 1, "a 1-GPU step opens one GPU: {out}");
-    assert!(
-        !j["denied"].as_array().unwrap().is_empty(),
-        "the others are denied: {out}"
-    );
+    let host_cvd = out
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("CVD=")
+        .to_string();
     let tail: Vec<&str> = out[json_end + 1..]
         .lines()
         .filter(|l| !l.is_empty())
         .collect();
+    if j["denied"].as_array().unwrap().is_empty() {
+        // Slurm without device confinement (cgroup plugin off): every GPU opens and
+        // CUDA_VISIBLE_DEVICES holds node-wide indices, which are minors on this fake cluster.
+        assert_eq!(
+            tail,
+            vec![format!("nvidia{host_cvd} ").as_str(), "CVD=0"],
+            "{out}"
+        );
+        return;
+    }
+    // ConstrainDevices: the step opens one GPU and Slurm renumbers it to 0
+    assert_eq!(allowed.len(), 1, "a 1-GPU step opens one GPU: {out}");
+    assert_eq!(host_cvd, "0", "{out}");
     assert_eq!(
         tail,
         vec![format!("{} ", allowed[0]).as_str(), "CVD=0"],
         "{out}"
     );
-    assert!(out.starts_with("CVD=0\n"), "{out}");
     if running {
         assert_ne!(allowed[0], "nvidia0", "job A holds nvidia0: {out}");
     }
+}
+
+/// With NVML (the fake one: NVML index 0 is /dev/nvidia1), indices count in NVML's order, UUIDs
+/// and unique UUID prefixes name GPUs, and NVIDIA_REQUIRE sees CUDA, brand and arch.
+#[test]
+fn nvml_names_and_orders_the_gpus() {
+    let Some(f) = fake_driver(2) else { return };
+    let o = || opts(&f, "new");
+    let minors = |p: &gpu::GpuPlan| p.devices.iter().map(|d| d.minor).collect::<Vec<_>>();
+    let p = prepare(&f, o(), &[("CUDA_VISIBLE_DEVICES", "0")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(minors(&p), vec![1]);
+    assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), Some("0"));
+    assert_eq!(p.cuda_version.as_deref(), Some("12.4"));
+    assert_eq!(
+        p.devices[0].uuid.as_deref(),
+        Some("GPU-fa4e0000-0000-0000-0000-000000000000")
+    );
+    let p = prepare(&f, o(), &[("CUDA_VISIBLE_DEVICES", "1,0")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(minors(&p), vec![1, 0]);
+    assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), Some("1,0"));
+    let p = prepare(&f, o(), &[("NVIDIA_VISIBLE_DEVICES", "GPU-fa4e1111")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(minors(&p), vec![0]);
+    assert_eq!(
+        get(&p, "CUDA_VISIBLE_DEVICES"),
+        Some("GPU-fa4e1111-1111-1111-1111-111111111111")
+    );
+    let e = prepare(&f, o(), &[("CUDA_VISIBLE_DEVICES", "GPU-fa4e")], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("several GPUs"), "{e}");
+    // the image's requirements against CUDA 12.4, brand tesla, arch 9.0
+    assert!(prepare(
+        &f,
+        o(),
+        &[],
+        &[(
+            "NVIDIA_REQUIRE_CUDA",
+            "cuda>=12.4 brand=tesla,driver>=550,driver<551"
+        )]
+    )
+    .unwrap()
+    .is_some());
+    assert!(prepare(
+        &f,
+        o(),
+        &[],
+        &[
+            ("NVIDIA_REQUIRE_ARCH", "arch>=9.0"),
+            ("NVIDIA_REQUIRE_BRAND", "brand=tesla")
+        ]
+    )
+    .unwrap()
+    .is_some());
+    let e = prepare(&f, o(), &[], &[("NVIDIA_REQUIRE_CUDA", "cuda>=12.8")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("CUDA >= 12.8") && e.contains("driver 550.54.14 supporting CUDA 12.4"),
+        "{e}"
+    );
+    let e = prepare(&f, o(), &[], &[("NVIDIA_REQUIRE_ARCH", "arch>=10.0")])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("arch 9.0"), "{e}");
+    // a newer forward-compat libcuda in the image answers for CUDA
+    let image = vec![("NVIDIA_REQUIRE_CUDA".to_string(), "cuda>=12.8".to_string())];
+    let compat =
+        |d: &str| (d == "/usr/local/cuda/compat").then(|| vec!["libcuda.so.570.86.10".to_string()]);
+    let p = gpu::prepare(&o(), &f.env(&[]), &image, &compat)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        p.ld_library_path_prepend,
+        vec![PathBuf::from("/usr/local/cuda/compat")]
+    );
+    // no /proc/driver/nvidia/version (some sandboxes): the version comes from NVML
+    let p = prepare(&f, o(), &[("GPURUN_NV_PROC", "/nonexistent")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.driver_version, VERSION);
+    assert_eq!(minors(&p), vec![1, 0]);
+}
+
+/// A MIG device (fake NVML: GPU index 0 = /dev/nvidia1 has GPU instances 1 and 2): its GPU node
+/// and the nvidia-caps nodes of its GPU and compute instance go in, named by its MIG UUID.
+#[test]
+fn mig_device_gets_its_caps() {
+    let Some(f) = fake_driver(2) else { return };
+    for (gi, cap) in [(1, 11), (2, 21)] {
+        let d = f
+            .proc_dir()
+            .join(format!("capabilities/gpu1/mig/gi{gi}/ci0"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.parent().unwrap().join("access"),
+            format!("DeviceFileMinor: {cap}\nDeviceFileMode: 292\n"),
+        )
+        .unwrap();
+        std::fs::write(d.join("access"), format!("DeviceFileMinor: {}\n", cap + 1)).unwrap();
+    }
+    let caps = f.dev().join("nvidia-caps");
+    std::fs::create_dir_all(&caps).unwrap();
+    for m in [11, 12, 21, 22] {
+        sh(Command::new("mknod")
+            .arg(caps.join(format!("nvidia-cap{m}")))
+            .args(["c", "241", &m.to_string()]));
+    }
+    let mig = "MIG-f00d0002-0000-0000-0000-000000000000";
+    let p = prepare(&f, opts(&f, "new"), &[("CUDA_VISIBLE_DEVICES", mig)], &[])
+        .unwrap()
+        .unwrap();
+    let nodes: Vec<String> = dsts(&p)
+        .into_iter()
+        .filter(|d| d.starts_with("/dev/"))
+        .collect();
+    assert_eq!(
+        nodes,
+        vec![
+            "/dev/nvidia1",
+            "/dev/nvidia-caps/nvidia-cap21",
+            "/dev/nvidia-caps/nvidia-cap22",
+            "/dev/nvidiactl",
+            "/dev/nvidia-uvm"
+        ]
+    );
+    assert!(binds(&p).contains(&(
+        caps.join("nvidia-cap21").display().to_string(),
+        "/dev/nvidia-caps/nvidia-cap21".into()
+    )));
+    assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), Some(mig));
+    assert_eq!(p.devices[0].mig_uuid.as_deref(), Some(mig));
+    // the old MIG-GPU-<uuid>/<gi>/<ci> form names the same device
+    let old = "MIG-GPU-fa4e0000-0000-0000-0000-000000000000/1/0";
+    let p = prepare(&f, opts(&f, "new"), &[("CUDA_VISIBLE_DEVICES", old)], &[])
+        .unwrap()
+        .unwrap();
+    assert!(dsts(&p).contains(&"/dev/nvidia-caps/nvidia-cap12".to_string()));
+    assert_eq!(
+        get(&p, "CUDA_VISIBLE_DEVICES"),
+        Some("MIG-f00d0001-0000-0000-0000-000000000000")
+    );
+    let e = prepare(
+        &f,
+        opts(&f, "new"),
+        &[("CUDA_VISIBLE_DEVICES", "MIG-beef")],
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("MIG-beef"), "{e}");
 }

@@ -514,3 +514,64 @@ fn dry_run_prints_the_plan() {
         .iter()
         .any(|m| m["dst"] == "/hostetc" && m["readonly"] == true));
 }
+
+#[test]
+fn without_fuse_the_image_is_extracted_once() {
+    if !is_root() {
+        return; // needs a private mount namespace to take /dev/fuse away from the test user
+    }
+    let s = Scratch::new();
+    let img = image(&s);
+    let blocker = s.join("no-fuse");
+    std::fs::write(&blocker, "").unwrap();
+    std::fs::set_permissions(&blocker, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let (uid, gid) = test_ids();
+    let cache = s.join("cache");
+    // /dev/fuse is covered by an unreadable file in this private mount namespace only.
+    let script = format!(
+        "mount --bind {blocker} /dev/fuse && exec setpriv --reuid={uid} --regid={gid} --init-groups -- \
+         env GPURUN_CACHE={cache} HOME=/home/{TEST_USER} {bin} exec {img} sh -c 'cat /opt/data.txt; stat -c %i /opt/data.txt /opt/link.txt'",
+        blocker = blocker.display(),
+        cache = cache.display(),
+        bin = gpurun_bin().display(),
+        img = img.display(),
+    );
+    for round in 0..2 {
+        let o = Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "round {round}: {}", stderr(&o));
+        let out = stdout(&o);
+        let l: Vec<&str> = out.lines().collect();
+        assert_eq!(l[0], "hello from the image");
+        assert_eq!(l[1], l[2], "hard links survive extraction");
+        assert!(stderr(&o).contains("/dev/fuse"), "says why: {}", stderr(&o));
+    }
+    let rootfs: Vec<_> = std::fs::read_dir(cache.join("rootfs"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(rootfs.len(), 1, "extracted once, reused: {rootfs:?}");
+}
+
+#[test]
+fn the_terminal_is_passed_through() {
+    let s = Scratch::new();
+    let img = image(&s);
+    // script(1) gives gpurun a pseudo-terminal, as an interactive login would.
+    let cmd = format!(
+        "{} exec {} sh -c 'test -t 0 && test -t 1 && echo on-a-tty; stty size'",
+        gpurun_bin().display(),
+        img.display()
+    );
+    let o = as_user("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("COLUMNS", "91")
+        .env("LINES", "33")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(out.contains("on-a-tty"), "{out}\n{}", stderr(&o));
+}

@@ -7,7 +7,7 @@ PACKAGES=(
   squashfs-tools squashfs-tools-ng busybox-static attr fuse3 util-linux
   docker-registry skopeo umoci apache2-utils curl openssl python3 ca-certificates
   gcc libc6-dev
-  munge slurmctld slurmd slurm-client libslurm-dev
+  munge slurmctld slurmd slurm-client libslurm-dev libpmix-dev
 )
 if [ "$(id -u)" != 0 ]; then
   echo "$0 sets up the machine (apt, a test user, /dev/fuse): run it as root" >&2

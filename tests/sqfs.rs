@@ -392,3 +392,47 @@ fn concurrent_readers_share_one_archive() {
         t.join().unwrap();
     }
 }
+
+/// Lookups in a big directory before any listing is cached go through the directory index.
+#[test]
+fn big_directory_lookups_through_the_index() {
+    let s = common::Scratch::new();
+    let src = s.join("src");
+    std::fs::create_dir_all(src.join("many")).unwrap();
+    for i in 0..tree::MANY {
+        std::fs::write(src.join(format!("many/f{i:05}")), format!("{i}\n")).unwrap();
+    }
+    std::fs::create_dir(src.join("many/zz-subdir")).unwrap();
+    let mk = s.join("mk.sqsh");
+    common::mksquashfs(&src, &mk, &["-comp", "lz4"]);
+    let t2s = s.join("t2s.sqsh");
+    tar2sqfs(&src, &t2s, "gzip");
+    for img in [mk, t2s] {
+        let ar = Archive::open(&img).unwrap();
+        let many = ar.lookup("/many", false).unwrap().unwrap();
+        for i in (0..tree::MANY).rev() {
+            let name = format!("f{i:05}");
+            let e = ar.lookup_in(&many, name.as_bytes()).unwrap();
+            let e = e.unwrap_or_else(|| panic!("{name} not found in {img:?}"));
+            assert_eq!(e.name, name.as_bytes());
+            let ino = ar.inode(e.inode).unwrap();
+            let mut buf = [0u8; 16];
+            let n = ar.read_at(&ino, 0, &mut buf).unwrap();
+            assert_eq!(&buf[..n], format!("{i}\n").as_bytes());
+        }
+        for miss in ["a", "f", "f0", "f00000a", "f02999z", "g", "zz", "zzz"] {
+            assert!(
+                ar.lookup_in(&many, miss.as_bytes()).unwrap().is_none(),
+                "{miss}"
+            );
+        }
+        assert_eq!(
+            ar.lookup_in(&many, b"zz-subdir").unwrap().unwrap().kind,
+            Kind::Dir
+        );
+        // and the same answers once the whole listing is cached
+        assert_eq!(ar.readdir(&many).unwrap().len(), tree::MANY + 1);
+        assert!(ar.lookup_in(&many, b"f01234").unwrap().is_some());
+        assert!(ar.lookup_in(&many, b"f0").unwrap().is_none());
+    }
+}

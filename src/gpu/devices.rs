@@ -286,7 +286,9 @@ pub fn describe_allowed(allowed: &[GpuNode]) -> String {
 /// Pick the GPUs for `request` among `allowed` (sorted with [`sort_allowed`]) and say how
 /// CUDA_VISIBLE_DEVICES must read inside, where only the chosen GPUs exist: indices are renumbered
 /// from 0 in allowed order and written in the caller's order; UUIDs stay UUIDs; MIG devices are
-/// named by their MIG UUID. `-1` ends the list, as in CUDA; duplicates count once.
+/// named by their MIG UUID. `-1` ends the list, as in CUDA; duplicates count once. `all` asked
+/// for explicitly names every GPU (a caller's CUDA_VISIBLE_DEVICES=all would hide them all from
+/// CUDA); by default it is left alone.
 pub fn select(
     allowed: &[GpuNode],
     request: &Request,
@@ -302,7 +304,12 @@ pub fn select(
                         mig: None,
                     })
                     .collect(),
-                cuda_visible_devices: None,
+                cuda_visible_devices: (source != Source::Default).then(|| {
+                    (0..allowed.len())
+                        .map(|i| i.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }),
             })
         }
         Request::None | Request::Void => {
@@ -507,7 +514,14 @@ mod tests {
             let got = cvd(&four, req).map_err(|_| ());
             assert_eq!(got, want, "{req:?}");
         }
-        assert_eq!(cvd(&four, "all").unwrap(), (vec![0, 1, 2, 3], None));
+        assert_eq!(
+            cvd(&four, "all").unwrap(),
+            (vec![0, 1, 2, 3], Some("0,1,2,3".into()))
+        );
+        let all = select(&four, &Request::All, Source::Default).unwrap();
+        assert_eq!(all.cuda_visible_devices, None);
+        let all = select(&four, &Request::All, Source::Flag).unwrap();
+        assert_eq!(all.cuda_visible_devices.as_deref(), Some("0,1,2,3"));
         // UUIDs and indices mixed: the index counts among the chosen GPUs
         assert_eq!(
             cvd(&four, &format!("3,{}", u(1))).unwrap(),

@@ -123,6 +123,15 @@ fn driver_version(proc_dir: &Path) -> Option<String> {
     driver::parse_proc_version(&std::fs::read_to_string(proc_dir.join("version")).ok()?)
 }
 
+/// Without /proc/driver/nvidia/version (some sandboxes hide it), ask NVML for the version: load
+/// the first libnvidia-ml.so.1 the library sources offer.
+fn version_from_nvml(sources: &[PathBuf], detail: bool) -> Option<(String, nvml::NvmlInfo)> {
+    let cands = driver::candidates(sources).ok()?;
+    let lib = cands.iter().find(|c| c.name == "libnvidia-ml.so.1")?;
+    let info = nvml::query_in_child(&lib.file, detail).ok()?;
+    Some((info.driver_version.clone()?, info))
+}
+
 static WARNED_NO_DRIVER: AtomicBool = AtomicBool::new(false);
 
 /// Is GPU support asked for? None = off, Some(true) = explicitly, Some(false) = by default.
@@ -195,7 +204,15 @@ pub fn prepare(
         return Ok(None);
     };
     let (dev, proc_dir) = roots(host_env);
-    let Some(version) = driver_version(&proc_dir) else {
+    let sources = driver::library_sources(&opts.driver_paths);
+    let (version, early_nvml) = match driver_version(&proc_dir) {
+        Some(v) => (Some(v), None),
+        None => match version_from_nvml(&sources, false) {
+            Some((v, n)) => (Some(v), Some(n)),
+            None => (None, None),
+        },
+    };
+    let Some(version) = version else {
         if explicit && !WARNED_NO_DRIVER.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "gpurun: warning: --nv: no NVIDIA driver on this node ({} is missing); running without GPUs",
@@ -231,7 +248,6 @@ pub fn prepare(
             unknown.join(", ")
         ));
     }
-    let sources = driver::library_sources(&opts.driver_paths);
     let libs = driver::choose_libraries(&driver::candidates(&sources)?, &version, &groups);
     if libs.is_empty() {
         return Err(GpuError::NoLibraries {
@@ -245,7 +261,11 @@ pub fn prepare(
     }
 
     // NVML (optional) and the allowed GPUs.
-    let nvml = match nvml::query_in_child(&nvml_lib(&libs), false) {
+    let queried = match early_nvml {
+        Some(n) => Ok(n),
+        None => nvml::query_in_child(&nvml_lib(&libs), false),
+    };
+    let nvml = match queried {
         Ok(n) => Some(n),
         Err(e) => {
             warnings.push(format!("{e}; GPUs are matched by device minor number"));
@@ -413,7 +433,7 @@ pub struct GpuListEntry {
     pub index: usize,
     pub path: PathBuf,
     pub minor: u32,
-    #[serde(flatten)]
+    /// What NVML says about it (its own `index` counts the GPUs NVML sees).
     pub nvml: Option<nvml::NvmlGpu>,
 }
 
@@ -432,12 +452,18 @@ pub struct GpuList {
 /// The GPUs this process may use, with NVML's details where NVML works.
 pub fn list(driver_paths: &[PathBuf], host_env: &[(String, String)]) -> Result<GpuList, GpuError> {
     let (dev, proc_dir) = roots(host_env);
-    let version = driver_version(&proc_dir);
+    let sources = driver::library_sources(driver_paths);
     let (mut nvml, mut nvml_error) = (None, None);
+    let version = driver_version(&proc_dir).or_else(|| {
+        let (v, n) = version_from_nvml(&sources, true)?;
+        nvml = Some(n);
+        Some(v)
+    });
     match &version {
+        Some(_) if nvml.is_some() => {}
         Some(v) => {
             let libs = driver::choose_libraries(
-                &driver::candidates(&driver::library_sources(driver_paths))?,
+                &driver::candidates(&sources)?,
                 v,
                 &[driver::Group::Utility],
             );

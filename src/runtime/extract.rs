@@ -54,6 +54,7 @@ pub fn cached_rootfs(
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
+    remove_stale(&base, nanos);
     let tmp = base.join(format!(".tmp-{key}-{}-{nanos}", std::process::id()));
     std::fs::create_dir(&tmp).map_err(io(&tmp))?;
     if let Err(e) = extract_tree(image, archive, &tmp) {
@@ -70,6 +71,28 @@ pub fn cached_rootfs(
         Err(e) => {
             remove_tree(&tmp);
             Err(io(&dest)(e))
+        }
+    }
+}
+
+/// Temporary trees left by extractions that died (killed, node crash) are removed once a day
+/// old. Their age comes from the start time in their name: their mtime is not a clue, since a
+/// finished tree gets the image's own root mtime just before it is renamed.
+const STALE_NANOS: u128 = 24 * 3600 * 1_000_000_000;
+
+fn tmp_started(name: &str) -> Option<u128> {
+    name.strip_prefix(".tmp-")?.rsplit('-').next()?.parse().ok()
+}
+
+fn remove_stale(base: &Path, now: u128) {
+    let Ok(rd) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let started = name.to_str().and_then(tmp_started);
+        if started.is_some_and(|t| now.saturating_sub(t) > STALE_NANOS) {
+            remove_tree(&e.path());
         }
     }
 }
@@ -276,4 +299,30 @@ fn write_file(ar: &Archive, ino: &Inode, p: &Path, buf: &mut [u8]) -> Result<(),
     f.set_permissions(std::fs::Permissions::from_mode(safe_mode(ino)))
         .map_err(WriteError::Io)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stale_temporary_trees() {
+        assert_eq!(
+            tmp_started(".tmp-abc123-42-1700000000000000000"),
+            Some(1_700_000_000_000_000_000)
+        );
+        assert_eq!(tmp_started("abc123"), None);
+        assert_eq!(tmp_started(".tmp-x-1-notanumber"), None);
+        let d = tempfile::tempdir().unwrap();
+        let now = 10 * STALE_NANOS;
+        let old = d.path().join(format!(".tmp-k-1-{}", now - STALE_NANOS - 1));
+        let young = d.path().join(format!(".tmp-k-2-{}", now - 1000));
+        let done = d.path().join("k");
+        for p in [&old, &young, &done] {
+            std::fs::create_dir_all(p.join("sub")).unwrap();
+        }
+        std::fs::set_permissions(old.join("sub"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        remove_stale(d.path(), now);
+        assert!(!old.exists() && young.exists() && done.exists());
+    }
 }

@@ -657,17 +657,7 @@ fn parent_loop(
     Ok(match status {
         WaitStatus::Exited(_, code) => code,
         WaitStatus::Signaled(_, sig, _) if hold.is_some() && sig == Signal::SIGTERM => 0,
-        WaitStatus::Signaled(_, sig, core) => {
-            if !core {
-                // Die the same way, so shells and Slurm see the signal, not a number.
-                unsafe { libc::signal(sig as i32, libc::SIG_DFL) };
-                let mut m = SigSet::empty();
-                m.add(sig);
-                let _ = m.thread_unblock();
-                let _ = nix::sys::signal::raise(sig);
-            }
-            128 + sig as i32
-        }
+        WaitStatus::Signaled(_, sig, core) => die_by(sig, core),
         _ => exit::GPURUN_FAILED,
     })
 }
@@ -676,6 +666,11 @@ fn parent_loop(
 fn kill_descendants() {
     let me = std::process::id() as i32;
     loop {
+        // No child at all means no descendant either (orphans are re-parented to us): the usual
+        // case, and it spares a scan of /proc on every exit.
+        if waitpid(None, Some(WaitPidFlag::WNOHANG)) == Err(Errno::ECHILD) {
+            return;
+        }
         let mut children: std::collections::HashMap<i32, Vec<i32>> = Default::default();
         if let Ok(rd) = std::fs::read_dir("/proc") {
             for e in rd.flatten() {

@@ -381,6 +381,21 @@ pub fn plan(
         mounts.push(Mount::bind(src, dst, ro));
     }
 
+    // `srun --mpi=pmix`: Slurm's PMIx server keeps the socket and shared-memory files its ranks
+    // open in PMIX_SERVER_TMPDIR, under slurmd's spool directory (/var/spool/slurmd/pmix.J.S):
+    // the ranks in the container must find it at the same path.
+    if let Some((_, dir)) = host.env.iter().find(|(k, _)| k == "PMIX_SERVER_TMPDIR") {
+        let dir = normalize(Path::new(dir));
+        let covered = mounts.iter().any(|m| {
+            matches!(m.source, MountSource::Bind { .. })
+                && dir.starts_with(&m.dst)
+                && m.dst != Path::new("/")
+        });
+        if dir.is_absolute() && !covered && (host.exists)(&dir) {
+            mounts.push(Mount::bind(&dir, &dir, false));
+        }
+    }
+
     // The working directory: kept from the host, bound when nothing else brings it in.
     let cwd = match &req.pwd {
         Some(p) if !p.is_absolute() => return Err(PlanError::RelativePwd(p.clone())),
@@ -505,6 +520,68 @@ mod tests {
             exists: &image_exists,
         };
         plan(req, &action, &host, &image, extras)
+    }
+
+    #[test]
+    fn pmix_server_directory_is_bound() {
+        let plan_with = |env: Vec<(String, String)>, req: &Request| {
+            let host = HostView {
+                uid: 1000,
+                gid: 100,
+                user: "alice".into(),
+                group: "users".into(),
+                home: "/home/alice".into(),
+                shell: None,
+                cwd: "/home/alice".into(),
+                env,
+                dev: Vec::new(),
+                exists: &host_exists,
+            };
+            let image = ImageView {
+                root: RootSource::Squashfs("/img.sqsh".into()),
+                meta: ImageMeta::default(),
+                passwd: None,
+                group: None,
+                exists: &image_exists,
+            };
+            plan(
+                req,
+                &Action::Exec(vec!["true".into()]),
+                &host,
+                &image,
+                &Extras::default(),
+            )
+            .unwrap()
+        };
+        let pmix = |d: &str| vec![("PMIX_SERVER_TMPDIR".to_string(), d.to_string())];
+        let spool = "/var/spool/slurmd/pmix.7.0";
+        let p = plan_with(pmix("/var/spool/slurmd/pmix.7.0/"), &Request::default());
+        let m = find(&p, spool).expect("PMIx directory bound");
+        assert!(matches!(&m.source, MountSource::Bind { src, .. } if src == Path::new(spool)));
+        let contain = Request {
+            contain: true,
+            ..Default::default()
+        };
+        assert!(find(&plan_with(pmix(spool), &contain), spool).is_some());
+        // already visible through the /tmp bind; missing on the host; relative; unset
+        for env in [
+            pmix("/tmp/pmix.7.0"),
+            pmix("/missing/pmix"),
+            pmix("rel"),
+            vec![],
+        ] {
+            let p = plan_with(env.clone(), &Request::default());
+            assert_eq!(
+                p.mounts
+                    .iter()
+                    .filter(|m| m.dst.starts_with("/tmp/pmix.7.0")
+                        || m.dst.starts_with("/missing")
+                        || m.dst == Path::new("rel"))
+                    .count(),
+                0,
+                "{env:?}"
+            );
+        }
     }
 
     fn dsts(p: &Plan) -> Vec<String> {

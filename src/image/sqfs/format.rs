@@ -198,6 +198,20 @@ pub struct DirLoc {
     /// Listing size in bytes (the stored size minus the 3 that squashfs adds for . and ..).
     pub size: u32,
     pub parent_number: u32,
+    /// Directory index (extended directories of more than one metadata block): where the
+    /// listing header holding each name onwards starts, so a lookup can skip ahead.
+    pub index: Vec<DirIndex>,
+}
+
+/// One directory index entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirIndex {
+    /// Byte offset of a listing header from the start of the listing.
+    pub offset: u32,
+    /// Metadata block holding it, relative to the directory table start.
+    pub block: u32,
+    /// First name under that header.
+    pub name: Vec<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -278,12 +292,27 @@ pub fn parse_inode(
             let size = src.u32()?;
             let block = src.u32()?;
             let parent_number = src.u32()?;
-            let _index_count = src.u16()?;
+            let index_count = src.u16()?;
             let offset = src.u16()?;
             ino.xattr = opt(src.u32()?);
-            // The directory index that follows is only a lookup accelerator; listings are
-            // parsed whole and cached, so it is not read.
-            ino.body = Body::Dir(dir_loc(block, offset, size, parent_number)?);
+            let mut loc = dir_loc(block, offset, size, parent_number)?;
+            for _ in 0..index_count {
+                let offset = src.u32()?;
+                let block = src.u32()?;
+                let name_len = src.u32()? as usize + 1;
+                if name_len > MAX_NAME || offset > loc.size {
+                    return Err(format!(
+                        "directory index entry ({name_len} bytes at {offset})"
+                    ));
+                }
+                let name = src.take(name_len)?;
+                loc.index.push(DirIndex {
+                    offset,
+                    block,
+                    name,
+                });
+            }
+            ino.body = Body::Dir(loc);
         }
         (Kind::File, ext) => {
             let (blocks_start, frag, frag_off) = if ext {
@@ -365,6 +394,7 @@ fn dir_loc(block: u32, offset: u16, size: u32, parent_number: u32) -> FormatResu
         offset,
         size: size - 3,
         parent_number,
+        index: Vec::new(),
     })
 }
 
@@ -379,6 +409,19 @@ pub struct DirEntry {
 /// Parse a whole directory listing of `size` bytes.
 pub fn parse_dir(src: &mut impl ByteSource, size: u32) -> FormatResult<Vec<DirEntry>> {
     let mut out = Vec::new();
+    scan_dir(src, size, |e| {
+        out.push(e);
+        true
+    })?;
+    Ok(out)
+}
+
+/// Parse `size` bytes of a listing, handing each entry to `f` until it returns false.
+pub fn scan_dir(
+    src: &mut impl ByteSource,
+    size: u32,
+    mut f: impl FnMut(DirEntry) -> bool,
+) -> FormatResult<()> {
     let mut left = size as usize;
     while left > 0 {
         if left < 12 {
@@ -414,14 +457,17 @@ pub fn parse_dir(src: &mut impl ByteSource, size: u32) -> FormatResult<Vec<DirEn
                     String::from_utf8_lossy(&name)
                 ));
             }
-            out.push(DirEntry {
+            let entry = DirEntry {
                 name,
                 inode: (start as u64) << 16 | offset as u64,
                 kind,
-            });
+            };
+            if !f(entry) {
+                return Ok(());
+            }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// One xattr key as stored: full name with prefix, and whether the value is out of line.
@@ -578,9 +624,35 @@ mod tests {
                 block: 40,
                 offset: 12,
                 size: 27,
-                parent_number: 1
+                parent_number: 1,
+                index: vec![]
             })
         );
+        // extended dir with a two-entry index
+        let mut b = header(8);
+        le32(&mut b, &[2, 9000, 40, 1]);
+        b.extend_from_slice(&2u16.to_le_bytes());
+        b.extend_from_slice(&12u16.to_le_bytes());
+        le32(&mut b, &[INVALID_U32]);
+        for (off, blk, name) in [(0u32, 40u32, &b"aa"[..]), (8000, 41, b"mm")] {
+            le32(&mut b, &[off, blk, name.len() as u32 - 1]);
+            b.extend_from_slice(name);
+        }
+        let ino = parse_inode(&mut &b[..], 4096, 100).unwrap();
+        let Body::Dir(loc) = ino.body else { panic!() };
+        assert_eq!((loc.size, loc.index.len()), (8997, 2));
+        assert_eq!(
+            loc.index[1],
+            DirIndex {
+                offset: 8000,
+                block: 41,
+                name: b"mm".to_vec()
+            }
+        );
+        // an index entry pointing past the listing is refused
+        let at = b.len() - 14;
+        b[at..at + 4].copy_from_slice(&9999u32.to_le_bytes());
+        assert!(parse_inode(&mut &b[..], 4096, 100).is_err());
         // bad type
         assert!(parse_inode(&mut &header(15)[..], 4096, 100).is_err());
         assert!(parse_inode(&mut &header(0)[..], 4096, 100).is_err());

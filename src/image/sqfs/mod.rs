@@ -103,8 +103,46 @@ impl Inode {
 struct Caches {
     meta: Mutex<LruCache<u64, Arc<MetaBlock>>>,
     data: Mutex<LruCache<u64, Arc<Vec<u8>>>>,
-    inodes: Mutex<LruCache<u64, Arc<Inode>>>,
-    dirs: Mutex<LruCache<u64, Arc<Vec<DirEntry>>>>,
+    inodes: Mutex<Weighted<Inode>>,
+    dirs: Mutex<Weighted<Vec<DirEntry>>>,
+}
+
+/// An LRU bounded by the bytes its values hold rather than by their count: parsed inodes and
+/// listings vary from a few bytes to megabytes (a huge file's block list, a huge directory).
+struct Weighted<V> {
+    lru: LruCache<u64, (Arc<V>, usize)>,
+    total: usize,
+    budget: usize,
+}
+
+impl<V> Weighted<V> {
+    fn new(budget: usize) -> Weighted<V> {
+        Weighted {
+            lru: LruCache::unbounded(),
+            total: 0,
+            budget,
+        }
+    }
+
+    fn get(&mut self, k: u64) -> Option<Arc<V>> {
+        self.lru.get(&k).map(|(v, _)| v.clone())
+    }
+
+    fn put(&mut self, k: u64, v: Arc<V>, weight: usize) {
+        if weight > self.budget / 4 {
+            return; // one value must not flush everything else
+        }
+        if let Some((_, old)) = self.lru.put(k, (v, weight)) {
+            self.total -= old;
+        }
+        self.total += weight;
+        while self.total > self.budget {
+            match self.lru.pop_lru() {
+                Some((_, (_, w))) => self.total -= w,
+                None => break,
+            }
+        }
+    }
 }
 
 struct MetaBlock {
@@ -118,8 +156,8 @@ struct MetaBlock {
 /// from the page cache cheaply.
 const META_CACHE_BLOCKS: usize = 8192; // 64 MiB at most
 const DATA_CACHE_BYTES: usize = 64 << 20;
-const INODE_CACHE: usize = 65536;
-const DIR_CACHE: usize = 16384;
+const INODE_CACHE_BYTES: usize = 32 << 20;
+const DIR_CACHE_BYTES: usize = 32 << 20;
 const MAX_SYMLINKS: usize = 40;
 
 pub struct Archive {
@@ -200,8 +238,8 @@ impl Archive {
             caches: Caches {
                 meta: cache(META_CACHE_BLOCKS),
                 data: cache(data_blocks.max(16)),
-                inodes: cache(INODE_CACHE),
-                dirs: cache(DIR_CACHE),
+                inodes: Mutex::new(Weighted::new(INODE_CACHE_BYTES)),
+                dirs: Mutex::new(Weighted::new(DIR_CACHE_BYTES)),
             },
             max_blocks,
             sb,
@@ -297,9 +335,17 @@ impl Archive {
         if let Some(b) = lock(&self.caches.meta).get(&pos) {
             return Ok(b.clone());
         }
-        let h = self.pread(pos, 2)?;
-        let (len, compressed) = format::meta_header(u16::from_le_bytes([h[0], h[1]]));
-        let raw = self.pread(pos + 2, len)?;
+        // One read for header and block (a block is at most 2 + 8192 bytes on disk).
+        let want = (2 + format::METADATA_SIZE as u64).min(self.sb.bytes_used.saturating_sub(pos));
+        let mut raw = self.pread(pos, (want as usize).max(2))?;
+        let (len, compressed) = format::meta_header(u16::from_le_bytes([raw[0], raw[1]]));
+        if len + 2 > raw.len() {
+            return Err(self.corrupt(format!(
+                "metadata block at {pos} runs past the end of the image"
+            )));
+        }
+        raw.truncate(len + 2);
+        raw.drain(..2);
         let data = if compressed {
             self.comp
                 .decompress(&raw, format::METADATA_SIZE)
@@ -326,7 +372,7 @@ impl Archive {
 
     /// The inode with reference `r`.
     pub fn inode(&self, r: u64) -> Result<Arc<Inode>, SqfsError> {
-        if let Some(i) = lock(&self.caches.inodes).get(&r) {
+        if let Some(i) = lock(&self.caches.inodes).get(r) {
             return Ok(i.clone());
         }
         let block = self.sb.inode_table + (r >> 16);
@@ -340,7 +386,8 @@ impl Archive {
             self.max_blocks,
         ))?;
         let ino = Arc::new(self.cook(r, raw)?);
-        lock(&self.caches.inodes).put(r, ino.clone());
+        let weight = 160 + ino.block_pos.len() * 12 + ino.symlink_target().map_or(0, |t| t.len());
+        lock(&self.caches.inodes).put(r, ino.clone(), weight);
         Ok(ino)
     }
 
@@ -396,7 +443,7 @@ impl Archive {
         let Body::Dir(loc) = &dir.body else {
             return Err(self.corrupt(format!("inode {:#x} read as a directory", dir.r)));
         };
-        if let Some(d) = lock(&self.caches.dirs).get(&dir.r) {
+        if let Some(d) = lock(&self.caches.dirs).get(dir.r) {
             return Ok(d.clone());
         }
         let mut c = self.cursor(
@@ -404,18 +451,50 @@ impl Archive {
             loc.offset as usize,
         );
         let entries = Arc::new(self.fmt(format::parse_dir(&mut c, loc.size))?);
-        lock(&self.caches.dirs).put(dir.r, entries.clone());
+        let weight = entries.iter().map(|e| e.name.len() + 56).sum::<usize>() + 64;
+        lock(&self.caches.dirs).put(dir.r, entries.clone(), weight);
         Ok(entries)
     }
 
-    /// Look a name up in a directory.
+    /// Look a name up in a directory: in its cached listing, else through the directory index
+    /// (parsing only the part of the listing that can hold the name), else in the whole
+    /// listing, which is then cached.
     pub fn lookup_in(&self, dir: &Inode, name: &[u8]) -> Result<Option<DirEntry>, SqfsError> {
-        let entries = self.readdir(dir)?;
-        // Sorted by mksquashfs and tar2sqfs; fall back to a scan if an odd writer did not sort.
-        if let Ok(i) = entries.binary_search_by(|e| e.name.as_slice().cmp(name)) {
-            return Ok(Some(entries[i].clone()));
+        // Listings are sorted by name: the kernel's own squashfs lookup relies on it too.
+        let search = |entries: &[DirEntry]| {
+            entries
+                .binary_search_by(|e| e.name.as_slice().cmp(name))
+                .ok()
+                .map(|i| entries[i].clone())
+        };
+        if let Some(d) = lock(&self.caches.dirs).get(dir.r) {
+            return Ok(search(&d));
         }
-        Ok(entries.iter().find(|e| e.name == name).cloned())
+        let Body::Dir(loc) = &dir.body else {
+            return Err(self.corrupt(format!("inode {:#x} read as a directory", dir.r)));
+        };
+        if loc.index.is_empty() {
+            return Ok(search(&self.readdir(dir)?));
+        }
+        let (mut block, mut skip) = (loc.block, 0);
+        for ix in loc.index.iter().take_while(|ix| ix.name.as_slice() <= name) {
+            (block, skip) = (ix.block, ix.offset);
+        }
+        let offset = (loc.offset as usize + skip as usize) % format::METADATA_SIZE;
+        let mut c = self.cursor(self.sb.directory_table + block as u64, offset);
+        let mut found = None;
+        let scan = format::scan_dir(&mut c, loc.size - skip, |e| {
+            match e.name.as_slice().cmp(name) {
+                std::cmp::Ordering::Less => true,
+                std::cmp::Ordering::Equal => {
+                    found = Some(e);
+                    false
+                }
+                std::cmp::Ordering::Greater => false,
+            }
+        });
+        self.fmt(scan)?;
+        Ok(found)
     }
 
     /// Resolve an absolute path inside the image, following symlinks inside the image
@@ -693,6 +772,30 @@ impl ByteSource for MetaCursor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn archive_is_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Archive>();
+        send_sync::<Arc<Inode>>();
+    }
+
+    #[test]
+    fn weighted_cache_keeps_to_its_budget() {
+        let mut c = Weighted::new(100);
+        for k in 0..10 {
+            c.put(k, Arc::new(k), 20);
+        }
+        assert!(c.total <= 100);
+        assert!(c.get(0).is_none(), "oldest evicted");
+        assert_eq!(c.get(9).as_deref(), Some(&9));
+        c.put(3, Arc::new(3), 20);
+        c.put(3, Arc::new(33), 10);
+        assert_eq!(c.get(3).as_deref(), Some(&33));
+        assert_eq!(c.total, c.lru.iter().map(|(_, (_, w))| w).sum::<usize>());
+        c.put(99, Arc::new(99), 60); // more than a quarter: not cached
+        assert!(c.get(99).is_none());
+    }
 
     #[test]
     fn path_components() {

@@ -1,0 +1,97 @@
+//! Moving a task into the holder's container: the only syscalls that change a task's view of the
+//! system. Runs in slurm_spank_task_init, in the forked task (single-threaded, already the user),
+//! just before slurmstepd execs the command — which it then looks up in the container's PATH.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use crate::state::Holder;
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+fn check(what: &str, r: libc::c_int) -> Result<(), String> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("{what}: {}", io::Error::last_os_error()))
+    }
+}
+
+fn open_ns(pid: i32, ns: &str) -> Result<OwnedFd, String> {
+    let p = format!("/proc/{pid}/ns/{ns}");
+    std::fs::File::open(&p)
+        .map(OwnedFd::from)
+        .map_err(|e| format!("open {p}: {e} (did the container's holder exit?)"))
+}
+
+/// Join the holder's user and mount namespaces, then make the container root this task's root.
+/// Returns a warning for the user when the working directory had to change.
+pub fn enter(h: &Holder) -> Result<Option<String>, String> {
+    // both opened before joining anything: after setns(user) /proc/PID may look different
+    let user = open_ns(h.pid, "user")?;
+    let mnt = open_ns(h.pid, "mnt")?;
+    let root = cpath(&h.root).map_err(|e| format!("{}: {e}", h.root.display()))?;
+    let cwd = cpath(&h.cwd).map_err(|e| format!("{}: {e}", h.cwd.display()))?;
+    let mut warning = None;
+    // SAFETY: plain syscalls on valid fds and NUL-terminated paths; the task is single-threaded,
+    // which setns(CLONE_NEWUSER) requires.
+    unsafe {
+        // the holder's user namespace belongs to this same user: joining it gives the
+        // capabilities needed for the mount namespace and pivot_root, inside it only
+        check(
+            "setns(user namespace)",
+            libc::setns(user.as_raw_fd(), libc::CLONE_NEWUSER),
+        )?;
+        check(
+            "setns(mount namespace)",
+            libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS),
+        )?;
+        // a private copy, so pivot_root here changes neither the holder nor the other tasks
+        check("unshare(CLONE_NEWNS)", libc::unshare(libc::CLONE_NEWNS))?;
+        // pivot_root refuses shared mounts; slave keeps receiving the holder's later unmounts
+        check(
+            "make / rslave",
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_SLAVE,
+                std::ptr::null(),
+            ),
+        )?;
+        if h.root != Path::new("/") {
+            check(
+                &format!("chdir {}", h.root.display()),
+                libc::chdir(root.as_ptr()),
+            )?;
+            // pivot_root(".", "."): the old root ends up on top of the new one, then goes away
+            check(
+                "pivot_root",
+                libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int,
+            )?;
+            check(
+                "unmount the old root",
+                libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
+            )?;
+        }
+        // as `gpurun exec` does: a working directory missing in the image is not fatal
+        if libc::chdir(cwd.as_ptr()) != 0 {
+            check("chdir / in the container", libc::chdir(c"/".as_ptr()))?;
+            warning = Some(format!(
+                "warning: working directory {} does not exist in the container; using /",
+                h.cwd.display()
+            ));
+        }
+        // as for `gpurun exec`: nothing in the container gains privileges through exec
+        check(
+            "PR_SET_NO_NEW_PRIVS",
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+        )?;
+    }
+    Ok(warning)
+}

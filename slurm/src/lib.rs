@@ -1,0 +1,20 @@
+//! gpurun's SPANK plugin: `srun --container-image=IMAGE …` runs the step's tasks in a gpurun
+//! container, with pyxis's option names (`--container-mounts`, `--container-workdir`,
+//! `--container-env`, `--container-writable`, `--container-remap-root`,
+//! `--no-container-mount-home`).
+//!
+//! Per job step and node, slurmstepd starts one `gpurun hold` as the user (user_init), which
+//! mounts the image and prepares the container exactly as `gpurun exec` would; every task of the
+//! step on that node then joins it (task_init: setns + pivot_root), so 64 ranks mount once. The
+//! holder is stopped, and the image unmounted, when the step ends (exit).
+//!
+//! Everything that can be decided without Slurm is in pure modules with unit tests (`options`,
+//! `state`); `holder` and `join` make the syscalls; `plugin` is the C ABI. The ABI module is left
+//! out of test builds: its `spank_*` symbols only exist inside Slurm's processes.
+
+pub mod holder;
+pub mod join;
+pub mod options;
+#[cfg(not(test))]
+mod plugin;
+pub mod state;

@@ -1,0 +1,442 @@
+//! The SPANK ABI: exported symbols, the subset of <slurm/spank.h> used, and the callbacks.
+//!
+//! Undefined `spank_*`/`slurm_*` symbols resolve at dlopen() from libslurmfull.so, which srun,
+//! sbatch, salloc, slurmd and slurmstepd all link; the plugin must not link libslurm (it does not
+//! export them). rustc links cdylibs with BIND_NOW, so only APIs present in Slurm 22.05 are used.
+#![allow(non_camel_case_types, non_upper_case_globals)]
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_uint, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use crate::holder::{self, Creds, Running, Spec};
+use crate::join;
+use crate::options::{self, ContainerOpts, PluginArgs, OPTIONS};
+use crate::state::{self, EnvChange};
+
+include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
+
+// What SPANK_PLUGIN(gpurun, 1) defines. The loader reads the symbols' addresses as C strings,
+// hence byte arrays; plugin_version must match the running Slurm's major.minor.
+#[no_mangle]
+pub static plugin_name: [u8; 7] = *b"gpurun\0";
+#[no_mangle]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+#[no_mangle]
+pub static plugin_version: c_uint = SLURM_VERSION_NUMBER;
+#[no_mangle]
+pub static spank_plugin_version: c_uint = 1;
+
+#[repr(C)]
+pub struct spank_handle {
+    _private: [u8; 0],
+}
+type spank_t = *mut spank_handle;
+type spank_opt_cb_f = Option<unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int>;
+
+#[repr(C)]
+struct spank_option {
+    name: *const c_char,
+    arginfo: *const c_char,
+    usage: *const c_char,
+    has_arg: c_int,
+    val: c_int,
+    cb: spank_opt_cb_f,
+}
+
+// enum spank_context
+const S_CTX_LOCAL: c_int = 1;
+const S_CTX_REMOTE: c_int = 2;
+const S_CTX_ALLOCATOR: c_int = 3;
+// enum spank_item
+const S_JOB_UID: c_int = 0;
+const S_JOB_GID: c_int = 1;
+const S_JOB_ID: c_int = 2;
+const S_JOB_STEPID: c_int = 3;
+const S_JOB_ENV: c_int = 10;
+const S_TASK_ID: c_int = 11;
+const S_JOB_SUPPLEMENTARY_GIDS: c_int = 19;
+const ESPANK_SUCCESS: c_int = 0;
+/// Step ids from here up are the batch script, the extern step, the interactive step…
+const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
+
+extern "C" {
+    fn spank_option_register(sp: spank_t, opt: *const spank_option) -> c_int;
+    fn spank_get_item(sp: spank_t, item: c_int, ...) -> c_int;
+    fn spank_setenv(sp: spank_t, var: *const c_char, val: *const c_char, overwrite: c_int)
+        -> c_int;
+    fn spank_unsetenv(sp: spank_t, var: *const c_char) -> c_int;
+    fn spank_context() -> c_int;
+    fn slurm_error(fmt: *const c_char, ...);
+    fn slurm_info(fmt: *const c_char, ...);
+    fn slurm_debug(fmt: *const c_char, ...);
+    fn slurm_spank_log(fmt: *const c_char, ...);
+}
+
+/// Exit status of a task that cannot be started in its container: "gpurun itself failed", as
+/// from `gpurun exec`.
+const GPURUN_FAILED: c_int = 125;
+
+/// How long the holder gets to unmount after SIGTERM at step end.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Per-process plugin state. Each srun/sbatch/slurmstepd loads the plugin afresh; the forked
+/// tasks of a step inherit slurmstepd's copy, which is how they find the holder.
+#[derive(Default)]
+struct Plugin {
+    args: PluginArgs,
+    opts: ContainerOpts,
+    /// Set in user_init: the ready container, or why there is none.
+    step: Option<Result<Step, String>>,
+}
+
+struct Step {
+    running: Running,
+    /// The environment the holder was started with.
+    env: HashMap<String, String>,
+}
+
+fn plugin() -> MutexGuard<'static, Plugin> {
+    static P: OnceLock<Mutex<Plugin>> = OnceLock::new();
+    // a panic is caught at the callback boundary; the state stays usable
+    P.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Never let a panic unwind into Slurm's C frames (that would abort srun or slurmstepd).
+fn guard(name: &str, f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        log_error(&format!("gpurun: internal error (panic) in {name}"));
+        -1
+    })
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s.replace('\0', " ")).unwrap_or_default()
+}
+
+// Messages are always passed as "%s" arguments, never as the format.
+fn log_error(msg: &str) {
+    let m = cstring(msg);
+    unsafe { slurm_error(c"%s".as_ptr(), m.as_ptr()) }
+}
+/// In srun/sbatch: a line on the user's terminal without Slurm's "error:".
+fn log_warning(msg: &str) {
+    let m = cstring(msg);
+    unsafe { slurm_info(c"%s".as_ptr(), m.as_ptr()) }
+}
+fn log_debug(msg: &str) {
+    let m = cstring(msg);
+    unsafe { slurm_debug(c"%s".as_ptr(), m.as_ptr()) }
+}
+/// In a task this reaches the job's stderr as one line, without Slurm's "error:" noise.
+fn log_user(msg: &str) {
+    let m = cstring(msg);
+    unsafe { slurm_spank_log(c"%s".as_ptr(), m.as_ptr()) }
+}
+
+fn item_u32(sp: spank_t, item: c_int) -> Option<u32> {
+    let mut v: u32 = 0;
+    (unsafe { spank_get_item(sp, item, &mut v as *mut u32) } == ESPANK_SUCCESS).then_some(v)
+}
+
+/// The job's (or, in a task, the task's) environment.
+fn job_env(sp: spank_t) -> Vec<String> {
+    let mut env: *mut *mut c_char = std::ptr::null_mut();
+    if unsafe { spank_get_item(sp, S_JOB_ENV, &mut env as *mut _) } != ESPANK_SUCCESS
+        || env.is_null()
+    {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    // SAFETY: Slurm hands out its NULL-terminated env array, valid during the callback.
+    unsafe {
+        let mut p = env;
+        while !(*p).is_null() {
+            out.push(CStr::from_ptr(*p).to_string_lossy().into_owned());
+            p = p.add(1);
+        }
+    }
+    out
+}
+
+fn job_creds(sp: spank_t) -> Result<Creds, String> {
+    let uid = item_u32(sp, S_JOB_UID).ok_or("cannot get the job's uid")?;
+    let gid = item_u32(sp, S_JOB_GID).ok_or("cannot get the job's gid")?;
+    let mut gids: *mut libc::gid_t = std::ptr::null_mut();
+    let mut n: c_int = 0;
+    let mut groups = Vec::new();
+    if unsafe {
+        spank_get_item(
+            sp,
+            S_JOB_SUPPLEMENTARY_GIDS,
+            &mut gids as *mut _,
+            &mut n as *mut c_int,
+        )
+    } == ESPANK_SUCCESS
+        && !gids.is_null()
+    {
+        // SAFETY: Slurm's array of n gids.
+        groups.extend_from_slice(unsafe { std::slice::from_raw_parts(gids, n.max(0) as usize) });
+    }
+    if !groups.contains(&gid) {
+        groups.push(gid);
+    }
+    Ok(Creds { uid, gid, groups })
+}
+
+fn normal_step(sp: spank_t) -> Option<(u32, u32)> {
+    let job = item_u32(sp, S_JOB_ID)?;
+    let step = item_u32(sp, S_JOB_STEPID)?;
+    // the batch script runs on the host, as with pyxis: its srun steps get the container
+    // (they inherit the options through SLURM_SPANK_* variables)
+    (step < SLURM_MAX_NORMAL_STEP_ID).then_some((job, step))
+}
+
+struct SyncOpts([spank_option; OPTIONS.len()]);
+// SAFETY: read-only after construction: pointers to 'static C string literals and a function.
+unsafe impl Sync for SyncOpts {}
+unsafe impl Send for SyncOpts {}
+
+static SPANK_OPTIONS: OnceLock<SyncOpts> = OnceLock::new();
+
+fn spank_options() -> &'static SyncOpts {
+    SPANK_OPTIONS.get_or_init(|| {
+        SyncOpts(std::array::from_fn(|i| {
+            let o = &OPTIONS[i];
+            spank_option {
+                name: o.name.as_ptr(),
+                arginfo: o.arginfo.map_or(std::ptr::null(), CStr::as_ptr),
+                usage: o.usage.as_ptr(),
+                has_arg: c_int::from(o.arginfo.is_some()),
+                val: i as c_int,
+                cb: Some(option_cb),
+            }
+        }))
+    })
+}
+
+/// Runs in srun/sbatch/salloc while they parse the command line (errors end the command there,
+/// before anything is submitted) and again in slurmstepd (remote = 1).
+unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    guard("option", || {
+        let arg = (!optarg.is_null()).then(|| unsafe { CStr::from_ptr(optarg) }.to_string_lossy());
+        match plugin().opts.set(val as usize, arg.as_deref()) {
+            Ok(()) => 0,
+            Err(e) => {
+                if remote == 0 {
+                    log_error(&format!("gpurun: {e}"));
+                }
+                -1
+            }
+        }
+    })
+}
+
+fn plugin_args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
+    (0..ac.max(0) as usize)
+        .map(|i| {
+            unsafe { CStr::from_ptr(*av.add(i)) }
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// Every context. Registers the options (spank_option_register, unlike an exported table, also
+/// works for sbatch and salloc) and reads the plugstack.conf arguments.
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    guard("init", || {
+        let args = plugin_args(ac, av);
+        match options::parse_plugin_args(args.iter().map(String::as_str)) {
+            Ok(a) => plugin().args = a,
+            Err(e) => {
+                log_error(&format!("gpurun: plugstack.conf: {e}"));
+                return -1;
+            }
+        }
+        let ctx = unsafe { spank_context() };
+        if ![S_CTX_LOCAL, S_CTX_REMOTE, S_CTX_ALLOCATOR].contains(&ctx) {
+            return 0;
+        }
+        for o in &spank_options().0 {
+            if unsafe { spank_option_register(sp, o) } != ESPANK_SUCCESS {
+                log_error(
+                    "gpurun: cannot register the --container-* options (another plugin has them?)",
+                );
+                return -1;
+            }
+        }
+        0
+    })
+}
+
+/// After option parsing. As with pyxis, other --container-* options without an image leave the
+/// step on the host (`#SBATCH --container-mounts` with an image on some srun lines only), but
+/// srun says so, in case the image was forgotten.
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_init_post_opt(
+    _sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("init_post_opt", || {
+        let p = plugin();
+        if unsafe { spank_context() } == S_CTX_LOCAL
+            && p.opts.image.is_none()
+            && p.opts.has_container_settings()
+        {
+            log_warning(
+                "gpurun: warning: no --container-image: the --container-* options are ignored",
+            );
+        }
+        0
+    })
+}
+
+/// Remote context, once per step on each node, before any task exists (uid 0, euid = user):
+/// start the holder and wait until the container is ready. A failure is kept and reported by
+/// the tasks (a failing user_init makes srun print "launch failed" and still exit 0).
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_user_init(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("user_init", || {
+        let Some((job, step)) = normal_step(sp) else {
+            return 0;
+        };
+        let mut p = plugin();
+        if p.opts.image.is_none() {
+            return 0;
+        }
+        let result = start_holder(sp, &p, job, step);
+        if let Err(e) = &result {
+            log_debug(&format!("gpurun: step {job}.{step}: {e}"));
+        }
+        p.step = Some(result);
+        0
+    })
+}
+
+fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, String> {
+    let env = job_env(sp);
+    let map = state::split_env(env.iter().map(String::as_str));
+    // srun passes the submitting shell's PWD; the holder starts there so relative paths and
+    // the default working directory mean what they mean for `gpurun exec`
+    let cwd = map
+        .get("PWD")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let creds = job_creds(sp)?;
+    let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
+        .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
+    let args = options::holder_args(&p.opts, &cwd, &holder::state_path(&dir))?;
+    log_debug(&format!(
+        "gpurun: {} {}",
+        p.args.gpurun.display(),
+        args.join(" ")
+    ));
+    let spec = Spec {
+        gpurun: &p.args.gpurun,
+        args: &args,
+        env: &env,
+        cwd: &cwd,
+        creds: &creds,
+        dir: &dir,
+        timeout: p.args.timeout,
+    };
+    match holder::start(&spec) {
+        Ok(running) => Ok(Step { running, env: map }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(e)
+        }
+    }
+}
+
+/// Remote context, in each forked task, as the user, just before slurmstepd looks up and execs
+/// the command: set the container's environment and move into it.
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_task_init(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("task_init", || {
+        let p = plugin();
+        let step = match &p.step {
+            None => return 0,
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                // one line per node, not one per rank
+                let mut task: c_int = 0;
+                unsafe { spank_get_item(sp, S_TASK_ID, &mut task as *mut c_int) };
+                fail_task(task == 0, e)
+            }
+        };
+        let task_env = state::split_env(job_env(sp).iter().map(String::as_str));
+        let changes = state::task_env(
+            &step.env,
+            &step.running.holder.env,
+            &task_env,
+            &p.opts.env_from_host,
+        );
+        for c in changes {
+            let rc = match &c {
+                EnvChange::Set(k, v) => unsafe {
+                    spank_setenv(sp, cstring(k).as_ptr(), cstring(v).as_ptr(), 1)
+                },
+                EnvChange::Unset(k) => unsafe { spank_unsetenv(sp, cstring(k).as_ptr()) },
+            };
+            if rc != ESPANK_SUCCESS {
+                fail_task(
+                    true,
+                    &format!("cannot set the task environment ({c:?}): error {rc}"),
+                );
+            }
+        }
+        match join::enter(&step.running.holder) {
+            Ok(None) => {}
+            Ok(Some(warning)) => log_user(&format!("gpurun: {warning}")),
+            Err(e) => fail_task(true, &format!("cannot enter the container: {e}")),
+        }
+        0
+    })
+}
+
+/// End a task that cannot run in its container with gpurun's own exit status, after saying
+/// why in one line on the job's stderr. Returning -1 instead would add Slurm's lines
+/// ("task_init() failed", "Failed to invoke spank plugin stack") and exit status 1.
+fn fail_task(say: bool, msg: &str) -> ! {
+    if say {
+        log_user(&format!("gpurun: {msg}"));
+    }
+    // SAFETY: this is the forked task, about to exec; nothing of slurmstepd's needs unwinding
+    unsafe { libc::_exit(GPURUN_FAILED) }
+}
+
+/// Remote: after the step's tasks have exited, stop the holder (it unmounts the image).
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_exit(
+    _sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("exit", || {
+        if unsafe { spank_context() } != S_CTX_REMOTE {
+            return 0;
+        }
+        if let Some(Ok(mut s)) = plugin().step.take() {
+            s.running.stop(STOP_GRACE);
+        }
+        0
+    })
+}

@@ -1,0 +1,243 @@
+//! What `gpurun hold` reports once the container is ready, and how a task's environment is
+//! derived from it. Pure.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// The holder's state file: `{"pid": N, "root": "/…", "env": ["K=V", …], "cwd": "/…"}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// A process inside the prepared user and mount namespaces.
+    pub pid: i32,
+    /// The container's root, as seen inside that mount namespace.
+    pub root: PathBuf,
+    /// The container's environment as `gpurun exec` would give it.
+    pub env: Vec<(String, String)>,
+    /// The working directory inside the container.
+    pub cwd: PathBuf,
+}
+
+pub fn parse_state(text: &str) -> Result<Holder, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("holder state is not JSON: {e}"))?;
+    let pid = v["pid"]
+        .as_i64()
+        .filter(|p| *p > 0 && *p <= i64::from(i32::MAX))
+        .ok_or("holder state: no valid \"pid\"")? as i32;
+    let path = |k: &str| -> Result<PathBuf, String> {
+        match v[k].as_str() {
+            Some(p) if p.starts_with('/') => Ok(PathBuf::from(p)),
+            _ => Err(format!("holder state: \"{k}\" is not an absolute path")),
+        }
+    };
+    let env = v["env"]
+        .as_array()
+        .ok_or("holder state: no \"env\" array")?
+        .iter()
+        .map(|e| {
+            e.as_str()
+                .and_then(|s| s.split_once('='))
+                .filter(|(k, _)| !k.is_empty())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("holder state: env entry {e} is not \"K=V\""))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Holder {
+        pid,
+        root: path("root")?,
+        env,
+        cwd: path("cwd")?,
+    })
+}
+
+/// A change to apply to the task's environment through spank_setenv / spank_unsetenv.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvChange {
+    Set(String, String),
+    Unset(String),
+}
+
+pub fn split_env<'a>(entries: impl IntoIterator<Item = &'a str>) -> HashMap<String, String> {
+    entries
+        .into_iter()
+        .filter_map(|e| e.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The task's environment inside the container.
+///
+/// * `step`: the step's environment when the holder was started (the holder saw exactly this);
+/// * `container`: the holder's result (host env composed with the image's env by gpurun);
+/// * `task`: the task's environment now: Slurm has added per-task variables (SLURM_PROCID,
+///   PMI ranks…) and may have changed some (CUDA_VISIBLE_DEVICES with --gpus-per-task);
+/// * `from_host`: `--container-env` names, whose host value wins over the image's.
+///
+/// A variable whose task value differs from the step value was set per task by Slurm and is
+/// kept; otherwise the container's value is used, and variables gpurun dropped are unset.
+/// When gpurun renumbered a list the task changed (CUDA_VISIBLE_DEVICES with --gpus-per-task
+/// and no device cgroup: step `2,3` → container `0,1`, task `3`), the task's entries are
+/// translated the same way (`1`).
+pub fn task_env(
+    step: &HashMap<String, String>,
+    container: &[(String, String)],
+    task: &HashMap<String, String>,
+    from_host: &[String],
+) -> Vec<EnvChange> {
+    let per_task = |k: &str| task.get(k) != step.get(k);
+    let mut out = Vec::new();
+    for (k, v) in container {
+        if from_host.contains(k) && task.contains_key(k) {
+            continue;
+        }
+        if let (true, Some(t)) = (per_task(k), task.get(k)) {
+            if let Some(mapped) = step.get(k).and_then(|s| renumber(s, v, t)) {
+                out.push(EnvChange::Set(k.clone(), mapped));
+            }
+            continue;
+        }
+        if task.get(k) != Some(v) {
+            out.push(EnvChange::Set(k.clone(), v.clone()));
+        }
+    }
+    let mut dropped: Vec<&String> = step
+        .keys()
+        .filter(|k| !container.iter().any(|(c, _)| c == *k))
+        .filter(|k| !per_task(k) && !from_host.contains(k))
+        .collect();
+    dropped.sort();
+    out.extend(dropped.into_iter().map(|k| EnvChange::Unset(k.clone())));
+    out
+}
+
+/// `task`'s comma-separated entries translated by the position-wise map `step` → `container`;
+/// None when the lists are not such a map (then the task's value stands).
+fn renumber(step: &str, container: &str, task: &str) -> Option<String> {
+    if step == container {
+        return None;
+    }
+    let s: Vec<&str> = step.split(',').collect();
+    let c: Vec<&str> = container.split(',').collect();
+    if s.len() != c.len() {
+        return None;
+    }
+    task.split(',')
+        .map(|t| s.iter().position(|x| *x == t).map(|i| c[i]))
+        .collect::<Option<Vec<_>>>()
+        .map(|v| v.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse() {
+        let h = parse_state(
+            r#"{"pid": 42, "root": "/tmp/r", "env": ["PATH=/usr/bin", "A=b=c", "E="], "cwd": "/w"}"#,
+        )
+        .unwrap();
+        assert_eq!(h.pid, 42);
+        assert_eq!(h.root, PathBuf::from("/tmp/r"));
+        assert_eq!(h.cwd, PathBuf::from("/w"));
+        assert_eq!(
+            h.env,
+            [
+                ("PATH".into(), "/usr/bin".into()),
+                ("A".into(), "b=c".into()),
+                ("E".into(), "".into())
+            ]
+        );
+        for bad in [
+            "",
+            "{",
+            r#"{"pid": 0, "root": "/", "env": [], "cwd": "/"}"#,
+            r#"{"pid": 1, "root": "r", "env": [], "cwd": "/"}"#,
+            r#"{"pid": 1, "root": "/", "env": ["NOEQ"], "cwd": "/"}"#,
+            r#"{"pid": 1, "root": "/", "env": [1], "cwd": "/"}"#,
+            r#"{"pid": 1, "root": "/", "cwd": "/"}"#,
+        ] {
+            assert!(parse_state(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+    fn list(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+    fn set(k: &str, v: &str) -> EnvChange {
+        EnvChange::Set(k.into(), v.into())
+    }
+
+    #[test]
+    fn merge() {
+        let step = env(&[
+            ("PATH", "/host/bin"),
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+            ("HOSTONLY", "x"),
+            ("LANG", "C"),
+            ("KEEP", "host"),
+        ]);
+        let container = list(&[
+            ("PATH", "/usr/local/cuda/bin:/usr/bin"),
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+            ("LANG", "C"),
+            ("IMAGEVAR", "1"),
+            ("KEEP", "image"),
+        ]);
+        // task 1 of a --gpus-per-task step: CUDA_VISIBLE_DEVICES set per task, rank added
+        let mut task = step.clone();
+        task.insert("CUDA_VISIBLE_DEVICES".into(), "1".into());
+        task.insert("SLURM_PROCID".into(), "1".into());
+        let got = task_env(&step, &container, &task, &["KEEP".into()]);
+        assert_eq!(
+            got,
+            [
+                set("PATH", "/usr/local/cuda/bin:/usr/bin"),
+                set("IMAGEVAR", "1"),
+                EnvChange::Unset("HOSTONLY".into()),
+            ]
+        );
+        // without per-task binding the container's (renumbered) value wins
+        let step2 = env(&[("CUDA_VISIBLE_DEVICES", "2,3")]);
+        let container2 = list(&[("CUDA_VISIBLE_DEVICES", "0,1")]);
+        assert_eq!(
+            task_env(&step2, &container2, &step2, &[]),
+            [set("CUDA_VISIBLE_DEVICES", "0,1")]
+        );
+        // --gpus-per-task without a device cgroup: global indices, renumbered by gpurun
+        let step4 = env(&[("CUDA_VISIBLE_DEVICES", "2,3")]);
+        let task4 = env(&[("CUDA_VISIBLE_DEVICES", "3")]);
+        assert_eq!(
+            task_env(&step4, &container2, &task4, &[]),
+            [set("CUDA_VISIBLE_DEVICES", "1")]
+        );
+        // not translatable (unknown entry, lists of other lengths): the task's value stands
+        for (s, c, t) in [("2,3", "0,1", "5"), ("2,3", "0", "3"), ("0,1", "0,1", "1")] {
+            assert_eq!(renumber(s, c, t), None, "{s} {c} {t}");
+        }
+        assert_eq!(renumber("4,6,7", "0,1,2", "7,4").as_deref(), Some("2,0"));
+        // --container-env for a variable the host lacks: the image's value is used
+        assert_eq!(
+            task_env(
+                &env(&[]),
+                &list(&[("KEEP", "image")]),
+                &env(&[]),
+                &["KEEP".into()]
+            ),
+            [set("KEEP", "image")]
+        );
+        // a per-task variable the task no longer has (unset by a plugin) is not brought back,
+        // unless the container sets it
+        let step3 = env(&[("GONE", "1")]);
+        assert_eq!(task_env(&step3, &[], &env(&[]), &[]), []);
+    }
+}

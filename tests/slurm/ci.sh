@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The Slurm part of CI, as root, after `cargo build --workspace`: for each cgroup mode (v1 with
+# ConstrainDevices, then none) start the single-node cluster with the SPANK plugin of this build
+# and run tests/slurm/run-tests.sh as the unprivileged test user; stop the cluster at the end.
+# Prints one "N passed, N failed" line per mode; exit status 1 when a test failed.
+#   GPURUN_TEST_USER (default gpuruntest), SLURM_CI_MODES (default "v1 none")
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+U=${GPURUN_TEST_USER:-gpuruntest}
+SO=$PWD/target/debug/libspank_gpurun.so
+GPURUN=$PWD/target/debug/gpurun
+[ "$(id -u)" = 0 ] || { echo "tests/slurm/ci.sh: run as root (it starts Slurm)" >&2; exit 2; }
+[ -r "$SO" ] && [ -x "$GPURUN" ] || { echo "build first: cargo build --workspace" >&2; exit 2; }
+id "$U" >/dev/null 2>&1 || useradd -m -s /bin/sh "$U"
+status=0; summary=()
+for mode in ${SLURM_CI_MODES:-v1 none}; do
+  echo "=== Slurm, cgroup mode $mode"
+  if ! tests/slurm/cluster.sh start "$mode" "$SO" "gpurun=$GPURUN"; then
+    summary+=("$mode: cluster did not start"); status=1; continue
+  fi
+  runuser -u "$U" -- env GPURUN="$GPURUN" tests/slurm/run-tests.sh | tee "/tmp/gpurun-slurm-tests-$mode.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  summary+=("$mode: $(tail -n 1 "/tmp/gpurun-slurm-tests-$mode.log")")
+done
+tests/slurm/cluster.sh stop
+printf '=== Slurm tests\n'; printf '%s\n' "${summary[@]}"
+exit "$status"

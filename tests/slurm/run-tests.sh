@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# gpurun in real Slurm jobs, as an unprivileged user, on the cluster of tests/slurm/cluster.sh
+# (either cgroup mode; the GPUs are fake /dev/nvidiaN nodes: open() gives ENXIO when the job may
+# use the node and EPERM when the devices cgroup denies it).
+#
+#   plain srun/sbatch + `gpurun exec`: device nodes and CUDA_VISIBLE_DEVICES inside the container
+#     against what the job may open outside, --gres/--gpus/--gpus-per-task, two concurrent jobs,
+#     SLURM_*/PMI*/PMIx variables and the PMIx server directory
+#   the SPANK plugin (when loaded: cluster.sh start MODE PLUGIN.so gpurun=...): every option, one
+#     holder and one image mount shared by the tasks of a step, cleanup, per-task GPUs, #SBATCH,
+#     a registry image (local docker-registry), error lines
+# Without an NVIDIA driver it gives gpurun a fake one (GPURUN_NV_PROC, GPURUN_NV_DRIVER_PATH).
+#
+# Ends with "N passed, N failed"; exit status 1 when a test failed.
+# Environment: GPURUN (default: target/debug/gpurun of this checkout), SLURM_TEST_DIR (scratch,
+# default /tmp/gpurun-slurm-tests.$USER). Every job has a time limit.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+GPURUN=${GPURUN:-$ROOT/target/debug/gpurun}
+W=${SLURM_TEST_DIR:-/tmp/gpurun-slurm-tests.$(id -un)}
+T=(-t 1)   # every job: one minute at most
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "PASS $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+res() {  # status description: `CONDITION; res $? "what it shows"`
+  if [ "$1" = 0 ]; then ok "$2"; else bad "$2"; fi
+}
+
+[ "$(id -u)" != 0 ] || { echo "run this as an unprivileged user (jobs and containers are theirs)" >&2; exit 2; }
+[ -x "$GPURUN" ] || { echo "no gpurun at $GPURUN (cargo build, or set GPURUN)" >&2; exit 2; }
+sinfo -h >/dev/null 2>&1 || { echo "no Slurm cluster answers (tests/slurm/cluster.sh start)" >&2; exit 2; }
+CG=$(scontrol show config | awk '/^TaskPlugin /{print ($3 ~ /cgroup/) ? "v1" : "none"}')
+NGPU=$(ls -d /dev/nvidia[0-9]* | wc -l)
+echo "cgroup mode: $CG, fake gpus: $NGPU, user: $(id -un), gpurun: $GPURUN"
+
+# ------------------------------------------------------------------- the image
+rm -rf "$W"; mkdir -p "$W/data"; chmod 755 "$W"; cd "$W" || exit 2
+R=$W/rootfs
+mkdir -p "$R"/{bin,etc,tmp,root,proc,sys,dev,data,.gpurun} "$R/home/$(id -un)"
+cp /bin/busybox "$R/bin/" || { echo "busybox-static is needed" >&2; exit 2; }
+for a in $("$R/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$R/bin/$a"; done
+echo 'root:x:0:0:root:/root:/bin/sh' > "$R/etc/passwd"; echo 'root:x:0:' > "$R/etc/group"
+echo image > "$R/etc/gpurun-test-marker"
+printf '{"env": ["PATH=/bin", "FOO=image"]}\n' > "$R/.gpurun/meta.json"
+# What a task sees: GPU variables, which /dev/nvidiaN exist and which open() allows,
+# Slurm/PMI variables, its user namespace and the device of its root (one mount per step
+# shows as one device number), whether it runs in the image, the gpurun holders running.
+cat > "$R/probe" <<'EOF'
+#!/bin/sh
+# the state files of the `gpurun hold` processes running (each holder is two processes)
+holders() {
+  for c in /proc/[0-9]*/cmdline; do
+    a=$( { tr '\0' '\n' < "$c"; } 2>/dev/null)
+    case "$a" in *gpurun*hold*--state*) echo "$a" | sed -n '/^--state$/{n;p;}' ;; esac
+  done | sort -u
+}
+for v in CUDA_VISIBLE_DEVICES SLURM_JOB_GPUS SLURM_STEP_GPUS SLURM_JOB_ID SLURM_STEP_ID SLURM_PROCID \
+         SLURM_LOCALID SLURM_NTASKS PMI_RANK PMI_FD PMIX_RANK PMIX_NAMESPACE PMIX_SERVER_TMPDIR FOO; do
+  eval "echo $v=\${$v-unset}"
+done
+nodes=""; open=""
+for d in /dev/nvidia[0-9]*; do
+  [ -e "$d" ] || continue
+  nodes="$nodes,${d#/dev/nvidia}"
+  case "$( (exec 3<"$d") 2>&1 )" in *"not permitted"*) ;; *) open="$open,${d#/dev/nvidia}" ;; esac
+done
+echo "NODES=${nodes#,}"
+echo "OPENABLE=${open#,}"
+[ -n "${PMIX_SERVER_TMPDIR-}" ] && [ -d "$PMIX_SERVER_TMPDIR" ] && echo PMIX_DIR=yes || echo PMIX_DIR=no
+echo "MARKER=$(cat /etc/gpurun-test-marker 2>/dev/null || echo host)"
+echo "USERNS=$(readlink /proc/self/ns/user)"
+echo "ROOTDEV=$(awk '$5 == "/" {print $3}' /proc/self/mountinfo | tail -1)"
+echo "HOLDERS=$(holders | grep -c .)"
+echo "PWD=$(pwd)"
+echo "UID=$(id -u)"
+EOF
+chmod 755 "$R/probe"
+mksquashfs "$R" "$W/img.sqsh" -noappend -quiet -no-progress -all-root >/dev/null || { echo "mksquashfs failed" >&2; exit 2; }
+IMG=$W/img.sqsh
+
+# The fake GPUs have no driver: without one gpurun runs without GPUs. Give it a fake driver the
+# way tests/gpu.rs does (libraries with the real sonames and a version suffix in an ld.so.cache,
+# a /proc/driver/nvidia stand-in); the device nodes stay the cluster's /dev/nvidiaN.
+if [ ! -e /proc/driver/nvidia/version ]; then
+  F=$W/fakenv; mkdir -p "$F/lib" "$F/proc"
+  echo 'int gpurun_fake(void) { return 42; }' > "$F/f.c"
+  for l in libcuda libnvidia-ml; do
+    gcc -shared -fPIC -Wl,-soname,$l.so.1 -o "$F/lib/$l.so.550.54.15" "$F/f.c" || { echo "gcc is needed" >&2; exit 2; }
+    ln -s $l.so.550.54.15 "$F/lib/$l.so.1"
+  done
+  echo "$F/lib" > "$F/ld.so.conf"; /sbin/ldconfig -X -C "$F/ld.so.cache" -f "$F/ld.so.conf"
+  echo 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  (fake)' > "$F/proc/version"
+  echo 'ModifyDeviceFiles: 1' > "$F/proc/params"
+  export GPURUN_NV_PROC=$F/proc GPURUN_NV_DRIVER_PATH=$F/ld.so.cache
+fi
+PROBE="sh $R/probe"   # the same probe, run on the host side of the same step
+
+get() { sed -n "s/^$1=//p" "$2" | head -1; }
+# srun returns before Slurm has released the job; a next job started at once has been seen to
+# get a devices cgroup that still denies its GPU, so GPU tests start on an idle queue
+wait_idle() { for _ in $(seq 100); do [ -z "$(squeue -h -u "$(id -u)")" ] && return; sleep 0.1; done; }
+# the GPU set a job should see inside: what the devices cgroup lets it open (v1), or without
+# confinement the GRES indices Slurm gave it (on this cluster index i is /dev/nvidia i)
+want_nodes() {  # host-probe-file [gres-var]
+  if [ "$CG" = v1 ]; then get OPENABLE "$1"; else get "${2:-SLURM_STEP_GPUS}" "$1"; fi
+}
+seq_csv() { local n; n=$(echo "$1" | tr ',' '\n' | grep -c .); seq -s, 0 $((n - 1)); }
+gpu_case() {  # name host-probe ctr-probe [gres-var]
+  local want nodes cvd
+  want=$(want_nodes "$2" "${4:-}"); nodes=$(get NODES "$3"); cvd=$(get CUDA_VISIBLE_DEVICES "$3")
+  printf '  %-34s host: CVD=%s allowed=%s | container: CVD=%s nodes=%s openable=%s\n' "$1" \
+    "$(get CUDA_VISIBLE_DEVICES "$2")" "$want" "$cvd" "$nodes" "$(get OPENABLE "$3")"
+  [ -n "$want" ] && [ "$nodes" = "$want" ]; res $? "$1: container has exactly /dev/nvidia{$want}"
+  [ "$(get OPENABLE "$3")" = "$nodes" ]; res $? "$1: every GPU node inside opens"
+  [ "$cvd" = "$(seq_csv "$want")" ]; res $? "$1: CUDA_VISIBLE_DEVICES inside is 0..n-1 ($cvd)"
+  [ "$(get SLURM_JOB_ID "$3")" = "$(get SLURM_JOB_ID "$2")" ] && [ "$(get SLURM_PROCID "$3")" = "$(get SLURM_PROCID "$2")" ]; res $? "$1: SLURM_JOB_ID/SLURM_PROCID passed through"
+}
+# one job step: the host probe, then the same probe in the container, outputs to NAME.{host,ctr}
+step_probe='p=$1; shift; '"$PROBE"' > $p.host.$SLURM_PROCID; '"$GPURUN"' exec '"$IMG"' /probe > $p.ctr.$SLURM_PROCID'
+
+echo "--- plain srun/sbatch + gpurun exec"
+wait_idle
+srun "${T[@]}" --gres=gpu:2 sh -c "$step_probe" - gres2 2>err.gres2
+grep -q MARKER=image gres2.ctr.0; res $? "srun --gres=gpu:2 gpurun exec runs in the image" || cat err.gres2
+gpu_case "srun --gres=gpu:2" gres2.host.0 gres2.ctr.0
+
+wait_idle
+srun "${T[@]}" --gpus=1 sh -c "$step_probe" - gpus1 2>err.gpus1
+gpu_case "srun --gpus=1" gpus1.host.0 gpus1.ctr.0
+
+cat > one.sbatch <<EOF
+#!/bin/sh
+#SBATCH --gres=gpu:1
+#SBATCH -t 1
+#SBATCH -o $W/one.out
+$PROBE > $W/batch1.host.0
+$GPURUN exec $IMG /probe > $W/batch1.ctr.0
+EOF
+wait_idle
+sbatch --wait -Q one.sbatch >/dev/null 2>&1
+gpu_case "sbatch --gres=gpu:1 (batch step)" batch1.host.0 batch1.ctr.0 SLURM_JOB_GPUS
+
+# two 2-GPU jobs at once: each holds its GPUs until both have probed
+cat > two.sbatch <<EOF
+#!/bin/sh
+#SBATCH --gres=gpu:2
+#SBATCH -t 1
+#SBATCH -o $W/two-%j.out
+srun -t 1 sh -c '$step_probe' - two.\$SLURM_JOB_ID
+touch two.\$SLURM_JOB_ID.done
+for i in \$(seq 100); do [ \$(ls two.*.done | wc -l) -ge 2 ] && break; sleep 0.1; done
+EOF
+wait_idle
+a=$(sbatch --parsable two.sbatch); b=$(sbatch --parsable two.sbatch)
+running=0
+for _ in $(seq 100); do running=$(squeue -h -t R -j "$a,$b" | wc -l); [ "$running" = 2 ] && break; sleep 0.1; done
+[ "$running" = 2 ]; res $? "two 2-GPU jobs run at the same time"
+for _ in $(seq 300); do [ -z "$(squeue -h -j "$a,$b" 2>/dev/null)" ] && break; sleep 0.2; done
+gpu_case "concurrent job A" "two.$a.host.0" "two.$a.ctr.0"
+gpu_case "concurrent job B" "two.$b.host.0" "two.$b.ctr.0"
+na=$(get NODES "two.$a.ctr.0"); nb=$(get NODES "two.$b.ctr.0")
+[ -n "$na" ] && [ -n "$nb" ] && [ -z "$(comm -12 <(echo "$na" | tr , '\n' | sort) <(echo "$nb" | tr , '\n' | sort))" ]; res $? "concurrent jobs see disjoint GPUs in their containers ($na | $nb)"
+
+wait_idle
+srun "${T[@]}" -n2 --gres=gpu:2 --gpus-per-task=1 sh -c "$step_probe" - gpt 2>err.gpt
+for t in 0 1; do
+  # per task the allowed node comes from the task's own cgroup (v1) or its CUDA_VISIBLE_DEVICES
+  want=$(if [ "$CG" = v1 ]; then get OPENABLE gpt.host.$t; else get CUDA_VISIBLE_DEVICES gpt.host.$t; fi)
+  n=$(get NODES gpt.ctr.$t)
+  echo "  --gpus-per-task=1 task $t: host CVD=$(get CUDA_VISIBLE_DEVICES gpt.host.$t) allowed=$want | container CVD=$(get CUDA_VISIBLE_DEVICES gpt.ctr.$t) nodes=$n"
+  [ -n "$want" ] && [ "$n" = "$want" ]; res $? "--gpus-per-task=1 task $t: container has exactly /dev/nvidia{$want}"
+  [ "$(get CUDA_VISIBLE_DEVICES gpt.ctr.$t)" = 0 ]; res $? "--gpus-per-task=1 task $t: CUDA_VISIBLE_DEVICES=0 inside"
+done
+[ "$(get NODES gpt.ctr.0)" != "$(get NODES gpt.ctr.1)" ]; res $? "--gpus-per-task=1: the two tasks got different GPUs"
+
+srun "${T[@]}" -n2 --mpi=pmix sh -c "$step_probe" - pmix 2>err.pmix
+for t in 0 1; do
+  [ "$(get PMIX_RANK pmix.ctr.$t)" = "$t" ] && [ "$(get PMIX_NAMESPACE pmix.ctr.$t)" = "$(get PMIX_NAMESPACE pmix.host.$t)" ]; res $? "srun --mpi=pmix task $t: PMIX_RANK=$t and PMIX_NAMESPACE inside"
+  [ "$(get PMIX_DIR pmix.ctr.$t)" = yes ]; res $? "srun --mpi=pmix task $t: the PMIx server directory $(get PMIX_SERVER_TMPDIR pmix.host.$t) is reachable inside"
+done
+srun "${T[@]}" -n2 --mpi=pmi2 sh -c "$step_probe" - pmi2 2>err.pmi2
+[ "$(get PMI_RANK pmi2.ctr.1)" = 1 ] && [ "$(get PMI_FD pmi2.ctr.1)" = "$(get PMI_FD pmi2.host.1)" ] && [ "$(get PMI_FD pmi2.ctr.1)" != unset ]; res $? "srun --mpi=pmi2: PMI_RANK and PMI_FD inside"
+
+out=$(srun "${T[@]}" "$GPURUN" exec "$IMG" pwd 2>>stderr.log)
+[ "$out" = "$W" ]; res $? "srun gpurun exec keeps the job's working directory $W ($out)"
+
+echo "--- SPANK plugin"
+if ! srun --help 2>/dev/null | grep -q -- '--container-image='; then
+  bad "SPANK plugin not loaded (tests/slurm/cluster.sh start MODE target/debug/libspank_gpurun.so gpurun=\$PWD/target/debug/gpurun)"
+else
+  opts=$(srun --help 2>/dev/null)
+  for o in container-image= container-mounts= container-workdir= container-env= container-writable container-remap-root no-container-mount-home; do
+    grep -q -- "--$o" <<<"$opts"; res $? "srun --help lists --$o"
+  done
+  srun "${T[@]}" -n2 -o 'plug.%t' --container-image="$IMG" /probe 2>plug.err
+  [ "$(cat plug.0 plug.1 | grep -c MARKER=image)" = 2 ]; res $? "--container-image: both tasks run in the image" || cat plug.err
+  [ "$(get SLURM_PROCID plug.0)$(get SLURM_PROCID plug.1)" = 01 ]; res $? "--container-image: SLURM_PROCID 0 and 1"
+  [ "$(get HOLDERS plug.0)" = 1 ] && [ "$(get HOLDERS plug.1)" = 1 ]; res $? "--container-image: one gpurun holder on the node for the 2-task step"
+  [ "$(get USERNS plug.0)" = "$(get USERNS plug.1)" ] && [ "$(get ROOTDEV plug.0)" = "$(get ROOTDEV plug.1)" ]; res $? "--container-image: both tasks share one user namespace and one root mount ($(get ROOTDEV plug.0))"
+  srun "${T[@]}" -n2 -o 'exec2.%t' "$GPURUN" exec "$IMG" /probe 2>/dev/null
+  [ "$(get ROOTDEV exec2.0)" != "$(get ROOTDEV exec2.1)" ]; res $? "plain srun -n2 gpurun exec, for comparison, mounts twice ($(get ROOTDEV exec2.0) vs $(get ROOTDEV exec2.1))"
+  [ "$(get FOO plug.0)" = image ]; res $? "image env wins by default (FOO=image)"
+  sleep 0.5
+  left=$(. "$R/probe" >/dev/null 2>&1; holders | grep gpurun-spank)
+  [ -z "$left" ]; res $? "after the step no holder is left${left:+: $left}"
+  [ -z "$(find /tmp -maxdepth 1 -name 'gpurun-spank.*' -user "$(id -u)" 2>/dev/null)" ]; res $? "after the step no state directory is left"
+
+  wait_idle
+  srun "${T[@]}" -n2 --gres=gpu:2 --gpus-per-task=1 -o 'pgpt.ctr.%t' --container-image="$IMG" /probe 2>err.pgpt
+  # host and container probes in one allocation: same job, same GPUs
+  wait_idle
+  salloc -Q "${T[@]}" --gres=gpu:2 sh -c "srun -o pg2.host.0 $PROBE; srun -o pg2.ctr.0 --container-image=$IMG /probe" 2>err.pg2
+  gpu_case "plugin, --gres=gpu:2" pg2.host.0 pg2.ctr.0
+  for t in 0 1; do
+    cvd=$(get CUDA_VISIBLE_DEVICES pgpt.ctr.$t)
+    if [ "$CG" = v1 ]; then [ "$cvd" = 0 ]; else [ "$cvd" = "$t" ]; fi; res $? "plugin, --gpus-per-task=1 task $t: Slurm's per-task CUDA_VISIBLE_DEVICES kept ($cvd)"
+    if [ "$CG" = v1 ]; then
+      [ "$(get OPENABLE pgpt.ctr.$t)" = "$t" ]; res $? "plugin, --gpus-per-task=1 task $t: only its own GPU opens ($(get OPENABLE pgpt.ctr.$t))"
+    fi
+  done
+
+  # GPUs 0,1 taken by another job: the step gets 2,3, one per task
+  wait_idle
+  blk=$(sbatch --parsable "${T[@]}" --gres=gpu:2 -o /dev/null --wrap 'sleep 60')
+  for _ in $(seq 100); do [ "$(squeue -h -j "$blk" -o %T)" = RUNNING ] && break; sleep 0.1; done
+  srun "${T[@]}" -n2 --gres=gpu:2 --gpus-per-task=1 -o 'tr.host.%t' $PROBE 2>>stderr.log
+  srun "${T[@]}" -n2 --gres=gpu:2 --gpus-per-task=1 -o 'tr.ctr.%t' --container-image="$IMG" /probe 2>>stderr.log
+  scancel "$blk"
+  for t in 0 1; do
+    hc=$(get CUDA_VISIBLE_DEVICES tr.host.$t); cc=$(get CUDA_VISIBLE_DEVICES tr.ctr.$t)
+    n=$(get NODES tr.ctr.$t); o=$(get OPENABLE tr.ctr.$t)
+    echo "  plugin, GPUs 2,3, task $t: host CVD=$hc openable=$(get OPENABLE tr.host.$t) | container CVD=$cc nodes=$n openable=$o"
+    [ "$n" = 2,3 ]; res $? "plugin, a step on GPUs 2,3: the container has /dev/nvidia{2,3} ($n)"
+    if [ "$CG" = v1 ]; then
+      # Slurm renumbers per task (0) and the task's cgroup leaves one GPU
+      [ "$cc" = 0 ] && [ "$o" = "$(get OPENABLE tr.host.$t)" ]; res $? "plugin, GPUs 2,3, task $t: CUDA_VISIBLE_DEVICES=0 and only its GPU opens"
+    else
+      # global indices 2/3 translated to the container's numbering 0/1
+      [ "$hc" = $((t + 2)) ] && [ "$cc" = "$t" ]; res $? "plugin, GPUs 2,3, task $t: CUDA_VISIBLE_DEVICES $hc on the host is $cc inside"
+    fi
+  done
+
+  echo secret > data/x
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/data:ro" sh -c 'cat /data/x; touch /data/y 2>/dev/null && echo writable || echo readonly' 2>>stderr.log)
+  [ "$(echo $out)" = "secret readonly" ]; res $? "--container-mounts=SRC:DST:ro: readable, read-only ($(echo $out))"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=./data:/in sh -c 'cat /in/x; touch /in/y && echo writable' 2>>stderr.log)
+  [ "$(echo $out)" = "secret writable" ]; res $? "--container-mounts=./relative:DST (rw) ($(echo $out))"
+  out=$(srun "${T[@]}" --container-image="$IMG" pwd 2>>stderr.log)
+  [ "$out" = "$W" ]; res $? "--container-image keeps the job's working directory $W ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/data" --container-workdir=/data pwd 2>>stderr.log)
+  [ "$out" = /data ]; res $? "--container-workdir=/data ($out)"
+  out=$(FOO=host srun "${T[@]}" --container-image="$IMG" --container-env=FOO sh -c 'echo $FOO' 2>>stderr.log)
+  [ "$out" = host ]; res $? "--container-env=FOO keeps the host value ($out)"
+  out=$(FOO=host srun "${T[@]}" --container-image="$IMG" sh -c 'echo $FOO' 2>>stderr.log)
+  [ "$out" = image ]; res $? "without --container-env the image's FOO wins ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" sh -c 'echo x > /newfile 2>/dev/null && echo writable || echo readonly' 2>>stderr.log)
+  [ "$out" = readonly ]; res $? "root is read-only by default ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-writable sh -c 'echo x > /newfile && cat /newfile' 2>>stderr.log)
+  [ "$out" = x ]; res $? "--container-writable ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root id -u 2>>stderr.log)
+  [ "$out" = 0 ]; res $? "--container-remap-root: uid 0 inside ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" id -u 2>>stderr.log)
+  [ "$out" = "$(id -u)" ]; res $? "without it: your own uid inside ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" sh -c "grep -c ' $HOME ' /proc/self/mountinfo" 2>>stderr.log)
+  [ "$out" = 1 ]; res $? "home is mounted by default ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --no-container-mount-home sh -c "grep -c ' $HOME ' /proc/self/mountinfo" 2>>stderr.log)
+  [ "$out" = 0 ]; res $? "--no-container-mount-home ($out)"
+
+  cat > plug.sbatch <<EOF
+#!/bin/sh
+#SBATCH --container-image=$IMG
+#SBATCH --container-mounts=$W/data:/data:ro
+#SBATCH -t 1
+#SBATCH -o $W/plug-sbatch.out
+#SBATCH -e $W/plug-sbatch.err
+echo "batch MARKER=\$(cat /etc/gpurun-test-marker 2>/dev/null || echo host)"
+srun -t 1 sh -c 'echo "step MARKER=\$(cat /etc/gpurun-test-marker) data=\$(cat /data/x)"'
+EOF
+  sbatch --wait -Q plug.sbatch >/dev/null 2>&1
+  [ "$(echo $(cat plug-sbatch.out))" = "batch MARKER=host step MARKER=image data=secret" ]; res $? "#SBATCH --container-image: batch script on the host, its srun steps in the image ($(echo $(cat plug-sbatch.out)))"
+
+  out=$(srun "${T[@]}" --container-image="./${IMG#"$W"/}" cat /etc/gpurun-test-marker 2>>stderr.log)
+  [ "$out" = image ]; res $? "--container-image=./${IMG#"$W"/}: relative to the job's directory ($out)"
+  out=$(srun "${T[@]}" --container-mounts="$W/data:/data" sh -c 'cat /etc/gpurun-test-marker 2>/dev/null || echo host' 2>&1); rc=$?
+  [ "$rc" = 0 ] && grep -q 'gpurun: warning: no --container-image: the --container-\* options are ignored' <<<"$out" && grep -q '^host$' <<<"$out"; res $? "--container-mounts without --container-image: a warning, and the step runs on the host (rc=$rc)"
+  # a registry image, in enroot's REGISTRY#IMAGE form: pulled once by the node's holder
+  if command -v docker-registry >/dev/null && command -v skopeo >/dev/null && command -v umoci >/dev/null; then
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' \
+      "$W/registry" "$port" > registry.yml
+    docker-registry serve registry.yml > registry.log 2>&1 & reg=$!
+    for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/v2/" && break; sleep 0.1; done
+    { umoci init --layout oci && umoci new --image oci:t && umoci unpack --rootless --image oci:t bundle \
+        && cp -a "$R/." bundle/rootfs/ && umoci repack --image oci:t bundle \
+        && skopeo copy -q --dest-tls-verify=false oci:oci:t "docker://127.0.0.1:$port/gpurun/test:t"; } >registry-push.log 2>&1
+    out=$(GPURUN_CACHE=$W/cache srun "${T[@]}" -n2 --container-image="127.0.0.1:$port#gpurun/test:t" cat /etc/gpurun-test-marker 2>>stderr.log)
+    [ "$(echo $out)" = "image image" ]; res $? "--container-image=127.0.0.1:$port#gpurun/test:t: pulled from a registry, both tasks run in it ($(echo $out))"
+    kill "$reg"
+  else
+    bad "--container-image from a registry: needs docker-registry, skopeo and umoci (tests/setup-machine.sh)"
+  fi
+
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=/a:relative true 2>&1); rc=$?
+  [ "$rc" != 0 ] && grep -q 'gpurun: --container-mounts: destination "relative" must be absolute' <<<"$out"; res $? "bad --container-mounts: refused by srun with the reason (rc=$rc)"
+  out=$(srun "${T[@]}" -n2 --container-image="$W/missing.sqsh" true 2>&1); rc=$?
+  echo "  missing image -> rc=$rc: $(echo "$out" | tr '\n' '|')"
+  [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q "missing.sqsh" <<<"$out"; res $? "missing image: exit 125 and one gpurun line"
+fi
+
+for f in "$ROOT"/slurm/examples/*.sbatch; do
+  bash -n "$f" && grep -q '^#SBATCH --time=' "$f"; res $? "example $(basename "$f"): valid shell with a time limit"
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
