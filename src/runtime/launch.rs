@@ -405,6 +405,11 @@ fn setup_root(
         (Lower::Fuse { image, .. }, Some(fd), _) => {
             sys::mount_fuse(fd, image, &lower_p, plan.uid.inside, plan.gid.inside)
                 .map_err(|e| format!("cannot mount image {}: {e}", image.display()))?;
+            // The mount holds the connection now. Keeping C's copy of /dev/fuse would keep the
+            // connection alive when gpurun (its server) dies, and any request then in flight
+            // (C's own mounts, or the command's reads) would wait forever in D state.
+            // SAFETY: C's copy from fork; nothing in C uses it after the mount.
+            unsafe { libc::close(fd) };
             ready
                 .write_all(b"M")
                 .map_err(|e| format!("gpurun exited during start-up: {e}"))?;
