@@ -135,6 +135,13 @@ fn interrupted_pulls_leave_nothing_and_resume() {
         c
     };
     let marker = out_dir.to_str().unwrap().to_string();
+    // how long a whole pull takes from an empty cache: signals land anywhere in that
+    let t = Instant::now();
+    let o = pull(&s.join("cache-warmup"), "warmup.sqsh")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let span = t.elapsed().as_millis().max(50) as u64;
     let t0 = Instant::now();
     let mut counts = [0usize; 3];
     let mut i = 0;
@@ -146,7 +153,7 @@ fn interrupted_pulls_leave_nothing_and_resume() {
             let _ = std::fs::remove_dir_all(&cache);
         }
         let out = format!("img{i}.sqsh");
-        let delay = Duration::from_millis(rng.below(2500));
+        let delay = Duration::from_millis(rng.below(span));
         let mut c = pull(&cache, &out).spawn().unwrap();
         std::thread::sleep(delay);
         // setpriv execs in place: the child is gpurun itself
@@ -192,7 +199,7 @@ fn interrupted_pulls_leave_nothing_and_resume() {
     }
     assert_eq!(temps(&out_dir), Vec::<String>::new());
     eprintln!(
-        "pull: {i} runs in {:?}, interrupted by SIGINT {}, SIGTERM {}, SIGKILL {}",
+        "pull: {i} runs in {:?} (a pull takes {span} ms), interrupted by SIGINT {}, SIGTERM {}, SIGKILL {}",
         t0.elapsed(),
         counts[0],
         counts[1],
