@@ -2,16 +2,31 @@
 # Side-by-side: registry image -> one squashfs file.
 #
 #   benches/pull.sh [REPS] [medium|large|all]        (default: 3 all)
+#   TOOLS="gpurun gpurun15" benches/pull.sh 1 medium   (a subset of the tools)
 #
 # Builds two test images from this machine's files (no network), pushes them to a local
 # docker-registry, then runs, interleaved per repetition, each with an empty cache:
-#   gpurun   gpurun pull docker://…  -o out.sqsh
+#   gpurun   gpurun pull docker://…  -o out.sqsh                 (zstd level 3, its default)
+#   gpurun15 the same with GPURUN_ZSTD_LEVEL=15 (mksquashfs's zstd level: same compression work)
 #   umoci    skopeo copy docker://… oci:… ; umoci unpack --rootless ; mksquashfs -comp zstd
 #   ch       ch-image pull ; ch-convert -o squash         (when ch-image works; https registry)
 # and reports wall / CPU seconds, peak temporary disk (sampled every 0.2 s) and ratios to gpurun.
 #
 #   medium  3 layers, about 130 MB uncompressed (python3.11, python3, perl libraries)
 #   large   3 layers, about 800 MB uncompressed (+ /usr/lib/x86_64-linux-gnu)
+#
+# Seen here (2026-11-29; 2 vCPUs shared with other builds, load average 11-17, so wall times are
+# noisy; CPU = user+sys of the whole pipeline; peak = cache/temp + output; best of 1-3):
+#   image   tool       wall s   cpu s   peak MB   image MB
+#   medium  gpurun        1.4     1.0       66        34
+#   medium  gpurun15     25.0    13.2       63        29
+#   medium  umoci        69.9    20.3      190        29
+#   medium  ch           91.7    23.4      318        33
+#   large   gpurun       10.4     6.0      518       257
+#   large   gpurun15    138.0    81.3      483       221
+#   large   umoci       423.6   114.4     1252       221
+#   large   ch          452.7   120.7     2049       250
+# At equal compression (gpurun15 vs umoci) gpurun needs 0.65-0.7x the CPU and 0.33-0.4x the disk.
 #
 # Needs: docker-registry, skopeo, umoci, squashfs-tools, squashfs-tools-ng, openssl, curl;
 # charliecloud (+ python3-lark) optional. Build gpurun first: cargo build --release.
@@ -95,6 +110,7 @@ run() {
     local cmd
     case $tool in
         gpurun) cmd="GPURUN_CACHE=$t/cache $GPURUN pull -q docker://$REG/bench/$img:latest -o $t/out.sqsh" ;;
+        gpurun15) cmd="GPURUN_ZSTD_LEVEL=15 GPURUN_CACHE=$t/cache $GPURUN pull -q docker://$REG/bench/$img:latest -o $t/out.sqsh" ;;
         umoci) cmd="skopeo --insecure-policy copy --quiet --src-tls-verify=false docker://$REG/bench/$img:latest oci:$t/oci:t \
                  && umoci unpack --rootless --image $t/oci:t $t/bundle > /dev/null \
                  && mksquashfs $t/bundle/rootfs $t/out.sqsh -comp zstd -noappend -quiet -no-progress" ;;
@@ -111,8 +127,12 @@ run() {
     echo "$wall $(echo "$u + $s" | bc) ${peak:-0} $(du -m "$t/out.sqsh" | cut -f1)"
 }
 
-TOOLS=(gpurun umoci)
-[ -n "$TLS_PID" ] && TOOLS+=(ch)
+if [ -n "${TOOLS:-}" ]; then
+    read -r -a TOOLS <<< "$TOOLS"
+else
+    TOOLS=(gpurun gpurun15 umoci)
+    [ -n "$TLS_PID" ] && TOOLS+=(ch)
+fi
 echo "# rep image tool wall_s cpu_s peak_tmp_MB out_MB"
 for img in "${IMAGES[@]}"; do
     for rep in $(seq "$REPS"); do
@@ -122,13 +142,15 @@ for img in "${IMAGES[@]}"; do
     done
 done | tee "$W/results"
 echo
-echo "# best of $REPS (wall s / cpu s / peak tmp MB), ratio = tool / gpurun"
+echo "# best of $REPS (wall s / cpu s / peak tmp MB / image MB); ratios = tool / gpurun"
 for img in "${IMAGES[@]}"; do
-    g=$(awk -v i="$img" '$2==i && $3=="gpurun" && $4+0>0 {print $4}' "$W/results" | sort -n | head -1)
+    read -r gw gc gp <<< "$(awk -v i="$img" '$2==i && $3=="gpurun" && $4+0>0 {print $4, $5, $6}' "$W/results" | sort -n | head -1)"
     for tool in "${TOOLS[@]}"; do
-        awk -v i="$img" -v t="$tool" -v g="$g" '$2==i && $3==t && $4+0>0 {
-            if (!n || $4 < w) {w=$4; c=$5; p=$6}; n++ }
-            END { if (n) printf "%-7s %-7s wall %6.1f  cpu %6.1f  peak %5d MB  wall ratio %.2f\n", i, t, w, c, p, w/g;
-                  else printf "%-7s %-7s failed\n", i, t }' "$W/results"
+        awk -v i="$img" -v t="$tool" -v gw="${gw:-0}" -v gc="${gc:-0}" -v gp="${gp:-0}" '$2==i && $3==t && $4+0>0 {
+            if (!n || $4 < w) {w=$4; c=$5; p=$6; o=$7}; n++ }
+            END { if (!n) { printf "%-7s %-9s failed\n", i, t; exit }
+                  printf "%-7s %-9s wall %6.1f  cpu %6.1f  peak %5d MB  image %4d MB", i, t, w, c, p, o
+                  if (gw > 0) printf "  ratios: wall %.1f  cpu %.1f  peak %.1f", w/gw, c/gc, p/gp
+                  printf "\n" }' "$W/results"
     done
 done

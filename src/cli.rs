@@ -142,7 +142,7 @@ pub struct HoldArgs {
 pub struct PullArgs {
     /// docker://[REGISTRY/]REPO[:TAG][@DIGEST], oci:DIR[:TAG], docker-archive:FILE.tar or dir:ROOTFS
     pub source: String,
-    /// Output file (default: NAME_TAG.sqsh in the current directory)
+    /// Output file, or a directory to put NAME_TAG.sqsh in (default: NAME_TAG.sqsh here)
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Platform to pull from a multi-platform image: OS/ARCH[/VARIANT] (default: this machine's)

@@ -343,6 +343,10 @@ fn docker_v2_offline_sources_and_platforms() {
     // default name, and refusing to overwrite
     pull_ok(&s, &[&a], &[]);
     assert!(s.join("simple_v2.sqsh").exists());
+    std::fs::create_dir(s.join("outdir")).unwrap();
+    s.chown_all();
+    pull_ok(&s, &[&a, "-o", "outdir"], &[]);
+    assert!(s.join("outdir/simple_v2.sqsh").exists());
     let o = pull(&s, &[&a], &[]);
     one_line_error(&o, 125, &["simple_v2.sqsh", "--force"]);
 
@@ -521,6 +525,33 @@ fn basic_auth_registry() {
         file(&support::read_image(&s.join("cfg.sqsh")), "etc/marker"),
         "simple"
     );
+
+    // a credential helper named by credsStore (docker's protocol: server on stdin, JSON out)
+    let bin = s.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let helper = bin.join("docker-credential-gpuruntest");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\n[ \"$server\" = \"{}\" ] || exit 1\n\
+             echo '{{\"ServerURL\":\"'$server'\",\"Username\":\"tester\",\"Secret\":\"s3cret-pass\"}}'\n",
+            reg.addr()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(dc.join("config.json"), r#"{"credsStore":"gpuruntest"}"#).unwrap();
+    s.chown_all();
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.display());
+    pull_ok(
+        &s,
+        &[&src, "-o", "helper.sqsh"],
+        &[
+            ("GPURUN_CACHE", s.join("cache3").to_str().unwrap()),
+            ("PATH", &path),
+        ],
+    );
+    assert!(s.join("helper.sqsh").exists());
 }
 
 #[test]

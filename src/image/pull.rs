@@ -1,9 +1,15 @@
 //! `gpurun pull`: any source into one squashfs file, and [`ensure_local`] for the runtime.
 //!
-//! Flow (DESIGN decision 2): resolve the manifest (and platform) → blobs into the cache, in
-//! parallel, digest-checked → layers flattened top-down into one tar stream → `tar2sqfs` writes a
-//! temp file beside the target → rename. The output appears complete or not at all; the cache
-//! only ever holds verified blobs (`*.partial` files are resume points).
+//! Flow (DESIGN decision 2): resolve the manifest (and platform) and config → layer blobs into
+//! the cache, several at once, top layer first, digest-checked → meanwhile the layers are
+//! flattened top-down into one tar stream (each layer as soon as its blob is complete) →
+//! `tar2sqfs` writes a temp file beside the target → rename. The output appears complete or not at
+//! all; the cache only ever holds verified blobs (`*.partial` files are resume points).
+//!
+//! Known limits: 429 answers are retried with the usual backoff, not after `Retry-After`
+//! (oci-client does not expose response headers on errors); blobs of offline sources (`oci:`,
+//! `docker-archive:`) are trusted, not re-hashed; `dir:` keeps neither hard links nor xattrs;
+//! file names that are not UTF-8 are stored lossily.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
@@ -17,7 +23,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Deserialize;
 
 use super::cache::{cache_root, Cache, CacheError};
-use super::flatten::{flatten, ExtraFile, FlattenError, Layer, Report};
+use super::flatten::{flatten, normalize, ExtraFile, FlattenError, Layer, Report};
 use super::meta::{ImageMeta, META_PATH};
 use super::reference::{ImageRef, ReferenceError, Source};
 use super::registry::{
@@ -125,7 +131,9 @@ pub struct PullOptions {
 /// `gpurun pull SOURCE [-o OUT]`: returns the path written.
 pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<PathBuf, PullError> {
     let src = Source::parse(source)?;
+    // `-o DIR` puts the default name in DIR.
     let out = match output {
+        Some(o) if o.is_dir() => o.join(default_output(&src)),
         Some(o) => o.to_path_buf(),
         None => PathBuf::from(default_output(&src)),
     };
@@ -653,7 +661,7 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
     let mut ar = tar::Archive::new(f);
     for e in ar.entries().map_err(|e| fail(e.to_string()))? {
         let mut e = e.map_err(|e| fail(e.to_string()))?;
-        let name = super::flatten::normalize(&String::from_utf8_lossy(&e.path_bytes())).path;
+        let name = normalize(&String::from_utf8_lossy(&e.path_bytes())).path;
         let (pos, size) = (e.raw_file_position(), e.size());
         if name == "manifest.json" || name.ends_with(".json") || size < 1 << 20 {
             let mut v = Vec::new();
@@ -685,12 +693,12 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
         }
     };
     let config = small
-        .get(&super::flatten::normalize(&entry.config).path)
+        .get(&normalize(&entry.config).path)
         .ok_or_else(|| fail(format!("config {} is missing", entry.config)))?;
     let mut layers = Vec::new();
     for l in entry.layers.iter().rev() {
         let &(pos, size) = members
-            .get(&super::flatten::normalize(l).path)
+            .get(&normalize(l).path)
             .ok_or_else(|| fail(format!("layer {l} is missing")))?;
         let path = file.to_path_buf();
         layers.push(Layer {

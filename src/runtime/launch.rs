@@ -669,49 +669,89 @@ fn parent_loop(
 
 /// Kill and reap every descendant of this process (we are a subreaper, so orphans are ours too).
 fn kill_descendants() {
-    let me = std::process::id() as i32;
     loop {
         // No child at all means no descendant either (orphans are re-parented to us): the usual
-        // case, and it spares a scan of /proc on every exit.
+        // case, and it spares looking further on every exit.
         if waitpid(None, Some(WaitPidFlag::WNOHANG)) == Err(Errno::ECHILD) {
             return;
         }
-        let mut children: std::collections::HashMap<i32, Vec<i32>> = Default::default();
-        if let Ok(rd) = std::fs::read_dir("/proc") {
-            for e in rd.flatten() {
-                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                    continue;
-                };
-                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                    continue;
-                };
-                // After the command name (which may hold spaces and parens): state, then ppid.
-                if let Some(ppid) = stat
-                    .rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                    .and_then(|p| p.parse::<i32>().ok())
-                {
-                    children.entry(ppid).or_default().push(pid);
-                }
-            }
-        }
-        let mut todo = vec![me];
-        let mut found = false;
-        while let Some(p) = todo.pop() {
-            for &c in children.get(&p).map(|v| v.as_slice()).unwrap_or(&[]) {
-                found = true;
-                let _ = nix::sys::signal::kill(Pid::from_raw(c), Signal::SIGKILL);
-                todo.push(c);
-            }
+        let found = descendants_from_children_files().unwrap_or_else(descendants_from_scan);
+        for &p in &found {
+            let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
         }
         while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             if st == WaitStatus::StillAlive {
                 break;
             }
         }
-        if !found {
+        if found.is_empty() {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
+}
+
+/// Our descendants through /proc/PID/task/TID/children: reads only our own subtree, where a
+/// scan of /proc reads every process on the node (costly on the exit path of every run). None
+/// when the kernel has no such files (CONFIG_PROC_CHILDREN) or our own cannot be read.
+fn descendants_from_children_files() -> Option<Vec<i32>> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    let mut todo = vec![me];
+    while let Some(p) = todo.pop() {
+        let tasks = match std::fs::read_dir(format!("/proc/{p}/task")) {
+            Ok(rd) => rd,
+            Err(_) if p == me => return None,
+            Err(_) => continue, // exited meanwhile
+        };
+        for t in tasks.flatten() {
+            match std::fs::read_to_string(t.path().join("children")) {
+                Ok(list) => {
+                    for c in list
+                        .split_whitespace()
+                        .filter_map(|x| x.parse::<i32>().ok())
+                    {
+                        out.push(c);
+                        todo.push(c);
+                    }
+                }
+                Err(_) if p == me => return None,
+                Err(_) => {}
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Our descendants by reading every /proc/PID/stat (for kernels without the children files).
+fn descendants_from_scan() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut children: std::collections::HashMap<i32, Vec<i32>> = Default::default();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // After the command name (which may hold spaces and parens): state, then ppid.
+            if let Some(ppid) = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok())
+            {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![me];
+    while let Some(p) = todo.pop() {
+        for &c in children.get(&p).map(|v| v.as_slice()).unwrap_or(&[]) {
+            out.push(c);
+            todo.push(c);
+        }
+    }
+    out
 }

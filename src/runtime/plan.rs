@@ -127,7 +127,7 @@ pub struct Request {
     pub fakeroot: bool,
 }
 
-/// A top-level entry of the host's /dev.
+/// A top-level entry of the host's /dev that the caller could use (see `start::dev_entries`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DevEntry {
     Symlink { name: String, target: PathBuf },

@@ -193,14 +193,25 @@ fn lossy(v: OsString) -> String {
         .unwrap_or_else(|v| String::from_utf8_lossy(&v.into_vec()).into_owned())
 }
 
+/// The host /dev entries worth a bind in a filtered /dev: directories, symlinks, and the nodes this
+/// user may open at all. Virtual consoles, loop and memory devices (root's only) are left out:
+/// they would cost a mount each on every start and could not be opened inside anyway.
 fn dev_entries() -> Vec<DevEntry> {
+    use nix::unistd::{access, AccessFlags};
     let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/dev") {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            match std::fs::read_link(e.path()) {
-                Ok(target) => out.push(DevEntry::Symlink { name, target }),
-                Err(_) => out.push(DevEntry::Other { name }),
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_symlink() {
+                if let Ok(target) = std::fs::read_link(e.path()) {
+                    out.push(DevEntry::Symlink { name, target });
+                }
+            } else if ft.is_dir()
+                || access(&e.path(), AccessFlags::R_OK).is_ok()
+                || access(&e.path(), AccessFlags::W_OK).is_ok()
+            {
+                out.push(DevEntry::Other { name });
             }
         }
     }

@@ -8,7 +8,8 @@
 # else nobody), BUSYBOX (a static busybox for the test image; default: next to this script, then
 # /bin/busybox), IMAGE (use this image instead of the one built here: a .sqsh or a directory),
 # IMAGE_REQUIRE (with IMAGE: an image whose NVIDIA_REQUIRE_CUDA this node does not meet; with a
-# directory image one is made here), LOG (default ./gpu-node.log). Needs nvcc (CUDA toolkit) for the CUDA program, nvidia-smi on the host.
+# directory image one is made here), MKSQUASHFS (turns the images built here into .sqsh files;
+# default: mksquashfs on PATH), LOG (default ./gpu-node.log). Needs nvcc (CUDA toolkit) for the CUDA program, nvidia-smi on the host.
 # The test image is built here: busybox plus this host's C/C++ runtime (so a program compiled here
 # runs in it). Ends with "N passed, N failed"; exit status 0 only when nothing failed.
 set -u
@@ -125,6 +126,14 @@ if [ -z "$IMG_NEW" ] && [ -d "$IMG" ]; then
     echo '{"env":["PATH=/bin:/usr/bin","NVIDIA_REQUIRE_CUDA=cuda>=99.0 brand=tesla,driver>=470,driver<471"]}' > "$IMG_NEW/.gpurun/meta.json"
     # a directory image is the user's own (as one unpacked by the user would be)
     chown -R "$TEST_USER:$(id -gn "$TEST_USER")" "$IMG" "$IMG_NEW"
+fi
+# Squashfs images, as users run them, when mksquashfs is at hand (MKSQUASHFS, else PATH).
+MKSQUASHFS=${MKSQUASHFS:-$(command -v mksquashfs || true)}
+if [ -d "$IMG" ] && [ -n "$MKSQUASHFS" ]; then
+    for d in "$IMG" "$IMG_NEW"; do
+        "$MKSQUASHFS" "$d" "$d.sqsh" -noappend -quiet -no-progress -comp zstd && chmod 644 "$d.sqsh"
+    done
+    IMG=$IMG.sqsh IMG_NEW=$IMG_NEW.sqsh
 fi
 echo "image: $IMG ($(du -sh "$IMG" | cut -f1))"
 
