@@ -86,6 +86,23 @@ fn settle(marker: &str, fuse_before: usize) {
     );
 }
 
+/// /sys/fs/fuse/connections lists connections only with fusectl mounted there (not every machine
+/// mounts it): mount it when root. Returns whether connections can be counted.
+fn fusectl() -> bool {
+    let mounted = || {
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("fusectl"))
+    };
+    if !mounted() && common::is_root() {
+        let _ = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+            .status();
+    }
+    mounted()
+}
+
 #[test]
 fn soak_sequential_and_concurrent_execs_leave_nothing() {
     let s = Scratch::new();
@@ -95,6 +112,7 @@ fn soak_sequential_and_concurrent_execs_leave_nothing() {
         env_count("GPURUN_SOAK", 200),
         env_count("GPURUN_SOAK_CONCURRENT", 50),
     );
+    let counted = fusectl();
     let fuse_before = fuse_connections();
     let temp_before = user_temp_files();
 
@@ -146,6 +164,13 @@ fn soak_sequential_and_concurrent_execs_leave_nothing() {
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
     let fds_start = fds(c.id());
+    if counted {
+        // the count sees a live image: a leak could not hide from it
+        assert!(
+            fuse_connections() > fuse_before,
+            "no FUSE connection while running"
+        );
+    }
     let mut stdin = c.stdin.take().unwrap();
     stdin.write_all(b"go\n").unwrap();
     line.clear();
