@@ -84,6 +84,16 @@ fn go(l: Launch, ctx: &Ctx) -> i32 {
 }
 
 fn main() {
+    // Before anything else, for every command: installed setuid-root by mistake, `pull -o` would
+    // write (and read layouts and archives) as root wherever the caller names.
+    if gpurun::runtime::sys::is_setuid() {
+        let exe = std::env::current_exe().unwrap_or_else(|_| "gpurun".into());
+        eprintln!(
+            "gpurun: {}",
+            gpurun::runtime::launch::LaunchError::Setuid(exe)
+        );
+        std::process::exit(gpurun::exit::GPURUN_FAILED);
+    }
     let cli = Cli::parse();
     let debug = cli.debug;
     let cfg = match Config::load() {

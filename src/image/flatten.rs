@@ -19,6 +19,12 @@ pub const OPAQUE_MARKER: &str = ".wh..wh..opq";
 pub enum FlattenError {
     #[error("layer {layer}: cannot read it as a tar archive ({source}); the blob may be corrupt, pull again")]
     Read { layer: String, source: io::Error },
+    #[error("layer {layer}: entry '{entry}' is refused: {why}")]
+    Entry {
+        layer: String,
+        entry: String,
+        why: String,
+    },
     #[error("writing the merged tar stream to tar2sqfs failed ({0})")]
     Write(io::Error),
 }
@@ -51,6 +57,38 @@ pub fn normalize(raw: &str) -> Normalized {
     Normalized {
         path: parts.join("/"),
         escaped,
+    }
+}
+
+/// Linux's NAME_MAX: squashfs stores longer names (tar2sqfs writes them) but the kernel, unsquashfs
+/// and every tool reading the image then call it corrupt.
+const NAME_MAX: usize = 255;
+/// Linux's PATH_MAX less the leading '/': a deeper path cannot be opened by one path anywhere.
+const PATH_MAX: usize = 4095;
+
+/// Why a normalised path (or a symlink target) cannot go into an image, if it cannot.
+pub fn over_limits(path: &str) -> Option<String> {
+    if path.len() > PATH_MAX {
+        return Some(format!(
+            "it is {} bytes long, more than {PATH_MAX}",
+            path.len()
+        ));
+    }
+    path.split('/').find(|c| c.len() > NAME_MAX).map(|c| {
+        format!(
+            "a name in it is {} bytes long, more than {NAME_MAX}",
+            c.len()
+        )
+    })
+}
+
+/// An entry name for a message: long hostile names are cut, so the message stays one line.
+fn shown(raw: &str) -> String {
+    let cut: String = raw.chars().take(80).collect();
+    if cut.len() < raw.len() {
+        format!("{cut}…")
+    } else {
+        cut
     }
 }
 
@@ -308,6 +346,14 @@ pub fn flatten<W: Write>(
             if norm.path.is_empty() {
                 continue; // the root keeps tar2sqfs's defaults
             }
+            let refuse = |why: String| FlattenError::Entry {
+                layer: layer.name.clone(),
+                entry: shown(&raw),
+                why,
+            };
+            if let Some(why) = over_limits(&norm.path) {
+                return Err(refuse(why));
+            }
             match classify(&norm.path) {
                 Kind::Whiteout(p) => {
                     merge.whiteout(&p);
@@ -361,13 +407,20 @@ pub fn flatten<W: Write>(
             match out_type {
                 EntryType::Regular => {
                     write_pax(&mut b, &xattrs)?;
-                    h.set_size(entry.size());
-                    b.append_data(&mut h, path, &mut entry).map_err(|e| {
-                        // A short read is the layer's fault; anything else is the pipe's.
-                        if e.kind() == io::ErrorKind::UnexpectedEof {
-                            rerr(e)
-                        } else {
-                            FlattenError::Write(e)
+                    let size = entry.size();
+                    h.set_size(size);
+                    let mut data = Exact::new(&mut entry, size);
+                    b.append_data(&mut h, path, &mut data).map_err(|e| {
+                        // A failed read is the layer's fault (a header that lies about its size,
+                        // a cut or corrupt stream); anything else is the pipe's.
+                        match data.read_failed {
+                            false => FlattenError::Write(e),
+                            true if e.kind() == io::ErrorKind::UnexpectedEof => refuse(format!(
+                                "its header declares {size} bytes but the layer ends first; the blob may be corrupt, pull again"
+                            )),
+                            true => refuse(format!(
+                                "its data cannot be read ({e}); the blob may be corrupt, pull again"
+                            )),
                         }
                     })?;
                     written.insert(path.to_string());
@@ -375,6 +428,9 @@ pub fn flatten<W: Write>(
                 EntryType::Symlink => {
                     let target = entry.link_name_bytes().unwrap_or_default();
                     let target = String::from_utf8_lossy(&target).into_owned();
+                    if let Some(why) = over_limits(&target) {
+                        return Err(refuse(format!("its symlink target: {why}")));
+                    }
                     write_pax(&mut b, &xattrs)?;
                     b.append_link(&mut h, path, &target)
                         .map_err(FlattenError::Write)?;
@@ -434,6 +490,9 @@ pub fn flatten<W: Write>(
                 }
             }
         }
+        // Read to the end of the compressed stream: the gzip CRC and the zstd checksum sit after
+        // the tar's end blocks, and only they catch a corrupt layer from a local layout or archive.
+        io::copy(&mut ar.into_inner(), &mut io::sink()).map_err(rerr)?;
         merge.end_layer();
     }
     // Chains (a link to a link) resolve over several rounds.
@@ -462,6 +521,43 @@ pub fn flatten<W: Write>(
         .and_then(|mut w| w.flush())
         .map_err(FlattenError::Write)?;
     Ok(report)
+}
+
+/// Exactly `left` bytes of `inner`, or UnexpectedEof: the tar builder pads a short copy silently,
+/// which would hand tar2sqfs a header that lies about its data.
+struct Exact<R> {
+    inner: R,
+    left: u64,
+    /// Tells a reading error (the layer's fault) from a writing one (the pipe's).
+    read_failed: bool,
+}
+
+impl<R: Read> Exact<R> {
+    fn new(inner: R, left: u64) -> Exact<R> {
+        Exact {
+            inner,
+            left,
+            read_failed: false,
+        }
+    }
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = match self.inner.read(&mut buf[..want]) {
+            Ok(0) => Err(io::ErrorKind::UnexpectedEof.into()),
+            r => r,
+        }
+        .inspect_err(|_| self.read_failed = true)?;
+        self.left -= n as u64;
+        Ok(n)
+    }
 }
 
 struct PendingLink {
@@ -569,11 +665,18 @@ fn materialise<W: Write>(
                         hdr.gid().unwrap_or(0),
                         hdr.mtime().unwrap_or(0),
                     );
-                    h.set_size(entry.size());
+                    let size = entry.size();
+                    h.set_size(size);
                     let xa = xattrs(&mut entry).map_err(rerr)?;
                     write_pax(b, &xa)?;
-                    b.append_data(&mut h, path, &mut entry)
-                        .map_err(FlattenError::Write)?;
+                    let mut data = Exact::new(&mut entry, size);
+                    b.append_data(&mut h, path, &mut data).map_err(|e| {
+                        if data.read_failed {
+                            rerr(e)
+                        } else {
+                            FlattenError::Write(e)
+                        }
+                    })?;
                     return Ok(true);
                 }
                 EntryType::Link => {
@@ -883,6 +986,46 @@ mod tests {
                 "bin/link-to-old-sh Link 755  bin/sh-orig",
                 "bin/sh-orig2 Link 755  bin/sh-orig",
             ]
+        );
+    }
+
+    #[test]
+    fn names_and_paths_over_the_limits_are_refused() {
+        let layers = [
+            layer("ok", tar_of(&[("a", EntryType::Regular, b"x", "")])),
+            layer("long", {
+                // GNU long-name entry: the tar crate writes it for names over 100 bytes.
+                let mut b = tar::Builder::new(Vec::new());
+                let mut h = header(EntryType::Regular, 0o644, 0, 0, 0);
+                h.set_size(1);
+                b.append_data(&mut h, "n".repeat(256), &b"x"[..]).unwrap();
+                b.into_inner().unwrap()
+            }),
+        ];
+        let e = flatten(&layers, &[], io::sink(), &|_| {}).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("layer long: entry 'nnnn") && msg.contains("256 bytes long"),
+            "{msg}"
+        );
+        assert!(over_limits(&"n".repeat(255)).is_none());
+        let deep = vec!["d".repeat(200); 21].join("/");
+        assert!(over_limits(&deep).unwrap().contains("more than 4095"));
+        assert!(over_limits(&deep[..4095]).is_none());
+    }
+
+    #[test]
+    fn a_header_that_lies_about_its_size_names_the_entry() {
+        let mut t = tar_of(&[("big", EntryType::Regular, b"0123456789", "")]);
+        // Claim 1 GiB; the data and the end-of-archive blocks are all there is.
+        let mut h = Header::from_byte_slice(&t[..512]).clone();
+        h.set_size(1 << 30);
+        h.set_cksum();
+        t[..512].copy_from_slice(h.as_bytes());
+        let e = flatten(&[layer("liar", t)], &[], io::sink(), &|_| {}).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "layer liar: entry 'big' is refused: its header declares 1073741824 bytes but the layer ends first; the blob may be corrupt, pull again"
         );
     }
 }

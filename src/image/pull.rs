@@ -95,9 +95,8 @@ impl PullError {
                 RegistryError::DiskFull { .. } => exit::DISK_FULL,
                 RegistryError::Io { .. } | RegistryError::Cache(_) => crate::exit::GPURUN_FAILED,
             },
-            PullError::Flatten(FlattenError::Read { .. }) | PullError::BadImage { .. } => {
-                exit::BAD_IMAGE
-            }
+            PullError::Flatten(FlattenError::Read { .. } | FlattenError::Entry { .. })
+            | PullError::BadImage { .. } => exit::BAD_IMAGE,
             PullError::Squash(SquashError::DiskFull { .. }) | PullError::DiskFull { .. } => {
                 exit::DISK_FULL
             }

@@ -662,6 +662,7 @@ impl RegistryClient {
         let what = format!("blob {digest} of {}", self.image);
         let r = self.oref(self.image.reference_part());
         let mut attempt = 0;
+        let mut reauthed = false;
         while desc.size == 0 || have < desc.size {
             let res = self
                 .client
@@ -710,6 +711,19 @@ impl RegistryClient {
                 Err(e) => e,
             };
             match self.classify(&what, err) {
+                Failure::Fatal(RegistryError::Auth { .. }) if !reauthed => {
+                    // A bearer token can expire during a long pull (Docker Hub's last five
+                    // minutes): fetch a new one, once, and go on where the download stopped.
+                    reauthed = true;
+                    if let Err(e) = self
+                        .client
+                        .auth(&r, &self.auth, oci_client::RegistryOperation::Pull)
+                        .await
+                    {
+                        let (Failure::Retry(e) | Failure::Fatal(e)) = self.classify(&what, e);
+                        return Err(e);
+                    }
+                }
                 Failure::Retry(_) if attempt + 1 < ATTEMPTS => {
                     tokio::time::sleep(BACKOFF_BASE * 2u32.pow(attempt)).await;
                     attempt += 1;

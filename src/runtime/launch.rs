@@ -241,7 +241,14 @@ fn child(
         return (exit::GPURUN_FAILED, "gpurun exited during start-up".into());
     }
     let mut ready = File::from(ready_w);
-    let root = match setup_root(plan, lower, fuse_fd, &mut ready) {
+    // During set-up the death signal must kill C outright: if gpurun dies while C's mount(2)
+    // waits on the FUSE server gpurun was, C holds the /dev/fuse fd, so the request never fails,
+    // and a blocked death signal left C (and its namespace and FUSE connection) there for good.
+    sys::block_signal(parent_death_signal(), false);
+    let root = setup_root(plan, lower, fuse_fd, &mut ready);
+    // From here C handles it itself (supervise waits for it).
+    sys::block_signal(parent_death_signal(), true);
+    let root = match root {
         Ok(r) => r,
         Err(e) => return (exit::GPURUN_FAILED, e),
     };
@@ -398,6 +405,11 @@ fn setup_root(
         (Lower::Fuse { image, .. }, Some(fd), _) => {
             sys::mount_fuse(fd, image, &lower_p, plan.uid.inside, plan.gid.inside)
                 .map_err(|e| format!("cannot mount image {}: {e}", image.display()))?;
+            // The mount holds the connection now. Keeping C's copy of /dev/fuse would keep the
+            // connection alive when gpurun (its server) dies, and any request then in flight
+            // (C's own mounts, or the command's reads) would wait forever in D state.
+            // SAFETY: C's copy from fork; nothing in C uses it after the mount.
+            unsafe { libc::close(fd) };
             ready
                 .write_all(b"M")
                 .map_err(|e| format!("gpurun exited during start-up: {e}"))?;
@@ -452,11 +464,13 @@ fn apply_mount(
                 Create::File
             };
             let dst = sys::open_in_root(rootfd, &m.dst, kind)?;
+            not_the_root(rootfd, &dst, &m.dst)?;
             sys::attach_tree(tree, &dst, &m.dst)?;
             readonly_if(rootfd, m)
         }
         MountSource::Tmpfs => {
             let dst = sys::open_in_root(rootfd, &m.dst, Create::Dir)?;
+            not_the_root(rootfd, &dst, &m.dst)?;
             let mode = if m.dst == Path::new("/dev") {
                 0o755
             } else {
@@ -478,6 +492,20 @@ fn apply_mount(
         }
         MountSource::Symlink { target } => sys::symlink_in_root(rootfd, &m.dst, target),
     }
+}
+
+/// An image whose /tmp (say) is a symlink to `/` would have a bind hide the whole image, and put
+/// the host's world-writable /tmp where the container looks for /etc/ld.so.preload: refused.
+fn not_the_root(rootfd: &OwnedFd, dst: &OwnedFd, path: &Path) -> Result<(), SysError> {
+    let (r, d) = (sys::fstat(rootfd)?, sys::fstat(dst)?);
+    if path != Path::new("/") && (r.st_dev, r.st_ino) == (d.st_dev, d.st_ino) {
+        return Err(SysError::Path {
+            what: "the image's symlinks resolve it to the container's root:",
+            path: path.to_path_buf(),
+            errno: nix::errno::Errno::ELOOP,
+        });
+    }
+    Ok(())
 }
 
 /// Make a just-attached mount read-only, through a fresh handle that reaches the new mount.

@@ -381,6 +381,26 @@ pub fn symlink_in_root(root: &OwnedFd, path: &Path, target: &Path) -> Result<()>
     Ok(())
 }
 
+pub fn fstat(fd: &OwnedFd) -> Result<nix::sys::stat::FileStat> {
+    nix::sys::stat::fstat(fd).map_err(call("fstat"))
+}
+
+/// Block or unblock one signal (any number, real-time ones too) for the calling thread.
+pub fn block_signal(sig: i32, blocked: bool) {
+    // SAFETY: a local sigset_t, initialised by sigemptyset before use.
+    unsafe {
+        let mut set = std::mem::zeroed::<libc::sigset_t>();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        let how = if blocked {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
 pub fn set_no_new_privs() -> Result<()> {
     nix::sys::prctl::set_no_new_privs().map_err(call("PR_SET_NO_NEW_PRIVS"))
 }

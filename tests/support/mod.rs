@@ -489,6 +489,12 @@ pub enum Action {
     Truncate(usize),
     /// Forward after a pause.
     Delay(Duration),
+    /// Forward, with one byte of the body changed (a blob that fails its digest).
+    Corrupt,
+    /// Answer this instead: status, extra header lines ("Name: value\r\n"), body.
+    Reply(u16, String, Vec<u8>),
+    /// Answer 307 to the same path on `http://HOST` (blob storage on another host).
+    Redirect(String),
 }
 
 #[derive(Clone, Debug)]
@@ -668,6 +674,27 @@ fn serve(
         );
         return;
     }
+    match &action {
+        Some(Action::Reply(code, headers, body)) => {
+            let _ = write!(
+                c,
+                "HTTP/1.1 {code} Injected\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = c.write_all(body);
+            return;
+        }
+        Some(Action::Redirect(host)) => {
+            reply(
+                &mut c,
+                307,
+                &format!("Location: http://{host}{path}\r\n"),
+                "",
+            );
+            return;
+        }
+        _ => {}
+    }
     if let Some(Action::Delay(d)) = action {
         std::thread::sleep(d);
     }
@@ -689,6 +716,13 @@ fn serve(
     }
     let mut resp = Vec::new();
     let _ = up.read_to_end(&mut resp);
+    if let Some(Action::Corrupt) = action {
+        if let Some(end) = resp.windows(4).position(|w| w == b"\r\n\r\n") {
+            if let Some(b) = resp.get_mut(end + 4 + 100) {
+                *b ^= 0xff;
+            }
+        }
+    }
     if let Some(Action::Truncate(n)) = action {
         if let Some(end) = resp.windows(4).position(|w| w == b"\r\n\r\n") {
             let cut = (end + 4 + n).min(resp.len());

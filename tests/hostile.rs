@@ -1,0 +1,435 @@
+//! Hostile images (docs/security.md): layers that try to leave the image root, lie about their
+//! sizes or are cut, pulled as the unprivileged test user from OCI layouts built here; and images
+//! whose own symlinks try to steer gpurun's mounts out of the container.
+
+mod common;
+mod support;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::{stderr, stdout, Scratch};
+use support::{Comp, Layout, Node};
+use tar::EntryType;
+
+const EXIT_BAD_IMAGE: i32 = 23;
+
+/// A layer written header by header with raw byte names: `..`, absolute, over-long and non-UTF-8
+/// names go in exactly as a hostile writer puts them (GNU long-name records past 99 bytes).
+struct Raw {
+    b: tar::Builder<Vec<u8>>,
+}
+
+impl Raw {
+    fn new() -> Raw {
+        Raw {
+            b: tar::Builder::new(Vec::new()),
+        }
+    }
+
+    fn long(&mut self, t: EntryType, s: &[u8]) {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(t);
+        let n = b"././@LongLink";
+        h.as_old_mut().name[..n.len()].copy_from_slice(n);
+        h.set_mode(0o644);
+        h.set_size(s.len() as u64 + 1);
+        h.set_cksum();
+        let mut data = s.to_vec();
+        data.push(0);
+        self.b.append(&h, &data[..]).unwrap();
+    }
+
+    fn put(&mut self, t: EntryType, name: &[u8], link: &[u8], mode: u32, data: &[u8]) -> &mut Self {
+        if name.len() > 99 {
+            self.long(EntryType::GNULongName, name);
+        }
+        if link.len() > 99 {
+            self.long(EntryType::GNULongLink, link);
+        }
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(t);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(1_704_067_200);
+        h.set_size(data.len() as u64);
+        let old = h.as_old_mut();
+        old.name[..name.len().min(99)].copy_from_slice(&name[..name.len().min(99)]);
+        old.linkname[..link.len().min(99)].copy_from_slice(&link[..link.len().min(99)]);
+        if matches!(t, EntryType::Char | EntryType::Block) {
+            h.set_device_major(8).unwrap();
+            h.set_device_minor(0).unwrap();
+        }
+        h.set_cksum();
+        self.b.append(&h, data).unwrap();
+        self
+    }
+    fn file(&mut self, name: &[u8], data: &[u8]) -> &mut Self {
+        self.put(EntryType::Regular, name, b"", 0o644, data)
+    }
+    fn dir(&mut self, name: &[u8]) -> &mut Self {
+        self.put(EntryType::Directory, name, b"", 0o755, b"")
+    }
+    fn sym(&mut self, name: &[u8], target: &[u8]) -> &mut Self {
+        self.put(EntryType::Symlink, name, target, 0o777, b"")
+    }
+    fn hard(&mut self, name: &[u8], target: &[u8]) -> &mut Self {
+        self.put(EntryType::Link, name, target, 0o644, b"")
+    }
+    fn busybox(&mut self) -> &mut Self {
+        let bb = std::fs::read("/bin/busybox").expect("busybox-static");
+        self.dir(b"bin")
+            .put(EntryType::Regular, b"bin/busybox", b"", 0o755, &bb);
+        for a in ["sh", "ls", "cat", "id"] {
+            self.sym(format!("bin/{a}").as_bytes(), b"busybox");
+        }
+        self.dir(b"etc")
+            .file(b"etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
+            .file(b"etc/group", b"root:x:0:\n")
+    }
+    fn finish(&mut self) -> Vec<u8> {
+        std::mem::replace(&mut self.b, tar::Builder::new(Vec::new()))
+            .into_inner()
+            .unwrap()
+    }
+}
+
+fn pull(s: &Scratch, src: &str, out: &str) -> Output {
+    common::gpurun(&["pull", src, "-o", out])
+        .current_dir(s.path())
+        .env("GPURUN_CACHE", s.join("cache"))
+        .output()
+        .unwrap()
+}
+
+/// The one `gpurun:` error line (warnings aside), after checking the exit code.
+fn error_line(o: &Output, code: i32) -> String {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {e}");
+    let lines: Vec<&str> = e
+        .lines()
+        .filter(|l| l.starts_with("gpurun:") && !l.starts_with("gpurun: warning:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {e}");
+    lines[0].to_string()
+}
+
+/// Only what a pull may leave in the scratch dir: inputs, the cache, finished images.
+fn nothing_partial(s: &Scratch) {
+    for e in std::fs::read_dir(s.path()).unwrap() {
+        let n = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            n == "layout" || n == "cache" || n.ends_with(".sqsh") && !n.contains(".tmp"),
+            "left behind: {n}"
+        );
+    }
+    if let Ok(d) = std::fs::read_dir(s.join("cache/blobs/sha256")) {
+        for e in d {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(!n.contains('.'), "temp blob left in the cache: {n}");
+        }
+    }
+}
+
+fn assert_in_root(tree: &BTreeMap<String, Node>) {
+    for (p, n) in tree {
+        assert!(
+            !p.starts_with('/') && !p.split('/').any(|c| c == ".."),
+            "{p} leaves the root"
+        );
+        if n.kind == 'h' {
+            assert!(
+                !n.link.starts_with('/') && !n.link.split('/').any(|c| c == ".."),
+                "hard link {p} -> {}",
+                n.link
+            );
+        }
+    }
+}
+
+#[test]
+fn hostile_layers_stay_in_the_root() {
+    let s = Scratch::new();
+    let tag = format!("gpurun-hostile-{}", std::process::id());
+    let escape = format!("../../../../../../tmp/{tag}");
+    let bottom = Raw::new()
+        .busybox()
+        .file(b"etc/hostfile", b"hostfile")
+        // a symlinked directory a later layer writes through
+        .sym(b"lnk-up", b"/etc")
+        .sym(b"abs-link", b"/etc/shadow")
+        .sym(b"chain1", b"chain2")
+        .sym(b"chain2", b"../../../../../")
+        .sym(b"loop1", b"loop2")
+        .sym(b"loop2", b"loop1")
+        .dir(b"dev")
+        .put(EntryType::Char, b"dev/evil-char", b"", 0o666, b"")
+        .put(EntryType::Block, b"dev/evil-block", b"", 0o666, b"")
+        .put(EntryType::Regular, b"bin/suid", b"", 0o4755, b"x")
+        .put(EntryType::Regular, b"bin/sgid", b"", 0o2755, b"x")
+        .file(b"dup", b"first")
+        .file(b"dup", b"second")
+        .file(b"gone", b"g")
+        .dir(b"opqdir")
+        .file(b"opqdir/old", b"old")
+        .file(b"caf\xe9", b"latin-1 name")
+        .finish();
+    let long_ok = format!("ok-{}", "x".repeat(252));
+    let deep_ok = vec!["d".repeat(240); 16].join("/");
+    let top = Raw::new()
+        .file(escape.as_bytes(), b"escape")
+        .file(b"/abs/file", b"abs")
+        .file(b"lnk-up/evil", b"through a lower symlink")
+        // a symlinked directory used as a prefix in its own layer
+        .sym(b"sd", b"/etc")
+        .file(b"sd/evil", b"through a same-layer symlink")
+        .sym(b"sd2", b"../../../tmp")
+        .file(b"sd2/evil", b"e")
+        .hard(b"hl-out", b"../../../etc/hostfile")
+        .hard(b"hl-abs", b"/etc/passwd")
+        .hard(b"hl-missing", b"../nothere")
+        .hard(b"hl-loop-a", b"hl-loop-b")
+        .hard(b"hl-loop-b", b"hl-loop-a")
+        .hard(b"hl-self", b"hl-self")
+        .file(b"../../../.wh.gone", b"")
+        .file(b"/../opqdir/.wh..wh..opq", b"")
+        .file(b"lnk-up/.wh.shadow", b"")
+        .file(long_ok.as_bytes(), b"long")
+        .file(format!("{deep_ok}/f").as_bytes(), b"deep")
+        .finish();
+    let mut layout = Layout::new(&s.join("layout"));
+    layout.image(
+        "hostile",
+        &[(bottom, Comp::Gzip), (top, Comp::Zstd)],
+        "amd64",
+        None,
+        serde_json::json!({}),
+    );
+    s.chown_all();
+    let src = format!("oci:{}:hostile", s.join("layout").display());
+    let o = pull(&s, &src, "hostile.sqsh");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("entry '{escape}' points outside the image root")),
+        "{err}"
+    );
+    assert!(err.contains("2 device nodes dropped"), "{err}");
+    assert!(
+        err.contains("setuid/setgid bits cleared on 2 files"),
+        "{err}"
+    );
+
+    // read_image panics on a device node: none may be in the image
+    let t = support::read_image(&s.join("hostile.sqsh"));
+    assert_in_root(&t);
+    let data = |p: &str| {
+        String::from_utf8_lossy(&t.get(p).unwrap_or_else(|| panic!("{p} missing")).data)
+            .into_owned()
+    };
+    assert_eq!(data(&format!("tmp/{tag}")), "escape");
+    assert_eq!(data("abs/file"), "abs");
+    // the upper layer's entry wins: lnk-up is a directory, never a path through /etc
+    assert_eq!(t["lnk-up"].kind, 'd');
+    assert_eq!(data("lnk-up/evil"), "through a lower symlink");
+    // entries below a symlink of their own layer are dropped; symlinks stay data
+    assert!(!t.contains_key("sd/evil") && !t.contains_key("sd2/evil"));
+    for (p, target) in [
+        ("sd", "/etc"),
+        ("abs-link", "/etc/shadow"),
+        ("chain2", "../../../../../"),
+        ("loop1", "loop2"),
+    ] {
+        assert_eq!((t[p].kind, t[p].link.as_str()), ('l', target), "{p}");
+    }
+    for p in ["bin/suid", "bin/sgid"] {
+        assert_eq!(t[p].mode & 0o6000, 0, "{p}");
+    }
+    assert_eq!(data("dup"), "first");
+    assert!(!t.contains_key("gone") && !t.contains_key("opqdir/old"));
+    assert_eq!(data("caf\u{fffd}"), "latin-1 name");
+    assert_eq!(t["hl-out"].kind, 'h');
+    assert!(t["hl-out"].link.ends_with("etc/hostfile"));
+    assert!(t["hl-abs"].link.ends_with("etc/passwd"));
+    for p in ["hl-missing", "hl-loop-a", "hl-loop-b", "hl-self"] {
+        assert!(!t.contains_key(p), "{p}");
+    }
+    assert_eq!(data(&long_ok), "long");
+    assert_eq!(data(&format!("{deep_ok}/f")), "deep");
+    // and nothing on the host
+    for p in [
+        format!("/tmp/{tag}"),
+        "/etc/evil".into(),
+        "/abs".into(),
+        "/tmp/evil".into(),
+    ] {
+        assert!(!Path::new(&p).exists(), "{p} written on the host");
+    }
+    nothing_partial(&s);
+
+    // gpurun itself runs it: the hostile paths resolve inside
+    let o = common::gpurun(&[
+        "exec",
+        s.join("hostile.sqsh").to_str().unwrap(),
+        "cat",
+        "/lnk-up/evil",
+        "/abs/file",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(stdout(&o), "through a lower symlinkabs", "{}", stderr(&o));
+}
+
+fn gz(b: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}
+
+fn zstd_checked(b: &[u8]) -> Vec<u8> {
+    let mut e = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    e.include_checksum(true).unwrap();
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}
+
+/// Flip bytes in the middle of a compressed stream (past its header).
+fn corrupt(mut b: Vec<u8>) -> Vec<u8> {
+    let mid = b.len() / 2;
+    for x in &mut b[mid..mid + 64] {
+        *x ^= 0x5a;
+    }
+    b
+}
+
+#[test]
+fn broken_layers_are_refused_naming_layer_and_entry() {
+    let s = Scratch::new();
+    let base = Raw::new().busybox().finish();
+    let mut lie = Raw::new().file(b"liar", b"0123456789").finish();
+    let mut h = tar::Header::from_byte_slice(&lie[..512]).clone();
+    h.set_size(1 << 30);
+    h.set_cksum();
+    lie[..512].copy_from_slice(h.as_bytes());
+    // a tar bomb's header: 2^62 bytes declared (GNU base-256 size field), a few present
+    let mut bomb = Raw::new().file(b"bomb", b"tiny").finish();
+    let mut h = tar::Header::from_byte_slice(&bomb[..512]).clone();
+    h.set_size(1 << 62);
+    h.set_cksum();
+    bomb[..512].copy_from_slice(h.as_bytes());
+    let long_name = "n".repeat(256);
+    let deep = vec!["d".repeat(250); 17].join("/");
+    let cases: Vec<(&str, Vec<u8>, Option<&str>, &str)> = vec![
+        // A cut stream ends inside an entry; corrupt data breaks the stream or the next header.
+        (
+            "gz-cut",
+            gz(&base)[..20_000].to_vec(),
+            Some("bin/busybox"),
+            "but the layer ends first",
+        ),
+        (
+            "gz-corrupt",
+            corrupt(gz(&base)),
+            None,
+            "the blob may be corrupt, pull again",
+        ),
+        (
+            "zst-cut",
+            zstd::encode_all(&base[..], 3).unwrap()[..20_000].to_vec(),
+            None,
+            "the blob may be corrupt, pull again",
+        ),
+        (
+            "zst-corrupt",
+            // with a content checksum, as the zstd CLI and Go's encoder write by default
+            corrupt(zstd_checked(&base)),
+            None,
+            "the blob may be corrupt, pull again",
+        ),
+        (
+            "size-lie",
+            lie,
+            Some("liar"),
+            "declares 1073741824 bytes but the layer ends first",
+        ),
+        (
+            "bomb",
+            bomb,
+            Some("bomb"),
+            "declares 4611686018427387904 bytes",
+        ),
+        (
+            "not-tar",
+            (0..8192u32).map(|i| (i * 7919 % 251) as u8).collect(),
+            None,
+            "cannot read it",
+        ),
+        (
+            "long-name",
+            Raw::new().file(long_name.as_bytes(), b"x").finish(),
+            Some("nnnnnnnn"),
+            "256 bytes long, more than 255",
+        ),
+        (
+            "deep-path",
+            Raw::new().file(deep.as_bytes(), b"x").finish(),
+            Some("dddddddd"),
+            "more than 4095",
+        ),
+        (
+            "long-symlink",
+            Raw::new().sym(b"l", "t/".repeat(2100).as_bytes()).finish(),
+            Some("'l'"),
+            "its symlink target",
+        ),
+    ];
+    let mut layout = Layout::new(&s.join("layout"));
+    let mut digests = Vec::new();
+    for (tag, bad, _, _) in &cases {
+        let img = layout.image(
+            tag,
+            &[
+                (Raw::new().busybox().finish(), Comp::Gzip),
+                (bad.clone(), Comp::None),
+            ],
+            "amd64",
+            None,
+            serde_json::json!({}),
+        );
+        digests.push(img.layer_digests[1].clone());
+    }
+    s.chown_all();
+    for ((tag, _, entry, why), digest) in cases.iter().zip(&digests) {
+        let t0 = Instant::now();
+        let out = format!("{tag}.sqsh");
+        let o = pull(
+            &s,
+            &format!("oci:{}:{tag}", s.join("layout").display()),
+            &out,
+        );
+        let line = error_line(&o, EXIT_BAD_IMAGE);
+        assert!(
+            line.contains(&format!("layer {digest}")),
+            "{tag} {digest}: {line}"
+        );
+        assert!(line.contains(why), "{tag}: {line}");
+        if let Some(e) = entry {
+            assert!(
+                line.contains(&format!("entry '{}", e.trim_matches('\''))),
+                "{tag}: {line}"
+            );
+        }
+        assert!(line.len() < 400, "{tag}: the line stays short: {line}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{tag} took {:?}",
+            t0.elapsed()
+        );
+        assert!(!s.join(&out).exists(), "{tag}: partial image");
+        nothing_partial(&s);
+    }
+}

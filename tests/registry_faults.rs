@@ -1,0 +1,203 @@
+//! Registry faults tests/pull.rs does not cover (docs/security.md): a blob that fails its digest,
+//! a manifest that is not JSON or far too big, a blob redirected to another host, a bearer token
+//! that expires mid-pull. Retried or refused in one line; the cache never keeps a bad blob.
+
+mod common;
+mod support;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{stderr, Scratch};
+use support::{Action, Comp, LayerTar, Layout, Proxy, Registry};
+
+const EXIT_BAD_IMAGE: i32 = 23;
+
+fn pull(s: &Scratch, src: &str, out: &str, cache: &str, env: &[(&str, &str)]) -> Output {
+    let mut c = common::gpurun(&["pull", src, "-o", out]);
+    c.current_dir(s.path())
+        .env("GPURUN_CACHE", s.join(cache))
+        .env("DOCKER_CONFIG", s.join("docker-config"));
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn error_line(o: &Output, code: i32) -> String {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {e}");
+    let lines: Vec<&str> = e
+        .lines()
+        .filter(|l| l.starts_with("gpurun:") && !l.starts_with("gpurun: warning"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {e}");
+    lines[0].to_string()
+}
+
+/// No complete blob in the cache fails its digest.
+fn cache_sound(cache: &Path) {
+    let Ok(d) = std::fs::read_dir(cache.join("blobs/sha256")) else {
+        return;
+    };
+    for e in d.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.contains('.') {
+            continue;
+        }
+        let got = support::sha256(&std::fs::read(e.path()).unwrap());
+        assert_eq!(got, format!("sha256:{n}"), "the cache holds a bad blob");
+    }
+}
+
+struct Fx {
+    s: Scratch,
+    reg: Registry,
+    layer: String,
+}
+
+fn fixture() -> Fx {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let mut layout = Layout::new(&s.join("layout"));
+    let img = layout.image(
+        "v1",
+        &[
+            (LayerTar::new().busybox().finish(), Comp::Gzip),
+            (
+                LayerTar::new()
+                    .dir("etc")
+                    .file("etc/marker", b"faults")
+                    .finish(),
+                Comp::Gzip,
+            ),
+        ],
+        "amd64",
+        None,
+        serde_json::json!({}),
+    );
+    reg.push(&s.join("layout"), "v1", "test/f:v1", "oci");
+    s.chown_all();
+    let layer = img.layer_digests[0].clone();
+    Fx { s, reg, layer }
+}
+
+#[test]
+fn bad_digests_bad_manifests_and_redirects() {
+    let Fx { s, reg, layer } = fixture();
+    let proxy = Proxy::start(reg.port);
+    let src = format!("docker://{}/test/f:v1", proxy.addr());
+
+    // a blob whose bytes do not match its digest, every time: refused, not cached
+    proxy.rule(&layer, Action::Corrupt, usize::MAX);
+    let o = pull(&s, &src, "bad.sqsh", "c-bad", &[]);
+    let line = error_line(&o, EXIT_BAD_IMAGE);
+    assert!(
+        line.contains(&layer[7..19]) || line.contains(&layer),
+        "{line}"
+    );
+    assert!(!s.join("bad.sqsh").exists());
+    assert!(
+        !s.join("c-bad/blobs/sha256").join(&layer[7..]).exists(),
+        "a blob that failed its digest is in the cache"
+    );
+    cache_sound(&s.join("c-bad"));
+    // the same cache, the registry fine again: the pull succeeds
+    proxy.clear();
+    let o = pull(&s, &src, "good.sqsh", "c-bad", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    cache_sound(&s.join("c-bad"));
+
+    // a manifest that is not JSON
+    proxy.clear();
+    let ct = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n".to_string();
+    proxy.rule(
+        "/manifests/",
+        Action::Reply(200, ct.clone(), b"<html>not a manifest</html>".to_vec()),
+        usize::MAX,
+    );
+    let o = pull(&s, &src, "html.sqsh", "c-html", &[]);
+    let line = error_line(&o, EXIT_BAD_IMAGE);
+    assert!(line.contains("manifest"), "{line}");
+    assert!(!s.join("html.sqsh").exists());
+
+    // a manifest far too big (64 MiB of JSON whitespace): refused, and quickly
+    proxy.clear();
+    let mut huge = vec![b' '; 64 << 20];
+    huge.extend_from_slice(b"{}");
+    proxy.rule("/manifests/", Action::Reply(200, ct, huge), usize::MAX);
+    let t0 = std::time::Instant::now();
+    let o = pull(&s, &src, "huge.sqsh", "c-huge", &[]);
+    let line = error_line(&o, EXIT_BAD_IMAGE);
+    assert!(line.contains("manifest"), "{line}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(60));
+    assert!(!s.join("huge.sqsh").exists());
+
+    // blobs redirected to another host name (object storage): followed
+    proxy.clear();
+    proxy.rule(
+        "/blobs/",
+        Action::Redirect(format!("localhost:{}", reg.port)),
+        usize::MAX,
+    );
+    let o = pull(&s, &src, "redirect.sqsh", "c-redirect", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        support::read_image(&s.join("redirect.sqsh"))["etc/marker"].data,
+        b"faults"
+    );
+    assert!(
+        proxy
+            .requests()
+            .iter()
+            .filter(|r| r.contains("/blobs/"))
+            .count()
+            >= 3,
+        "{:#?}",
+        proxy.requests()
+    );
+    cache_sound(&s.join("c-redirect"));
+}
+
+#[test]
+fn an_expired_token_is_renewed() {
+    let Fx { s, reg, layer } = fixture();
+    let proxy = Proxy::start_bearer(reg.port, "dGVzdGVyOnMzY3JldC1wYXNz"); // tester:s3cret-pass
+    let src = format!("docker://{}/test/f:v1", proxy.addr());
+    // the token is refused once, on a blob, as when it expires between manifest and layers
+    let challenge = format!(
+        "WWW-Authenticate: Bearer realm=\"http://{}/token\",service=\"gpurun-test\",error=\"invalid_token\"\r\n",
+        proxy.addr()
+    );
+    proxy.rule(
+        &layer,
+        Action::Reply(
+            401,
+            challenge,
+            br#"{"errors":[{"code":"UNAUTHORIZED","message":"token expired"}]}"#.to_vec(),
+        ),
+        1,
+    );
+    let o = pull(
+        &s,
+        &src,
+        "tok.sqsh",
+        "c-tok",
+        &[
+            ("GPURUN_DOCKER_USERNAME", "tester"),
+            ("GPURUN_DOCKER_PASSWORD", "s3cret-pass"),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tokens = proxy
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("GET /token"))
+        .count();
+    assert!(
+        tokens >= 2,
+        "token not fetched again: {:#?}",
+        proxy.requests()
+    );
+    cache_sound(&s.join("c-tok"));
+}

@@ -1,0 +1,197 @@
+//! Soak: many `exec`s of one image by one user leave no mount, process, fd or temp file behind.
+//! GPURUN_SOAK=N sequential runs (default 200), GPURUN_SOAK_CONCURRENT=M at once (default 50);
+//! the full check is GPURUN_SOAK=1000 GPURUN_SOAK_CONCURRENT=100.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{busybox_image, gpurun, stderr, test_ids, Scratch};
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn fuse_connections() -> usize {
+    std::fs::read_dir("/sys/fs/fuse/connections")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Processes of the test user whose command line mentions `marker`.
+fn user_procs(marker: &str) -> Vec<String> {
+    let (uid, _) = test_ids();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.parse::<u32>().is_err() {
+            continue;
+        }
+        let Ok(md) = e.metadata() else { continue };
+        let cmd = std::fs::read(format!("/proc/{name}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if md.uid() == uid && cmd.contains(marker) {
+            out.push(format!("{name}: {cmd}"));
+        }
+    }
+    out
+}
+
+/// Entries the test user owns in the shared temp dirs that gpurun could have made (named for it,
+/// or temp files): other engineers' tests on this machine leave their own files as the same user.
+fn user_temp_files() -> BTreeSet<String> {
+    let (uid, _) = test_ids();
+    let mut out = BTreeSet::new();
+    for dir in ["/tmp", "/var/tmp", "/dev/shm"] {
+        let Ok(d) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        for e in d.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("gpurun-test.") || !(n.contains("gpurun") || n.contains(".tmp")) {
+                continue;
+            }
+            if e.metadata().is_ok_and(|m| m.uid() == uid) {
+                out.insert(format!("{dir}/{n}"));
+            }
+        }
+    }
+    out
+}
+
+/// Other engineers' tests mount FUSE on this machine too: a leak shows as one connection per
+/// run, far above this slack.
+const FUSE_SLACK: usize = 5;
+
+fn settle(marker: &str, fuse_before: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline
+        && (!user_procs(marker).is_empty() || fuse_connections() > fuse_before + FUSE_SLACK)
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(user_procs(marker), Vec::<String>::new(), "processes left");
+    assert!(
+        fuse_connections() <= fuse_before + FUSE_SLACK,
+        "FUSE connections: {} before, {} after",
+        fuse_before,
+        fuse_connections()
+    );
+}
+
+/// /sys/fs/fuse/connections lists connections only with fusectl mounted there (not every machine
+/// mounts it): mount it when root. Returns whether connections can be counted.
+fn fusectl() -> bool {
+    let mounted = || {
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("fusectl"))
+    };
+    if !mounted() && common::is_root() {
+        let _ = std::process::Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+            .status();
+    }
+    mounted()
+}
+
+#[test]
+fn soak_sequential_and_concurrent_execs_leave_nothing() {
+    let s = Scratch::new();
+    let img = busybox_image(&s, "soak", |_| {});
+    let img = img.to_str().unwrap().to_string();
+    let (n, m) = (
+        env_count("GPURUN_SOAK", 200),
+        env_count("GPURUN_SOAK_CONCURRENT", 50),
+    );
+    let counted = fusectl();
+    let fuse_before = fuse_connections();
+    let temp_before = user_temp_files();
+
+    let t0 = Instant::now();
+    for i in 0..n {
+        let o = gpurun(&["exec", &img, "true"]).output().unwrap();
+        assert!(o.status.success(), "run {i}: {}", stderr(&o));
+    }
+    let seq = t0.elapsed();
+    settle(&img, fuse_before);
+
+    let t0 = Instant::now();
+    let kids: Vec<_> = (0..m)
+        .map(|_| {
+            gpurun(&["exec", &img, "cat", "/bin/busybox"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (i, k) in kids.into_iter().enumerate() {
+        let o = k.wait_with_output().unwrap();
+        assert!(o.status.success(), "concurrent {i}: {}", stderr(&o));
+    }
+    let conc = t0.elapsed();
+    settle(&img, fuse_before);
+
+    // a long-running container: its FUSE server's fds stay flat over many opens and reads
+    let mut c = gpurun(&[
+        "exec",
+        &img,
+        "sh",
+        "-c",
+        "echo ready; read go; i=0; while [ $i -lt 300 ]; do cat /bin/busybox /etc/passwd > /dev/null; \
+         ls -R /bin > /dev/null; i=$((i+1)); done; echo done; read end",
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let fds = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let fds_start = fds(c.id());
+    if counted {
+        // the count sees a live image: a leak could not hide from it
+        assert!(
+            fuse_connections() > fuse_before,
+            "no FUSE connection while running"
+        );
+    }
+    let mut stdin = c.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "done\n");
+    let fds_end = fds(c.id());
+    stdin.write_all(b"end\n").unwrap();
+    drop(stdin);
+    assert!(c.wait().unwrap().success());
+    assert_eq!(fds_start, fds_end, "the FUSE server's fds grew");
+    settle(&img, fuse_before);
+
+    let new: Vec<String> = user_temp_files()
+        .difference(&temp_before)
+        .cloned()
+        .collect();
+    assert!(new.is_empty(), "temp files left: {new:?}");
+    eprintln!(
+        "soak: {n} sequential execs in {seq:?} ({:?} each), {m} concurrent in {conc:?}; \
+         fds of a long-running gpurun {fds_start} -> {fds_end}; FUSE connections {fuse_before} -> {}",
+        seq / n.max(1) as u32,
+        fuse_connections()
+    );
+}
