@@ -102,23 +102,6 @@ fn temps(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// /sys/fs/fuse/connections lists connections only with fusectl mounted there (not every machine
-/// mounts it): mount it when root. Returns whether connections can be counted.
-fn fusectl() -> bool {
-    let mounted = || {
-        std::fs::read_to_string("/proc/mounts")
-            .unwrap()
-            .lines()
-            .any(|l| l.split_whitespace().nth(2) == Some("fusectl"))
-    };
-    if !mounted() && common::is_root() {
-        let _ = std::process::Command::new("mount")
-            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
-            .status();
-    }
-    mounted()
-}
-
 #[test]
 fn interrupted_pulls_leave_nothing_and_resume() {
     let s = Scratch::new();
@@ -244,7 +227,7 @@ fn interrupted_execs_leave_nothing() {
             .unwrap_or(0)
     };
     assert!(
-        fusectl() || !common::is_root(),
+        common::fusectl() || !common::is_root(),
         "fusectl could not be mounted"
     );
     let fuse_before = fuse();

@@ -25,3 +25,5 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 id "$TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/sh "$TEST_USER"
 chmod 0666 /dev/fuse
+# The tests count live FUSE connections; /sys/fs/fuse/connections lists them only with fusectl.
+grep -qw fusectl /proc/mounts || mount -t fusectl fusectl /sys/fs/fuse/connections || true

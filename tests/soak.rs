@@ -10,19 +10,13 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{busybox_image, gpurun, stderr, test_ids, Scratch};
+use common::{busybox_image, fuse_connections, fusectl, gpurun, stderr, test_ids, Scratch};
 
 fn env_count(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn fuse_connections() -> usize {
-    std::fs::read_dir("/sys/fs/fuse/connections")
-        .map(|d| d.count())
-        .unwrap_or(0)
 }
 
 /// Processes of the test user whose command line mentions `marker`.
@@ -84,23 +78,6 @@ fn settle(marker: &str, fuse_before: usize) {
         fuse_before,
         fuse_connections()
     );
-}
-
-/// /sys/fs/fuse/connections lists connections only with fusectl mounted there (not every machine
-/// mounts it): mount it when root. Returns whether connections can be counted.
-fn fusectl() -> bool {
-    let mounted = || {
-        std::fs::read_to_string("/proc/mounts")
-            .unwrap()
-            .lines()
-            .any(|l| l.split_whitespace().nth(2) == Some("fusectl"))
-    };
-    if !mounted() && common::is_root() {
-        let _ = std::process::Command::new("mount")
-            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
-            .status();
-    }
-    mounted()
 }
 
 #[test]

@@ -196,3 +196,27 @@ pub fn busybox_image(s: &Scratch, name: &str, customise: impl FnOnce(&Path)) -> 
     mksquashfs(&root, &img, &[]);
     img
 }
+
+/// /sys/fs/fuse/connections lists connections only with fusectl mounted there (not every machine
+/// mounts it): mount it when root. Returns whether connections can be counted.
+pub fn fusectl() -> bool {
+    let mounted = || {
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("fusectl"))
+    };
+    if !mounted() && is_root() {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+            .status();
+    }
+    mounted()
+}
+
+/// Live FUSE connections on this machine (see `fusectl`).
+pub fn fuse_connections() -> usize {
+    std::fs::read_dir("/sys/fs/fuse/connections")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
