@@ -326,8 +326,19 @@ pub unsafe extern "C" fn slurm_spank_user_init(
 }
 
 fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, String> {
-    let env = job_env(sp);
+    let mut env = job_env(sp);
     let map = state::split_env(env.iter().map(String::as_str));
+    // `srun --mpi=pmix`: gpurun binds PMIX_SERVER_TMPDIR, which Slurm sets only per task.
+    if map
+        .get("SLURM_MPI_TYPE")
+        .is_some_and(|t| t.starts_with("pmix"))
+        && !map.contains_key("PMIX_SERVER_TMPDIR")
+    {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        if let Some(dir) = state::pmix_dir_in_maps(&maps, job, step) {
+            env.push(format!("PMIX_SERVER_TMPDIR={dir}"));
+        }
+    }
     // srun passes the submitting shell's PWD; the holder starts there so relative paths and
     // the default working directory mean what they mean for `gpurun exec`
     let cwd = map

@@ -127,8 +127,47 @@ fn renumber(step: &str, container: &str, task: &str) -> Option<String> {
         .map(|v| v.join(","))
 }
 
+/// The directory of Slurm's PMIx server for step `job.step`, found in this slurmstepd's
+/// `/proc/self/maps` text. Slurm names it `pmix.JOB.STEP` (under SlurmdSpoolDir, or mpi.conf's
+/// PMIxCliTmpDirBase) and tells the ranks through PMIX_SERVER_TMPDIR, but only in each task's
+/// environment, after the holder has started. The server has already mapped its shared-memory
+/// datastore there; ranks in the container must reach the same files, or PMIx fails to attach
+/// them ("PMIX ERROR ... gds_ds12_lock") and falls back to slower messaging.
+pub fn pmix_dir_in_maps(maps: &str, job: u32, step: u32) -> Option<String> {
+    let name = format!("/pmix.{job}.{step}/");
+    maps.lines()
+        .filter_map(|l| l.find(" /").map(|i| l[i + 1..].trim_end()))
+        .find_map(|path| {
+            path.find(&name)
+                .map(|i| path[..i + name.len() - 1].to_string())
+        })
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn pmix_dir_from_maps() {
+        let maps = "\
+7f7a-7f7b r-xp 00000000 fe:00 12 /usr/lib/x86_64-linux-gnu/libpmix.so.2.6.2
+7f7c-7f7d rw-s 00000000 fe:00 909700  /var/spool/slurmd/pmix.254.0/pmix_dstor_ds12_1/dstore_sm.lock
+7f7e-7f7f rw-s 00000000 fe:00 909701  /var/spool/slurmd/pmix.25.0/x
+";
+        let cases = [
+            ((254, 0), Some("/var/spool/slurmd/pmix.254.0")),
+            ((25, 0), Some("/var/spool/slurmd/pmix.25.0")),
+            ((254, 1), None),
+            ((2, 0), None),
+        ];
+        for ((job, step), want) in cases {
+            assert_eq!(
+                pmix_dir_in_maps(maps, job, step).as_deref(),
+                want,
+                "{job}.{step}"
+            );
+        }
+        assert_eq!(pmix_dir_in_maps("", 1, 0), None);
+    }
     use super::*;
 
     #[test]
