@@ -8,6 +8,8 @@ PACKAGES=(
   docker-registry skopeo umoci apache2-utils curl openssl python3 ca-certificates
   gcc libc6-dev
   munge slurmctld slurmd slurm-client libslurm-dev libpmix-dev
+  # a real MPI program in the Slurm tests (Debian's Open MPI uses the same PMIx as Slurm)
+  openmpi-bin libopenmpi-dev
 )
 if [ "$(id -u)" != 0 ]; then
   echo "$0 sets up the machine (apt, a test user, /dev/fuse): run it as root" >&2

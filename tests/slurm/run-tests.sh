@@ -5,7 +5,7 @@
 #
 #   plain srun/sbatch + `gpurun exec`: device nodes and CUDA_VISIBLE_DEVICES inside the container
 #     against what the job may open outside, --gres/--gpus/--gpus-per-task, two concurrent jobs,
-#     SLURM_*/PMI*/PMIx variables and the PMIx server directory
+#     SLURM_*/PMI*/PMIx variables, the PMIx server directory, a real Open MPI program (both ways)
 #   the SPANK plugin (when loaded: cluster.sh start MODE PLUGIN.so gpurun=...): every option, one
 #     holder and one image mount shared by the tasks of a step, cleanup, per-task GPUs, #SBATCH,
 #     a registry image (local docker-registry), error lines
@@ -181,6 +181,27 @@ done
 srun "${T[@]}" -n2 --mpi=pmi2 sh -c "$step_probe" - pmi2 2>err.pmi2
 [ "$(get PMI_RANK pmi2.ctr.1)" = 1 ] && [ "$(get PMI_FD pmi2.ctr.1)" = "$(get PMI_FD pmi2.host.1)" ] && [ "$(get PMI_FD pmi2.ctr.1)" != unset ]; res $? "srun --mpi=pmi2: PMI_RANK and PMI_FD inside"
 
+# A real Open MPI program (tests/slurm/mpi-image.sh): ranks wire up through Slurm's PMIx server,
+# Allreduce and exchange data in a ring. mpi_case NAME DESCRIPTION: checks NAME.out / NAME.err.
+MPIIMG=$W/mpi.sqsh
+bash "$ROOT/tests/slurm/mpi-image.sh" "$MPIIMG" 2>mpi-image.err || { cat mpi-image.err; MPIIMG=; }
+mpi_case() {
+  local ranks
+  ranks=$(grep -c '^rank=[01] size=2 sum=1 from=[01] image=yes$' "$1.out")
+  [ "$ranks" = 2 ] && grep -q '^rank=0 .*from=1 ' "$1.out" && grep -q '^rank=1 .*from=0 ' "$1.out"
+  res $? "$2: 2 ranks, Allreduce sum 1, ring Sendrecv, both in the image" || cat "$1.out" "$1.err"
+  ! grep -q 'PMIX ERROR' "$1.err"; res $? "$2: no PMIx error (the server's datastore is reachable)" || cat "$1.err"
+}
+if [ -n "$MPIIMG" ]; then
+  # Each `gpurun exec` is its own user namespace, so Open MPI's CMA single copy cannot work
+  # between ranks (it says so and falls back); turned off the way HPC sites do for Apptainer.
+  srun "${T[@]}" -n2 --mpi=pmix "$GPURUN" exec --env OMPI_MCA_btl_vader_single_copy_mechanism=none \
+    "$MPIIMG" mpi-hello >mpi.out 2>mpi.err
+  mpi_case mpi "srun --mpi=pmix gpurun exec, Open MPI"
+else
+  bad "the Open MPI test image could not be built (tests/slurm/mpi-image.sh)"
+fi
+
 out=$(srun "${T[@]}" "$GPURUN" exec "$IMG" pwd 2>>stderr.log)
 [ "$out" = "$W" ]; res $? "srun gpurun exec keeps the job's working directory $W ($out)"
 
@@ -197,6 +218,12 @@ else
   [ "$(get SLURM_PROCID plug.0)$(get SLURM_PROCID plug.1)" = 01 ]; res $? "--container-image: SLURM_PROCID 0 and 1"
   [ "$(get HOLDERS plug.0)" = 1 ] && [ "$(get HOLDERS plug.1)" = 1 ]; res $? "--container-image: one gpurun holder on the node for the 2-task step"
   [ "$(get USERNS plug.0)" = "$(get USERNS plug.1)" ] && [ "$(get ROOTDEV plug.0)" = "$(get ROOTDEV plug.1)" ]; res $? "--container-image: both tasks share one user namespace and one root mount ($(get ROOTDEV plug.0))"
+  if [ -n "$MPIIMG" ]; then
+    # tasks share the holder's namespaces: CMA works, nothing to turn off
+    srun "${T[@]}" -n2 --mpi=pmix --container-image="$MPIIMG" mpi-hello >pmpi.out 2>pmpi.err
+    mpi_case pmpi "plugin, srun --mpi=pmix, Open MPI"
+    ! grep -q 'CMA is' pmpi.err; res $? "plugin, Open MPI: single-copy CMA works between the ranks (one user namespace)"
+  fi
   srun "${T[@]}" -n2 -o 'exec2.%t' "$GPURUN" exec "$IMG" /probe 2>/dev/null
   [ "$(get ROOTDEV exec2.0)" != "$(get ROOTDEV exec2.1)" ]; res $? "plain srun -n2 gpurun exec, for comparison, mounts twice ($(get ROOTDEV exec2.0) vs $(get ROOTDEV exec2.1))"
   [ "$(get FOO plug.0)" = image ]; res $? "image env wins by default (FOO=image)"
