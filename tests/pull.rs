@@ -15,6 +15,7 @@ use support::{Action, Comp, LayerTar, Layout, Node, Proxy, Registry};
 const EXIT_NOT_FOUND: i32 = 20;
 const EXIT_AUTH: i32 = 21;
 const EXIT_NETWORK: i32 = 22;
+const EXIT_BAD_IMAGE: i32 = 23;
 
 fn config() -> serde_json::Value {
     serde_json::json!({
@@ -410,6 +411,61 @@ fn docker_v2_offline_sources_and_platforms() {
         &[],
     );
     one_line_error(&o, EXIT_NOT_FOUND, &["no tag 'nope'", "simple"]);
+    // A layout whose blob no longer matches its digest (one bit flipped, size unchanged; then
+    // the image config): refused, nothing written.
+    let bad = s.join("bad-layout");
+    assert!(Command::new("cp")
+        .args(["-a"])
+        .arg(&fx.layout)
+        .arg(&bad)
+        .status()
+        .unwrap()
+        .success());
+    let blobs = bad.join("blobs/sha256");
+    let json = |p: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    let blob =
+        |d: &serde_json::Value| blobs.join(d.as_str().unwrap().trim_start_matches("sha256:"));
+    let index = json(&bad.join("index.json"));
+    let simple = index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == "simple")
+        .unwrap();
+    let manifest = json(&blob(&simple["digest"]));
+    let flip = |p: &Path| {
+        let mut b = std::fs::read(p).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 0x20;
+        std::fs::write(p, b).unwrap();
+    };
+    let layer = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|l| l["size"].as_u64().unwrap())
+        .unwrap()["digest"]
+        .clone();
+    flip(&blob(&layer));
+    s.chown_all();
+    let src = format!("oci:{}:simple", bad.display());
+    let o = pull(&s, &[&src, "-o", "bad.sqsh"], &[]);
+    let short = &layer.as_str().unwrap()[..19];
+    one_line_error(&o, EXIT_BAD_IMAGE, &[short, "does not match its digest"]);
+    assert!(!s.join("bad.sqsh").exists());
+    no_temp_files(s.path());
+    flip(&blob(&layer));
+    flip(&blob(&manifest["config"]["digest"]));
+    let o = pull(&s, &[&src, "-o", "bad.sqsh"], &[]);
+    one_line_error(
+        &o,
+        EXIT_BAD_IMAGE,
+        &["does not match", "the layout is corrupt"],
+    );
+    assert!(!s.join("bad.sqsh").exists());
+
     let archive = s.join("simple.tar");
     let st = Command::new("skopeo")
         .args(["--insecure-policy", "copy", "--quiet"])

@@ -7,8 +7,9 @@
 //! all; the cache only ever holds verified blobs (`*.partial` files are resume points).
 //!
 //! Known limits: 429 answers are retried with the usual backoff, not after `Retry-After`
-//! (oci-client does not expose response headers on errors); blobs of offline sources (`oci:`,
-//! `docker-archive:`) are trusted, not re-hashed; `dir:` keeps neither hard links nor xattrs;
+//! (oci-client does not expose response headers on errors); `docker-archive:` members are trusted,
+//! not re-hashed (`oci:` blobs are checked against their digests); `dir:` keeps neither hard
+//! links nor xattrs;
 //! file names that are not UTF-8 are stored lossily.
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,6 +22,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
 
 use super::cache::{cache_root, Cache, CacheError};
 use super::flatten::{flatten, normalize, ExtraFile, FlattenError, Layer, Report};
@@ -544,14 +546,6 @@ async fn download_all(
     Ok(())
 }
 
-fn file_layer(name: String, size: u64, path: PathBuf) -> Layer {
-    Layer {
-        name,
-        size,
-        open: Box::new(move || Ok(Box::new(File::open(&path)?) as Box<dyn Read + Send>)),
-    }
-}
-
 /// The parts of the OCI image config gpurun keeps.
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -616,6 +610,21 @@ fn oci_layout(
         Ok(dir.join("blobs").join(alg).join(hex))
     };
     let read = |p: &Path| fs::read(p).map_err(|e| fail(format!("{}: {e}", p.display())));
+    // Blobs are content-addressed: what a layout holds must hash to its name.
+    let read_blob = |digest: &str| -> Result<Vec<u8>, PullError> {
+        sha256_digest(digest).map_err(fail)?;
+        let bytes = read(&blob(digest)?)?;
+        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        if actual != digest {
+            return Err(PullError::BadImage {
+                image: source.to_string(),
+                detail: format!(
+                    "blob {digest} does not match its digest (content is {actual}): the layout is corrupt; copy the image again"
+                ),
+            });
+        }
+        Ok(bytes)
+    };
     let index = Manifest::parse(&read(&dir.join("index.json"))?).map_err(fail)?;
     let entries = index.manifests.unwrap_or_default();
     let tag_of = |d: &Descriptor| d.annotations_ref_name();
@@ -641,7 +650,7 @@ fn oci_layout(
             )));
         }
     };
-    let mut bytes = read(&blob(&desc.digest)?)?;
+    let mut bytes = read_blob(&desc.digest)?;
     let mut m = Manifest::parse(&bytes).map_err(fail)?;
     if m.is_index() {
         let want = wanted_platform(opts)?;
@@ -655,24 +664,111 @@ fn oci_layout(
                 })
             })?
             .clone();
-        bytes = read(&blob(&desc.digest)?)?;
+        bytes = read_blob(&desc.digest)?;
         m = Manifest::parse(&bytes).map_err(fail)?;
     }
     let config = m
         .config
         .as_ref()
         .ok_or_else(|| fail("the manifest has no config".into()))?;
-    let config_bytes = read(&blob(&config.digest)?)?;
+    let config_bytes = read_blob(&config.digest)?;
     let mut layers = Vec::new();
     for l in m.layers.iter().rev() {
         let p = blob(&l.digest)?;
         if !p.exists() {
             return Err(fail(format!("layer blob {} is missing", p.display())));
         }
-        layers.push(file_layer(l.digest.clone(), l.size, p));
+        let want = sha256_digest(&l.digest).map_err(fail)?;
+        let (name, size) = (l.digest.clone(), l.size);
+        layers.push(Layer {
+            name: name.clone(),
+            size,
+            open: Box::new(move || {
+                let f = File::open(&p)?;
+                Ok(Box::new(Verified::new(f, &name, want, size)) as Box<dyn Read + Send>)
+            }),
+        });
     }
     let meta = image_meta(&config_bytes, source, &desc.digest).map_err(fail)?;
     Ok((layers, meta))
+}
+
+/// The hex of a `sha256:` digest; layouts with other algorithms are refused, not trusted.
+fn sha256_digest(digest: &str) -> Result<[u8; 32], String> {
+    digest
+        .strip_prefix("sha256:")
+        .and_then(|h| hex::decode(h).ok())
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or_else(|| format!("'{digest}' is not a sha256 digest (the only kind gpurun checks)"))
+}
+
+/// A layer blob of a local layout, hashed as the flattener reads it: at its declared size (or
+/// at EOF) it must match its digest, or the read fails and so does the pull, which leaves
+/// nothing. A corrupt or tampered layout never becomes an image; no second pass over the file.
+struct Verified<R> {
+    inner: R,
+    name: String,
+    want: [u8; 32],
+    size: u64,
+    seen: u64,
+    hasher: Option<Sha256>,
+}
+
+impl<R> Verified<R> {
+    fn new(inner: R, name: &str, want: [u8; 32], size: u64) -> Self {
+        Verified {
+            inner,
+            name: name.to_string(),
+            want,
+            size,
+            seen: 0,
+            hasher: Some(Sha256::new()),
+        }
+    }
+
+    fn check(&mut self) -> io::Result<()> {
+        let Some(h) = self.hasher.take() else {
+            return Ok(());
+        };
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        if self.seen != self.size {
+            return Err(bad(format!(
+                "blob {} is {} bytes, its descriptor says {}: the layout is corrupt; copy the image again",
+                self.name, self.seen, self.size
+            )));
+        }
+        if h.finalize().as_slice() != self.want {
+            return Err(bad(format!(
+                "blob {} does not match its digest: the layout is corrupt; copy the image again",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for Verified<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // The blob ends at its declared size; only bytes that went through the hash are used.
+        let room = (self.size - self.seen) as usize;
+        if room == 0 {
+            self.check()?;
+            return Ok(0);
+        }
+        let len = buf.len().min(room);
+        let n = self.inner.read(&mut buf[..len])?;
+        if let Some(h) = self.hasher.as_mut() {
+            h.update(&buf[..n]);
+        }
+        self.seen += n as u64;
+        if n == 0 || self.seen == self.size {
+            self.check()?;
+        }
+        Ok(n)
+    }
 }
 
 /// A `docker save` archive: manifest.json names the config and the layer members, which are read
@@ -996,6 +1092,38 @@ mod tests {
         assert_eq!(m.platform, "linux/arm64/v8");
         assert_eq!(m.created, "2024-01-01T00:00:00Z");
         assert!(image_meta(b"[", "s", "d").is_err());
+    }
+
+    #[test]
+    fn local_blobs_are_checked_against_their_digest() {
+        let data = b"layer bytes".to_vec();
+        let want: [u8; 32] = Sha256::digest(&data).into();
+        let read = |bytes: &[u8], size: u64| {
+            let mut v = Vec::new();
+            Verified::new(bytes, "sha256:x", want, size)
+                .read_to_end(&mut v)
+                .map(|_| v)
+                .map_err(|e| e.to_string())
+        };
+        let mut flipped = data.clone();
+        flipped[3] ^= 1;
+        let mut longer = data.clone();
+        longer.extend_from_slice(b"junk");
+        let n = data.len() as u64;
+        assert_eq!(read(&data, n).unwrap(), data);
+        // Bytes past the declared size are never handed out, so they cannot sneak in.
+        assert_eq!(read(&longer, n).unwrap(), data);
+        for (bytes, size, needle) in [
+            (&flipped[..], n, "does not match its digest"),
+            (&data[..5], n, "is 5 bytes, its descriptor says 11"),
+            (&data[..], n - 1, "does not match its digest"),
+            (&data[..], 0, "does not match its digest"),
+        ] {
+            let e = read(bytes, size).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        }
+        assert!(sha256_digest("sha512:00").is_err());
+        assert!(sha256_digest(&format!("sha256:{}", "ab".repeat(32))).is_ok());
     }
 
     #[test]
