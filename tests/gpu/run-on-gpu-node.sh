@@ -211,6 +211,64 @@ as_user NVIDIA_DISABLE_REQUIRE=1 "$G" exec --nv "$IMG_NEW" true; rc=$?
 check "NVIDIA_DISABLE_REQUIRE=1 lets it run" [ "$rc" = 0 ]
 fi
 
+say "gpurun ps and doctor on a real GPU"
+# A container that holds 1 GiB of GPU memory and keeps GPU 0 busy while ps looks at it.
+cat > "$W/hold.cu" <<'EOF'
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+__global__ void spin(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) for (int k = 0; k < 4000; k++) x[i] = x[i] * 0.999f + 1.0f;
+}
+int main(int argc, char **argv) {
+    int secs = argc > 1 ? atoi(argv[1]) : 10;
+    float *d;
+    if (cudaMalloc(&d, 1ull << 30) != cudaSuccess) { printf("cudaMalloc failed\n"); return 2; }
+    cudaMemset(d, 0, 1ull << 30);
+    printf("holding\n"); fflush(stdout);
+    for (time_t end = time(0) + secs; time(0) < end;) { spin<<<4096, 256>>>(d, 1 << 20); cudaDeviceSynchronize(); }
+    printf("released\n");
+    return 0;
+}
+EOF
+if "$NVCC" -cudart static -O2 -o "$W/hold" "$W/hold.cu"; then
+    as_user "$G" exec --nv --bind "$W:/w" "$IMG" /w/hold 12 > "$W/hold.txt" 2>&1 &
+    hold_pid=$!
+    for _ in $(seq 100); do grep -q holding "$W/hold.txt" && break; sleep 0.2; done
+    sleep 2
+    as_user "$G" ps | tee "$W/ps.txt"
+    as_user "$G" ps --json > "$W/ps.json"; cat "$W/ps.json"
+    # the container running /w/hold: its entry for GPU 0 (by UUID), memory and utilisation
+    read -r mem util < <(python3 -c '
+import json, sys
+cs = [c for c in json.load(open(sys.argv[1])) if c["command"][:1] == ["/w/hold"]]
+g = [g for c in cs for g in c["gpus"] if g["uuid"] == sys.argv[2]]
+print(g[0]["memory_used_bytes"], g[0]["utilization_percent"]) if g else print(-1, -1)
+' "$W/ps.json" "${UUIDS[0]}")
+    echo "GPU 0 in ps: memory_used_bytes=$mem utilization_percent=$util"
+    check "ps lists the running CUDA container with GPU 0 (UUID from NVML)" [ "${mem:--1}" != -1 ]
+    check "ps shows the container's GPU memory (>= the 1 GiB it holds)" [ "${mem:-0}" -ge 1073741824 ]
+    check "ps shows GPU 0's utilisation while the kernel runs (> 0 %)" [ "${util:-0}" -gt 0 ]
+    # (a bare `wait` would also wait for the log's tee)
+    wait "$hold_pid"
+    check "the CUDA container ran to the end" grep -q released "$W/hold.txt"
+    as_user "$G" ps --json > "$W/ps-after.json"
+    check "ps is empty once it exited" grep -q '^\[\]$' "$W/ps-after.json"
+else
+    bad "nvcc built the GPU memory holder"
+fi
+as_user "$G" doctor --json > "$W/doctor.json"; cat "$W/doctor.json"
+dr=$(python3 -c '
+import json, sys
+d = {c["name"]: c for c in json.load(open(sys.argv[1]))}
+print(d["NVIDIA driver"]["status"], d["NVIDIA driver"]["detail"], "|", d["GPU devices"]["status"], d["GPU devices"]["detail"])
+' "$W/doctor.json")
+echo "doctor: $dr"
+drv=$(head -1 /proc/driver/nvidia/version | grep -oE '[0-9]+\.[0-9]+(\.[0-9]+)?' | head -1)
+check "doctor: NVIDIA driver ok, version $drv as the host's" grep -q "^ok driver $drv" <<<"$dr"
+check "doctor: the GPU devices open (/dev/nvidia0)" grep -q "| ok may open .*/dev/nvidia0" <<<"$dr"
+
 say "--dry-run"
 as_user "$G" exec --nv --dry-run "$IMG" true > "$W/dry.json"
 grep -E '"(dst|src|key|value)": "[^"]*(nvidia|firmware|gpurun|CUDA|NVIDIA|LD_LIBRARY)' "$W/dry.json" | head -80
