@@ -422,6 +422,12 @@ impl Filesystem for SquashFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        // An image without xattrs: ENOSYS once and the kernel never asks again. The overlay
+        // above asks for its user.overlay.* xattrs on every lookup: a quarter of the FUSE
+        // round trips of `exec true` (107 -> 79).
+        if !self.ar.any_xattrs() {
+            return reply.error(Errno::ENOSYS);
+        }
         let x = match self
             .inode(ino)
             .and_then(|i| self.ar.xattrs(&i).map_err(|e| self.errno(e)))
@@ -436,6 +442,9 @@ impl Filesystem for SquashFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if !self.ar.any_xattrs() {
+            return reply.error(Errno::ENOSYS);
+        }
         match self
             .inode(ino)
             .and_then(|i| self.ar.xattrs(&i).map_err(|e| self.errno(e)))

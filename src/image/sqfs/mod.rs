@@ -278,6 +278,11 @@ impl Archive {
     pub fn path(&self) -> &Path {
         &self.path
     }
+    /// Whether the image has an xattr table at all (most have none).
+    pub fn any_xattrs(&self) -> bool {
+        self.xattr.is_some()
+    }
+
     pub fn block_size(&self) -> u32 {
         self.sb.block_size
     }
