@@ -771,6 +771,9 @@ impl<R: Read> Read for Verified<R> {
     }
 }
 
+/// The most a `docker save` archive's manifest.json or image config may be (real ones: KiBs).
+const MAX_JSON: u64 = 16 << 20;
+
 /// A `docker save` archive: manifest.json names the config and the layer members, which are read
 /// in place (seek to the member's data) rather than extracted.
 fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), PullError> {
@@ -779,20 +782,31 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
         detail,
     };
     let f = File::open(file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
+    // Index the members (name -> data offset, size); only manifest.json and the config are
+    // read, later, by offset: a hostile archive of many members costs no memory.
     let mut members: HashMap<String, (u64, u64)> = HashMap::new();
-    let mut small: HashMap<String, Vec<u8>> = HashMap::new();
     let mut ar = tar::Archive::new(f);
     for e in ar.entries().map_err(|e| fail(e.to_string()))? {
-        let mut e = e.map_err(|e| fail(e.to_string()))?;
+        let e = e.map_err(|e| fail(e.to_string()))?;
         let name = normalize(&String::from_utf8_lossy(&e.path_bytes())).path;
-        let (pos, size) = (e.raw_file_position(), e.size());
-        if name == "manifest.json" || name.ends_with(".json") || size < 1 << 20 {
-            let mut v = Vec::new();
-            e.read_to_end(&mut v).map_err(|e| fail(e.to_string()))?;
-            small.insert(name.clone(), v);
-        }
-        members.insert(name, (pos, size));
+        members.insert(name, (e.raw_file_position(), e.size()));
     }
+    let read_member = |name: &str| -> Result<Vec<u8>, PullError> {
+        let &(pos, size) = members
+            .get(&normalize(name).path)
+            .ok_or_else(|| fail(format!("{name} is missing")))?;
+        if size > MAX_JSON {
+            return Err(fail(format!(
+                "{name} is {size} bytes: too big for image metadata"
+            )));
+        }
+        let mut f = File::open(file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
+        let mut v = Vec::with_capacity(size as usize);
+        f.seek(SeekFrom::Start(pos))
+            .and_then(|_| f.take(size).read_to_end(&mut v))
+            .map_err(|e| fail(format!("{name}: {e}")))?;
+        Ok(v)
+    };
     #[derive(Deserialize)]
     struct Entry {
         #[serde(rename = "Config")]
@@ -800,12 +814,11 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
         #[serde(rename = "Layers")]
         layers: Vec<String>,
     }
-    let manifest: Vec<Entry> = serde_json::from_slice(
-        small
-            .get("manifest.json")
-            .ok_or_else(|| fail("no manifest.json: not a docker save archive".into()))?,
-    )
-    .map_err(|e| fail(format!("manifest.json: {e}")))?;
+    if !members.contains_key("manifest.json") {
+        return Err(fail("no manifest.json: not a docker save archive".into()));
+    }
+    let manifest: Vec<Entry> = serde_json::from_slice(&read_member("manifest.json")?)
+        .map_err(|e| fail(format!("manifest.json: {e}")))?;
     let entry = match manifest.as_slice() {
         [one] => one,
         _ => {
@@ -815,9 +828,8 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
             )))
         }
     };
-    let config = small
-        .get(&normalize(&entry.config).path)
-        .ok_or_else(|| fail(format!("config {} is missing", entry.config)))?;
+    let config = read_member(&entry.config)
+        .map_err(|_| fail(format!("config {} is missing or unreadable", entry.config)))?;
     let mut layers = Vec::new();
     for l in entry.layers.iter().rev() {
         let &(pos, size) = members
@@ -834,7 +846,7 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
             }),
         });
     }
-    let meta = image_meta(config, source, "").map_err(fail)?;
+    let meta = image_meta(&config, source, "").map_err(fail)?;
     Ok((layers, meta))
 }
 
