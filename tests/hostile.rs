@@ -433,3 +433,43 @@ fn broken_layers_are_refused_naming_layer_and_entry() {
         nothing_partial(&s);
     }
 }
+
+#[test]
+fn docker_archive_metadata_is_bounded() {
+    // A "docker save" archive with 20,000 small members and a 17 MiB manifest.json: refused
+    // with one line, quickly, nothing written.
+    let s = Scratch::new();
+    std::fs::create_dir(s.join("layout")).unwrap();
+    let path = s.join("layout/bomb.tar");
+    let mut b = tar::Builder::new(std::fs::File::create(&path).unwrap());
+    let mut add = |name: &str, data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, name, data).unwrap();
+    };
+    for i in 0..20_000 {
+        add(&format!("junk/{i}"), b"x");
+    }
+    let mut manifest = vec![b' '; 17 << 20];
+    manifest.extend_from_slice(b"[]");
+    add("manifest.json", &manifest);
+    b.finish().unwrap();
+    drop(b);
+    s.chown_all();
+    let t0 = Instant::now();
+    let o = pull(
+        &s,
+        &format!("docker-archive:{}", path.display()),
+        "bomb.sqsh",
+    );
+    let line = error_line(&o, EXIT_BAD_IMAGE);
+    assert!(
+        line.contains("manifest.json") && line.contains("too big"),
+        "{line}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    assert!(!s.join("bomb.sqsh").exists());
+    nothing_partial(&s);
+}

@@ -796,9 +796,12 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
             .get(&normalize(name).path)
             .ok_or_else(|| fail(format!("{name} is missing")))?;
         if size > MAX_JSON {
-            return Err(fail(format!(
-                "{name} is {size} bytes: too big for image metadata"
-            )));
+            return Err(PullError::BadImage {
+                image: source.to_string(),
+                detail: format!(
+                    "{name} is {size} bytes, too big for image metadata (at most {MAX_JSON}): not a docker save archive"
+                ),
+            });
         }
         let mut f = File::open(file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
         let mut v = Vec::with_capacity(size as usize);
