@@ -145,7 +145,8 @@ pub struct Merge {
     layer: usize,
     decided: HashMap<String, Decided>,
     /// Ancestors of decided paths: directories for every layer below, even without an entry.
-    implicit_dirs: HashSet<String>,
+    /// With the layer and the path that made each one, for messages.
+    implicit_dirs: HashMap<String, (usize, String)>,
     hidden: HashSet<String>,
     opaque: HashSet<String>,
     pending_hidden: Vec<String>,
@@ -194,7 +195,7 @@ impl Merge {
         if self.decided.contains_key(path) || self.hidden_from_above(path) {
             return false;
         }
-        if self.implicit_dirs.contains(path) && !is_dir {
+        if self.implicit_dirs.contains_key(path) && !is_dir {
             // Something above put entries below this path, so it is a directory there.
             return false;
         }
@@ -206,11 +207,41 @@ impl Merge {
             },
         );
         for a in ancestors(path) {
-            if !self.implicit_dirs.insert(a.to_string()) {
+            if self.implicit_dirs.contains_key(a) {
                 break;
             }
+            self.implicit_dirs
+                .insert(a.to_string(), (self.layer, path.to_string()));
         }
         true
+    }
+
+    /// Why this layer's entry at `path` would be written through a symlink (or a file), if it
+    /// would: below a non-directory this same layer wrote, or a non-directory where a layer
+    /// above put entries without a directory entry of its own. Docker writes such entries
+    /// through the symlink; a top-down merge cannot (it meets the symlink after what lies
+    /// below it), so they are refused. Layers built by Docker or buildah never hold them: a
+    /// write through a symlink lands in the diff at the symlink's target.
+    pub fn writes_through(&self, path: &str, is_dir: bool) -> Option<String> {
+        if let Some(a) = ancestors(path).find(|a| {
+            self.decided
+                .get(*a)
+                .is_some_and(|d| !d.dir && d.layer == self.layer)
+        }) {
+            return Some(format!(
+                "it lies below '{a}', a symlink or file of the same layer: writing through it is refused"
+            ));
+        }
+        if is_dir || self.decided.contains_key(path) || self.hidden_from_above(path) {
+            return None;
+        }
+        match self.implicit_dirs.get(path) {
+            // layer 0 is gpurun's own files (/.gpurun): they win without a word
+            Some((layer, below)) if *layer > 0 => Some(format!(
+                "a layer above writes '{below}' below it as if it were a directory; writing through a symlink or file is refused"
+            )),
+            _ => None,
+        }
     }
 
     /// May a hard link in the current layer to `target` be written as a link? Only when the
@@ -218,7 +249,7 @@ impl Merge {
     pub fn link_target_ok(&self, target: &str) -> bool {
         match self.decided.get(target) {
             Some(d) => d.layer == self.layer && !d.dir,
-            None => !self.hidden_from_above(target) && !self.implicit_dirs.contains(target),
+            None => !self.hidden_from_above(target) && !self.implicit_dirs.contains_key(target),
         }
     }
 }
@@ -367,6 +398,9 @@ pub fn flatten<W: Write>(
                 Kind::Entry => {}
             }
             let et = entry.header().entry_type();
+            if let Some(why) = merge.writes_through(&norm.path, et.is_dir()) {
+                return Err(refuse(why));
+            }
             if !merge.decide(&norm.path, et.is_dir()) {
                 continue;
             }
@@ -755,6 +789,8 @@ mod tests {
         E(&'static str, bool, bool),
         /// hard link target, expected link_target_ok
         L(&'static str, bool),
+        /// path, is_dir, expected: refused as a write through a symlink or file
+        T(&'static str, bool, bool),
     }
     use Op::*;
 
@@ -770,8 +806,38 @@ mod tests {
                 Opq(d) => m.opaque(d),
                 E(p, dir, want) => assert_eq!(m.decide(p, *dir), *want, "step {n}: {p}"),
                 L(t, want) => assert_eq!(m.link_target_ok(t), *want, "step {n}: link to {t}"),
+                T(p, dir, want) => {
+                    assert_eq!(m.writes_through(p, *dir).is_some(), *want, "step {n}: {p}")
+                }
             }
         }
+    }
+
+    #[test]
+    fn writes_through_symlinks_are_refused() {
+        run(&[
+            // gpurun's own files (layer 0) win over an image's symlink without a word
+            E(".gpurun/meta.json", false, true),
+            Next(1),
+            T("lnk/evil", false, false), // nothing known about lnk yet
+            E("lnk/evil", false, true),
+            E("real", true, true),
+            E("real/x", false, true),
+            E("sd", false, true), // a symlink
+            T("sd/evil", false, true),
+            T("sd/deeper/evil", true, true),
+            T("sd", false, false),
+            Next(2),
+            T(".gpurun", false, false),
+            T("lnk", false, true), // the layer above wrote lnk/evil with no directory entry
+            T("lnk", true, false), // a directory there is what the layer above meant
+            T("real", false, false), // the layer above made it a directory itself
+            T("sd/evil", false, false), // a lower layer below an upper symlink: just hidden
+            E("sd/evil", false, false),
+            Wh("gone"),
+            Next(3),
+            T("gone", false, false),
+        ]);
     }
 
     #[test]
