@@ -801,6 +801,17 @@ fn ensure_local_caches_by_manifest_digest() {
     assert_eq!(first, again);
     let reqs = proxy.requests();
     assert!(!reqs.iter().any(|r| r.contains("/blobs/")), "{reqs:#?}");
+    // The registry unreachable (every manifest request a 503): the image this reference last
+    // resolved to is used, after one retry; a reference never resolved here still fails.
+    proxy.clear();
+    proxy.rule("/manifests/", Action::Status(503), usize::MAX);
+    let t0 = std::time::Instant::now();
+    assert_eq!(ensure_local(&r, &opts).unwrap(), first);
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    let other = format!("docker://{}/test/layers:v2", proxy.addr());
+    let e = ensure_local(&other, &opts).unwrap_err();
+    assert_eq!(e.exit_code(), EXIT_NETWORK, "{e}");
+    proxy.clear();
     let e = ensure_local(&format!("oci:{}", s.join("layout").display()), &opts).unwrap_err();
     assert_eq!(e.exit_code(), 125);
     let e = ensure_local(&format!("docker://{}/test/none:x", proxy.addr()), &opts).unwrap_err();

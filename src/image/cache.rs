@@ -59,7 +59,7 @@ pub struct Cache {
 impl Cache {
     /// Open (creating if needed, mode 0700) the cache at `root`.
     pub fn open(root: &Path) -> Result<Cache, CacheError> {
-        for sub in ["blobs/sha256", "locks", "images"] {
+        for sub in ["blobs/sha256", "locks", "images", "refs"] {
             let p = root.join(sub);
             fs::create_dir_all(&p).map_err(|source| CacheError::Dir { path: p, source })?;
         }
@@ -98,6 +98,31 @@ impl Cache {
             .root
             .join("images")
             .join(format!("{}.sqsh", Self::hex(manifest_digest)?)))
+    }
+
+    /// Remember the manifest digest `key` (a reference and platform) last resolved to, so that
+    /// `exec docker://…` still finds its image when the registry cannot be reached (compute
+    /// nodes without internet access). Written whole or not at all.
+    pub fn remember_ref(&self, key: &str, digest: &str) -> io::Result<()> {
+        let p = self.ref_path(key);
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        fs::write(&tmp, format!("{digest}\n"))?;
+        fs::rename(&tmp, &p)
+    }
+
+    /// The digest `key` last resolved to, if it was remembered and its image is still cached.
+    pub fn recall_ref(&self, key: &str) -> Option<(String, PathBuf)> {
+        let text = fs::read_to_string(self.ref_path(key)).ok()?;
+        let digest = text.trim().to_string();
+        let image = self.image_path(&digest).ok()?;
+        image.exists().then_some((digest, image))
+    }
+
+    fn ref_path(&self, key: &str) -> PathBuf {
+        use sha2::{Digest as _, Sha256};
+        self.root
+            .join("refs")
+            .join(hex::encode(Sha256::digest(key.as_bytes())))
     }
 
     /// Take the exclusive lock for `digest`, waiting for another process that holds it.

@@ -177,17 +177,43 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
     if opts.handle_signals {
         rt.spawn(cleanup_on_signal());
     }
-    let client = client_for(&image, opts)?;
-    let (digest, manifest_bytes) = rt.block_on(resolve_manifest(&client, &image, opts))?;
+    // With an image cached for this reference, an unreachable registry is not fatal: one retry,
+    // then the image the reference last resolved to (compute nodes often have no internet).
+    let key = format!("{image} {}", wanted_platform(opts)?);
+    let fallback = cache.recall_ref(&key);
+    let mut client = client_for(&image, opts)?;
+    if fallback.is_some() {
+        client = client.attempts(2);
+    }
+    let (digest, manifest_bytes) = match rt.block_on(resolve_manifest(&client, &image, opts)) {
+        Ok(r) => r,
+        Err(PullError::Registry(e @ RegistryError::Network { .. })) => match fallback {
+            Some((digest, path)) => {
+                if !opts.quiet {
+                    eprintln!(
+                        "gpurun: warning: {e}; using the cached image {image} last resolved to ({digest})"
+                    );
+                }
+                return Ok(path);
+            }
+            None => return Err(e.into()),
+        },
+        Err(e) => return Err(e),
+    };
     let out = cache.image_path(&digest)?;
+    let remember = || {
+        // Best effort: without it only the offline fallback is lost.
+        let _ = cache.remember_ref(&key, &digest);
+    };
     if out.exists() {
+        remember();
         return Ok(out);
     }
     let _lock = cache.lock(&digest)?;
     if out.exists() {
         return Ok(out);
     }
-    let resolved = (digest, manifest_bytes);
+    let resolved = (digest.clone(), manifest_bytes);
     let (layers, meta, downloads) = rt.block_on(resolve_docker(
         &image,
         opts,
@@ -198,6 +224,7 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
     let built = build(&layers, &meta, &out, opts, &ui);
     downloads.finish(&rt, built.is_err())?;
     built?;
+    remember();
     Ok(out)
 }
 

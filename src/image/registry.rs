@@ -456,6 +456,7 @@ pub struct RegistryClient {
     client: oci_client::Client,
     auth: RegistryAuth,
     image: ImageRef,
+    attempts: u32,
 }
 
 enum Failure {
@@ -487,7 +488,14 @@ impl RegistryClient {
             client: oci_client::Client::new(config),
             auth,
             image: image.clone(),
+            attempts: ATTEMPTS,
         }
+    }
+
+    /// Give up on connection errors, 5xx and 429 after `n` attempts (at least one).
+    pub fn attempts(mut self, n: u32) -> RegistryClient {
+        self.attempts = n.max(1);
+        self
     }
 
     fn oref(&self, tag_or_digest: &str) -> oci_client::Reference {
@@ -594,7 +602,7 @@ impl RegistryClient {
             match f().await {
                 Ok(v) => return Ok(v),
                 Err(e) => match self.classify(what, e) {
-                    Failure::Retry(_) if attempt + 1 < ATTEMPTS => {
+                    Failure::Retry(_) if attempt + 1 < self.attempts => {
                         tokio::time::sleep(BACKOFF_BASE * 2u32.pow(attempt)).await;
                         attempt += 1;
                     }
@@ -724,7 +732,7 @@ impl RegistryClient {
                         return Err(e);
                     }
                 }
-                Failure::Retry(_) if attempt + 1 < ATTEMPTS => {
+                Failure::Retry(_) if attempt + 1 < self.attempts => {
                     tokio::time::sleep(BACKOFF_BASE * 2u32.pow(attempt)).await;
                     attempt += 1;
                 }
