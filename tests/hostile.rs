@@ -171,8 +171,9 @@ fn hostile_layers_stay_in_the_root() {
         .put(EntryType::Block, b"dev/evil-block", b"", 0o666, b"")
         .put(EntryType::Regular, b"bin/suid", b"", 0o4755, b"x")
         .put(EntryType::Regular, b"bin/sgid", b"", 0o2755, b"x")
-        .file(b"dup", b"first")
-        .file(b"dup", b"second")
+        // the same entry twice (a harmless repeat; a differing one is refused below)
+        .file(b"dup", b"same")
+        .file(b"dup", b"same")
         .file(b"gone", b"g")
         .dir(b"opqdir")
         .file(b"opqdir/old", b"old")
@@ -239,7 +240,7 @@ fn hostile_layers_stay_in_the_root() {
     for p in ["bin/suid", "bin/sgid"] {
         assert_eq!(t[p].mode & 0o6000, 0, "{p}");
     }
-    assert_eq!(data("dup"), "first");
+    assert_eq!(data("dup"), "same");
     assert!(!t.contains_key("gone") && !t.contains_key("opqdir/old"));
     assert_eq!(data("caf\u{fffd}"), "latin-1 name");
     assert_eq!(t["hl-out"].kind, 'h');
@@ -369,6 +370,15 @@ fn broken_layers_are_refused_naming_layer_and_entry() {
             Raw::new().file(deep.as_bytes(), b"x").finish(),
             Some("dddddddd"),
             "more than 4095",
+        ),
+        (
+            "dup-differs",
+            Raw::new()
+                .file(b"dup", b"first")
+                .file(b"dup", b"second")
+                .finish(),
+            Some("dup"),
+            "appears twice in this layer and the second differs",
         ),
         (
             "long-symlink",

@@ -353,6 +353,8 @@ pub fn flatten<W: Write>(
     merge.end_layer();
     for (i, layer) in layers.iter().enumerate() {
         merge.begin_layer(i + 1);
+        // What this layer wrote at each non-directory path, to judge a second entry there.
+        let mut prints: HashMap<String, Print> = HashMap::new();
         let rerr = |source| FlattenError::Read {
             layer: layer.name.clone(),
             source,
@@ -402,6 +404,17 @@ pub fn flatten<W: Write>(
                 return Err(refuse(why));
             }
             if !merge.decide(&norm.path, et.is_dir()) {
+                // The same path twice in one layer: harmless when identical; otherwise Docker
+                // keeps the last entry, and the first is already in the stream: refused.
+                if let Some(first) = prints.get(&norm.path) {
+                    let mut second = Print::meta(&entry);
+                    second.crc = Print::checksum(&mut entry).map_err(rerr)?;
+                    if *first != second {
+                        return Err(refuse(
+                            "it appears twice in this layer and the second differs (Docker keeps the last; gpurun has written the first)".into(),
+                        ));
+                    }
+                }
                 continue;
             }
             match et {
@@ -437,6 +450,7 @@ pub fn flatten<W: Write>(
             };
             let mut h = header(out_type, mode, uid, gid, mtime);
             let path = norm.path.as_str();
+            let mut print = Print::meta(&entry);
             report.entries += 1;
             match out_type {
                 EntryType::Regular => {
@@ -457,6 +471,7 @@ pub fn flatten<W: Write>(
                             )),
                         }
                     })?;
+                    print.crc = data.crc.clone().finalize();
                     written.insert(path.to_string());
                 }
                 EntryType::Symlink => {
@@ -523,6 +538,9 @@ pub fn flatten<W: Write>(
                     }
                 }
             }
+            if !et.is_dir() {
+                prints.insert(norm.path.clone(), print);
+            }
         }
         // Read to the end of the compressed stream: the gzip CRC and the zstd checksum sit after
         // the tar's end blocks, and only they catch a corrupt layer from a local layout or archive.
@@ -564,6 +582,7 @@ struct Exact<R> {
     left: u64,
     /// Tells a reading error (the layer's fault) from a writing one (the pipe's).
     read_failed: bool,
+    crc: crc32fast::Hasher,
 }
 
 impl<R: Read> Exact<R> {
@@ -572,6 +591,7 @@ impl<R: Read> Exact<R> {
             inner,
             left,
             read_failed: false,
+            crc: crc32fast::Hasher::new(),
         }
     }
 }
@@ -590,7 +610,50 @@ impl<R: Read> Read for Exact<R> {
         }
         .inspect_err(|_| self.read_failed = true)?;
         self.left -= n as u64;
+        self.crc.update(&buf[..n]);
         Ok(n)
+    }
+}
+
+/// What a non-directory entry holds (its type, mode, owner, size, link target and a CRC-32 of
+/// its data), to tell an identical repeat of a path in one layer from a different one.
+#[derive(Debug, PartialEq, Eq)]
+struct Print {
+    kind: u8,
+    mode: u32,
+    owner: (u64, u64),
+    size: u64,
+    link: Vec<u8>,
+    crc: u32,
+}
+
+impl Print {
+    /// Everything but the data's checksum (0 until set).
+    fn meta<R: Read>(entry: &tar::Entry<R>) -> Print {
+        let h = entry.header();
+        Print {
+            kind: h.entry_type().as_byte(),
+            mode: h.mode().unwrap_or(0),
+            owner: (h.uid().unwrap_or(0), h.gid().unwrap_or(0)),
+            size: entry.size(),
+            link: entry
+                .link_name_bytes()
+                .map(|l| l.into_owned())
+                .unwrap_or_default(),
+            crc: 0,
+        }
+    }
+
+    /// CRC-32 of an entry's data, read to its end.
+    fn checksum<R: Read>(entry: &mut tar::Entry<R>) -> io::Result<u32> {
+        let mut h = crc32fast::Hasher::new();
+        let mut buf = [0u8; 64 << 10];
+        loop {
+            match entry.read(&mut buf)? {
+                0 => return Ok(h.finalize()),
+                n => h.update(&buf[..n]),
+            }
+        }
     }
 }
 
