@@ -152,7 +152,7 @@ rm -rf "$W/build"
 truncate -s 24G "$W/fs.img"
 mkfs.ext4 -q -F -i 65536 -E lazy_itable_init=0,lazy_journal_init=0 "$W/fs.img"
 mount -o loop "$W/fs.img" "$M"
-used() { stat -f -c '%b %f %S' "$M" | awk '{printf "%d\n", ($1 - $2) * $3}'; }
+used() { stat -f -c '%b %f %S' "$M" | awk '{printf "%.0f\n", ($1 - $2) * $3}'; }
 
 # run TOOL IMAGE: prints "wall cpu peak_B final_B out_B" (or FAILED: …)
 run() {
