@@ -3,6 +3,7 @@
 #
 #   benches/pull.sh [REPS] [medium|large|all]        (default: 1 all)
 #   TOOLS="gpurun podman" benches/pull.sh 1 medium   (a subset of the tools)
+#   SUMMARY_FROM=results/…/pull.log benches/pull.sh    (the summary of a kept log again)
 #
 # Builds two test images from this machine's own files (no network), pushes them to a local
 # docker-registry on loopback, then runs, interleaved per repetition, each with an empty cache:
@@ -44,7 +45,26 @@
 # gpurun wall < podman's; gpurun's peak extra <= 1.1x the compressed layers; a second pull of an
 # image sharing layers downloads nothing (of those layers).
 #
-# Seen here: see below the script's end marker and results/pull-2026-11-29/summary.md.
+# Seen here (2026-11-29, results/pull-2026-11-29/; `benches/pull.sh 2 all` as root, gpurun 43bca1c
+# release; 2 vCPUs shared: load average 2.5-4 during the run, about 2 of it ours; best of 2 by wall;
+# cpu = user+sys; extra = peak disk - .sqsh; xL = extra / compressed layers (79.8 / 641.5 MB)):
+#   image   tool       wall s   cpu s  peak MB  extra MB  sqsh MB    xL   wall/gpurun  cpu/gpurun
+#   medium  gpurun        1.5     1.9      159        80       79  1.00           1.0         1.0
+#   medium  gpurun15     10.9    20.1      149        80       69  1.00           7.1        10.5
+#   medium  umoci        15.1    26.3      375       306       69  3.84           9.8        13.7
+#   medium  podman        2.5     4.1      305       305        -  3.83           1.6         2.1
+#   medium  ch           17.7    29.0      607       531       76  6.65          11.5        15.1
+#   large   gpurun        9.2    12.0     1267       642      626  1.00           1.0         1.0
+#   large   gpurun15     76.2   145.9     1202       642      560  1.00           8.3        12.1
+#   large   umoci        92.1   166.5     2790      2230      560  3.48          10.0        13.8
+#   large   podman       13.7    22.5     2229      2229        -  3.48           1.5         1.9
+#   large   ch          142.5   194.7     4431      3813      619  5.94          15.5        16.2
+# Targets: all met here. gpurun = 1/9.8 (medium) and 1/10.0 (large) of the fastest squashfs peer
+# (umoci); below podman (0.61x, 0.67x); peak extra 1.00x the compressed layers (the cache's blobs).
+# Layer sharing: large after medium in one cache fetched 3 blobs, 561.8 MB (its 2 own layers +
+# config, none of medium's); large again fetched nothing.
+# At equal compression (gpurun15 vs umoci) gpurun needs 0.76-0.88x the CPU and 0.26-0.29x the
+# extra disk; most of the wall-time gap is zstd level 3 against mksquashfs's level 15.
 #
 # Needs: root (loop mount), docker-registry, skopeo, umoci, squashfs-tools, podman, e2fsprogs,
 # openssl, curl, bc; charliecloud (+ python3-lark) optional. Build gpurun first: cargo build --release.
@@ -58,6 +78,54 @@ WHICH=${2:-all}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 GPURUN=${GPURUN:-$HERE/target/release/gpurun}
 [ -x "$GPURUN" ] || GPURUN=$HERE/target/debug/gpurun
+# summary: the table and the targets from $W/results ("rep image tool wall cpu peak final out") and
+# $W/clayers-IMAGE (compressed layer bytes), for IMAGES and TOOLS
+summary() {
+    echo "# best of $REPS by wall. MB = 1e6 B. extra = peak - .sqsh; xL = extra / compressed layers; ratios = tool / gpurun"
+    printf '%-7s %-9s %8s %7s %8s %8s %7s %5s %10s %9s\n' image tool wall_s cpu_s peak_MB extra_MB sqsh_MB xL wall/gpurun cpu/gpurun
+    for img in "${IMAGES[@]}"; do
+        L=$(cat "$W/clayers-$img")
+        awk -v i="$img" -v L="$L" -v order="${TOOLS[*]}" '
+            $2 == i && $4+0 > 0 { t = $3; if (!(t in w) || $4 < w[t]) { w[t] = $4; c[t] = $5; p[t] = $6; o[t] = $8 } }
+            $2 == i && $4 == "FAILED:" { failed[$3] = 1 }
+            END {
+                nt = split(order, tools, " ")
+                for (k = 1; k <= nt; k++) {
+                    t = tools[k]
+                    if (!(t in w)) { printf "%-7s %-9s failed\n", i, t; continue }
+                    x = p[t] - o[t]
+                    printf "%-7s %-9s %8.1f %7.1f %8.0f %8.0f %7.0f %5.2f", i, t, w[t], c[t], p[t]/1e6, x/1e6, o[t]/1e6, x/L
+                    if ("gpurun" in w) printf " %10.1f %9.1f", w[t]/w["gpurun"], c[t]/c["gpurun"]
+                    printf "\n"
+                }
+                if (!("gpurun" in w)) exit
+                best = 0
+                if ("umoci" in w) { best = w["umoci"]; bn = "umoci" }
+                if ("ch" in w && (!best || w["ch"] < best)) { best = w["ch"]; bn = "ch" }
+                printf "%-7s targets (compressed layers %.1f MB):", i, L/1e6
+                if (best) printf " gpurun <= 1/3 of fastest squashfs peer (%s %.1f s): %.1f s = 1/%.1f %s;", bn, best, w["gpurun"], best/w["gpurun"], (w["gpurun"] <= best/3 ? "MET" : "NOT MET")
+                if ("podman" in w) printf " gpurun < podman (%.1f s): %.1f s %s;", w["podman"], w["gpurun"], (w["gpurun"] < w["podman"] ? "MET" : "NOT MET")
+                x = p["gpurun"] - o["gpurun"]
+                printf " peak extra <= 1.1x layers: %.2fx %s\n", x/L, (x <= 1.1*L ? "MET" : "NOT MET")
+            }' "$W/results"
+    done
+}
+
+# SUMMARY_FROM=LOG benches/pull.sh : print the summary of an earlier run's log again, run nothing
+if [ -n "${SUMMARY_FROM:-}" ]; then
+    W=$(mktemp -d)
+    trap 'rm -rf "$W"' EXIT
+    grep -E '^[0-9]+ [a-z]+ [a-z0-9]+ ' "$SUMMARY_FROM" > "$W/results"
+    mapfile -t IMAGES < <(awk '{print $2}' "$W/results" | awk '!s[$0]++')
+    mapfile -t TOOLS < <(awk '{print $3}' "$W/results" | awk '!s[$0]++')
+    for img in "${IMAGES[@]}"; do
+        sed -n "s|^# image bench/$img: .* \([0-9.]*\) MB compressed.*|\1|p" "$SUMMARY_FROM" | awk '{printf "%.0f\n", $1 * 1e6}' > "$W/clayers-$img"
+    done
+    REPS=$(awk '{print $1}' "$W/results" | sort -n | tail -1)
+    summary
+    exit 0
+fi
+
 W=$(mktemp -d /var/tmp/gpurun-pullbench.XXXXXX)
 M=$W/m
 REG_PID='' TLS_PID=''
@@ -216,7 +284,7 @@ rm -rf "$M/run"
 SHARE=
 if [ ${#IMAGES[@]} = 2 ]; then
     blobs() { # count and MB of the blob GETs in the access log's lines $1+1 .. $2
-        sed -n "$(($1 + 1)),$2p" "$W/reg-plain/log" | grep -E '"GET /v2/bench/[a-z]+/blobs/sha256:' |
+        sed -n "$(($1 + 1)),$2p" "$W/reg-plain/log" | { grep -E '"GET /v2/bench/[a-z]+/blobs/sha256:' || true; } |
             awk '{ n++; b += $10 } END { printf "%d blobs, %.1f MB", n, b/1e6 }'
     }
     lines() { wc -l < "$W/reg-plain/log"; }
@@ -237,33 +305,6 @@ fi
 echo
 echo "# uptime after: $(uptime)"
 echo
-echo "# best of $REPS by wall. MB = 1e6 B. extra = peak - .sqsh; xL = extra / compressed layers; ratios = tool / gpurun"
-printf '%-7s %-9s %8s %7s %8s %8s %7s %5s %10s %9s\n' image tool wall_s cpu_s peak_MB extra_MB sqsh_MB xL wall/gpurun cpu/gpurun
-for img in "${IMAGES[@]}"; do
-    L=$(cat "$W/clayers-$img")
-    awk -v i="$img" -v L="$L" -v order="${TOOLS[*]}" '
-        $2 == i && $4+0 > 0 { t = $3; if (!(t in w) || $4 < w[t]) { w[t] = $4; c[t] = $5; p[t] = $6; o[t] = $8 } }
-        $2 == i && $4 == "FAILED:" { failed[$3] = 1 }
-        END {
-            nt = split(order, tools, " ")
-            for (k = 1; k <= nt; k++) {
-                t = tools[k]
-                if (!(t in w)) { printf "%-7s %-9s failed\n", i, t; continue }
-                x = p[t] - o[t]
-                printf "%-7s %-9s %8.1f %7.1f %8.0f %8.0f %7.0f %5.2f", i, t, w[t], c[t], p[t]/1e6, x/1e6, o[t]/1e6, x/L
-                if ("gpurun" in w) printf " %10.1f %9.1f", w[t]/w["gpurun"], c[t]/c["gpurun"]
-                printf "\n"
-            }
-            if (!("gpurun" in w)) exit
-            best = 0
-            if ("umoci" in w) { best = w["umoci"]; bn = "umoci" }
-            if ("ch" in w && (!best || w["ch"] < best)) { best = w["ch"]; bn = "ch" }
-            printf "%-7s targets (compressed layers %.1f MB):", i, L/1e6
-            if (best) printf " gpurun <= 1/3 of fastest squashfs peer (%s %.1f s): %.1f s = 1/%.1f %s;", bn, best, w["gpurun"], best/w["gpurun"], (w["gpurun"] <= best/3 ? "MET" : "NOT MET")
-            if ("podman" in w) printf " gpurun < podman (%.1f s): %.1f s %s;", w["podman"], w["gpurun"], (w["gpurun"] < w["podman"] ? "MET" : "NOT MET")
-            x = p["gpurun"] - o["gpurun"]
-            printf " peak extra <= 1.1x layers: %.2fx %s\n", x/L, (x <= 1.1*L ? "MET" : "NOT MET")
-        }' "$W/results"
-done
+summary
 [ -n "$SHARE" ] && echo "# layer sharing: $SHARE"
 exit 0
