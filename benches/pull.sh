@@ -1,47 +1,146 @@
 #!/bin/bash
-# Side-by-side: registry image -> one squashfs file.
+# Side-by-side: registry image -> one squashfs file (and podman pull as the no-squashfs reference).
 #
-#   benches/pull.sh [REPS] [medium|large|all]        (default: 3 all)
-#   TOOLS="gpurun gpurun15" benches/pull.sh 1 medium   (a subset of the tools)
+#   benches/pull.sh [REPS] [medium|large|all]        (default: 1 all)
+#   TOOLS="gpurun podman" benches/pull.sh 1 medium   (a subset of the tools)
+#   SUMMARY_FROM=results/…/pull.log benches/pull.sh    (the summary of a kept log again)
 #
-# Builds two test images from this machine's files (no network), pushes them to a local
-# docker-registry, then runs, interleaved per repetition, each with an empty cache:
+# Builds two test images from this machine's own files (no network), pushes them to a local
+# docker-registry on loopback, then runs, interleaved per repetition, each with an empty cache:
 #   gpurun   gpurun pull docker://…  -o out.sqsh                 (zstd level 3, its default)
 #   gpurun15 the same with GPURUN_ZSTD_LEVEL=15 (mksquashfs's zstd level: same compression work)
-#   umoci    skopeo copy docker://… oci:… ; umoci unpack --rootless ; mksquashfs -comp zstd
-#   ch       ch-image pull ; ch-convert -o squash         (when ch-image works; https registry)
-# and reports wall / CPU seconds, peak temporary disk (sampled every 0.2 s) and ratios to gpurun.
+#   umoci    skopeo copy docker://… oci:… ; umoci unpack --rootless ; mksquashfs -comp zstd   (a)
+#   ch       ch-image pull ; ch-convert -o squash   (when ch-image works; https registry)      (b)
+#   podman   podman pull --tls-verify=false into a fresh --root/--runroot, overlay driver. No
+#            squashfs: the issue's "below podman's" reference. Runs as whoever runs this script
+#            (root here: rootless podman would need /etc/subuid ranges for the user, which root
+#            has none of). overlay, podman's default, because vfs copies every layer below each
+#            new one (disk and time grow with the layer count) and nobody pulls with it by choice.
 #
-#   medium  3 layers, about 130 MB uncompressed (python3.11, python3, perl libraries)
-#   large   3 layers, about 800 MB uncompressed (+ /usr/lib/x86_64-linux-gnu)
+# Images (layers are tar archives of whole directories with their parent directories, added with
+# `umoci raw add-layer`, gzip as umoci writes it; large reuses medium's three layers verbatim, so
+# the two share them, as images built FROM one base do):
+#   medium  3 layers, ~80 MB gzip, ~210 MB unpacked: /usr/lib/python3.11 | /usr/lib/python3 |
+#           /usr/lib/postgresql + /usr/lib/git-core + /usr/share/vim
+#   large   5 layers, ~600 MB gzip, ~1.6 GB unpacked: medium's 3 + /usr/lib/x86_64-linux-gnu
+#           (shared libraries) | /usr/lib/jvm (a JDK: mostly jar and jmod files, already compressed)
 #
-# Seen here (2026-11-29; 2 vCPUs shared with other builds, load average 11-17, so wall times are
-# noisy; CPU = user+sys of the whole pipeline; peak = cache/temp + output; best of 1-3):
-#   image   tool       wall s   cpu s   peak MB   image MB
-#   medium  gpurun        1.4     1.0       66        34
-#   medium  gpurun15     25.0    13.2       63        29
-#   medium  umoci        69.9    20.3      190        29
-#   medium  ch           91.7    23.4      318        33
-#   large   gpurun       10.4     6.0      518       257
-#   large   gpurun15    138.0    81.3      483       221
-#   large   umoci       423.6   114.4     1252       221
-#   large   ch          452.7   120.7     2049       250
-# At equal compression (gpurun15 vs umoci) gpurun needs 0.65-0.7x the CPU and 0.33-0.4x the disk.
+# Timing: wall and CPU (user+sys of the whole pipeline, children included) from /usr/bin/time.
+# Disk: every run works in an empty ext4 file system of its own (a loop-mounted sparse file under
+# the work directory), with HOME, TMPDIR, the cache/storage directories and the output all in it,
+# so nothing a tool writes escapes the count. Its used blocks (statfs: total - free, which counts
+# ext4's delayed allocations) are sampled every 0.1 s, less the empty file system's own. Counted:
+# downloaded blobs and partial downloads, caches and tool storage (gpurun's cache, skopeo's OCI
+# layout, umoci's bundle, ch-image's storage, podman's --root, --runroot and temp), temporary files
+# and the output .sqsh while it grows; file-system metadata (inodes, directories) included.
+#   peak      the highest sample (or the final usage, if higher)
+#   extra     peak - the final .sqsh (for podman, which writes none, the peak itself): the
+#             issue's "peak extra disk", compared to the image's compressed layer bytes (xL)
+# Sizes are MB = 10^6 bytes. Best of REPS by wall time.
+# After the runs: gpurun pulls medium, then large into the same cache, then large again, and
+# counts the blob bytes the registry served each time (its access log): large should fetch only
+# its 2 own layers (and its config), the second large pull nothing.
 #
-# Needs: docker-registry, skopeo, umoci, squashfs-tools, squashfs-tools-ng, openssl, curl;
-# charliecloud (+ python3-lark) optional. Build gpurun first: cargo build --release.
+# Targets (the issue): gpurun wall <= 1/3 of the fastest squashfs-producing peer (umoci, ch);
+# gpurun wall < podman's; gpurun's peak extra <= 1.1x the compressed layers; a second pull of an
+# image sharing layers downloads nothing (of those layers).
+#
+# Seen here (2026-11-29, results/pull-2026-11-29/; `benches/pull.sh 2 all` as root, gpurun 43bca1c
+# release; 2 vCPUs shared: load average 2.5-4 during the run, about 2 of it ours; best of 2 by wall;
+# cpu = user+sys; extra = peak disk - .sqsh; xL = extra / compressed layers (79.8 / 641.5 MB)):
+#   image   tool       wall s   cpu s  peak MB  extra MB  sqsh MB    xL   wall/gpurun  cpu/gpurun
+#   medium  gpurun        1.5     1.9      159        80       79  1.00           1.0         1.0
+#   medium  gpurun15     10.9    20.1      149        80       69  1.00           7.1        10.5
+#   medium  umoci        15.1    26.3      375       306       69  3.84           9.8        13.7
+#   medium  podman        2.5     4.1      305       305        -  3.83           1.6         2.1
+#   medium  ch           17.7    29.0      607       531       76  6.65          11.5        15.1
+#   large   gpurun        9.2    12.0     1267       642      626  1.00           1.0         1.0
+#   large   gpurun15     76.2   145.9     1202       642      560  1.00           8.3        12.1
+#   large   umoci        92.1   166.5     2790      2230      560  3.48          10.0        13.8
+#   large   podman       13.7    22.5     2229      2229        -  3.48           1.5         1.9
+#   large   ch          142.5   194.7     4431      3813      619  5.94          15.5        16.2
+# Targets: all met here. gpurun = 1/9.8 (medium) and 1/10.0 (large) of the fastest squashfs peer
+# (umoci); below podman (0.61x, 0.67x); peak extra 1.00x the compressed layers (the cache's blobs).
+# Layer sharing: large after medium in one cache fetched 3 blobs, 561.8 MB (its 2 own layers +
+# config, none of medium's); large again fetched nothing.
+# At equal compression (gpurun15 vs umoci) gpurun needs 0.76-0.88x the CPU and 0.26-0.29x the
+# extra disk; most of the wall-time gap is zstd level 3 against mksquashfs's level 15.
+#
+# Needs: root (loop mount), docker-registry, skopeo, umoci, squashfs-tools, podman, e2fsprogs,
+# openssl, curl, bc; charliecloud (+ python3-lark) optional. Build gpurun first: cargo build --release.
 set -euo pipefail
 # Debian python for ch-image (a pyenv python3 first in PATH lacks its modules).
-export PATH=/usr/bin:/bin:$PATH
+export PATH=/usr/bin:/bin:/usr/sbin:/sbin:$PATH
 export USER=${USER:-$(id -un)}
 
-REPS=${1:-3}
+REPS=${1:-1}
 WHICH=${2:-all}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 GPURUN=${GPURUN:-$HERE/target/release/gpurun}
 [ -x "$GPURUN" ] || GPURUN=$HERE/target/debug/gpurun
-W=$(mktemp -d /var/tmp/gpurun-bench.XXXXXX)
-trap 'kill $REG_PID $TLS_PID 2>/dev/null || true; rm -rf "$W"' EXIT
+# summary: the table and the targets from $W/results ("rep image tool wall cpu peak final out") and
+# $W/clayers-IMAGE (compressed layer bytes), for IMAGES and TOOLS
+summary() {
+    echo "# best of $REPS by wall. MB = 1e6 B. extra = peak - .sqsh; xL = extra / compressed layers; ratios = tool / gpurun"
+    printf '%-7s %-9s %8s %7s %8s %8s %7s %5s %10s %9s\n' image tool wall_s cpu_s peak_MB extra_MB sqsh_MB xL wall/gpurun cpu/gpurun
+    for img in "${IMAGES[@]}"; do
+        L=$(cat "$W/clayers-$img")
+        awk -v i="$img" -v L="$L" -v order="${TOOLS[*]}" '
+            $2 == i && $4+0 > 0 { t = $3; if (!(t in w) || $4 < w[t]) { w[t] = $4; c[t] = $5; p[t] = $6; o[t] = $8 } }
+            $2 == i && $4 == "FAILED:" { failed[$3] = 1 }
+            END {
+                nt = split(order, tools, " ")
+                for (k = 1; k <= nt; k++) {
+                    t = tools[k]
+                    if (!(t in w)) { printf "%-7s %-9s failed\n", i, t; continue }
+                    x = p[t] - o[t]
+                    printf "%-7s %-9s %8.1f %7.1f %8.0f %8.0f %7.0f %5.2f", i, t, w[t], c[t], p[t]/1e6, x/1e6, o[t]/1e6, x/L
+                    if ("gpurun" in w) printf " %10.1f %9.1f", w[t]/w["gpurun"], c[t]/c["gpurun"]
+                    printf "\n"
+                }
+                if (!("gpurun" in w)) exit
+                best = 0
+                if ("umoci" in w) { best = w["umoci"]; bn = "umoci" }
+                if ("ch" in w && (!best || w["ch"] < best)) { best = w["ch"]; bn = "ch" }
+                printf "%-7s targets (compressed layers %.1f MB):", i, L/1e6
+                if (best) printf " gpurun <= 1/3 of fastest squashfs peer (%s %.1f s): %.1f s = 1/%.1f %s;", bn, best, w["gpurun"], best/w["gpurun"], (w["gpurun"] <= best/3 ? "MET" : "NOT MET")
+                if ("podman" in w) printf " gpurun < podman (%.1f s): %.1f s %s;", w["podman"], w["gpurun"], (w["gpurun"] < w["podman"] ? "MET" : "NOT MET")
+                x = p["gpurun"] - o["gpurun"]
+                printf " peak extra <= 1.1x layers: %.2fx %s\n", x/L, (x <= 1.1*L ? "MET" : "NOT MET")
+            }' "$W/results"
+    done
+}
+
+# SUMMARY_FROM=LOG benches/pull.sh : print the summary of an earlier run's log again, run nothing
+if [ -n "${SUMMARY_FROM:-}" ]; then
+    W=$(mktemp -d)
+    trap 'rm -rf "$W"' EXIT
+    grep -E '^[0-9]+ [a-z]+ [a-z0-9]+ ' "$SUMMARY_FROM" > "$W/results"
+    mapfile -t IMAGES < <(awk '{print $2}' "$W/results" | awk '!s[$0]++')
+    mapfile -t TOOLS < <(awk '{print $3}' "$W/results" | awk '!s[$0]++')
+    for img in "${IMAGES[@]}"; do
+        sed -n "s|^# image bench/$img: .* \([0-9.]*\) MB compressed.*|\1|p" "$SUMMARY_FROM" | awk '{printf "%.0f\n", $1 * 1e6}' > "$W/clayers-$img"
+    done
+    REPS=$(awk '{print $1}' "$W/results" | sort -n | tail -1)
+    summary
+    exit 0
+fi
+
+W=$(mktemp -d /var/tmp/gpurun-pullbench.XXXXXX)
+M=$W/m
+REG_PID='' TLS_PID=''
+# shellcheck disable=SC2317  # called by the trap
+cleanup() {
+    for p in $REG_PID $TLS_PID; do kill "$p" 2> /dev/null || true; done
+    if mountpoint -q "$M"; then umount "$M" || umount -l "$M"; fi
+    rm -rf "$W"
+}
+trap cleanup EXIT
+
+echo "# $(date -u '+%F %T UTC')  $(uname -r)  $(nproc) CPUs  gpurun: $("$GPURUN" --version 2>&1 | head -1)"
+echo "# uptime before: $(uptime)"
+echo "# $(skopeo --version); umoci $(umoci --version | awk '{print $NF}'); $(mksquashfs -version 2>&1 | head -1)"
+echo "# $(podman --version); ch-image $(ch-image --version 2>&1 || echo unavailable)"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -49,7 +148,7 @@ registry() { # name port [tls]
     local d=$W/reg-$1 port=$2
     mkdir -p "$d"
     {
-        printf 'version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n'
+        printf 'version: 0.1\nlog:\n  level: error\n'
         printf 'storage:\n  filesystem:\n    rootdirectory: %s\n' "$W/storage"
         printf 'http:\n  addr: 127.0.0.1:%s\n  secret: bench-only\n' "$port"
         if [ "${3:-}" = tls ]; then
@@ -63,7 +162,6 @@ registry() { # name port [tls]
 PORT=$(free_port)
 REG_PID=$(registry plain "$PORT")
 REG=127.0.0.1:$PORT
-TLS_PID=
 if ch-image --version > /dev/null 2>&1; then
     openssl req -x509 -newkey rsa:2048 -nodes -keyout "$W/key.pem" -out "$W/cert.pem" -days 1 \
         -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 2> /dev/null
@@ -72,42 +170,67 @@ if ch-image --version > /dev/null 2>&1; then
 fi
 for _ in $(seq 100); do curl -s -o /dev/null "http://$REG/v2/" && break; sleep 0.1; done
 
-# image NAME DIR... : one layer per DIR (umoci repack), pushed as bench/NAME:latest
+# layer_tar OUT DIR... : one uncompressed layer holding DIRs and their parent directories
+layer_tar() {
+    local out=$1 d p; shift
+    local parents=() dirs=()
+    for d in "$@"; do
+        dirs+=("${d#/}")
+        p=$(dirname "${d#/}")
+        while [ "$p" != . ]; do parents+=("$p"); p=$(dirname "$p"); done
+    done
+    mapfile -t parents < <(printf '%s\n' "${parents[@]}" | sort -u)
+    tar -C / --no-recursion -cf "$out" "${parents[@]}"
+    tar -C / -rf "$out" "${dirs[@]}"
+}
+
+# image NAME LAYER.tar... : pushed as bench/NAME:latest; writes $W/clayers-NAME (gzip bytes)
 image() {
-    local name=$1; shift
+    local name=$1 l; shift
     local L=$W/build/$name
     umoci init --layout "$L" > /dev/null
     umoci new --image "$L:t" > /dev/null
-    for dir in "$@"; do
-        rm -rf "$W/build/bundle"
-        umoci unpack --rootless --image "$L:t" "$W/build/bundle" > /dev/null
-        mkdir -p "$W/build/bundle/rootfs$(dirname "$dir")"
-        cp -a "$dir" "$W/build/bundle/rootfs$dir"
-        umoci repack --image "$L:t" "$W/build/bundle" > /dev/null
-    done
+    for l in "$@"; do umoci raw add-layer --image "$L:t" "$l" > /dev/null; done
     umoci config --image "$L:t" --config.cmd /bin/sh > /dev/null
-    rm -rf "$W/build/bundle"
     skopeo --insecure-policy copy --quiet --dest-tls-verify=false "oci:$L:t" "docker://$REG/bench/$name:latest"
-    echo "image bench/$name: $(du -sm "$L/blobs" | cut -f1) MB of blobs" >&2
+    curl -s -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$REG/v2/bench/$name/manifests/latest" |
+        python3 -c 'import json,sys; print(sum(l["size"] for l in json.load(sys.stdin)["layers"]))' > "$W/clayers-$name"
+    echo "# image bench/$name: $# layers, $(awk '{printf "%.1f", $1/1e6}' "$W/clayers-$name") MB compressed, $(cat "$@" | wc -c | awk '{printf "%.1f", $1/1e6}') MB of layer tars" >&2
 }
 
-mkdir -p "$W/build"
+mkdir -p "$W/build" "$M"
+T=$W/build
 IMAGES=()
+layer_tar "$T/1.tar" /usr/lib/python3.11
+layer_tar "$T/2.tar" /usr/lib/python3
+layer_tar "$T/3.tar" /usr/lib/postgresql /usr/lib/git-core /usr/share/vim
 if [ "$WHICH" = medium ] || [ "$WHICH" = all ]; then
-    image medium /usr/lib/python3.11 /usr/lib/python3 /usr/share/perl
+    image medium "$T/1.tar" "$T/2.tar" "$T/3.tar"
     IMAGES+=(medium)
 fi
 if [ "$WHICH" = large ] || [ "$WHICH" = all ]; then
-    image large /usr/lib/python3.11 /usr/lib/x86_64-linux-gnu /usr/share/perl
+    layer_tar "$T/4.tar" /usr/lib/x86_64-linux-gnu
+    layer_tar "$T/5.tar" /usr/lib/jvm
+    image large "$T/1.tar" "$T/2.tar" "$T/3.tar" "$T/4.tar" "$T/5.tar"
     IMAGES+=(large)
 fi
 rm -rf "$W/build"
 
-# run TOOL IMAGE: prints "wall cpu peak_mb"
+# The measuring file system: sparse, no lazy inode-table init (no background writes during runs).
+truncate -s 24G "$W/fs.img"
+mkfs.ext4 -q -F -i 65536 -E lazy_itable_init=0,lazy_journal_init=0 "$W/fs.img"
+mount -o loop "$W/fs.img" "$M"
+used() { stat -f -c '%b %f %S' "$M" | awk '{printf "%.0f\n", ($1 - $2) * $3}'; }
+
+# run TOOL IMAGE: prints "wall cpu peak_B final_B out_B" (or FAILED: …)
 run() {
-    local tool=$1 img=$2 t=$W/run
-    rm -rf "$t"; mkdir -p "$t"
-    local cmd
+    local tool=$1 img=$2 t=$M/run
+    rm -rf "$t"; sync -f "$M"
+    mkdir -p "$t/tmp" "$t/home"
+    local base; base=$(used)
+    # HOME is empty, so git (ch-image's build cache) gets its identity from the environment
+    local env=(HOME="$t/home" TMPDIR="$t/tmp" GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@localhost
+               GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@localhost) cmd
     case $tool in
         gpurun) cmd="GPURUN_CACHE=$t/cache $GPURUN pull -q docker://$REG/bench/$img:latest -o $t/out.sqsh" ;;
         gpurun15) cmd="GPURUN_ZSTD_LEVEL=15 GPURUN_CACHE=$t/cache $GPURUN pull -q docker://$REG/bench/$img:latest -o $t/out.sqsh" ;;
@@ -115,42 +238,73 @@ run() {
                  && umoci unpack --rootless --image $t/oci:t $t/bundle > /dev/null \
                  && mksquashfs $t/bundle/rootfs $t/out.sqsh -comp zstd -noappend -quiet -no-progress" ;;
         ch) cmd="REQUESTS_CA_BUNDLE=$W/cert.pem CH_IMAGE_STORAGE=$t/ch ch-image --tls-no-verify pull 127.0.0.1:$TPORT/bench/$img:latest bench-$img \
-                 && CH_IMAGE_STORAGE=$t/ch ch-convert --tmp $t -i ch-image -o squash bench-$img $t/out.sqsh" ;;
+                 && CH_IMAGE_STORAGE=$t/ch ch-convert --tmp $t/tmp -i ch-image -o squash bench-$img $t/out.sqsh" ;;
+        podman) cmd="podman --root $t/podman-root --runroot $t/podman-run --tmpdir $t/podman-tmp --storage-driver=overlay \
+                 --cgroup-manager=cgroupfs --events-backend=file pull -q --tls-verify=false docker://$REG/bench/$img:latest" ;;
     esac
-    local peak=0 pid
-    ( while :; do du -sm "$t" 2> /dev/null | cut -f1; sleep 0.2; done ) > "$t.du" &
+    local pid
+    ( while :; do used; sleep 0.1; done ) > "$W/du" &
     pid=$!
-    /usr/bin/time -f '%e %U %S' -o "$t.time" bash -c "$cmd" > /dev/null 2> "$t.err" || { kill $pid; echo "FAILED: $(tail -1 "$t.err")"; return; }
-    kill $pid 2> /dev/null; wait $pid 2> /dev/null || true
-    peak=$(sort -n "$t.du" | tail -1)
-    read -r wall u s < "$t.time"
-    echo "$wall $(echo "$u + $s" | bc) ${peak:-0} $(du -m "$t/out.sqsh" | cut -f1)"
+    if ! env "${env[@]}" /usr/bin/time -f '%e %U %S' -o "$W/time" bash -c "$cmd" > /dev/null 2> "$W/err"; then
+        kill $pid; wait $pid 2> /dev/null || true
+        echo "FAILED: $(grep -v '^Command exited' "$W/err" | tail -1)"
+        return
+    fi
+    kill $pid; wait $pid 2> /dev/null || true
+    sync -f "$M"
+    local final; final=$(used)
+    local peak; peak=$( { cat "$W/du"; echo "$final"; } | sort -n | tail -1)
+    local out=0
+    [ -f "$t/out.sqsh" ] && out=$(stat -c %s "$t/out.sqsh")
+    read -r wall u s < "$W/time"
+    echo "$wall $(echo "$u + $s" | bc) $((peak - base)) $((final - base)) $out"
 }
 
 if [ -n "${TOOLS:-}" ]; then
     read -r -a TOOLS <<< "$TOOLS"
 else
-    TOOLS=(gpurun gpurun15 umoci)
+    TOOLS=(gpurun gpurun15 umoci podman)
     [ -n "$TLS_PID" ] && TOOLS+=(ch)
 fi
-echo "# rep image tool wall_s cpu_s peak_tmp_MB out_MB"
+echo "# rep image tool wall_s cpu_s peak_B final_B out_B"
+: > "$W/results"
 for img in "${IMAGES[@]}"; do
     for rep in $(seq "$REPS"); do
-        for tool in "${TOOLS[@]}"; do
-            echo "$rep $img $tool $(run "$tool" "$img")"
+        # rotate the order each rep, so slow drifts in load do not always hit the same tool
+        n=${#TOOLS[@]}
+        for i in $(seq 0 $((n - 1))); do
+            tool=${TOOLS[$(((i + rep - 1) % n))]}
+            echo "$rep $img $tool $(run "$tool" "$img")" | tee -a "$W/results"
         done
     done
-done | tee "$W/results"
-echo
-echo "# best of $REPS (wall s / cpu s / peak tmp MB / image MB); ratios = tool / gpurun"
-for img in "${IMAGES[@]}"; do
-    read -r gw gc gp <<< "$(awk -v i="$img" '$2==i && $3=="gpurun" && $4+0>0 {print $4, $5, $6}' "$W/results" | sort -n | head -1)"
-    for tool in "${TOOLS[@]}"; do
-        awk -v i="$img" -v t="$tool" -v gw="${gw:-0}" -v gc="${gc:-0}" -v gp="${gp:-0}" '$2==i && $3==t && $4+0>0 {
-            if (!n || $4 < w) {w=$4; c=$5; p=$6; o=$7}; n++ }
-            END { if (!n) { printf "%-7s %-9s failed\n", i, t; exit }
-                  printf "%-7s %-9s wall %6.1f  cpu %6.1f  peak %5d MB  image %4d MB", i, t, w, c, p, o
-                  if (gw > 0) printf "  ratios: wall %.1f  cpu %.1f  peak %.1f", w/gw, c/gc, p/gp
-                  printf "\n" }' "$W/results"
-    done
 done
+rm -rf "$M/run"
+
+# Layer sharing: gpurun's cache after medium, then large, then large again (registry access log).
+SHARE=
+if [ ${#IMAGES[@]} = 2 ]; then
+    blobs() { # count and MB of the blob GETs in the access log's lines $1+1 .. $2
+        sed -n "$(($1 + 1)),$2p" "$W/reg-plain/log" | { grep -E '"GET /v2/bench/[a-z]+/blobs/sha256:' || true; } |
+            awk '{ n++; b += $10 } END { printf "%d blobs, %.1f MB", n, b/1e6 }'
+    }
+    lines() { wc -l < "$W/reg-plain/log"; }
+    c=$M/share
+    mkdir -p "$c"
+    l0=$(lines)
+    GPURUN_CACHE=$c/cache "$GPURUN" pull -q "docker://$REG/bench/medium:latest" -o "$c/m.sqsh"
+    l1=$(lines)
+    GPURUN_CACHE=$c/cache "$GPURUN" pull -q "docker://$REG/bench/large:latest" -o "$c/l.sqsh"
+    l2=$(lines)
+    GPURUN_CACHE=$c/cache "$GPURUN" pull -q "docker://$REG/bench/large:latest" -o "$c/l2.sqsh"
+    l3=$(lines)
+    own=$(awk -v a="$(cat "$W/clayers-large")" -v b="$(cat "$W/clayers-medium")" 'BEGIN { printf "%.1f", (a - b) / 1e6 }')
+    SHARE="gpurun, one cache: medium fetched $(blobs "$l0" "$l1"); then large $(blobs "$l1" "$l2") (its 2 own layers: $own MB, + config); then large again $(blobs "$l2" "$l3")"
+    rm -rf "$c"
+fi
+
+echo
+echo "# uptime after: $(uptime)"
+echo
+summary
+[ -n "$SHARE" ] && echo "# layer sharing: $SHARE"
+exit 0
