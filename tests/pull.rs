@@ -681,7 +681,7 @@ fn faults_retries_resume_and_shared_layers() {
     let cases: [(u16, i32, &[&str]); 4] = [
         (404, EXIT_NOT_FOUND, &["not found"]),
         (401, EXIT_AUTH, &["refused access"]),
-        (429, EXIT_NETWORK, &["429"]),
+        (429, EXIT_NETWORK, &["429", "rate limit", "log in"]),
         (503, EXIT_NETWORK, &["503"]),
     ];
     for (status, code, needles) in cases {

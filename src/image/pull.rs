@@ -92,7 +92,7 @@ impl PullError {
                     exit::NOT_FOUND
                 }
                 RegistryError::Auth { .. } | RegistryError::Credentials { .. } => exit::AUTH,
-                RegistryError::Network { .. } => exit::NETWORK,
+                RegistryError::Network { .. } | RegistryError::RateLimited { .. } => exit::NETWORK,
                 RegistryError::BadImage { .. } | RegistryError::Digest { .. } => exit::BAD_IMAGE,
                 RegistryError::DiskFull { .. } => exit::DISK_FULL,
                 RegistryError::Io { .. } | RegistryError::Cache(_) => crate::exit::GPURUN_FAILED,
@@ -187,7 +187,9 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
     }
     let (digest, manifest_bytes) = match rt.block_on(resolve_manifest(&client, &image, opts)) {
         Ok(r) => r,
-        Err(PullError::Registry(e @ RegistryError::Network { .. })) => match fallback {
+        Err(PullError::Registry(
+            e @ (RegistryError::Network { .. } | RegistryError::RateLimited { .. }),
+        )) => match fallback {
             Some((digest, path)) => {
                 if !opts.quiet {
                     eprintln!(

@@ -47,6 +47,8 @@ pub enum RegistryError {
     },
     #[error("cannot reach {registry} ({detail}); check the network, proxy and registry name, then run the pull again (it resumes)")]
     Network { registry: String, detail: String },
+    #[error("{registry} refuses more requests for now (HTTP 429, a rate limit; retried with backoff); wait and run the pull again (it resumes), or log in for a higher limit (docker login, GPURUN_DOCKER_USERNAME/GPURUN_DOCKER_PASSWORD)")]
+    RateLimited { registry: String },
     #[error("image {image} is unusable: {detail}")]
     BadImage { image: String, detail: String },
     #[error("blob {digest} from {registry} does not match its digest (got {actual}); the download was discarded, run the pull again")]
@@ -565,7 +567,9 @@ impl RegistryClient {
                     .iter()
                     .any(|e| matches!(e.code, OciErrorCode::Toomanyrequests))
                 {
-                    net("HTTP 429 too many requests".into())
+                    Failure::Retry(RegistryError::RateLimited {
+                        registry: registry.clone(),
+                    })
                 } else {
                     Failure::Fatal(RegistryError::BadImage {
                         image,
@@ -576,7 +580,9 @@ impl RegistryClient {
             OciDistributionError::ServerError { code, message, .. } => match code {
                 404 => not_found(format!("HTTP 404 {}", first_line(&message))),
                 401 | 403 => auth(format!("HTTP {code}")),
-                429 => net("HTTP 429 too many requests".into()),
+                429 => Failure::Retry(RegistryError::RateLimited {
+                    registry: registry.clone(),
+                }),
                 c if c >= 500 => net(format!("HTTP {c} {}", first_line(&message))),
                 c => Failure::Fatal(RegistryError::BadImage {
                     image,
