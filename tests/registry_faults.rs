@@ -201,3 +201,48 @@ fn an_expired_token_is_renewed() {
     );
     cache_sound(&s.join("c-tok"));
 }
+
+#[test]
+fn retry_after_is_honoured_up_to_a_minute() {
+    let Fx { s, reg, layer } = fixture();
+    let proxy = Proxy::start(reg.port);
+    let src = format!("docker://{}/test/f:v1", proxy.addr());
+    let limited = |secs: u64| {
+        Action::Reply(
+            429,
+            format!("Retry-After: {secs}\r\n"),
+            br#"{"errors":[{"code":"TOOMANYREQUESTS","message":"slow down"}]}"#.to_vec(),
+        )
+    };
+
+    // The layer answers 429 asking for 3 s, twice (the GET, then the HEAD that reads the
+    // header): gpurun waits the 3 s, not its 0.4 s backoff, and the pull succeeds.
+    proxy.rule(&layer, limited(3), 2);
+    let t0 = std::time::Instant::now();
+    let o = pull(&s, &src, "wait.sqsh", "c-wait", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        t0.elapsed() >= std::time::Duration::from_secs(3),
+        "{:?}",
+        t0.elapsed()
+    );
+    let heads = proxy
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("HEAD") && r.contains(&layer[7..]))
+        .count();
+    assert!(heads >= 1, "{:#?}", proxy.requests());
+
+    // A registry asking for two hours (a pull rate limit): one line at once, saying so.
+    proxy.clear();
+    proxy.rule("/manifests/", limited(7200), usize::MAX);
+    let t0 = std::time::Instant::now();
+    let o = pull(&s, &src, "hours.sqsh", "c-hours", &[]);
+    let line = error_line(&o, 22);
+    assert!(
+        line.contains("rate limit, it asks to wait 7200 s"),
+        "{line}"
+    );
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    assert!(!s.join("hours.sqsh").exists());
+}

@@ -6,11 +6,9 @@
 //! `tar2sqfs` writes a temp file beside the target → rename. The output appears complete or not at
 //! all; the cache only ever holds verified blobs (`*.partial` files are resume points).
 //!
-//! Known limits: 429 answers are retried with the usual backoff, not after `Retry-After`
-//! (oci-client does not expose response headers on errors); `docker-archive:` members are trusted,
-//! not re-hashed (`oci:` blobs are checked against their digests); `dir:` keeps neither hard
-//! links nor xattrs;
-//! file names that are not UTF-8 are stored lossily.
+//! Known limits: `docker-archive:` members are trusted, not re-hashed (`oci:` blobs are checked
+//! against their digests); `dir:` keeps neither hard links nor xattrs; file names that are not
+//! UTF-8 are stored lossily.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};

@@ -30,6 +30,13 @@ pub const MANIFEST_MEDIA_TYPES: &[&str] = &[
 /// Attempts per request; connection errors, 5xx and 429 are retried with exponential backoff.
 const ATTEMPTS: u32 = 5;
 const BACKOFF_BASE: Duration = Duration::from_millis(400);
+/// The longest a 429's Retry-After is waited for within one pull.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Retry-After in delay-seconds (what registries send); an HTTP-date counts as absent.
+fn parse_retry_after(v: &str) -> Option<Duration> {
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -47,8 +54,14 @@ pub enum RegistryError {
     },
     #[error("cannot reach {registry} ({detail}); check the network, proxy and registry name, then run the pull again (it resumes)")]
     Network { registry: String, detail: String },
-    #[error("{registry} refuses more requests for now (HTTP 429, a rate limit; retried with backoff); wait and run the pull again (it resumes), or log in for a higher limit (docker login, GPURUN_DOCKER_USERNAME/GPURUN_DOCKER_PASSWORD)")]
-    RateLimited { registry: String },
+    #[error("{registry} refuses more requests for now (HTTP 429, a rate limit{asked}); wait and run the pull again (it resumes), or log in for a higher limit (docker login, GPURUN_DOCKER_USERNAME/GPURUN_DOCKER_PASSWORD)")]
+    RateLimited {
+        registry: String,
+        /// ", it asks to wait N s" once its Retry-After is known.
+        asked: String,
+        /// The URL that answered 429, to ask for its Retry-After.
+        url: Option<String>,
+    },
     #[error("image {image} is unusable: {detail}")]
     BadImage { image: String, detail: String },
     #[error("blob {digest} from {registry} does not match its digest (got {actual}); the download was discarded, run the pull again")]
@@ -539,7 +552,7 @@ impl RegistryClient {
             OciDistributionError::AuthenticationFailure(m) => {
                 auth(format!("token request failed: {}", first_line(&m)))
             }
-            OciDistributionError::RegistryError { envelope, .. } => {
+            OciDistributionError::RegistryError { envelope, url } => {
                 let codes: Vec<String> = envelope
                     .errors
                     .iter()
@@ -569,6 +582,8 @@ impl RegistryClient {
                 {
                     Failure::Retry(RegistryError::RateLimited {
                         registry: registry.clone(),
+                        asked: String::new(),
+                        url: Some(url),
                     })
                 } else {
                     Failure::Fatal(RegistryError::BadImage {
@@ -577,11 +592,13 @@ impl RegistryClient {
                     })
                 }
             }
-            OciDistributionError::ServerError { code, message, .. } => match code {
+            OciDistributionError::ServerError { code, message, url } => match code {
                 404 => not_found(format!("HTTP 404 {}", first_line(&message))),
                 401 | 403 => auth(format!("HTTP {code}")),
                 429 => Failure::Retry(RegistryError::RateLimited {
                     registry: registry.clone(),
+                    asked: String::new(),
+                    url: Some(url),
                 }),
                 c if c >= 500 => net(format!("HTTP {c} {}", first_line(&message))),
                 c => Failure::Fatal(RegistryError::BadImage {
@@ -598,6 +615,67 @@ impl RegistryClient {
         }
     }
 
+    /// Wait before retrying a request that failed with `e` (attempt `attempt`, from 0), or give
+    /// `e` back when no attempt is left. The wait is the backoff, or what a 429's Retry-After
+    /// asks when that is longer; a registry asking for more than [`MAX_RETRY_AFTER`] (pull rate
+    /// limits ask for hours) gets the error at once, saying how long it asked.
+    async fn before_retry(&self, e: RegistryError, attempt: u32) -> Result<(), RegistryError> {
+        let mut wait = BACKOFF_BASE * 2u32.pow(attempt);
+        let e = match e {
+            RegistryError::RateLimited {
+                registry,
+                url: Some(url),
+                ..
+            } => {
+                let asked = self.retry_after(&url).await;
+                let e = RegistryError::RateLimited {
+                    registry,
+                    asked: asked
+                        .map(|a| format!(", it asks to wait {} s", a.as_secs()))
+                        .unwrap_or_default(),
+                    url: Some(url),
+                };
+                match asked {
+                    Some(a) if a > MAX_RETRY_AFTER => return Err(e),
+                    Some(a) => wait = wait.max(a),
+                    None => {}
+                }
+                e
+            }
+            e => e,
+        };
+        if attempt + 1 >= self.attempts {
+            return Err(e);
+        }
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    /// The Retry-After of a URL that answered 429. oci-client keeps response headers to itself,
+    /// so this asks again with a HEAD, with the credentials oci-client holds for the registry.
+    async fn retry_after(&self, url: &str) -> Option<Duration> {
+        let r = self.oref(self.image.reference_part());
+        let token = self
+            .client
+            .auth(&r, &self.auth, oci_client::RegistryOperation::Pull)
+            .await
+            .ok()
+            .flatten();
+        let mut req = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .user_agent(concat!("gpurun/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .ok()?
+            .head(url);
+        match (token, &self.auth) {
+            (Some(t), _) => req = req.bearer_auth(t),
+            (None, RegistryAuth::Basic(u, p)) => req = req.basic_auth(u, Some(p)),
+            _ => {}
+        }
+        let resp = req.send().await.ok()?;
+        parse_retry_after(resp.headers().get("retry-after")?.to_str().ok()?)
+    }
+
     async fn retrying<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T, RegistryError>
     where
         F: FnMut() -> Fut,
@@ -608,11 +686,11 @@ impl RegistryClient {
             match f().await {
                 Ok(v) => return Ok(v),
                 Err(e) => match self.classify(what, e) {
-                    Failure::Retry(_) if attempt + 1 < self.attempts => {
-                        tokio::time::sleep(BACKOFF_BASE * 2u32.pow(attempt)).await;
+                    Failure::Retry(e) => {
+                        self.before_retry(e, attempt).await?;
                         attempt += 1;
                     }
-                    Failure::Retry(e) | Failure::Fatal(e) => return Err(e),
+                    Failure::Fatal(e) => return Err(e),
                 },
             }
         }
@@ -738,11 +816,11 @@ impl RegistryClient {
                         return Err(e);
                     }
                 }
-                Failure::Retry(_) if attempt + 1 < self.attempts => {
-                    tokio::time::sleep(BACKOFF_BASE * 2u32.pow(attempt)).await;
+                Failure::Retry(e) => {
+                    self.before_retry(e, attempt).await?;
                     attempt += 1;
                 }
-                Failure::Retry(e) | Failure::Fatal(e) => return Err(e),
+                Failure::Fatal(e) => return Err(e),
             }
         }
         file.sync_all().map_err(|e| io_err(&partial, e))?;
@@ -803,6 +881,20 @@ mod tests {
             username: u.into(),
             password: p.into(),
         })
+    }
+
+    #[test]
+    fn retry_after_values() {
+        for (v, want) in [
+            ("3", Some(3)),
+            (" 120 ", Some(120)),
+            ("0", Some(0)),
+            ("Wed, 21 Oct 2026 07:28:00 GMT", None),
+            ("-1", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_retry_after(v), want.map(Duration::from_secs), "{v:?}");
+        }
     }
 
     #[test]
