@@ -492,9 +492,16 @@ fn docker_v2_offline_sources_and_platforms() {
     assert_eq!(meta["cmd"], serde_json::json!(["echo hi"]));
     assert_eq!(strip(t), strip(from_reg));
 
-    // a directory
+    // a directory, with a hard link and an xattr
     let root = s.join("rootfs");
     common::busybox_rootfs(&root);
+    std::fs::hard_link(root.join("etc/group"), root.join("etc/group.hl")).unwrap();
+    assert!(Command::new("setfattr")
+        .args(["-n", "user.gpurun", "-v", "kept"])
+        .arg(root.join("etc/group"))
+        .status()
+        .unwrap()
+        .success());
     s.chown_all();
     pull_ok(
         &s,
@@ -507,6 +514,15 @@ fn docker_v2_offline_sources_and_platforms() {
         ('l', "busybox")
     );
     assert_eq!(file(&t, "etc/group"), "root:x:0:\n");
+    let hl = &t["etc/group.hl"];
+    assert_eq!((hl.kind, hl.link.as_str()), ('h', "etc/group"));
+    assert!(
+        t["etc/group"]
+            .xattrs
+            .contains(&("user.gpurun".to_string(), b"kept".to_vec())),
+        "{:?}",
+        t["etc/group"].xattrs
+    );
 
     // bad references: one line, no output
     let o = pull(&s, &["ubuntu:24.04"], &[]);
