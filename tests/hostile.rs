@@ -405,17 +405,7 @@ fn broken_layers_are_refused_naming_layer_and_entry() {
     s.chown_all();
     for ((tag, _, entry, why), digest) in cases.iter().zip(&digests) {
         let t0 = Instant::now();
-        let out = format!("{tag}.sqsh");
-        let o = pull(
-            &s,
-            &format!("oci:{}:{tag}", s.join("layout").display()),
-            &out,
-        );
-        let line = error_line(&o, EXIT_BAD_IMAGE);
-        assert!(
-            line.contains(&format!("layer {digest}")),
-            "{tag} {digest}: {line}"
-        );
+        let line = refused(&s, tag, digest);
         assert!(line.contains(why), "{tag}: {line}");
         if let Some(e) = entry {
             assert!(
@@ -429,9 +419,23 @@ fn broken_layers_are_refused_naming_layer_and_entry() {
             "{tag} took {:?}",
             t0.elapsed()
         );
-        assert!(!s.join(&out).exists(), "{tag}: partial image");
         nothing_partial(&s);
     }
+}
+
+/// Pull `oci:layout:TAG` into TAG.sqsh: it must fail with exit 23 and one line naming the layer
+/// `digest`, and leave no image; returns the line.
+fn refused(s: &Scratch, tag: &str, digest: &str) -> String {
+    let out = format!("{tag}.sqsh");
+    let o = pull(
+        s,
+        &format!("oci:{}:{tag}", s.join("layout").display()),
+        &out,
+    );
+    let line = error_line(&o, EXIT_BAD_IMAGE);
+    assert!(line.contains(&format!("layer {digest}")), "{tag}: {line}");
+    assert!(!s.join(&out).exists(), "{tag}: partial image");
+    line
 }
 
 #[test]
@@ -519,17 +523,9 @@ fn layers_writing_through_symlinks_are_refused() {
             "below 'sd', a symlink or file",
         ),
     ] {
-        let out = format!("{tag}.sqsh");
-        let o = pull(
-            &s,
-            &format!("oci:{}:{tag}", s.join("layout").display()),
-            &out,
-        );
-        let line = error_line(&o, EXIT_BAD_IMAGE);
-        assert!(line.contains(&format!("layer {digest}")), "{tag}: {line}");
+        let line = refused(&s, tag, digest);
         assert!(line.contains(&format!("entry '{entry}'")), "{tag}: {line}");
         assert!(line.contains(why), "{tag}: {line}");
-        assert!(!s.join(&out).exists());
     }
     assert!(!Path::new("/etc/evil").exists() && !Path::new("/tmp/evil").exists());
     nothing_partial(&s);
