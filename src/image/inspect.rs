@@ -114,16 +114,7 @@ pub fn inspect(image: &str, opts: &PullOptions) -> Result<Report, InspectError> 
     let path = Path::new(image);
     let archive = open_file(path)?;
     let read = |p: &str| archive.read_file(p).ok().flatten();
-    let list = |p: &str| {
-        let dir = archive.lookup(p, true).ok()??;
-        let entries = archive.readdir(&dir).ok()?;
-        Some(
-            entries
-                .iter()
-                .map(|e| String::from_utf8_lossy(&e.name).into_owned())
-                .collect(),
-        )
-    };
+    let list = |p: &str| archive.list_names(p);
     let (flavor, meta) = foreign::image_meta(&read, &list)?;
     let format = if super::sif::probe(path).ok().flatten().is_some() {
         format!("{flavor} (SIF)")

@@ -34,14 +34,7 @@ pub fn cached_rootfs(
     archive: &Archive,
     cache_root: &Path,
 ) -> Result<PathBuf, ExtractError> {
-    let io = |path: &Path| {
-        let (image, path) = (image.to_owned(), path.to_owned());
-        move |source| ExtractError::Io {
-            image,
-            path,
-            source,
-        }
-    };
+    let io = |path: &Path| io_error(image, path);
     let key = archive.content_key()?;
     let base = cache_root.join("rootfs");
     let dest = base.join(&key);
@@ -168,15 +161,18 @@ fn safe_mode(ino: &Inode) -> u32 {
     ino.perm as u32 & 0o1777
 }
 
+/// Maps an I/O error at `path` while extracting `image`.
+fn io_error(image: &Path, path: &Path) -> impl FnOnce(std::io::Error) -> ExtractError {
+    let (image, path) = (image.to_owned(), path.to_owned());
+    move |source| ExtractError::Io {
+        image,
+        path,
+        source,
+    }
+}
+
 fn extract_tree(image: &Path, ar: &Archive, dst: &Path) -> Result<(), ExtractError> {
-    let io = |path: &Path| {
-        let (image, path) = (image.to_owned(), path.to_owned());
-        move |source| ExtractError::Io {
-            image,
-            path,
-            source,
-        }
-    };
+    let io = |path: &Path| io_error(image, path);
     let root = ar.root()?;
     let mut dirs: Vec<(PathBuf, Arc<Inode>)> = vec![(dst.to_owned(), root.clone())];
     let mut todo = vec![(dst.to_owned(), root.clone())];

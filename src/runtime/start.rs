@@ -132,16 +132,7 @@ impl Image {
                     .map(|e| e.file_name().to_string_lossy().into_owned())
                     .collect(),
             ),
-            Image::Squashfs { archive, .. } => {
-                let dir = archive.lookup(p, true).ok()??;
-                let entries = archive.readdir(&dir).ok()?;
-                Some(
-                    entries
-                        .iter()
-                        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
-                        .collect(),
-                )
-            }
+            Image::Squashfs { archive, .. } => archive.list_names(p),
         }
     }
 

@@ -452,6 +452,19 @@ impl Archive {
         self.inode(self.sb.root_inode)
     }
 
+    /// The names in directory `path` (symlinks followed), lossily as text; None when it is
+    /// not a readable directory.
+    pub fn list_names(&self, path: &str) -> Option<Vec<String>> {
+        let dir = self.lookup(path, true).ok()??;
+        let entries = self.readdir(&dir).ok()?;
+        Some(
+            entries
+                .iter()
+                .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+                .collect(),
+        )
+    }
+
     /// The entries of a directory (without . and ..), sorted by name as squashfs stores them.
     pub fn readdir(&self, dir: &Inode) -> Result<Arc<Vec<DirEntry>>, SqfsError> {
         let Body::Dir(loc) = &dir.body else {
