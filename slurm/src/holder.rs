@@ -367,7 +367,19 @@ mod tests {
             dir: &dir,
             timeout,
         };
-        (start(&spec), bin_dir)
+        // Another test's fork (tests run on several threads) can hold the script open for
+        // writing until its exec: the kernel then refuses to run it (ETXTBSY) for a moment.
+        let mut r = start(&spec);
+        for _ in 0..20 {
+            match &r {
+                Err(e) if e.contains("Text file busy") => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    r = start(&spec);
+                }
+                _ => break,
+            }
+        }
+        (r, bin_dir)
     }
 
     #[test]
