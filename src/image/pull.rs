@@ -1035,8 +1035,12 @@ async fn cleanup_on_signal() {
     }
     let guard = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
     for pid in &guard.1 {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        // SAFETY: signalling and reaping our own child. Reaped before the temp files go, so a
+        // create it was still making cannot land after their removal.
+        unsafe {
+            libc::kill(*pid as libc::pid_t, libc::SIGKILL);
+            libc::waitpid(*pid as libc::pid_t, std::ptr::null_mut(), 0);
+        }
     }
     for p in &guard.0 {
         let _ = fs::remove_file(p);
@@ -1090,13 +1094,15 @@ fn build(
     let bar = ui.bar(expected, "squashfs".into());
     bar.enable_steady_tick(Duration::from_millis(200));
     let on_read = |n: u64| bar.inc(n);
-    let mut writer = SquashWriter::start(&tmp.path, jobs)?;
+    // Started and registered under the lock: a signal handled in between would find no child
+    // to kill, and tar2sqfs would then write its temp file after the cleanup.
+    let mut writer = {
+        let mut g = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+        let w = SquashWriter::start(&tmp.path, jobs)?;
+        g.1.push(w.pid());
+        w
+    };
     let pid = writer.pid();
-    IN_FLIGHT
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .1
-        .push(pid);
     let meta_json = meta.to_json();
     let extra = [ExtraFile {
         path: META_PATH.trim_start_matches('/'),
