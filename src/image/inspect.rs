@@ -33,27 +33,20 @@ impl InspectError {
     }
 }
 
-/// What `gpurun inspect` reports.
+/// What `gpurun inspect` reports: the image's metadata (flattened into the same JSON object)
+/// and what the file or registry tells besides.
 #[derive(Debug, Serialize)]
 pub struct Report {
     /// The file, or the docker:// reference as given.
     pub image: String,
     /// Whose layout the image follows (gpurun, apptainer, enroot, plain squashfs, registry).
     pub format: String,
-    pub source: String,
-    pub manifest_digest: String,
-    pub platform: String,
-    pub created: String,
+    #[serde(flatten)]
+    pub meta: ImageMeta,
     /// File size; for docker://, the compressed layers' total (what a pull downloads).
     pub size_bytes: u64,
     /// squashfs compressor, for files.
     pub compression: Option<String>,
-    pub env: Vec<String>,
-    pub entrypoint: Vec<String>,
-    pub cmd: Vec<String>,
-    pub working_dir: String,
-    pub user: String,
-    pub labels: BTreeMap<String, String>,
     /// NVIDIA_REQUIRE_* constraints the image sets (or that CUDA_VERSION implies), checked
     /// against the driver at launch.
     pub cuda_requirement: BTreeMap<String, String>,
@@ -83,19 +76,10 @@ fn report(
     Report {
         image,
         format,
-        source: m.source,
-        manifest_digest: m.manifest_digest,
-        platform: m.platform,
-        created: m.created,
         size_bytes,
         compression,
         cuda_requirement: crate::gpu::require::constraints(&env).into_iter().collect(),
-        env: m.env,
-        entrypoint: m.entrypoint,
-        cmd: m.cmd,
-        working_dir: m.working_dir,
-        user: m.user,
-        labels: m.labels,
+        meta: m,
     }
 }
 
@@ -152,16 +136,16 @@ pub fn render(r: &Report) -> String {
     };
     line("Image:", &r.image);
     line("Format:", &r.format);
-    line("Source:", &r.source);
-    line("Digest:", &r.manifest_digest);
-    line("Platform:", &r.platform);
-    line("Created:", &r.created);
+    line("Source:", &r.meta.source);
+    line("Digest:", &r.meta.manifest_digest);
+    line("Platform:", &r.meta.platform);
+    line("Created:", &r.meta.created);
     line("Size:", &human_size(r.size_bytes));
     line("Compression:", r.compression.as_deref().unwrap_or(""));
-    line("Entrypoint:", &shell_words(&r.entrypoint));
-    line("Cmd:", &shell_words(&r.cmd));
-    line("WorkingDir:", &r.working_dir);
-    line("User:", &r.user);
+    line("Entrypoint:", &shell_words(&r.meta.entrypoint));
+    line("Cmd:", &shell_words(&r.meta.cmd));
+    line("WorkingDir:", &r.meta.working_dir);
+    line("User:", &r.meta.user);
     let mut block = |k: &str, items: Vec<String>| {
         if !items.is_empty() {
             s.push_str(&format!("{k}\n"));
@@ -170,10 +154,14 @@ pub fn render(r: &Report) -> String {
             }
         }
     };
-    block("Env:", r.env.clone());
+    block("Env:", r.meta.env.clone());
     block(
         "Labels:",
-        r.labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        r.meta
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect(),
     );
     block(
         "CUDA requirement:",
