@@ -216,16 +216,20 @@ fn fuse_mount_serves_the_image() {
         std::fs::Permissions::from_mode(0o4755),
     )
     .unwrap();
-    let (uid, gid) = common::test_ids();
+    in_namespaces(|| checks(&src, &img, &bad_img, &s.join("mnt"), &s.join("mnt2")));
+}
 
-    // fork: unshare(CLONE_NEWUSER) needs a single-threaded process
+/// Run `f` in a forked child that is the test user in new user+mount namespaces; fail when it
+/// panics. (unshare(CLONE_NEWUSER) needs a single-threaded process, hence the fork.)
+fn in_namespaces(f: impl FnOnce()) {
+    let (uid, gid) = common::test_ids();
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
-        let r = std::panic::catch_unwind(|| {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             enter_namespaces(uid, gid);
-            checks(&src, &img, &bad_img, &s.join("mnt"), &s.join("mnt2"));
-        });
+            f();
+        }));
         unsafe { libc::_exit(if r.is_ok() { 0 } else { 1 }) };
     }
     let mut status = 0;
@@ -234,4 +238,91 @@ fn fuse_mount_serves_the_image() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child failed: status {status:#x}"
     );
+}
+
+/// Whether the first page of `p` is in the page cache, asked without reading it (mincore).
+fn cached(p: &Path) -> bool {
+    let f = std::fs::File::open(p).unwrap();
+    unsafe {
+        use std::os::fd::AsRawFd;
+        let a = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(a, libc::MAP_FAILED, "mmap {}", p.display());
+        let mut v = 0u8;
+        check(libc::mincore(a, 4096, &mut v), "mincore");
+        libc::munmap(a, 4096);
+        v & 1 == 1
+    }
+}
+
+/// Wait (up to 10 s) for the pusher thread to act.
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ok() {
+        assert!(std::time::Instant::now() < end, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Reading a directory's files in listing order makes the server push the next ones into the
+/// page cache before they are asked for; reads in any other order push nothing. Either way
+/// every byte read is the file's.
+#[test]
+fn directory_scans_are_pushed_ahead() {
+    let s = common::Scratch::new();
+    let src = s.join("src");
+    let content = |d: &str, i: usize| format!("{d} file {i}\n").repeat(300 + i);
+    for d in ["scan", "random"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+        for i in 0..60 {
+            std::fs::write(src.join(d).join(format!("f{i:03}")), content(d, i)).unwrap();
+        }
+    }
+    let img = s.join("img.sqsh");
+    common::mksquashfs(&src, &img, &["-comp", "zstd"]);
+    std::fs::create_dir(s.join("mnt")).unwrap();
+    s.chown_all();
+    let mnt = s.join("mnt");
+    in_namespaces(|| {
+        let fd = mount_fuse(&mnt);
+        let _session = serve(Arc::new(Archive::open(&img).unwrap()), fd, 2, (0, 0)).unwrap();
+        let f = |d: &str, i: usize| mnt.join(d).join(format!("f{i:03}"));
+        for d in ["scan", "random"] {
+            assert_eq!(std::fs::read_dir(mnt.join(d)).unwrap().count(), 60);
+        }
+        // random order: nothing pushed, ever
+        for i in [40, 7, 23, 8, 50] {
+            assert_eq!(
+                std::fs::read_to_string(f("random", i)).unwrap(),
+                content("random", i)
+            );
+        }
+        // a scan: after f000 and f001, the next files arrive without being read
+        for i in 0..2 {
+            assert_eq!(
+                std::fs::read_to_string(f("scan", i)).unwrap(),
+                content("scan", i)
+            );
+        }
+        eventually("f002..f033 of a scan in the page cache", || {
+            (2..34).all(|i| cached(&f("scan", i)))
+        });
+        assert!(!cached(&f("scan", 34)), "pushed beyond the window");
+        for i in (0..60).filter(|i| ![40, 7, 23, 8, 50].contains(i)) {
+            assert!(!cached(&f("random", i)), "random/f{i:03} pushed");
+        }
+        // the pushed data is the files' data, and the scan goes on to the end
+        for i in 2..60 {
+            assert_eq!(
+                std::fs::read_to_string(f("scan", i)).unwrap(),
+                content("scan", i)
+            );
+        }
+    });
 }

@@ -11,6 +11,7 @@ use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,6 +23,7 @@ use fuser::{
 };
 
 use crate::image::sqfs::{Archive, Inode, Kind, SqfsError};
+use crate::runtime::prefetch::{self, Job, ScanTracker};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FuseError {
@@ -40,6 +42,8 @@ pub enum FuseError {
 /// Immutable image: the kernel may keep entries and attributes for a day.
 const TTL: Duration = Duration::from_secs(24 * 3600);
 const MAX_READAHEAD: u32 = 1 << 20;
+/// Files whose place in a listing is remembered for scan detection (about 50 bytes each).
+const MAX_PLACES: usize = 1 << 18;
 
 thread_local! {
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -66,8 +70,10 @@ pub fn serve(
     config.n_threads = Some(threads);
     // One fd per worker thread (FUSE_DEV_IOC_CLONE) so they do not contend on one queue.
     config.clone_fd = threads > 1;
+    // Bounded: when the pusher falls behind, scans just read the normal way.
+    let (jobs, queue) = sync_channel(4 * prefetch::WINDOW as usize);
     let session = Session::from_fd(
-        SquashFs::new(archive, owner),
+        SquashFs::new(archive.clone(), owner, jobs),
         fuse_fd,
         SessionACL::All,
         config,
@@ -76,6 +82,11 @@ pub fn serve(
         image: image.clone(),
         source,
     })?;
+    let notifier = session.notifier();
+    // Without the thread, the queue's receiver is gone and scans read the normal way.
+    let _ = std::thread::Builder::new()
+        .name("gpurun-prefetch".into())
+        .spawn(move || prefetch::run(archive, notifier, queue));
     session
         .spawn()
         .map_err(|source| FuseError::Spawn { image, source })
@@ -96,10 +107,21 @@ struct SquashFs {
     zero_message_opendir: bool,
     /// uid and gid every file is reported with (see `serve`).
     owner: (u32, u32),
+    /// Directory scans in progress, and the pusher they feed (see `prefetch`).
+    scans: Mutex<Scans>,
+    prefetch: SyncSender<Job>,
+}
+
+#[derive(Default)]
+struct Scans {
+    tracker: ScanTracker,
+    /// Regular file's FUSE inode -> (its directory's FUSE inode, index in that listing), for
+    /// the files of every directory listed.
+    place: HashMap<u64, (u64, u32)>,
 }
 
 impl SquashFs {
-    fn new(ar: Arc<Archive>, owner: (u32, u32)) -> SquashFs {
+    fn new(ar: Arc<Archive>, owner: (u32, u32), prefetch: SyncSender<Job>) -> SquashFs {
         let root = ar.root_ref();
         SquashFs {
             ar,
@@ -109,6 +131,8 @@ impl SquashFs {
             zero_message_open: false,
             zero_message_opendir: false,
             owner,
+            scans: Mutex::new(Scans::default()),
+            prefetch,
         }
     }
 
@@ -162,12 +186,7 @@ impl SquashFs {
     }
 
     fn parent_of(&self, ino: INodeNo) -> u64 {
-        *self
-            .parents
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&ino.0)
-            .unwrap_or(&ino.0)
+        *lock(&self.parents).get(&ino.0).unwrap_or(&ino.0)
     }
 
     /// readdir and readdirplus share this: entry i of the stream is ".", "..", then the listing.
@@ -180,12 +199,16 @@ impl SquashFs {
         let d = self.dir(ino)?;
         let entries = self.ar.readdir(&d).map_err(|e| self.errno(e))?;
         let total = entries.len() as u64 + 2;
+        let mut files = Vec::new();
         for i in offset..total {
             let full = match i {
                 0 => add(ino.0, i + 1, b".", Some(&d), Kind::Dir),
                 1 => add(self.parent_of(ino), i + 1, b"..", None, Kind::Dir),
                 _ => {
                     let e = &entries[(i - 2) as usize];
+                    if e.kind == Kind::File {
+                        files.push((self.ino_of(e.inode), (ino.0, (i - 2) as u32)));
+                    }
                     add(self.ino_of(e.inode), i + 1, &e.name, None, e.kind)
                 }
             };
@@ -193,8 +216,49 @@ impl SquashFs {
                 break;
             }
         }
+        let mut scans = lock(&self.scans);
+        // Bounded (a `find` over millions of files): start afresh, recent listings matter.
+        if scans.place.len() + files.len() > MAX_PLACES {
+            *scans = Scans::default();
+        }
+        scans.place.extend(files);
         Ok(())
     }
+
+    /// A read from the start of a file: when it continues a scan of its directory in listing
+    /// order, queue the next files for the pusher.
+    fn scan_read(&self, ino: INodeNo) {
+        let Some(&(dir, idx)) = lock(&self.scans).place.get(&ino.0) else {
+            return;
+        };
+        // The listing is cached: the directory was just listed.
+        let Ok(entries) = self
+            .dir(INodeNo(dir))
+            .and_then(|d| self.ar.readdir(&d).map_err(|e| self.errno(e)))
+        else {
+            return;
+        };
+        let next = lock(&self.scans)
+            .tracker
+            .on_read(dir, idx, entries.len() as u32);
+        let Some(next) = next else {
+            return;
+        };
+        for e in &entries[next.start as usize..next.end as usize] {
+            let job = Job {
+                ino: self.ino_of(e.inode),
+                inode_ref: e.inode,
+            };
+            if e.kind == Kind::File && self.prefetch.try_send(job).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A panic in one request cannot leave these maps inconsistent (single inserts and lookups).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Root is 1; every other inode reference r is r + 2 (never 0 or 1, and reversible).
@@ -280,10 +344,7 @@ impl Filesystem for SquashFs {
             let ino = self.ar.inode(e.inode).map_err(|e| self.errno(e))?;
             let attr = self.attr(&ino);
             if ino.kind == Kind::Dir {
-                self.parents
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(attr.ino.0, parent.0);
+                lock(&self.parents).insert(attr.ino.0, parent.0);
             }
             Ok(Some(attr))
         };
@@ -337,6 +398,9 @@ impl Filesystem for SquashFs {
             Ok(i) => i,
             Err(e) => return reply.error(e),
         };
+        if offset == 0 {
+            self.scan_read(ino);
+        }
         let want = (size as u64).min(i.size.saturating_sub(offset)) as usize;
         // A buffer per thread, reused: fresh ones cost page faults on every read.
         READ_BUF.with(|b| {

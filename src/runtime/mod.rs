@@ -5,5 +5,6 @@ pub mod extract;
 pub mod fuse;
 pub mod launch;
 pub mod plan;
+pub mod prefetch;
 pub mod start;
 pub mod sys;
