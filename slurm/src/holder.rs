@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -33,14 +33,16 @@ pub struct Spec<'a> {
     pub timeout: Duration,
 }
 
-/// A ready holder.
+/// A started holder. `ready` waits for its container, in slurmstepd or in a forked task.
 pub struct Running {
-    pub holder: Holder,
     pub dir: PathBuf,
     child: Child,
     /// Signals go through a pidfd: once the tasks run, slurmstepd reaps every child it has
-    /// (wait3(-1)), so the holder's pid could be reused by the time the step ends.
+    /// (wait3(-1)), so the holder's pid could be reused by the time the step ends. A forked
+    /// task, to which the holder is no child, also learns through it that the holder exited.
     pidfd: Option<OwnedFd>,
+    started: Instant,
+    timeout: Duration,
 }
 
 pub fn state_path(dir: &Path) -> PathBuf {
@@ -83,7 +85,7 @@ fn log_tail(dir: &Path) -> String {
     lines[lines.len().saturating_sub(2)..].join(" / ")
 }
 
-/// Start the holder and wait until its state file says the container is ready.
+/// Start the holder; it builds the container while slurmstepd goes on (see `Running::ready`).
 pub fn start(spec: &Spec) -> Result<Running, String> {
     let log = File::create(log_path(spec.dir))
         .map_err(|e| format!("cannot create {}: {e}", log_path(spec.dir).display()))?;
@@ -148,120 +150,99 @@ pub fn start(spec: &Spec) -> Result<Running, String> {
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", spec.gpurun.display()))?;
     let pidfd = pidfd_open(child.id());
-    let mut running = Running {
-        holder: placeholder(),
+    Ok(Running {
         dir: spec.dir.to_path_buf(),
         child,
         pidfd,
-    };
-    match wait_ready(&mut running, spec.timeout) {
-        Ok(h) => {
-            running.holder = h;
-            Ok(running)
-        }
-        Err(e) => {
-            running.stop(Duration::from_secs(5));
-            Err(e)
-        }
-    }
+        started: Instant::now(),
+        timeout: spec.timeout,
+    })
 }
 
-fn placeholder() -> Holder {
-    Holder {
-        pid: 0,
-        root: PathBuf::from("/"),
-        env: Vec::new(),
-        cwd: PathBuf::from("/"),
-    }
-}
-
-fn wait_ready(r: &mut Running, timeout: Duration) -> Result<Holder, String> {
-    let t0 = Instant::now();
-    let state = state_path(&r.dir);
-    // Made before the first look at the state file, so a rename in between still wakes us.
-    let watch = watch_dir(&r.dir);
-    let mut pause = Duration::from_millis(2);
-    loop {
-        // the holder may write the file in place: a partial file does not parse yet
-        if let Ok(text) = std::fs::read_to_string(&state) {
-            if let Ok(h) = parse_state(&text) {
-                return Ok(h);
+impl Running {
+    /// Wait until the state file says the container is ready, the holder has exited, or the
+    /// timeout (counted from the start) has passed. Called in each task (task_init), so the
+    /// holder builds the container while slurmstepd prepares the tasks instead of before.
+    pub fn ready(&mut self) -> Result<Holder, String> {
+        let state = state_path(&self.dir);
+        let mut pause = Duration::from_micros(250);
+        loop {
+            // the holder may write the file in place: a partial file does not parse yet
+            if let Ok(text) = std::fs::read_to_string(&state) {
+                if let Ok(h) = parse_state(&text) {
+                    return Ok(h);
+                }
             }
-        }
-        match r.child.try_wait() {
-            Ok(Some(st)) => {
-                return Err(match log_tail(&r.dir) {
+            if let Some(st) = self.exited() {
+                return Err(match log_tail(&self.dir) {
                     why if why.is_empty() => format!("gpurun hold failed ({st})"),
                     why => format!("{why} (gpurun hold {st})"),
                 });
             }
-            Ok(None) => {}
-            Err(e) => return Err(format!("gpurun hold: {e}")),
-        }
-        if t0.elapsed() > timeout {
-            return Err(format!(
-                "gpurun hold: container not ready after {}s (plugstack.conf timeout=){}",
-                timeout.as_secs(),
-                match log_tail(&r.dir) {
-                    t if t.is_empty() => String::new(),
-                    t => format!(": {t}"),
-                }
-            ));
-        }
-        match &watch {
-            // Woken by the state file landing or the holder exiting: the step starts as soon
-            // as the container is ready, not at the next tick of a poll (that cost up to half
-            // of the plugin's start-up). The cap only bounds a missed event.
-            Some(w) => wait_readable(&[w, r.pidfd.as_ref().unwrap_or(w)], 50),
-            None => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
+            if self.started.elapsed() > self.timeout {
+                return Err(format!(
+                    "gpurun hold: container not ready after {}s (plugstack.conf timeout=){}",
+                    self.timeout.as_secs(),
+                    match log_tail(&self.dir) {
+                        t if t.is_empty() => String::new(),
+                        t => format!(": {t}"),
+                    }
+                ));
+            }
+            // A short poll while a container usually gets ready (tens of ms), then backing off
+            // for a pull. Not inotify: closing an inotify instance waits for an SRCU grace
+            // period, 3 ms measured here, on every task's way to its command.
+            self.pause(pause);
+            if self.started.elapsed() > Duration::from_millis(200) {
+                pause = (pause * 2).min(Duration::from_millis(20));
             }
         }
     }
-}
 
-/// An inotify fd that becomes readable when a file is renamed into or written in `dir`; None
-/// where inotify is unavailable (then the wait polls).
-fn watch_dir(dir: &Path) -> Option<OwnedFd> {
-    // SAFETY: plain syscall; a non-negative result is a new fd we own.
-    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-    if fd < 0 {
-        return None;
+    /// Sleep for `d`, waking early when the holder exits (its pidfd becomes readable).
+    fn pause(&self, d: Duration) {
+        match &self.pidfd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ts = libc::timespec {
+                    tv_sec: d.as_secs() as libc::time_t,
+                    tv_nsec: d.subsec_nanos() as libc::c_long,
+                };
+                // SAFETY: one valid pollfd and a valid timeout; no signal mask change.
+                unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+            }
+            None => std::thread::sleep(d),
+        }
     }
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: valid fd and NUL-terminated path.
-    let wd = unsafe {
-        libc::inotify_add_watch(
-            fd.as_raw_fd(),
-            path.as_ptr(),
-            libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE,
-        )
-    };
-    (wd >= 0).then_some(fd)
-}
 
-/// Wait up to `ms` for any of `fds` to be readable, then drain the inotify events (the first
-/// fd) so the next wait blocks again.
-fn wait_readable(fds: &[&OwnedFd], ms: i32) {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: valid pollfds, and a buffer of the size given; the inotify fd is non-blocking.
-    unsafe {
-        libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms);
-        let mut buf = [0u8; 4096];
-        while libc::read(fds[0].as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) > 0 {}
+    /// How the holder ended, if it has. In slurmstepd it is a child (its status is known); in
+    /// a forked task it is not, and the pidfd (else the pid) tells whether it is still there.
+    fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(st)) => return Some(st.to_string()),
+            Ok(None) => return None,
+            Err(_) => {}
+        }
+        let gone = match &self.pidfd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, no wait.
+                unsafe { libc::poll(&mut p, 1, 0) == 1 }
+            }
+            // SAFETY: signal 0 only checks the pid.
+            None => (unsafe { libc::kill(self.child.id() as libc::pid_t, 0) }) != 0,
+        };
+        gone.then(|| "exited".to_string())
     }
-}
 
-impl Running {
     /// SIGTERM, wait up to `grace` for the holder to unmount and exit, then SIGKILL; remove the
     /// state directory.
     pub fn stop(&mut self, grace: Duration) {
@@ -390,8 +371,9 @@ mod tests {
             Duration::from_secs(10),
         );
         let mut r = r.unwrap();
-        assert_eq!(r.holder.env, [("FOO".to_string(), "bar".to_string())]);
-        assert_eq!(r.holder.cwd, std::env::temp_dir());
+        let h = r.ready().unwrap();
+        assert_eq!(h.env, [("FOO".to_string(), "bar".to_string())]);
+        assert_eq!(h.cwd, std::env::temp_dir());
         let dir = r.dir.clone();
         r.stop(Duration::from_secs(5));
         assert!(!dir.exists());
@@ -405,7 +387,7 @@ mod tests {
             "echo 'gpurun: noise' >&2; echo 'gpurun: img: no such file' >&2; exit 125",
             Duration::from_secs(10),
         );
-        let e = r.err().unwrap();
+        let e = r.unwrap().ready().err().unwrap();
         assert_eq!(
             e,
             "noise / img: no such file (gpurun hold exit status: 125)"
@@ -414,10 +396,15 @@ mod tests {
     }
 
     #[test]
-    fn timeout_kills_the_holder() {
+    fn timeout_is_reported_and_stop_kills_the_holder() {
         let (r, bin) = run("exec sleep 30", Duration::from_millis(200));
-        let e = r.err().unwrap();
+        let mut r = r.unwrap();
+        let e = r.ready().err().unwrap();
         assert!(e.contains("not ready after"), "{e}");
+        let dir = r.dir.clone();
+        r.stop(Duration::from_secs(5));
+        assert!(matches!(r.child.try_wait(), Ok(Some(_))));
+        assert!(!dir.exists());
         std::fs::remove_dir_all(bin).unwrap();
     }
 }

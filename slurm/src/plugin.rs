@@ -300,8 +300,10 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
 }
 
 /// Remote context, once per step on each node, before any task exists (uid 0, euid = user):
-/// start the holder and wait until the container is ready. A failure is kept and reported by
-/// the tasks (a failing user_init makes srun print "launch failed" and still exit 0).
+/// start the holder. The tasks wait for its container in task_init, so it is built while
+/// slurmstepd prepares and forks the tasks (waiting here put the whole build before them:
+/// ~17 ms more per step, measured). A failure is kept and reported by the tasks (a failing
+/// user_init makes srun print "launch failed" and still exit 0).
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_user_init(
     sp: spank_t,
@@ -374,7 +376,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
 }
 
 /// Remote context, in each forked task, as the user, just before slurmstepd looks up and execs
-/// the command: set the container's environment and move into it.
+/// the command: wait for the container, set its environment and move into it.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_task_init(
     sp: spank_t,
@@ -382,24 +384,25 @@ pub unsafe extern "C" fn slurm_spank_task_init(
     _av: *mut *mut c_char,
 ) -> c_int {
     guard("task_init", || {
-        let p = plugin();
-        let step = match &p.step {
+        let mut locked = plugin();
+        let p = &mut *locked;
+        // one line per node, not one per rank
+        let first = || {
+            let mut task: c_int = 0;
+            unsafe { spank_get_item(sp, S_TASK_ID, &mut task as *mut c_int) };
+            task == 0
+        };
+        let step = match &mut p.step {
             None => return 0,
             Some(Ok(s)) => s,
-            Some(Err(e)) => {
-                // one line per node, not one per rank
-                let mut task: c_int = 0;
-                unsafe { spank_get_item(sp, S_TASK_ID, &mut task as *mut c_int) };
-                fail_task(task == 0, e)
-            }
+            Some(Err(e)) => fail_task(first(), e),
+        };
+        let holder = match step.running.ready() {
+            Ok(h) => h,
+            Err(e) => fail_task(first(), &e),
         };
         let task_env = state::split_env(job_env(sp).iter().map(String::as_str));
-        let changes = state::task_env(
-            &step.env,
-            &step.running.holder.env,
-            &task_env,
-            &p.opts.env_from_host,
-        );
+        let changes = state::task_env(&step.env, &holder.env, &task_env, &p.opts.env_from_host);
         for c in changes {
             let rc = match &c {
                 EnvChange::Set(k, v) => unsafe {
@@ -414,7 +417,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
                 );
             }
         }
-        match join::enter(&step.running.holder) {
+        match join::enter(&holder) {
             Ok(None) => {}
             Ok(Some(warning)) => log_user(&format!("gpurun: {warning}")),
             Err(e) => fail_task(true, &format!("cannot enter the container: {e}")),
