@@ -274,6 +274,14 @@ as_user "$G" exec --nv --dry-run "$IMG" true > "$W/dry.json"
 grep -E '"(dst|src|key|value)": "[^"]*(nvidia|firmware|gpurun|CUDA|NVIDIA|LD_LIBRARY)' "$W/dry.json" | head -80
 check "--dry-run shows /dev/nvidia0 and libcuda" grep -q '/.gpurun/nvidia/lib/libcuda.so.1' "$W/dry.json"
 
+say "files read in listing order (the FUSE server pushes the next ones into the page cache)"
+if [ -d "$W/img/lib/x86_64-linux-gnu" ] && [ "${IMG%.sqsh}" != "$IMG" ]; then
+    want=$(cd "$W/img/lib/x86_64-linux-gnu" && md5sum * | tee "$W/md5-host.txt" | md5sum)
+    got=$(as_user "$G" exec --no-nv "$IMG" sh -c "'cd /lib/x86_64-linux-gnu && md5sum *'" | tee "$W/md5-inside.txt" | md5sum)
+    diff "$W/md5-host.txt" "$W/md5-inside.txt"
+    check "every library of the image read in order: the bytes of the source ($(wc -l <"$W/md5-inside.txt") files)" [ "$want" = "$got" ]
+fi
+
 say "result"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
