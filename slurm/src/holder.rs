@@ -73,6 +73,21 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Whether `fd` (a pidfd: readable once the process exited) becomes readable within `timeout`.
+fn readable(fd: &OwnedFd, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd and a valid timeout; no signal mask change.
+    unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) == 1 }
+}
+
 /// The last non-empty lines of the holder's stderr, for the one line the user sees (which
 /// says "gpurun: " once, in front).
 fn log_tail(dir: &Path) -> String {
@@ -203,17 +218,7 @@ impl Running {
     fn pause(&self, d: Duration) {
         match &self.pidfd {
             Some(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                let ts = libc::timespec {
-                    tv_sec: d.as_secs() as libc::time_t,
-                    tv_nsec: d.subsec_nanos() as libc::c_long,
-                };
-                // SAFETY: one valid pollfd and a valid timeout; no signal mask change.
-                unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+                readable(fd, d);
             }
             None => std::thread::sleep(d),
         }
@@ -228,15 +233,7 @@ impl Running {
             Err(_) => {}
         }
         let gone = match &self.pidfd {
-            Some(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd, no wait.
-                unsafe { libc::poll(&mut p, 1, 0) == 1 }
-            }
+            Some(fd) => readable(fd, Duration::ZERO),
             // SAFETY: signal 0 only checks the pid.
             None => (unsafe { libc::kill(self.child.id() as libc::pid_t, 0) }) != 0,
         };
@@ -278,16 +275,7 @@ impl Running {
 
     fn wait_exit(&mut self, grace: Duration) -> bool {
         match &self.pidfd {
-            Some(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                let ms = grace.as_millis().min(i32::MAX as u128) as i32;
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut p, 1, ms) == 1 }
-            }
+            Some(fd) => readable(fd, grace),
             None => {
                 let t0 = Instant::now();
                 while t0.elapsed() < grace {
