@@ -105,7 +105,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s v -l verbose -d 
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l debug -d 'Also print the cause chain of errors and every mount'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s h -l help -d 'Print help'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s V -l version -d 'Print version'
-complete -c gpurun -n "__fish_gpurun_using_subcommand gpus" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand gpus" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand gpus" -l json -d 'Print JSON'
 complete -c gpurun -n "__fish_gpurun_using_subcommand gpus" -s q -l quiet -d 'Print only errors'
 complete -c gpurun -n "__fish_gpurun_using_subcommand gpus" -s v -l verbose -d 'Say what gpurun does (mounts, binds, devices)'

@@ -219,14 +219,8 @@ pub struct GpusArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
-    /// Extra ld.so.cache files or directories holding the driver's libraries
-    #[arg(
-        long = "nv-driver-path",
-        env = "GPURUN_NV_DRIVER_PATH",
-        value_delimiter = ':',
-        value_name = "PATH"
-    )]
-    pub driver_paths: Vec<PathBuf>,
+    #[command(flatten)]
+    pub driver: crate::gpu::DriverPaths,
 }
 
 #[derive(Args, Debug)]

@@ -40,8 +40,8 @@ fn launch(
     ctx: &Ctx,
 ) -> Launch {
     let mut gpu = o.gpu.clone();
-    if gpu.driver_paths.is_empty() {
-        gpu.driver_paths = ctx.cfg.nv_driver_paths.value.clone();
+    if gpu.driver.paths.is_empty() {
+        gpu.driver.paths = ctx.cfg.nv_driver_paths.value.clone();
     }
     Launch {
         image,
@@ -129,10 +129,10 @@ fn main() {
         ),
         Command::Pull(args) => pull(args, &ctx),
         Command::Gpus(a) => {
-            let paths = if a.driver_paths.is_empty() {
+            let paths = if a.driver.paths.is_empty() {
                 ctx.cfg.nv_driver_paths.value.clone()
             } else {
-                a.driver_paths.clone()
+                a.driver.paths.clone()
             };
             done(gpus(&paths, a.json), debug)
         }

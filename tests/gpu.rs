@@ -188,7 +188,9 @@ fn prepare(
 
 fn opts(f: &FakeDriver, format: &str) -> GpuOpts {
     GpuOpts {
-        driver_paths: vec![f.cache(format)],
+        driver: gpurun::gpu::DriverPaths {
+            paths: vec![f.cache(format)],
+        },
         ..Default::default()
     }
 }
@@ -279,7 +281,9 @@ fn driver_libraries_from_every_cache_format() {
     }
     // a directory works as well as a cache; video and graphics on request
     let mut o = GpuOpts {
-        driver_paths: vec![f.lib()],
+        driver: gpurun::gpu::DriverPaths {
+            paths: vec![f.lib()],
+        },
         ..Default::default()
     };
     o.nv_caps = vec!["video".into(), "graphics".into()];

@@ -9,7 +9,7 @@
 //! `GPURUN_NV_PROC` (directory standing for `/proc/driver/nvidia`). Sites with the driver's
 //! libraries in an unusual place name extra ld.so.cache files or directories with
 //! `--nv-driver-path` / `GPURUN_NV_DRIVER_PATH` (or the config file, through
-//! [`GpuOpts::driver_paths`]).
+//! [`DriverPaths`]).
 
 pub mod devices;
 pub mod driver;
@@ -50,6 +50,14 @@ pub struct GpuOpts {
     /// [default: NVIDIA_DRIVER_CAPABILITIES]
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub nv_caps: Vec<String>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub driver: DriverPaths,
+}
+
+/// `--nv-driver-path`, for the GPU options of exec/run/shell and for `gpurun gpus`.
+#[derive(Args, Debug, Clone, Default, Serialize)]
+pub struct DriverPaths {
     /// Extra ld.so.cache files or directories holding the driver's libraries, searched before
     /// /usr/local/nvidia and /etc/ld.so.cache
     #[arg(
@@ -58,7 +66,8 @@ pub struct GpuOpts {
         value_delimiter = ':',
         value_name = "PATH"
     )]
-    pub driver_paths: Vec<PathBuf>,
+    #[serde(rename = "driver_paths")]
+    pub paths: Vec<PathBuf>,
 }
 
 /// A GPU in the container (for --dry-run and ps).
@@ -204,7 +213,7 @@ pub fn prepare(
         return Ok(None);
     };
     let (dev, proc_dir) = roots(host_env);
-    let sources = driver::library_sources(&opts.driver_paths);
+    let sources = driver::library_sources(&opts.driver.paths);
     let (version, early_nvml) = match driver_version(&proc_dir) {
         Some(v) => (Some(v), None),
         None => match version_from_nvml(&sources, false) {
@@ -345,10 +354,10 @@ pub fn prepare(
     for l in &libs {
         mounts.push(Mount::bind(&l.src, Path::new(LIB_DIR).join(&l.name), true));
     }
-    for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver_paths) {
+    for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver.paths) {
         mounts.push(Mount::bind(src, Path::new(BIN_DIR).join(name), true));
     }
-    if let Some(fw) = driver::find_firmware(&version, &opts.driver_paths) {
+    if let Some(fw) = driver::find_firmware(&version, &opts.driver.paths) {
         mounts.push(Mount::bind(
             fw,
             Path::new("/lib/firmware/nvidia").join(&version),
