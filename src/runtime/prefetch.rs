@@ -43,12 +43,12 @@ impl ScanTracker {
     /// were served from the page cache, so their reads never reached us).
     pub fn on_read(&mut self, dir: u64, idx: u32, len: u32) -> Option<Range<u32>> {
         let s = self.dirs.entry(dir).or_default();
-        let scan = matches!(s.last, Some(l) if idx > l && idx <= (l + 1).max(s.pushed));
+        let scan = matches!(s.last, Some(l) if idx > l && idx <= l.saturating_add(1).max(s.pushed));
         s.last = Some(idx);
         if !scan {
             return None;
         }
-        let from = (idx + 1).max(s.pushed);
+        let from = idx.saturating_add(1).max(s.pushed);
         let to = idx.saturating_add(1 + WINDOW).min(len);
         if from >= to {
             return None;
