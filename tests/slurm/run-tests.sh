@@ -138,6 +138,8 @@ $GPURUN exec $IMG /probe > $W/batch1.ctr.0
 EOF
 wait_idle
 sbatch --wait -Q one.sbatch >/dev/null 2>&1
+# the job's own stderr, when the container said nothing (seen once, not reproduced: kept for the log)
+[ -s batch1.ctr.0 ] || sed 's/^/  one.out: /' one.out
 gpu_case "sbatch --gres=gpu:1 (batch step)" batch1.host.0 batch1.ctr.0 SLURM_JOB_GPUS
 
 # two 2-GPU jobs at once: each holds its GPUs until both have probed
