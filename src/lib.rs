@@ -13,6 +13,13 @@ pub mod ps;
 pub mod runtime;
 pub mod version;
 
+/// Lock a mutex even when a thread panicked while holding it. Every mutex gpurun shares
+/// between threads guards single inserts, lookups or list edits, which a panic cannot leave
+/// half done; one failed FUSE request or download must not take the others down with it.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Exit codes shared by every command (documented in the README and the man page).
 pub mod exit {
     /// gpurun itself failed (bad option, unusable image, mount refused…).

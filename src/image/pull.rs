@@ -461,7 +461,7 @@ struct Slot {
 
 impl Slot {
     fn set(&self, r: Result<PathBuf, String>) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = crate::lock(&self.state);
         if st.is_none() {
             *st = Some(r);
         }
@@ -469,14 +469,11 @@ impl Slot {
     }
 
     fn failed(&self) -> bool {
-        matches!(
-            *self.state.lock().unwrap_or_else(|p| p.into_inner()),
-            Some(Err(_))
-        )
+        matches!(*crate::lock(&self.state), Some(Err(_)))
     }
 
     fn wait(&self) -> io::Result<PathBuf> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = crate::lock(&self.state);
         loop {
             match &*st {
                 Some(Ok(p)) => return Ok(p.clone()),
@@ -1033,7 +1030,7 @@ async fn cleanup_on_signal() {
         _ = int.recv() => {}
         _ = term.recv() => {}
     }
-    let guard = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = crate::lock(&IN_FLIGHT);
     for pid in &guard.1 {
         // SAFETY: signalling and reaping our own child. Reaped before the temp files go, so a
         // create it was still making cannot land after their removal.
@@ -1057,7 +1054,7 @@ struct TempOut {
 impl Drop for TempOut {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.path);
-        let mut g = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = crate::lock(&IN_FLIGHT);
         g.0.retain(|p| p != &self.path);
     }
 }
@@ -1081,11 +1078,7 @@ fn build(
     let tmp = TempOut {
         path: dir.join(format!(".{name}.tmp-{}", std::process::id())),
     };
-    IN_FLIGHT
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .0
-        .push(tmp.path.clone());
+    crate::lock(&IN_FLIGHT).0.push(tmp.path.clone());
     let jobs = opts
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -1097,7 +1090,7 @@ fn build(
     // Started and registered under the lock: a signal handled in between would find no child
     // to kill, and tar2sqfs would then write its temp file after the cleanup.
     let mut writer = {
-        let mut g = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = crate::lock(&IN_FLIGHT);
         let w = SquashWriter::start(&tmp.path, jobs)?;
         g.1.push(w.pid());
         w
@@ -1127,11 +1120,7 @@ fn build(
             Err(e.into())
         }
     };
-    IN_FLIGHT
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .1
-        .retain(|p| *p != pid);
+    crate::lock(&IN_FLIGHT).1.retain(|p| *p != pid);
     bar.finish_and_clear();
     let report = result?;
     warn_report(&report, ui);

@@ -23,6 +23,7 @@ use fuser::{
 };
 
 use crate::image::sqfs::{Archive, Inode, Kind, SqfsError};
+use crate::lock;
 use crate::runtime::prefetch::{self, Job, ScanTracker};
 
 #[derive(Debug, thiserror::Error)]
@@ -254,11 +255,6 @@ impl SquashFs {
             }
         }
     }
-}
-
-/// A panic in one request cannot leave these maps inconsistent (single inserts and lookups).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Root is 1; every other inode reference r is r + 2 (never 0 or 1, and reversible).

@@ -15,6 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::lock;
 use lru::LruCache;
 use sha2::{Digest, Sha256};
 
@@ -179,11 +180,6 @@ pub struct Archive {
 
 fn cache<K: std::hash::Hash + Eq, V>(n: usize) -> Mutex<LruCache<K, V>> {
     Mutex::new(LruCache::new(NonZeroUsize::new(n.max(1)).unwrap()))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding a cache lock cannot leave a cache inconsistent (single calls).
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Archive {
