@@ -245,12 +245,16 @@ impl SquashFs {
         let Some(next) = next else {
             return;
         };
-        for e in &entries[next.start as usize..next.end as usize] {
+        let files = entries[next.start as usize..next.end as usize]
+            .iter()
+            .filter(|e| e.kind == Kind::File);
+        for e in files {
             let job = Job {
                 ino: self.ino_of(e.inode),
                 inode_ref: e.inode,
             };
-            if e.kind == Kind::File && self.prefetch.try_send(job).is_err() {
+            // Full: the pusher is behind, the reader will ask for these itself.
+            if self.prefetch.try_send(job).is_err() {
                 return;
             }
         }

@@ -93,90 +93,84 @@ pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
 mod tests {
     use super::*;
 
-    /// (directory, index) reads in order, and what each must push.
-    fn check(len: u32, reads: &[(u64, u32, Option<Range<u32>>)]) {
-        let mut t = ScanTracker::default();
-        for (i, (dir, idx, want)) in reads.iter().enumerate() {
-            assert_eq!(
-                t.on_read(*dir, *idx, len),
-                *want,
-                "read #{i}: dir {dir} entry {idx}"
-            );
+    /// (directory, entry) read, and what it must push.
+    type Read = (u64, u32, Option<Range<u32>>);
+
+    /// Each case: a listing length, then reads in order.
+    #[test]
+    fn scans_in_listing_order_push_ahead_and_nothing_else_does() {
+        let w = WINDOW;
+        let cases: &[(&str, u32, &[Read])] = &[
+            ("a first read pushes nothing", 100, &[(1, 0, None)]),
+            ("nor one in the middle", 100, &[(1, 5, None)]),
+            (
+                "two reads in order push a window",
+                100,
+                &[(1, 0, None), (1, 1, Some(2..2 + w))],
+            ),
+            (
+                // entries 2..2+w come from the page cache: the next read seen is the first
+                // entry not pushed
+                "the reader reaching the end of the window pushes the next one",
+                100,
+                &[
+                    (1, 0, None),
+                    (1, 1, Some(2..2 + w)),
+                    (1, 2 + w, Some(3 + w..3 + 2 * w)),
+                ],
+            ),
+            (
+                "a read the pusher has not reached keeps the window one ahead",
+                100,
+                &[
+                    (1, 0, None),
+                    (1, 1, Some(2..2 + w)),
+                    (1, 2, Some(2 + w..3 + w)),
+                ],
+            ),
+            (
+                "random order is not a scan",
+                100,
+                &[
+                    (1, 10, None),
+                    (1, 3, None),
+                    (1, 50, None),
+                    (1, 7, None),
+                    (1, 7, None),
+                ],
+            ),
+            (
+                "skipping ahead is not a scan",
+                100,
+                &[(1, 0, None), (1, 2, None), (1, 9, None)],
+            ),
+            (
+                "the window stops at the end of the listing",
+                5,
+                &[(1, 0, None), (1, 1, Some(2..5)), (1, 4, None)],
+            ),
+            (
+                "nothing after the last entry",
+                2,
+                &[(1, 0, None), (1, 1, None)],
+            ),
+            (
+                "directories are tracked apart",
+                100,
+                &[
+                    (1, 0, None),
+                    (2, 0, None),
+                    (2, 1, Some(2..2 + w)),
+                    (1, 1, Some(2..2 + w)),
+                ],
+            ),
+        ];
+        for (name, len, reads) in cases {
+            let mut t = ScanTracker::default();
+            for (i, (dir, idx, want)) in reads.iter().enumerate() {
+                let got = t.on_read(*dir, *idx, *len);
+                assert_eq!(got, *want, "{name}: read #{i} (dir {dir} entry {idx})");
+            }
         }
-    }
-
-    #[test]
-    fn first_read_of_a_directory_pushes_nothing() {
-        check(100, &[(1, 0, None)]);
-        check(100, &[(1, 5, None)]);
-    }
-
-    #[test]
-    fn two_reads_in_listing_order_push_a_window() {
-        check(100, &[(1, 0, None), (1, 1, Some(2..2 + WINDOW))]);
-    }
-
-    #[test]
-    fn next_window_when_the_reader_reaches_the_first_entry_not_pushed() {
-        let end = 2 + WINDOW;
-        check(
-            100,
-            &[
-                (1, 0, None),
-                (1, 1, Some(2..end)),
-                // entries 2..end come from the page cache; the next read we see is `end`
-                (1, end, Some(end + 1..end + 1 + WINDOW)),
-            ],
-        );
-    }
-
-    #[test]
-    fn a_read_the_pusher_had_not_reached_pushes_nothing_new() {
-        check(
-            100,
-            &[
-                (1, 0, None),
-                (1, 1, Some(2..2 + WINDOW)),
-                (1, 2, Some(2 + WINDOW..3 + WINDOW)),
-            ],
-        );
-    }
-
-    #[test]
-    fn random_order_is_not_a_scan() {
-        check(
-            100,
-            &[
-                (1, 10, None),
-                (1, 3, None),
-                (1, 50, None),
-                (1, 7, None),
-                (1, 7, None),
-            ],
-        );
-    }
-
-    #[test]
-    fn skipping_ahead_is_not_a_scan() {
-        check(100, &[(1, 0, None), (1, 2, None), (1, 9, None)]);
-    }
-
-    #[test]
-    fn the_window_stops_at_the_end_of_the_listing() {
-        check(5, &[(1, 0, None), (1, 1, Some(2..5)), (1, 4, None)]);
-        check(2, &[(1, 0, None), (1, 1, None)]);
-    }
-
-    #[test]
-    fn directories_are_tracked_apart() {
-        check(
-            100,
-            &[
-                (1, 0, None),
-                (2, 0, None),
-                (2, 1, Some(2..2 + WINDOW)),
-                (1, 1, Some(2..2 + WINDOW)),
-            ],
-        );
     }
 }
