@@ -383,6 +383,24 @@ mod tests {
         std::fs::remove_dir_all(bin).unwrap();
     }
 
+    /// In a task the holder is no child (and in slurmstepd it may be reaped by Slurm's own
+    /// wait3): its exit is then known only through the pidfd, without a status.
+    #[test]
+    fn failure_is_seen_when_the_holder_is_not_our_child() {
+        let (r, bin) = run(
+            "echo 'gpurun: img: no such file' >&2; exit 125",
+            Duration::from_secs(10),
+        );
+        let mut r = r.unwrap();
+        let mut status = 0;
+        // reaped behind the Child's back, as slurmstepd does
+        let pid = r.child.id() as libc::pid_t;
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        let e = r.ready().err().unwrap();
+        assert_eq!(e, "img: no such file (gpurun hold exited)");
+        std::fs::remove_dir_all(bin).unwrap();
+    }
+
     #[test]
     fn timeout_is_reported_and_stop_kills_the_holder() {
         let (r, bin) = run("exec sleep 30", Duration::from_millis(200));
