@@ -1,8 +1,8 @@
 //! The in-process, read-only FUSE server that serves a squashfs image (DESIGN decision 4).
 //!
 //! The caller opens /dev/fuse and mounts it (fd=N,rootmode=40000,...) inside its user and mount
-//! namespace; `serve` does the INIT handshake on that fd and answers requests on `threads`
-//! threads. FUSE inode numbers come from squashfs inode references, so hard links share one
+//! namespace; `serve` does the INIT handshake on that fd and answers requests on up to four
+//! threads, which poll for the next request while requests come back to back (`linger`). FUSE inode numbers come from squashfs inode references, so hard links share one
 //! number and `st_ino` is stable across mounts of the same image. The image is immutable,
 //! so every reply is cached by the kernel for a long time.
 
@@ -24,7 +24,9 @@ use fuser::{
 
 use crate::image::sqfs::{Archive, Inode, Kind, SqfsError};
 use crate::lock;
+use crate::runtime::linger::{self, Linger};
 use crate::runtime::prefetch::{self, Job, ScanTracker};
+use crate::runtime::sys;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FuseError {
@@ -50,7 +52,8 @@ thread_local! {
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Serve `archive` on an already mounted /dev/fuse fd, in background threads. The threads run
+/// Serve `archive` on an already mounted /dev/fuse fd, in background threads (one per CPU of
+/// `cpus`, at most four). The threads run
 /// until the mount goes away (unmounted, or its mount namespace gone), whether or not the
 /// returned session is kept; `join` it to wait for that.
 ///
@@ -61,11 +64,13 @@ thread_local! {
 pub fn serve(
     archive: Arc<Archive>,
     fuse_fd: OwnedFd,
-    threads: usize,
+    cpus: usize,
     owner: (u32, u32),
 ) -> Result<BackgroundSession, FuseError> {
     let image = archive.path().display().to_string();
-    let threads = threads.max(1);
+    let threads = cpus.clamp(1, 4);
+    // Without a second fd the threads just sleep between requests.
+    let linger = sys::dup(&fuse_fd).ok().and_then(|fd| Linger::new(fd, cpus));
     let mut config = Config::default();
     config.acl = SessionACL::All;
     config.n_threads = Some(threads);
@@ -74,7 +79,7 @@ pub fn serve(
     // Bounded: when the pusher falls behind, scans just read the normal way.
     let (jobs, queue) = sync_channel(4 * prefetch::WINDOW as usize);
     let session = Session::from_fd(
-        SquashFs::new(archive.clone(), owner, jobs),
+        SquashFs::new(archive.clone(), owner, jobs, linger),
         fuse_fd,
         SessionACL::All,
         config,
@@ -111,6 +116,8 @@ struct SquashFs {
     /// Directory scans in progress, and the pusher they feed (see `prefetch`).
     scans: Mutex<Scans>,
     prefetch: SyncSender<Job>,
+    /// Polling between back-to-back requests (see `linger`); `None` on one CPU.
+    linger: Option<Linger>,
 }
 
 #[derive(Default)]
@@ -122,7 +129,12 @@ struct Scans {
 }
 
 impl SquashFs {
-    fn new(ar: Arc<Archive>, owner: (u32, u32), prefetch: SyncSender<Job>) -> SquashFs {
+    fn new(
+        ar: Arc<Archive>,
+        owner: (u32, u32),
+        prefetch: SyncSender<Job>,
+        linger: Option<Linger>,
+    ) -> SquashFs {
         let root = ar.root_ref();
         SquashFs {
             ar,
@@ -134,7 +146,13 @@ impl SquashFs {
             owner,
             scans: Mutex::new(Scans::default()),
             prefetch,
+            linger,
         }
+    }
+
+    /// Held by every request handler: dropped after the reply, it may poll for the next request.
+    fn poll(&self) -> Option<linger::Poll<'_>> {
+        self.linger.as_ref().map(Linger::request)
     }
 
     fn ino_of(&self, r: u64) -> u64 {
@@ -332,6 +350,7 @@ impl Filesystem for SquashFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _poll = self.poll();
         let run = || -> Result<Option<FileAttr>, Errno> {
             let d = self.dir(parent)?;
             let Some(e) = self
@@ -356,6 +375,7 @@ impl Filesystem for SquashFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _poll = self.poll();
         match self.inode(ino) {
             Ok(i) => reply.attr(&TTL, &self.attr(&i)),
             Err(e) => reply.error(e),
@@ -363,6 +383,7 @@ impl Filesystem for SquashFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _poll = self.poll();
         match self.inode(ino) {
             Ok(i) => match i.symlink_target() {
                 Some(t) => reply.data(t),
@@ -373,6 +394,7 @@ impl Filesystem for SquashFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _poll = self.poll();
         match self.inode(ino) {
             Ok(i) if i.kind == Kind::Dir => reply.error(Errno::EISDIR),
             Ok(_) if flags.acc_mode() != OpenAccMode::O_RDONLY => reply.error(Errno::EROFS),
@@ -394,6 +416,7 @@ impl Filesystem for SquashFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _poll = self.poll();
         let i = match self.inode(ino) {
             Ok(i) => i,
             Err(e) => return reply.error(e),
@@ -416,6 +439,7 @@ impl Filesystem for SquashFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _poll = self.poll();
         match self.dir(ino) {
             Ok(_) if self.zero_message_opendir => reply.error(Errno::ENOSYS),
             // Listings never change: let the kernel cache them.
@@ -435,6 +459,7 @@ impl Filesystem for SquashFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _poll = self.poll();
         let r = self.list(ino, offset, |i, next, name, _, kind| {
             reply.add(INodeNo(i), next, file_type(kind), OsStr::from_bytes(name))
         });
@@ -452,6 +477,7 @@ impl Filesystem for SquashFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _poll = self.poll();
         let mut err = None;
         let r = self.list(ino, offset, |i, next, name, known, _| {
             let attr = match known {
@@ -480,12 +506,14 @@ impl Filesystem for SquashFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _poll = self.poll();
         let bs = self.ar.block_size();
         let blocks = self.ar.bytes_used().div_ceil(bs as u64);
         reply.statfs(blocks, 0, 0, self.ar.inode_count() as u64, 0, bs, 256, bs);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _poll = self.poll();
         // An image without xattrs: ENOSYS once and the kernel never asks again. The overlay
         // above asks for its user.overlay.* xattrs on every lookup: a quarter of the FUSE
         // round trips of `exec true` (107 -> 79).
@@ -506,6 +534,7 @@ impl Filesystem for SquashFs {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _poll = self.poll();
         if !self.ar.any_xattrs() {
             return reply.error(Errno::ENOSYS);
         }
@@ -526,6 +555,7 @@ impl Filesystem for SquashFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        let _poll = self.poll();
         // No permission checks inside an immutable image the caller can read anyway (see
         // DESIGN 4); writes are refused by the read-only mount before they get here.
         match self.inode(ino) {

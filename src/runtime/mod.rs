@@ -4,6 +4,7 @@ pub mod env;
 pub mod extract;
 pub mod fuse;
 pub mod launch;
+pub mod linger;
 pub mod plan;
 pub mod prefetch;
 pub mod start;

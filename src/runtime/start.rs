@@ -153,9 +153,10 @@ impl Image {
         // A probe: the fd the server uses is opened later, inside the user namespace.
         match sys::open_fuse() {
             Ok(_) => {
-                let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
+                // The CPUs gpurun may use (its affinity and cgroup quota).
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
                 let serve: Serve = Box::new(move |fd| {
-                    fuse::serve(archive, fd, threads, owner)
+                    fuse::serve(archive, fd, cpus, owner)
                         .map(|s| Box::new(s) as Box<dyn std::any::Any>)
                         .map_err(|e| e.to_string())
                 });

@@ -427,3 +427,22 @@ pub fn is_setuid() -> bool {
     let (rg, eg) = (nix::unistd::getgid(), nix::unistd::getegid());
     r != e || rg != eg
 }
+
+/// Whether `fd` has data to read right now (poll with a zero timeout; never blocks).
+pub fn readable_now(fd: &OwnedFd) -> bool {
+    let mut p = [nix::poll::PollFd::new(
+        std::os::fd::AsFd::as_fd(fd),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
+/// A second descriptor for the same open file (shares its queue and flags).
+pub fn dup(fd: &OwnedFd) -> Result<OwnedFd> {
+    fd.try_clone().map_err(|e| call("dup")(io_errno(&e)))
+}
+
+/// Give the CPU to any other runnable thread; returns at once when there is none.
+pub fn yield_cpu() {
+    let _ = nix::sched::sched_yield();
+}
