@@ -30,22 +30,28 @@ NT=${NTASKS:-$((2 * NODES))}
 CPUS=$(sinfo -h -o %C | awk -F/ '{print $4}')
 OC=(); [ "$NT" -le "$CPUS" ] || OC=(--overcommit)
 
-median_ms() {  # command...: median wall time of REPS runs, in ms
-  local i t0 ts=()
-  "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; "$@" >&2; return 1; }   # warm-up (page cache)
-  for i in $(seq "$REPS"); do
-    t0=$(date +%s%N); "$@" >/dev/null 2>&1; ts+=($((($(date +%s%N) - t0) / 1000000)))
-  done
-  printf '%s\n' "${ts[@]}" | sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'
-}
+ms() { local t0; t0=$(date +%s%N); "$@" >/dev/null 2>&1; echo $((($(date +%s%N) - t0) / 1000000)); }
+median() { sort -n | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 
-echo "image $IMAGE, gpurun $GPURUN, $NODES node(s), $REPS runs each, median wall time of the step"
+echo "image $IMAGE, gpurun $GPURUN, $NODES node(s), $REPS runs each (the three kinds interleaved), median wall time of the step"
 printf '%-8s %11s %14s %17s %24s\n' tasks "srun true" "gpurun exec" "--container-image" "per task: exec / plugin"
 for n in 1 "$NT"; do
   o=(-t 1 -N "$NODES" -n "$n" "${OC[@]}"); [ "$n" -ge "$NODES" ] || o=(-t 1 -N 1 -n 1)
-  base=$(median_ms srun "${o[@]}" true)
-  exec=$(median_ms srun "${o[@]}" "$GPURUN" exec "$IMAGE" true)
-  plug=$(median_ms srun "${o[@]}" --container-image="$IMAGE" true)
+  kinds=("true" "$GPURUN exec $IMAGE true" "--container-image=$IMAGE true")
+  for k in "${kinds[@]}"; do # warm-up (page cache), and a failing kind says why
+    # shellcheck disable=SC2086 # the kinds are word lists
+    srun "${o[@]}" $k >/dev/null 2>&1 || { echo "failed: srun ${o[*]} $k" >&2; srun "${o[@]}" $k >&2; exit 1; }
+  done
+  : >"$W/times"
+  for _ in $(seq "$REPS"); do
+    for j in 0 1 2; do
+      # shellcheck disable=SC2086
+      echo "$j $(ms srun "${o[@]}" ${kinds[$j]})" >>"$W/times"
+    done
+  done
+  base=$(awk '$1 == 0 {print $2}' "$W/times" | median)
+  exec=$(awk '$1 == 1 {print $2}' "$W/times" | median)
+  plug=$(awk '$1 == 2 {print $2}' "$W/times" | median)
   printf '%-8s %8s ms %11s ms %14s ms %15s / %s ms\n' "$n" "$base" "$exec" "$plug" \
     "$(( (exec - base) / n ))" "$(( (plug - base) / n ))"
 done
