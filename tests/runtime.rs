@@ -573,35 +573,3 @@ fn the_terminal_is_passed_through() {
     let out = stdout(&o);
     assert!(out.contains("on-a-tty"), "{out}\n{}", stderr(&o));
 }
-
-/// The image server polls for the next request only right after a reply: a container that
-/// reads many files and then idles costs no CPU while it idles (a poll that never stopped
-/// would cost the two seconds of the sleep).
-#[test]
-fn the_image_server_sleeps_when_the_container_idles() {
-    let s = Scratch::new();
-    let img = image(&s);
-    #[allow(clippy::zombie_processes)] // reaped below by wait4, which also gives its rusage
-    let child = gpurun(&[
-        "exec",
-        img.to_str().unwrap(),
-        "sh",
-        "-c",
-        "find / -xdev -type f | xargs cat >/dev/null; sleep 2",
-    ])
-    .spawn()
-    .unwrap();
-    // wait4 gives the CPU time of gpurun and everything it reaped (its server threads, the
-    // container and the command); as_user execs in place, so the child is gpurun itself.
-    let mut status = 0;
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    assert_eq!(pid, child.id() as i32);
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    let cpu = secs(ru.ru_utime) + secs(ru.ru_stime);
-    assert!(
-        cpu < 1.0,
-        "{cpu:.2} s of CPU for a container that mostly slept"
-    );
-}
