@@ -282,6 +282,34 @@ if [ -d "$W/img/lib/x86_64-linux-gnu" ] && [ "${IMG%.sqsh}" != "$IMG" ]; then
     check "every library of the image read in order: the bytes of the source ($(wc -l <"$W/md5-inside.txt") files)" [ "$want" = "$got" ]
 fi
 
+say "PyTorch DDP example: two ranks as srun --gpus-per-task=1 starts them (slurm/examples)"
+# The node's own PyTorch (TORCH_PY), the host root as a directory image, and the per-task line of
+# slurm/examples/pytorch-ddp.sbatch verbatim, with the variables srun would set for each task.
+TORCH_PY=${TORCH_PY:-/opt/torch/.venv/bin/python}
+EX=$here/../../slurm/examples
+if [ "$NG" -ge 2 ] && [ -x "$TORCH_PY" ] && [ -f "$EX/ddp_check.py" ]; then
+    cp "$EX/ddp_check.py" "$W/"
+    line=$(grep -m1 'export RANK=' "$EX/pytorch-ddp.sbatch" | sed 's/^ *//')
+    printf '%s\nexec python "$1"\n' "$line" >"$W/ddp-task.sh"
+    chmod 644 "$W/ddp_check.py" "$W/ddp-task.sh"
+    cat "$W/ddp-task.sh"
+    venv=$(dirname "$(dirname "$TORCH_PY")")
+    for r in 0 1; do
+        as_user SLURM_PROCID=$r SLURM_LOCALID=$r SLURM_NTASKS=2 SLURM_JOB_ID=4242 \
+            CUDA_VISIBLE_DEVICES=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=24242 \
+            PATH="$venv/bin:/usr/bin:/bin" timeout 300 "$G" exec --nv --bind "$venv" --bind "$W" / \
+            bash "$W/ddp-task.sh" "$W/ddp_check.py" >"$W/ddp-$r.txt" 2>&1 &
+    done
+    wait
+    tail -20 "$W/ddp-0.txt" "$W/ddp-1.txt"
+    check "DDP over NCCL, two containers with one GPU each: rank 0 sums the ranks right" \
+        grep -q "all_reduce sum 1, expected 1: OK" "$W/ddp-0.txt"
+    check "DDP: both ranks reported from inside their containers" \
+        [ "$(grep -c "^rank [01]/2 on" "$W/ddp-0.txt")" = 2 ]
+else
+    echo "skipped: needs 2 GPUs and PyTorch at $TORCH_PY"
+fi
+
 say "result"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
