@@ -282,30 +282,45 @@ if [ -d "$W/img/lib/x86_64-linux-gnu" ] && [ "${IMG%.sqsh}" != "$IMG" ]; then
     check "every library of the image read in order: the bytes of the source ($(wc -l <"$W/md5-inside.txt") files)" [ "$want" = "$got" ]
 fi
 
-say "PyTorch DDP example: two ranks as srun --gpus-per-task=1 starts them (slurm/examples)"
-# The node's own PyTorch (TORCH_PY), the host root as a directory image, and the per-task line of
-# slurm/examples/pytorch-ddp.sbatch verbatim, with the variables srun would set for each task.
+say "PyTorch DDP example: two ranks as srun starts them (slurm/examples/pytorch-ddp.sbatch)"
+# The node's own PyTorch (TORCH_PY, a venv) in a minimal directory image that binds the host's
+# Python; the per-task line of the example verbatim, with the variables srun sets for each task.
 TORCH_PY=${TORCH_PY:-/opt/torch/.venv/bin/python}
 EX=$here/../../slurm/examples
 if [ "$NG" -ge 2 ] && [ -x "$TORCH_PY" ] && [ -f "$EX/ddp_check.py" ]; then
+    venv=$(dirname "$(dirname "$TORCH_PY")")
+    py=$(basename "$(readlink -f "$TORCH_PY")") # python3.12
+    P=$W/pyimg
+    mkdir -p "$P"/{bin,etc,tmp,dev,proc,sys,home,usr/bin,usr/lib/"$py",usr/lib/x86_64-linux-gnu,usr/lib64} "$P$venv"
+    cp "$BUSYBOX" "$P/bin/busybox"; ln -s busybox "$P/bin/sh"
+    ln -s usr/lib "$P/lib"; ln -s usr/lib64 "$P/lib64"
+    chown -R "$TEST_USER" "$P" # a directory image is its user's, as after unsquashfs
     cp "$EX/ddp_check.py" "$W/"
     line=$(grep -m1 'export RANK=' "$EX/pytorch-ddp.sbatch" | sed 's/^ *//')
     printf '%s\nexec python "$1"\n' "$line" >"$W/ddp-task.sh"
     chmod 644 "$W/ddp_check.py" "$W/ddp-task.sh"
-    cat "$W/ddp-task.sh"
-    venv=$(dirname "$(dirname "$TORCH_PY")")
-    for r in 0 1; do
-        as_user SLURM_PROCID=$r SLURM_LOCALID=$r SLURM_NTASKS=2 SLURM_JOB_ID=4242 \
-            CUDA_VISIBLE_DEVICES=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=24242 \
-            PATH="$venv/bin:/usr/bin:/bin" timeout 300 "$G" exec --nv --bind "$venv" --bind "$W" / \
-            bash "$W/ddp-task.sh" "$W/ddp_check.py" >"$W/ddp-$r.txt" 2>&1 &
-    done
-    wait
-    tail -20 "$W/ddp-0.txt" "$W/ddp-1.txt"
-    check "DDP over NCCL, two containers with one GPU each: rank 0 sums the ranks right" \
-        grep -q "all_reduce sum 1, expected 1: OK" "$W/ddp-0.txt"
-    check "DDP: both ranks reported from inside their containers" \
-        [ "$(grep -c "^rank [01]/2 on" "$W/ddp-0.txt")" = 2 ]
+    binds="--bind /usr/bin --bind /usr/lib/$py --bind /usr/lib/x86_64-linux-gnu --bind /usr/lib64 --bind $venv --bind $W"
+    ddp() { # NAME PORT ENV-PER-RANK... : two ranks, one container each, in parallel
+        local name=$1 port=$2 r pids=(); shift 2
+        for r in 0 1; do
+            as_user SLURM_PROCID=$r SLURM_LOCALID=$r SLURM_NTASKS=2 MASTER_ADDR=127.0.0.1 \
+                MASTER_PORT="$port" "${@//RANK/$r}" timeout -k 5 120 "$G" exec --nv $binds \
+                --env PATH="$venv/bin:/usr/bin:/bin" "$P" sh "$W/ddp-task.sh" "$W/ddp_check.py" \
+                >"$W/ddp-$name-$r.txt" 2>&1 &
+            pids+=($!)
+        done
+        wait "${pids[@]}"
+        tail -4 "$W/ddp-$name-0.txt"
+    }
+    # srun --gpu-bind=none, as the example: the step's GPUs in every container, LOCAL_RANK picks
+    ddp all 24251 CUDA_VISIBLE_DEVICES=0,1
+    check "DDP over NCCL, both GPUs in each container, rank by LOCAL_RANK: all_reduce right" \
+        grep -q "all_reduce sum 1, expected 1: OK" "$W/ddp-all-0.txt"
+    # per-task binding (one GPU per container) needs NCCL without peer-to-peer: the peer's
+    # device node is not in the container
+    ddp one 24252 CUDA_VISIBLE_DEVICES=RANK NCCL_P2P_DISABLE=1
+    check "DDP over NCCL, one GPU per container, NCCL_P2P_DISABLE=1: all_reduce right" \
+        grep -q "all_reduce sum 1, expected 1: OK" "$W/ddp-one-0.txt"
 else
     echo "skipped: needs 2 GPUs and PyTorch at $TORCH_PY"
 fi
