@@ -294,7 +294,7 @@ if [ "$NG" -ge 2 ] && [ -x "$TORCH_PY" ] && [ -f "$EX/ddp_check.py" ]; then
     mkdir -p "$P"/{bin,etc,tmp,dev,proc,sys,home,usr/bin,usr/lib/"$py",usr/lib/x86_64-linux-gnu,usr/lib64} "$P$venv"
     cp "$BUSYBOX" "$P/bin/busybox"; ln -s busybox "$P/bin/sh"
     ln -s usr/lib "$P/lib"; ln -s usr/lib64 "$P/lib64"
-    chown -R "$TEST_USER" "$P" # a directory image is its user's, as after unsquashfs
+    chown -R "$TEST_USER:$(id -g "$TEST_USER")" "$P" # its user's, as after unsquashfs
     cp "$EX/ddp_check.py" "$W/"
     line=$(grep -m1 'export RANK=' "$EX/pytorch-ddp.sbatch" | sed 's/^ *//')
     printf '%s\nexec python "$1"\n' "$line" >"$W/ddp-task.sh"
