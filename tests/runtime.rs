@@ -51,6 +51,36 @@ fn exec(img: &Path, args: &[&str]) -> std::process::Output {
     gpurun(&a).output().unwrap()
 }
 
+/// A directory image that is not the user's (root's, as root left it) cannot take the user's home
+/// as a mount point: one line names the directory and the fix; chowned, the same directory runs.
+#[test]
+fn a_directory_image_that_is_not_the_users_says_so() {
+    if !is_root() {
+        return; // as the user, the directory would be the user's own
+    }
+    let s = Scratch::new();
+    let root = s.join("rootdir");
+    busybox_rootfs(&root);
+    let o = exec(&root, &["true"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{e}");
+    assert!(
+        e.contains(&format!("image directory {}", root.display())) && e.contains("chown it"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+    let (uid, gid) = test_ids();
+    let st = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{uid}:{gid}"))
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = exec(&root, &["sh", "-c", "echo ran"]);
+    assert_eq!(stdout(&o), "ran\n", "{}", stderr(&o));
+}
+
 #[test]
 fn identity_home_cwd_and_files() {
     let s = Scratch::new();

@@ -439,13 +439,31 @@ fn setup_root(
             if m.optional {
                 continue;
             }
-            return Err(format!("cannot mount {}: {e}", m.dst.display()));
+            let hint = match lower {
+                Lower::Dir(d) if mount_point_refused(e.errno()) => format!(
+                    " (image directory {}: gpurun makes mount points only in a directory that is \
+                     yours and has no mounts below it; chown it, or use a .sqsh image)",
+                    d.display()
+                ),
+                _ => String::new(),
+            };
+            return Err(format!("cannot mount {}: {e}{hint}", m.dst.display()));
         }
     }
     if !plan.writable {
         sys::remount_readonly(&root).map_err(|e| e.to_string())?;
     }
     Ok(root)
+}
+
+/// How the kernel refuses a mount point in a directory image it cannot overlay or write: owned
+/// by ids outside the user namespace (EACCES, EPERM; EOVERFLOW on copy-up), or left read-only
+/// because overlayfs refuses a lower with mounts below it (EROFS).
+fn mount_point_refused(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::EACCES | Errno::EPERM | Errno::EOVERFLOW | Errno::EROFS
+    )
 }
 
 fn apply_mount(
