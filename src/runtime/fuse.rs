@@ -2,9 +2,10 @@
 //!
 //! The caller opens /dev/fuse and mounts it (fd=N,rootmode=40000,...) inside its user and mount
 //! namespace; `serve` does the INIT handshake on that fd and answers requests on up to four
-//! threads, which poll for the next request while requests come back to back (`linger`). FUSE inode numbers come from squashfs inode references, so hard links share one
-//! number and `st_ino` is stable across mounts of the same image. The image is immutable,
-//! so every reply is cached by the kernel for a long time.
+//! threads, which poll for the next request for a moment after each reply (`linger`). FUSE
+//! inode numbers come from squashfs inode references, so hard links share one number and
+//! `st_ino` is stable across mounts of the same image. The image is immutable, so every reply
+//! is cached by the kernel for a long time.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -53,9 +54,8 @@ thread_local! {
 }
 
 /// Serve `archive` on an already mounted /dev/fuse fd, in background threads (one per CPU of
-/// `cpus`, at most four). The threads run
-/// until the mount goes away (unmounted, or its mount namespace gone), whether or not the
-/// returned session is kept; `join` it to wait for that.
+/// `cpus`, at most four). The threads run until the mount goes away (unmounted, or its mount
+/// namespace gone), whether or not the returned session is kept; `join` it to wait for that.
 ///
 /// Every file is reported as owned by `owner` (the container user's uid and gid): a rootless
 /// user owns all of their container, as with enroot and Charliecloud. Image owners such as root
