@@ -983,3 +983,81 @@ fn mig_device_gets_its_caps() {
     .to_string();
     assert!(e.contains("MIG-beef"), "{e}");
 }
+
+/// Without a MIG device named or NVIDIA_REQUIRE_* rules, the GPUs' facts come from
+/// /proc/driver/nvidia/gpus/*/information instead of NVML, whose loading costs ~40 ms a start on
+/// a 2×H200 node. The fake /proc calls its GPUs "Proc H200", the fake NVML "Fake H200", so the
+/// name says which one answered; both number the GPUs alike (NVML's order is PCI bus order).
+#[test]
+fn gpu_facts_from_proc_unless_nvml_is_needed() {
+    let Some(f) = fake_driver(2) else { return };
+    for (bus, minor, uuid) in [
+        (
+            "0000:02:00.0",
+            1,
+            "GPU-fa4e0000-0000-0000-0000-000000000000",
+        ),
+        (
+            "0000:03:00.0",
+            0,
+            "GPU-fa4e1111-1111-1111-1111-111111111111",
+        ),
+    ] {
+        let d = f.proc_dir().join("gpus").join(bus);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("information"),
+            format!("Model: \t\t Proc H200\nGPU UUID: \t {uuid}\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"),
+        )
+        .unwrap();
+    }
+    let o = || opts(&f, "new");
+    let chosen = |p: &gpu::GpuPlan| {
+        p.devices
+            .iter()
+            .map(|d| (d.minor, d.name.clone().unwrap_or_default()))
+            .collect::<Vec<_>>()
+    };
+    // indices in NVML's (bus) order, UUIDs and bus ids: /proc answers
+    let p = prepare(&f, o(), &[("CUDA_VISIBLE_DEVICES", "0")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(chosen(&p), vec![(1, "Proc H200".to_string())]);
+    assert_eq!(p.cuda_version, None);
+    let p = prepare(&f, o(), &[("NVIDIA_VISIBLE_DEVICES", "GPU-fa4e1111")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(chosen(&p), vec![(0, "Proc H200".to_string())]);
+    let p = prepare(&f, o(), &[("CUDA_VISIBLE_DEVICES", "0000:03:00.0")], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(chosen(&p), vec![(0, "Proc H200".to_string())]);
+    // the image's requirements need NVML's CUDA version, brand and arch
+    let p = prepare(
+        &f,
+        o(),
+        &[("CUDA_VISIBLE_DEVICES", "0")],
+        &[("NVIDIA_REQUIRE_CUDA", "cuda>=12.4 brand=tesla")],
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(chosen(&p), vec![(1, "Fake H200".to_string())]);
+    assert_eq!(p.cuda_version.as_deref(), Some("12.4"));
+    // ... unless the check is off
+    let p = prepare(
+        &f,
+        o(),
+        &[("NVIDIA_DISABLE_REQUIRE", "1")],
+        &[("NVIDIA_REQUIRE_CUDA", "cuda>=99.0")],
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(p.devices[0].name.as_deref(), Some("Proc H200"));
+    // a MIG device is known to NVML only
+    let mig = "MIG-f00d0002-0000-0000-0000-000000000000";
+    let p = prepare(&f, o(), &[("CUDA_VISIBLE_DEVICES", mig)], &[])
+        .unwrap()
+        .unwrap();
+    assert_eq!(chosen(&p), vec![(1, "Fake H200".to_string())]);
+    assert_eq!(p.devices[0].mig_uuid.as_deref(), Some(mig));
+}

@@ -122,6 +122,32 @@ pub fn parse_proc_version(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// One GPU as /proc/driver/nvidia/gpus/<bus id>/information describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcGpu {
+    pub minor: u32,
+    pub uuid: String,
+    pub bus_id: String,
+    pub model: Option<String>,
+}
+
+/// Parse an `information` file (`Model:`, `GPU UUID:`, `Bus Location:`, `Device Minor:` lines);
+/// `None` when the minor, UUID or bus id is missing.
+pub fn parse_gpu_information(text: &str) -> Option<ProcGpu> {
+    let get = |key: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == key && !v.trim().is_empty()).then(|| v.trim().to_string())
+        })
+    };
+    Some(ProcGpu {
+        minor: get("Device Minor")?.parse().ok()?,
+        uuid: get("GPU UUID")?,
+        bus_id: get("Bus Location")?,
+        model: get("Model"),
+    })
+}
+
 /// /proc/driver/nvidia/params as the container must see it: `ModifyDeviceFiles: 0`, so the
 /// driver's user-space libraries never try to create device nodes in the container.
 pub fn params_without_modify(params: &str) -> String {
@@ -478,6 +504,44 @@ pub fn compat_version(entries: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_information_from_proc() {
+        let h200 = "Model: \t\t NVIDIA H200\nIRQ:   \t\t 0\nGPU UUID: \t GPU-5f4e1c2a-0000-1111-2222-333344445555\nVideo BIOS: \t 96.00.a5.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t 0000:3b:00.0\nDevice Minor: \t 1\nGPU Excluded:\t No\n";
+        type Want<'a> = Option<(u32, &'a str, &'a str, Option<&'a str>)>;
+        let cases: [(&str, Want); 4] = [
+            (
+                h200,
+                Some((
+                    1,
+                    "GPU-5f4e1c2a-0000-1111-2222-333344445555",
+                    "0000:3b:00.0",
+                    Some("NVIDIA H200"),
+                )),
+            ),
+            (
+                "GPU UUID: GPU-1\nBus Location: 0000:01:00.0\nDevice Minor: 0\n",
+                Some((0, "GPU-1", "0000:01:00.0", None)),
+            ),
+            ("GPU UUID: GPU-1\nBus Location: 0000:01:00.0\n", None),
+            (
+                "Model: x\nGPU UUID: \nBus Location: 0000:01:00.0\nDevice Minor: 0\n",
+                None,
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parse_gpu_information(text);
+            let got = got.as_ref().map(|g| {
+                (
+                    g.minor,
+                    g.uuid.as_str(),
+                    g.bus_id.as_str(),
+                    g.model.as_deref(),
+                )
+            });
+            assert_eq!(got, want, "{text:?}");
+        }
+    }
 
     /// Build a cache the way glibc's ldconfig lays it out.
     fn new_cache(entries: &[(i32, &str, &str)]) -> Vec<u8> {
