@@ -3,8 +3,9 @@
 //! The allowed GPUs are the /dev/nvidiaN the job can open (a device cgroup answers EPERM for the
 //! others); what the user asked for (`--gpus`, CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES,
 //! SLURM_STEP_GPUS/SLURM_JOB_GPUS) then picks some of those. Numeric indices count the allowed
-//! GPUs in NVML order (minor order without NVML): that is what CUDA and NVML number inside a Slurm
-//! job with ConstrainDevices (only the allowed GPUs are seen) and without (all are allowed).
+//! GPUs in NVML order, which is PCI bus order (from /proc/driver/nvidia/gpus or NVML; minor order
+//! without either): that is what CUDA and NVML number inside a Slurm job with ConstrainDevices
+//! (only the allowed GPUs are seen) and without (all are allowed).
 //! Everything here is pure except [`probe`], which only opens files.
 
 use std::io;
