@@ -1032,17 +1032,38 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
         .unwrap()
         .unwrap();
     assert_eq!(chosen(&p), vec![(0, "Proc H200".to_string())]);
-    // the image's requirements need NVML's CUDA version, brand and arch
-    let p = prepare(
-        &f,
-        o(),
-        &[("CUDA_VISIBLE_DEVICES", "0")],
-        &[("NVIDIA_REQUIRE_CUDA", "cuda>=12.4 brand=tesla")],
-    )
-    .unwrap()
-    .unwrap();
+    // the image's requirements need NVML's CUDA version, brand and arch, kept for the boot
+    let cache = tempfile::tempdir().unwrap();
+    let at = cache.path().to_str().unwrap();
+    let require = |host: &[(&str, &str)], cuda: &str| {
+        let mut h = vec![("GPURUN_CACHE", at)];
+        h.extend_from_slice(host);
+        prepare(&f, o(), &h, &[("NVIDIA_REQUIRE_CUDA", cuda)])
+    };
+    let p = require(&[("CUDA_VISIBLE_DEVICES", "0")], "cuda>=12.4 brand=tesla")
+        .unwrap()
+        .unwrap();
     assert_eq!(chosen(&p), vec![(1, "Fake H200".to_string())]);
     assert_eq!(p.cuda_version.as_deref(), Some("12.4"));
+    let kept: Vec<_> = std::fs::read_dir(cache.path().join("nvml"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let text = std::fs::read_to_string(&kept[0]).unwrap();
+    assert!(text.contains("\"12.4\""), "{text}");
+    // the next start takes the kept answers: an edited CUDA version shows they were used
+    std::fs::write(&kept[0], text.replace("\"12.4\"", "\"99.9\"")).unwrap();
+    let p = require(&[], "cuda>=50").unwrap().unwrap();
+    assert_eq!(p.cuda_version.as_deref(), Some("99.9"));
+    // a damaged file is asked anew and rewritten
+    std::fs::write(&kept[0], "{not json").unwrap();
+    let p = require(&[], "cuda>=12.4").unwrap().unwrap();
+    assert_eq!(p.cuda_version.as_deref(), Some("12.4"));
+    assert!(std::fs::read_to_string(&kept[0])
+        .unwrap()
+        .contains("\"12.4\""));
     // ... unless the check is off
     let p = prepare(
         &f,

@@ -158,12 +158,36 @@ fn wanted(opts: &GpuOpts, host_env: &[(String, String)]) -> Option<bool> {
     }
 }
 
-/// Whether NVML must be asked: for a MIG device named in the request (MIG devices are not in
-/// /proc), or for the brand, architecture and CUDA version that NVIDIA_REQUIRE_* rules test.
-fn nvml_needed(asked: &Request, requirements: bool) -> bool {
-    requirements
-        || matches!(asked, Request::List(l)
-            if l.iter().any(|e| e.to_ascii_lowercase().starts_with("mig-")))
+#[derive(Debug, PartialEq, Eq)]
+enum NvmlUse {
+    /// /proc has all that is needed.
+    No,
+    /// The brand, architecture and CUDA version NVIDIA_REQUIRE_* rules test: fixed for a boot
+    /// and driver, so NVML's answers are kept (`nvml::query_cached`).
+    Kept,
+    /// A MIG device is named: MIG devices are not in /proc, and their layout changes at run time.
+    Fresh,
+}
+
+fn nvml_use(asked: &Request, requirements: bool) -> NvmlUse {
+    let mig = matches!(asked, Request::List(l)
+        if l.iter().any(|e| e.to_ascii_lowercase().starts_with("mig-")));
+    match (mig, requirements) {
+        (true, _) => NvmlUse::Fresh,
+        (false, true) => NvmlUse::Kept,
+        (false, false) => NvmlUse::No,
+    }
+}
+
+/// Where NVML's answers are kept: the user's gpurun cache, one file per boot and driver version.
+fn facts_file(host_env: &[(String, String)], driver_version: &str) -> Option<PathBuf> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let root = crate::image::cache::cache_root_from(
+        get(host_env, "GPURUN_CACHE").map(PathBuf::from),
+        get(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
+        nix::unistd::getuid().as_raw(),
+    );
+    Some(root.join(format!("nvml/{}-{driver_version}.json", boot.trim())))
 }
 
 /// The GPUs as /proc/driver/nvidia/gpus/*/information lists them, numbered as NVML does (by PCI
@@ -314,12 +338,20 @@ pub fn prepare(
     let requirements = !require::disabled(host_env)
         && !require::disabled(image_env)
         && !require::constraints(image_env).is_empty();
-    let queried = match early_nvml {
-        Some(n) => Ok(n),
-        None => match gpus_from_proc(&proc_dir) {
-            Some(info) if !nvml_needed(&asked, requirements) => Ok(info),
-            _ => nvml::query_in_child(&nvml_lib(&libs), false),
+    let queried = match (early_nvml, gpus_from_proc(&proc_dir)) {
+        (Some(n), _) => Ok(n),
+        (None, Some(info)) => match nvml_use(&asked, requirements) {
+            NvmlUse::No => Ok(info),
+            NvmlUse::Kept => match facts_file(host_env, &version) {
+                Some(file) => {
+                    let uuids: Vec<String> = info.gpus.into_iter().filter_map(|g| g.uuid).collect();
+                    nvml::query_cached(&nvml_lib(&libs), &file, &uuids)
+                }
+                None => nvml::query_in_child(&nvml_lib(&libs), false),
+            },
+            NvmlUse::Fresh => nvml::query_in_child(&nvml_lib(&libs), false),
         },
+        (None, None) => nvml::query_in_child(&nvml_lib(&libs), false),
     };
     let nvml = match queried {
         Ok(n) => Some(n),
@@ -632,16 +664,17 @@ mod tests {
     fn nvml_only_for_mig_devices_and_requirements() {
         let list = |v: &[&str]| Request::List(v.iter().map(|s| s.to_string()).collect());
         let cases = [
-            (Request::All, false, false),
-            (Request::None, false, false),
-            (list(&["0", "GPU-fa4e", "0000:3b:00.0"]), false, false),
-            (list(&["0", "mig-f00d0001-0000"]), false, true),
-            (list(&["MIG-GPU-fa4e/1/0"]), false, true),
-            (Request::All, true, true),
+            (Request::All, false, NvmlUse::No),
+            (Request::None, false, NvmlUse::No),
+            (list(&["0", "GPU-fa4e", "0000:3b:00.0"]), false, NvmlUse::No),
+            (Request::All, true, NvmlUse::Kept),
+            (list(&["1"]), true, NvmlUse::Kept),
+            (list(&["0", "mig-f00d0001-0000"]), false, NvmlUse::Fresh),
+            (list(&["MIG-GPU-fa4e/1/0"]), true, NvmlUse::Fresh),
         ];
         for (asked, requirements, want) in cases {
             assert_eq!(
-                nvml_needed(&asked, requirements),
+                nvml_use(&asked, requirements),
                 want,
                 "{asked:?} {requirements}"
             );

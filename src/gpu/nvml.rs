@@ -161,9 +161,76 @@ pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
         .map_err(|_| format!("NVML query ({}) died", lib.display()))?
 }
 
+/// NVML's answers kept for this boot and driver in `file`, so that an image's NVIDIA_REQUIRE_*
+/// rules cost one NVML load per node and boot instead of one per start (~40 ms on a 2×H200
+/// node). Used only while NVML's GPUs are the ones /proc lists (`proc_uuids`); a missing,
+/// unreadable or stale file is asked anew and rewritten (atomically: concurrent starts race
+/// harmlessly). MIG layouts change at run time: callers ask NVML afresh for MIG devices.
+pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<NvmlInfo, String> {
+    let kept = std::fs::read(file)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<NvmlInfo>(&b).ok())
+        .filter(|i| same_gpus(i, proc_uuids));
+    if let Some(info) = kept {
+        return Ok(info);
+    }
+    let info = query_in_child(lib, false)?;
+    if same_gpus(&info, proc_uuids) {
+        let _ = write_atomically(file, &serde_json::to_vec(&info).unwrap_or_default());
+    }
+    Ok(info)
+}
+
+/// Whether NVML's GPUs are exactly these UUIDs.
+fn same_gpus(info: &NvmlInfo, uuids: &[String]) -> bool {
+    let mut have: Vec<&str> = info.gpus.iter().filter_map(|g| g.uuid.as_deref()).collect();
+    let mut want: Vec<&str> = uuids.iter().map(String::as_str).collect();
+    have.sort_unstable();
+    want.sort_unstable();
+    have.len() == info.gpus.len() && have == want
+}
+
+fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, file).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_answers_only_for_the_same_gpus() {
+        let info = |uuids: &[Option<&str>]| NvmlInfo {
+            gpus: uuids
+                .iter()
+                .map(|u| NvmlGpu {
+                    uuid: u.map(str::to_string),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let proc = vec!["GPU-b".to_string(), "GPU-a".to_string()];
+        let cases = [
+            (info(&[Some("GPU-a"), Some("GPU-b")]), true),
+            (info(&[Some("GPU-a")]), false),
+            (info(&[Some("GPU-a"), Some("GPU-c")]), false),
+            (info(&[Some("GPU-a"), Some("GPU-b"), None]), false),
+        ];
+        for (i, want) in cases {
+            assert_eq!(same_gpus(&i, &proc), want, "{i:?}");
+        }
+    }
 
     #[test]
     fn cuda_versions() {
