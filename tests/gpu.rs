@@ -1040,11 +1040,15 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
         h.extend_from_slice(host);
         prepare(&f, o(), &h, &[("NVIDIA_REQUIRE_CUDA", cuda)])
     };
+    let stale = cache.path().join("nvml/an-earlier-boot-550.54.14.json");
+    std::fs::create_dir_all(stale.parent().unwrap()).unwrap();
+    std::fs::write(&stale, "{}").unwrap();
     let p = require(&[("CUDA_VISIBLE_DEVICES", "0")], "cuda>=12.4 brand=tesla")
         .unwrap()
         .unwrap();
     assert_eq!(chosen(&p), vec![(1, "Fake H200".to_string())]);
     assert_eq!(p.cuda_version.as_deref(), Some("12.4"));
+    assert!(!stale.exists(), "an earlier boot's file is removed");
     let kept: Vec<_> = std::fs::read_dir(cache.path().join("nvml"))
         .unwrap()
         .flatten()

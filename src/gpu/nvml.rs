@@ -175,8 +175,16 @@ pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<Nv
         return Ok(info);
     }
     let info = query_in_child(lib, false)?;
-    if same_gpus(&info, proc_uuids) {
-        let _ = write_atomically(file, &serde_json::to_vec(&info).unwrap_or_default());
+    if same_gpus(&info, proc_uuids)
+        && write_atomically(file, &serde_json::to_vec(&info).unwrap_or_default()).is_ok()
+    {
+        // Files of earlier boots or drivers are of no use again.
+        let dir = file.parent().unwrap_or(Path::new("."));
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.path() != file && !e.file_name().to_string_lossy().starts_with('.') {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
     Ok(info)
 }
