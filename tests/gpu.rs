@@ -1040,7 +1040,10 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
         h.extend_from_slice(host);
         prepare(&f, o(), &h, &[("NVIDIA_REQUIRE_CUDA", cuda)])
     };
-    let stale = cache.path().join("nvml/an-earlier-boot-550.54.14.json");
+    // another boot's (or GPU set's) file is neither used nor touched
+    let stale = cache
+        .path()
+        .join("nvml/an-earlier-boot-550.54.14-000000000000.json");
     std::fs::create_dir_all(stale.parent().unwrap()).unwrap();
     std::fs::write(&stale, "{}").unwrap();
     let p = require(&[("CUDA_VISIBLE_DEVICES", "0")], "cuda>=12.4 brand=tesla")
@@ -1048,11 +1051,12 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
         .unwrap();
     assert_eq!(chosen(&p), vec![(1, "Fake H200".to_string())]);
     assert_eq!(p.cuda_version.as_deref(), Some("12.4"));
-    assert!(!stale.exists(), "an earlier boot's file is removed");
+    assert_eq!(std::fs::read_to_string(&stale).unwrap(), "{}");
     let kept: Vec<_> = std::fs::read_dir(cache.path().join("nvml"))
         .unwrap()
         .flatten()
         .map(|e| e.path())
+        .filter(|p| *p != stale)
         .collect();
     assert_eq!(kept.len(), 1, "{kept:?}");
     let text = std::fs::read_to_string(&kept[0]).unwrap();

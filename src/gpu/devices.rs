@@ -178,7 +178,7 @@ pub fn sort_allowed(gpus: &mut [GpuNode]) {
 }
 
 /// `0000:3B:00.0` and `00000000:3b:00.0` are the same bus id.
-fn normalize_bus_id(s: &str) -> Option<(u64, u64, u64, u64)> {
+pub(crate) fn normalize_bus_id(s: &str) -> Option<(u64, u64, u64, u64)> {
     let parts: Vec<&str> = s.split(':').collect();
     let (dom, bus, devfn) = match parts.as_slice() {
         [d, b, df] => (*d, *b, *df),

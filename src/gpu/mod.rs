@@ -179,15 +179,45 @@ fn nvml_use(asked: &Request, requirements: bool) -> NvmlUse {
     }
 }
 
-/// Where NVML's answers are kept: the user's gpurun cache, one file per boot and driver version.
-fn facts_file(host_env: &[(String, String)], driver_version: &str) -> Option<PathBuf> {
+/// Where NVML's answers are kept: the user's gpurun cache, one file per boot, driver version and
+/// set of GPUs (jobs on one node may see different GPUs). `None` unless the cache directory is
+/// the caller's own and private (its default path in /var/tmp could be made by someone else).
+fn facts_file(
+    host_env: &[(String, String)],
+    driver_version: &str,
+    uuids: &[String],
+) -> Option<PathBuf> {
+    use sha2::Digest;
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let uid = nix::unistd::getuid().as_raw();
     let root = crate::image::cache::cache_root_from(
         get(host_env, "GPURUN_CACHE").map(PathBuf::from),
         get(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
-        nix::unistd::getuid().as_raw(),
+        uid,
     );
-    Some(root.join(format!("nvml/{}-{driver_version}.json", boot.trim())))
+    let dir = root.join("nvml");
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir);
+    }
+    if !private_dir(&root, uid) || !private_dir(&dir, uid) {
+        return None;
+    }
+    let mut sorted = uuids.to_vec();
+    sorted.sort();
+    let set = sha2::Sha256::digest(sorted.join(",").as_bytes());
+    let set: String = set.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    Some(dir.join(format!("{}-{driver_version}-{set}.json", boot.trim())))
+}
+
+/// A real directory (not a symlink) owned by `uid` that nobody else may write to.
+fn private_dir(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
 }
 
 /// The GPUs as /proc/driver/nvidia/gpus/*/information lists them, numbered as NVML does (by PCI
@@ -202,7 +232,7 @@ fn gpus_from_proc(proc_dir: &Path) -> Option<nvml::NvmlInfo> {
     if gpus.is_empty() {
         return None;
     }
-    gpus.sort_by_key(|g| g.bus_id.to_ascii_lowercase());
+    gpus.sort_by_key(|g| devices::normalize_bus_id(&g.bus_id));
     Some(nvml::NvmlInfo {
         driver_version: None,
         cuda_version: None,
@@ -342,13 +372,15 @@ pub fn prepare(
         (Some(n), _) => Ok(n),
         (None, Some(info)) => match nvml_use(&asked, requirements) {
             NvmlUse::No => Ok(info),
-            NvmlUse::Kept => match facts_file(host_env, &version) {
-                Some(file) => {
-                    let uuids: Vec<String> = info.gpus.into_iter().filter_map(|g| g.uuid).collect();
-                    nvml::query_cached(&nvml_lib(&libs), &file, &uuids)
+            NvmlUse::Kept => {
+                // NVML sees the GPUs this process may open (a device cgroup hides the others).
+                let (open, _) = allowed_gpus(&dev, Some(&info));
+                let uuids: Vec<String> = open.into_iter().filter_map(|g| g.uuid).collect();
+                match facts_file(host_env, &version, &uuids) {
+                    Some(file) => nvml::query_cached(&nvml_lib(&libs), &file, &uuids),
+                    None => nvml::query_in_child(&nvml_lib(&libs), false),
                 }
-                None => nvml::query_in_child(&nvml_lib(&libs), false),
-            },
+            }
             NvmlUse::Fresh => nvml::query_in_child(&nvml_lib(&libs), false),
         },
         (None, None) => nvml::query_in_child(&nvml_lib(&libs), false),

@@ -161,11 +161,12 @@ pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
         .map_err(|_| format!("NVML query ({}) died", lib.display()))?
 }
 
-/// NVML's answers kept for this boot and driver in `file`, so that an image's NVIDIA_REQUIRE_*
-/// rules cost one NVML load per node and boot instead of one per start (~40 ms on a 2×H200
-/// node). Used only while NVML's GPUs are the ones /proc lists (`proc_uuids`); a missing,
-/// unreadable or stale file is asked anew and rewritten (atomically: concurrent starts race
-/// harmlessly). MIG layouts change at run time: callers ask NVML afresh for MIG devices.
+/// NVML's answers kept in `file`, so that an image's NVIDIA_REQUIRE_* rules cost one NVML load
+/// per node, boot and set of GPUs instead of one per start (~40 ms on a 2×H200 node). Used only
+/// while NVML's GPUs are the ones expected (`proc_uuids`: the GPUs this process may open, by
+/// /proc); a missing, unreadable or stale file is asked anew and rewritten (atomically:
+/// concurrent starts race harmlessly). MIG layouts change at run time: callers ask NVML afresh
+/// for MIG devices.
 pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<NvmlInfo, String> {
     let kept = std::fs::read(file)
         .ok()
@@ -175,16 +176,8 @@ pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<Nv
         return Ok(info);
     }
     let info = query_in_child(lib, false)?;
-    if same_gpus(&info, proc_uuids)
-        && write_atomically(file, &serde_json::to_vec(&info).unwrap_or_default()).is_ok()
-    {
-        // Files of earlier boots or drivers are of no use again.
-        let dir = file.parent().unwrap_or(Path::new("."));
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if e.path() != file && !e.file_name().to_string_lossy().starts_with('.') {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+    if same_gpus(&info, proc_uuids) {
+        let _ = write_atomically(file, &serde_json::to_vec(&info).unwrap_or_default());
     }
     Ok(info)
 }
@@ -199,13 +192,8 @@ fn same_gpus(info: &NvmlInfo, uuids: &[String]) -> bool {
 }
 
 fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    let name = file.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = file.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, file).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);

@@ -441,8 +441,9 @@ fn setup_root(
             }
             let hint = match lower {
                 Lower::Dir(d) if mount_point_refused(e.errno()) => format!(
-                    " (image directory {}: gpurun makes mount points only in a directory that is \
-                     yours and has no mounts below it; chown it, or use a .sqsh image)",
+                    " (if this is in the image directory {}: gpurun makes mount points only in \
+                     a directory image that is yours and has no mounts below it; chown it, or \
+                     use a .sqsh image)",
                     d.display()
                 ),
                 _ => String::new(),
