@@ -123,9 +123,18 @@ struct SquashFs {
 #[derive(Default)]
 struct Scans {
     tracker: ScanTracker,
-    /// Regular file's FUSE inode -> (its directory's FUSE inode, index in that listing), for
-    /// the files of every directory listed.
-    place: HashMap<u64, (u64, u32)>,
+    /// Regular file's FUSE inode -> where it is listed, for the files of every directory listed.
+    place: HashMap<u64, Place>,
+}
+
+/// A file's place in its directory's listing.
+#[derive(Clone, Copy)]
+struct Place {
+    /// The directory's FUSE inode.
+    dir: u64,
+    idx: u32,
+    /// Entries in the listing: what the tracker needs, so that a read looks up nothing else.
+    len: u32,
 }
 
 impl SquashFs {
@@ -226,7 +235,12 @@ impl SquashFs {
                 _ => {
                     let e = &entries[(i - 2) as usize];
                     if e.kind == Kind::File {
-                        files.push((self.ino_of(e.inode), (ino.0, (i - 2) as u32)));
+                        let place = Place {
+                            dir: ino.0,
+                            idx: (i - 2) as u32,
+                            len: entries.len() as u32,
+                        };
+                        files.push((self.ino_of(e.inode), place));
                     }
                     add(self.ino_of(e.inode), i + 1, &e.name, None, e.kind)
                 }
@@ -247,20 +261,25 @@ impl SquashFs {
     /// A read from the start of a file: when it continues a scan of its directory in listing
     /// order, queue the next files for the pusher.
     fn scan_read(&self, ino: INodeNo) {
-        let Some(&(dir, idx)) = lock(&self.scans).place.get(&ino.0) else {
+        // One lock and one map lookup for every read from a file's start; the listing is
+        // fetched (from the archive's cache: it was just listed) only when there is a push.
+        let next = {
+            let mut scans = lock(&self.scans);
+            let Some(p) = scans.place.get(&ino.0).copied() else {
+                return;
+            };
+            scans
+                .tracker
+                .on_read(p.dir, p.idx, p.len)
+                .map(|r| (p.dir, r))
+        };
+        let Some((dir, next)) = next else {
             return;
         };
-        // The listing is cached: the directory was just listed.
         let Ok(entries) = self
             .dir(INodeNo(dir))
             .and_then(|d| self.ar.readdir(&d).map_err(|e| self.errno(e)))
         else {
-            return;
-        };
-        let next = lock(&self.scans)
-            .tracker
-            .on_read(dir, idx, entries.len() as u32);
-        let Some(next) = next else {
             return;
         };
         let files = entries[next.start as usize..next.end as usize]
