@@ -251,25 +251,31 @@ fn gpus_from_proc(proc_dir: &Path) -> Option<nvml::NvmlInfo> {
     })
 }
 
-/// The allowed GPUs: every /dev/nvidiaN the caller can open, with NVML's facts when present.
-fn allowed_gpus(dev: &Path, nvml: Option<&nvml::NvmlInfo>) -> (Vec<GpuNode>, Vec<u32>) {
-    let (mut allowed, mut denied) = (vec![], vec![]);
-    for minor in devices::gpu_minors(dev) {
-        if !devices::open_allows(&devices::probe(&dev.join(format!("nvidia{minor}")))) {
-            denied.push(minor);
-            continue;
-        }
-        let n = nvml.and_then(|n| n.gpus.iter().find(|g| g.minor == Some(minor)));
-        allowed.push(GpuNode {
-            minor,
-            nvml_index: n.map(|g| g.index),
-            uuid: n.and_then(|g| g.uuid.clone()),
-            pci_bus_id: n.and_then(|g| g.pci_bus_id.clone()),
-            mig: n.map(|g| g.mig.clone()).unwrap_or_default(),
-        });
-    }
+/// The GPUs the caller may use: the minors of every /dev/nvidiaN it can open (a device cgroup
+/// refuses the others), and those it cannot.
+fn openable(dev: &Path) -> (Vec<u32>, Vec<u32>) {
+    devices::gpu_minors(dev)
+        .into_iter()
+        .partition(|m| devices::open_allows(&devices::probe(&dev.join(format!("nvidia{m}")))))
+}
+
+/// The allowed GPUs (`minors`, from [`openable`]) with NVML's facts when present, in NVML order.
+fn with_facts(minors: &[u32], nvml: Option<&nvml::NvmlInfo>) -> Vec<GpuNode> {
+    let mut allowed: Vec<GpuNode> = minors
+        .iter()
+        .map(|&minor| {
+            let n = nvml.and_then(|n| n.gpus.iter().find(|g| g.minor == Some(minor)));
+            GpuNode {
+                minor,
+                nvml_index: n.map(|g| g.index),
+                uuid: n.and_then(|g| g.uuid.clone()),
+                pci_bus_id: n.and_then(|g| g.pci_bus_id.clone()),
+                mig: n.map(|g| g.mig.clone()).unwrap_or_default(),
+            }
+        })
+        .collect();
     devices::sort_allowed(&mut allowed);
-    (allowed, denied)
+    allowed
 }
 
 /// The device nodes a MIG device needs besides its GPU: the nvidia-caps of its GPU and compute
@@ -368,22 +374,28 @@ pub fn prepare(
     let requirements = !require::disabled(host_env)
         && !require::disabled(image_env)
         && !require::constraints(image_env).is_empty();
+    let (open, _denied) = openable(&dev);
+    let fresh = || nvml::query_in_child(&nvml_lib(&libs), false);
     let queried = match (early_nvml, gpus_from_proc(&proc_dir)) {
         (Some(n), _) => Ok(n),
         (None, Some(info)) => match nvml_use(&asked, requirements) {
             NvmlUse::No => Ok(info),
             NvmlUse::Kept => {
                 // NVML sees the GPUs this process may open (a device cgroup hides the others).
-                let (open, _) = allowed_gpus(&dev, Some(&info));
-                let uuids: Vec<String> = open.into_iter().filter_map(|g| g.uuid).collect();
+                let uuids: Vec<String> = info
+                    .gpus
+                    .into_iter()
+                    .filter(|g| g.minor.is_some_and(|m| open.contains(&m)))
+                    .filter_map(|g| g.uuid)
+                    .collect();
                 match facts_file(host_env, &version, &uuids) {
                     Some(file) => nvml::query_cached(&nvml_lib(&libs), &file, &uuids),
-                    None => nvml::query_in_child(&nvml_lib(&libs), false),
+                    None => fresh(),
                 }
             }
-            NvmlUse::Fresh => nvml::query_in_child(&nvml_lib(&libs), false),
+            NvmlUse::Fresh => fresh(),
         },
-        (None, None) => nvml::query_in_child(&nvml_lib(&libs), false),
+        (None, None) => fresh(),
     };
     let nvml = match queried {
         Ok(n) => Some(n),
@@ -392,7 +404,7 @@ pub fn prepare(
             None
         }
     };
-    let (allowed, _denied) = allowed_gpus(&dev, nvml.as_ref());
+    let allowed = with_facts(&open, nvml.as_ref());
     let (request, source) = devices::request_from(flag, host_env, allowed.len());
     let sel = devices::select(&allowed, &request, source)?;
 
@@ -599,7 +611,8 @@ pub fn list(driver_paths: &[PathBuf], host_env: &[(String, String)]) -> Result<G
             ))
         }
     }
-    let (allowed, denied) = allowed_gpus(&dev, nvml.as_ref());
+    let (open, denied) = openable(&dev);
+    let allowed = with_facts(&open, nvml.as_ref());
     let gpus = allowed
         .iter()
         .enumerate()
