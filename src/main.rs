@@ -40,9 +40,7 @@ fn launch(
     ctx: &Ctx,
 ) -> Launch {
     let mut gpu = o.gpu.clone();
-    if gpu.driver.paths.is_empty() {
-        gpu.driver.paths = ctx.cfg.nv_driver_paths.value.clone();
-    }
+    gpu.driver.paths = gpu.driver.or_configured(&ctx.cfg.nv_driver_paths.value);
     Launch {
         image,
         request: request(&o, &ctx.cfg),
@@ -129,11 +127,7 @@ fn main() {
         ),
         Command::Pull(args) => pull(args, &ctx),
         Command::Gpus(a) => {
-            let paths = if a.driver.paths.is_empty() {
-                ctx.cfg.nv_driver_paths.value.clone()
-            } else {
-                a.driver.paths.clone()
-            };
+            let paths = a.driver.or_configured(&ctx.cfg.nv_driver_paths.value);
             done(gpus(&paths, a.json), debug)
         }
         Command::Inspect(a) => inspect(a, &ctx),

@@ -70,6 +70,17 @@ pub struct DriverPaths {
     pub paths: Vec<PathBuf>,
 }
 
+impl DriverPaths {
+    /// `--nv-driver-path` when given, else the configuration's `nv_driver_paths`.
+    pub fn or_configured(&self, configured: &[PathBuf]) -> Vec<PathBuf> {
+        if self.paths.is_empty() {
+            configured.to_vec()
+        } else {
+            self.paths.clone()
+        }
+    }
+}
+
 /// A GPU in the container (for --dry-run and ps).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GpuDevice {
@@ -704,6 +715,16 @@ pub fn render(l: &GpuList) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn driver_paths_given_win_over_configured() {
+        let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let configured = p(&["/site/ld.so.cache"]);
+        for (given, want) in [(p(&[]), configured.clone()), (p(&["/x"]), p(&["/x"]))] {
+            let d = DriverPaths { paths: given };
+            assert_eq!(d.or_configured(&configured), want);
+        }
+    }
 
     #[test]
     fn nvml_only_for_mig_devices_and_requirements() {
