@@ -393,6 +393,60 @@ fn binds_contain_and_writable_tmpfs() {
     assert_eq!(stdout(&o), "0\n/root\n");
 }
 
+/// `:ro` holds for what is mounted below the bound directory too (as Docker's read-only binds
+/// since 25.0), not only for the directory's own filesystem.
+#[test]
+fn read_only_binds_cover_their_submounts() {
+    if !is_root() {
+        eprintln!("skipped: needs root to mount below the bound directory");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let s = Scratch::new();
+    let img = image(&s);
+    let sub = s.join("data/sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    assert!(Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "mode=1777", "tmpfs"])
+        .arg(&sub)
+        .status()
+        .unwrap()
+        .success());
+    let _unmount = Unmount(sub.clone());
+    std::fs::write(sub.join("in.txt"), "below\n").unwrap();
+    s.chown_all();
+    let bind = |mode: &str| format!("{}:/mnt/data{mode}", s.join("data").display());
+    let script = "cat /mnt/data/sub/in.txt; echo x > /mnt/data/sub/new 2>/dev/null && echo written || echo ro-refused";
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        "--bind",
+        &bind(":ro"),
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        script,
+    ]));
+    assert_eq!(stdout(&o), "below\nro-refused\n");
+    assert!(!sub.join("new").exists());
+    // The same bind without :ro writes through to the host's submount.
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        "--bind",
+        &bind(""),
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        script,
+    ]));
+    assert_eq!(stdout(&o), "below\nwritten\n");
+    assert!(sub.join("new").exists());
+}
+
 /// Processes of the test user whose command line mentions `marker`.
 fn user_procs(marker: &str) -> Vec<u32> {
     let (uid, _) = test_ids();

@@ -433,7 +433,7 @@ fn setup_root(
             lower_p
         }
     };
-    let rootfd = sys::open_path(&root).map_err(|e| e.to_string())?;
+    let rootfd = Root::open(&root).map_err(|e| e.to_string())?;
     for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
         if let Err(e) = apply_mount(&rootfd, m, src.as_ref(), &files, i) {
             if m.optional {
@@ -468,7 +468,7 @@ fn mount_point_refused(e: Errno) -> bool {
 }
 
 fn apply_mount(
-    rootfd: &OwnedFd,
+    root: &Root,
     m: &Mount,
     src: Option<&OwnedFd>,
     files: &Path,
@@ -482,14 +482,11 @@ fn apply_mount(
             } else {
                 Create::File
             };
-            let dst = sys::open_in_root(rootfd, &m.dst, kind)?;
-            not_the_root(rootfd, &dst, &m.dst)?;
-            sys::attach_tree(tree, &dst, &m.dst)?;
-            readonly_if(rootfd, m)
+            attach(root, m, tree, kind)
         }
         MountSource::Tmpfs => {
-            let dst = sys::open_in_root(rootfd, &m.dst, Create::Dir)?;
-            not_the_root(rootfd, &dst, &m.dst)?;
+            let dst = sys::open_in_root(&root.fd, &m.dst, Create::Dir)?;
+            root.not_the_root(&dst, &m.dst)?;
             let mode = if m.dst == Path::new("/dev") {
                 0o755
             } else {
@@ -505,35 +502,58 @@ fn apply_mount(
                 errno: sys::io_errno(&e),
             })?;
             let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644));
-            let dst = sys::open_in_root(rootfd, &m.dst, Create::File)?;
-            sys::bind(&f, &sys::fd_path(&dst))?;
-            readonly_if(rootfd, m)
+            attach(root, m, &sys::clone_tree(&f)?, Create::File)
         }
-        MountSource::Symlink { target } => sys::symlink_in_root(rootfd, &m.dst, target),
+        MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
     }
 }
 
-/// An image whose /tmp (say) is a symlink to `/` would have a bind hide the whole image, and put
-/// the host's world-writable /tmp where the container looks for /etc/ld.so.preload: refused.
-fn not_the_root(rootfd: &OwnedFd, dst: &OwnedFd, path: &Path) -> Result<(), SysError> {
-    let (r, d) = (sys::fstat(rootfd)?, sys::fstat(dst)?);
-    if path != Path::new("/") && (r.st_dev, r.st_ino) == (d.st_dev, d.st_ino) {
-        return Err(SysError::Path {
-            what: "the image's symlinks resolve it to the container's root:",
-            path: path.to_path_buf(),
-            errno: nix::errno::Errno::ELOOP,
-        });
-    }
-    Ok(())
-}
-
-/// Make a just-attached mount read-only, through a fresh handle that reaches the new mount.
-fn readonly_if(rootfd: &OwnedFd, m: &Mount) -> Result<(), SysError> {
-    if m.readonly {
-        let top = sys::open_in_root(rootfd, &m.dst, Create::No)?;
+/// Attach a detached tree at the mount's destination, read-only first where asked (so the tree
+/// is never writable in the container, not even for a moment).
+fn attach(root: &Root, m: &Mount, tree: &OwnedFd, kind: Create) -> Result<(), SysError> {
+    let readonly_later = m.readonly && !sys::set_tree_readonly(tree, &m.dst)?;
+    let dst = sys::open_in_root(&root.fd, &m.dst, kind)?;
+    root.not_the_root(&dst, &m.dst)?;
+    sys::attach_tree(tree, &dst, &m.dst)?;
+    if readonly_later {
+        // Kernels before 5.12: the new mount is reached through a fresh handle; an fd opened
+        // before it was attached still points under it.
+        let top = sys::open_in_root(&root.fd, &m.dst, Create::No)?;
         sys::remount_readonly(&sys::fd_path(&top))?;
     }
     Ok(())
+}
+
+/// The container's root directory, and its identity to compare mount points with.
+struct Root {
+    fd: OwnedFd,
+    id: (u64, u64),
+}
+
+impl Root {
+    fn open(path: &Path) -> Result<Root, SysError> {
+        let fd = sys::open_path(path)?;
+        let st = sys::fstat(&fd)?;
+        Ok(Root {
+            fd,
+            id: (st.st_dev, st.st_ino),
+        })
+    }
+
+    /// An image whose /tmp (say) is a symlink to `/` would have a bind hide the whole image,
+    /// and put the host's world-writable /tmp where the container looks for
+    /// /etc/ld.so.preload: refused.
+    fn not_the_root(&self, dst: &OwnedFd, path: &Path) -> Result<(), SysError> {
+        let d = sys::fstat(dst)?;
+        if path != Path::new("/") && self.id == (d.st_dev, d.st_ino) {
+            return Err(SysError::Path {
+                what: "the image's symlinks resolve it to the container's root:",
+                path: path.to_path_buf(),
+                errno: nix::errno::Errno::ELOOP,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// execve through the container's PATH (glibc's execvpe would search the host's PATH).

@@ -2,7 +2,7 @@
 //! every decision is made in `plan`; these functions just do what they are told and report errno
 //! with the path they were working on.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::CString;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -175,10 +175,46 @@ pub fn attach_tree(tree: &OwnedFd, dst: &OwnedFd, what: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Make a detached tree from `clone_tree` read-only, its submounts too, before it is attached
+/// (mount_setattr, Linux 5.12): one call, and the flags the kernel locked on it stay as they are.
+/// `Ok(false)` where the kernel has no mount_setattr: then `remount_readonly` after attaching.
+pub fn set_tree_readonly(tree: &OwnedFd, what: &Path) -> Result<bool> {
+    // struct mount_attr from <linux/mount.h>
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    match Errno::result(r) {
+        Ok(_) => Ok(true),
+        Err(Errno::ENOSYS) => Ok(false),
+        Err(e) => Err(at("make read-only", what)(e)),
+    }
+}
+
 // From <linux/mount.h>; not exported by the libc crate for every target.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
 
 /// Open a path without reading it (O_PATH): a handle for the mount calls.
 pub fn open_path(path: &Path) -> Result<OwnedFd> {
@@ -199,14 +235,6 @@ pub fn is_dir(fd: &OwnedFd) -> Result<bool> {
 /// The `/proc/self/fd/N` path of an fd: mount(2) follows it to the object itself.
 pub fn fd_path(fd: &impl AsRawFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-}
-
-/// Recursive bind of `src` (a path, or the `/proc/self/fd/N` of an O_PATH fd) onto `dst`.
-/// Read-only is a second step (`remount_readonly`) on a path that reaches the new mount: an fd
-/// opened before the bind still points under it.
-pub fn bind(src: &Path, dst: &Path) -> Result<()> {
-    let flags = MsFlags::MS_BIND | MsFlags::MS_REC;
-    nix::mount::mount(Some(src), dst, None::<&str>, flags, None::<&str>).map_err(at("bind", dst))
 }
 
 /// Make the mount at `dst` read-only, keeping the flags the kernel locked on it (nosuid, nodev…
@@ -296,55 +324,50 @@ pub enum Create {
 /// missing parents as directories and the last component as `create` says. A hostile image's
 /// symlinks and `..` can then never make a mount point land outside the container.
 pub fn open_in_root(root: &OwnedFd, path: &Path, create: Create) -> Result<OwnedFd> {
-    let rel: Vec<&OsStr> = path
+    let rel: PathBuf = path
         .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n),
-            _ => None,
-        })
+        .filter(|c| matches!(c, Component::Normal(_)))
         .collect();
-    let mut prefix = PathBuf::new();
-    let mut dir =
-        openat2_in_root(root, Path::new(".")).map_err(at("open container root for", path))?;
-    for (i, name) in rel.iter().enumerate() {
-        prefix.push(name);
-        let last = i + 1 == rel.len();
-        match openat2_in_root(root, &prefix) {
-            Ok(fd) => dir = fd,
-            Err(Errno::ENOENT) if create != Create::No => {
-                let c = CString::new(name.as_bytes()).expect("no NUL");
-                let r = if !last || create == Create::Dir {
-                    unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) }
-                } else {
-                    let fd = unsafe {
-                        libc::openat(
-                            dir.as_raw_fd(),
-                            c.as_ptr(),
-                            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
-                            0o644,
-                        )
-                    };
-                    if fd >= 0 {
-                        unsafe { libc::close(fd) };
-                    }
-                    fd.min(0)
-                };
-                if r < 0 && Errno::last() != Errno::EEXIST {
-                    return Err(at("create", &prefix)(Errno::last()));
-                }
-                dir = openat2_in_root(root, &prefix).map_err(at("open", &prefix))?;
-            }
-            Err(e) => return Err(at("open", &prefix)(e)),
-        }
+    // Most targets exist (or only their last component is missing): one lookup from the root,
+    // not one per component.
+    let err = match openat2_in_root(root, &rel) {
+        Ok(fd) => return Ok(fd),
+        Err(e) => e,
+    };
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(at("open", path)(err));
+    };
+    if err != Errno::ENOENT || create == Create::No {
+        return Err(at("open", path)(err));
     }
-    Ok(dir)
+    let dir = open_in_root(root, &Path::new("/").join(parent), Create::Dir)?;
+    let c = CString::new(name.as_bytes()).expect("no NUL");
+    // An O_PATH directory fd is enough for the *at calls.
+    let r = if create == Create::Dir {
+        unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) }
+    } else {
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC;
+        let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, 0o644) };
+        if fd >= 0 {
+            unsafe { libc::close(fd) };
+        }
+        fd.min(0)
+    };
+    if r < 0 && Errno::last() != Errno::EEXIST {
+        return Err(at("create", path)(Errno::last()));
+    }
+    openat2_in_root(root, &rel).map_err(at("open", path))
 }
 
 fn openat2_in_root(root: &OwnedFd, rel: &Path) -> std::result::Result<OwnedFd, Errno> {
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    let c = cstr(rel);
+    let c = cstr(if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    });
     let fd = unsafe {
         libc::syscall(
             libc::SYS_openat2,
@@ -366,14 +389,8 @@ pub fn symlink_in_root(root: &OwnedFd, path: &Path, target: &Path) -> Result<()>
     let parent = path.parent().unwrap_or(Path::new("/"));
     let dir = open_in_root(root, parent, Create::Dir)?;
     let name = CString::new(path.file_name().unwrap_or_default().as_bytes()).expect("no NUL");
-    let dirfd = nix::fcntl::open(
-        &fd_path(&dir),
-        nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .map_err(at("open", parent))?;
     let t = cstr(target);
-    if unsafe { libc::symlinkat(t.as_ptr(), dirfd.as_raw_fd(), name.as_ptr()) } < 0
+    if unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), name.as_ptr()) } < 0
         && Errno::last() != Errno::EEXIST
     {
         return Err(at("symlink", path)(Errno::last()));
