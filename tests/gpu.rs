@@ -195,14 +195,24 @@ fn opts(f: &FakeDriver, format: &str) -> GpuOpts {
     }
 }
 
+/// (host file, container path) of every driver file and device node: a bind directly, or a
+/// symlink into one of the plan's binds of a host directory (gpu::HOST_DIR/k).
 fn binds(p: &gpu::GpuPlan) -> Vec<(String, String)> {
+    let bound = |target: &Path| {
+        p.mounts.iter().find_map(|m| match &m.source {
+            MountSource::Bind { src } => Some(src.join(target.strip_prefix(&m.dst).ok()?)),
+            _ => None,
+        })
+    };
     p.mounts
         .iter()
-        .filter_map(|m: &Mount| match &m.source {
-            MountSource::Bind { src } => {
-                Some((src.display().to_string(), m.dst.display().to_string()))
-            }
-            _ => None,
+        .filter_map(|m: &Mount| {
+            let src = match &m.source {
+                MountSource::Bind { src } => src.clone(),
+                MountSource::Symlink { target } => bound(target)?,
+                _ => return None,
+            };
+            Some((src.display().to_string(), m.dst.display().to_string()))
         })
         .collect()
 }
@@ -264,10 +274,16 @@ fn driver_libraries_from_every_cache_format() {
             !d.iter().any(|d| d.contains("oldthing")),
             "{format}: another driver's library: {d:#?}"
         );
-        assert!(p
-            .mounts
-            .iter()
-            .all(|m| !m.dst.starts_with("/.gpurun") || m.readonly));
+        // Host directories bound read-only, the files linked into them.
+        for m in p.mounts.iter().filter(|m| m.dst.starts_with("/.gpurun")) {
+            match &m.source {
+                MountSource::Bind { .. } => {
+                    assert!(m.readonly && m.dst.starts_with(gpu::HOST_DIR), "{m:?}")
+                }
+                MountSource::Symlink { target } => assert!(target.starts_with(gpu::HOST_DIR)),
+                _ => panic!("{m:?}"),
+            }
+        }
         assert_eq!(
             p.ld_library_path_append,
             vec![PathBuf::from("/.gpurun/nvidia/lib")]
@@ -573,7 +589,8 @@ fn gpurun_nv(f: &FakeDriver, host: &[(&str, &str)], args: &[&str]) -> std::proce
 
 const INSIDE: &str =
     "ls /dev | grep -i nvidia | tr '\\n' ' '; echo; echo CVD=$CUDA_VISIBLE_DEVICES; \
-     echo LD=$LD_LIBRARY_PATH; ls /.gpurun/nvidia/lib | tr '\\n' ' '; echo; nvidia-smi";
+     echo LD=$LD_LIBRARY_PATH; ls /.gpurun/nvidia/lib | tr '\\n' ' '; echo; \
+     head -c 4 /.gpurun/nvidia/lib/libcuda.so.1 | tail -c 3; echo; nvidia-smi";
 
 #[test]
 fn exec_sees_exactly_the_chosen_gpus() {
@@ -608,6 +625,11 @@ fn exec_sees_exactly_the_chosen_gpus() {
     assert!(
         !libs.contains("nvcuvid") && !libs.contains("oldthing"),
         "{libs}"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("ELF"),
+        "libcuda readable through its link: {out}"
     );
     assert_eq!(lines.next(), Some("fake nvidia-smi"), "{out}");
 

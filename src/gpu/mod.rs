@@ -29,6 +29,9 @@ use devices::{GpuNode, Request};
 pub const LIB_DIR: &str = "/.gpurun/nvidia/lib";
 /// Where the driver's binaries appear in the container (on PATH, last).
 pub const BIN_DIR: &str = "/.gpurun/nvidia/bin";
+/// Where the host directories holding them are bound (read-only), for the links in LIB_DIR and
+/// BIN_DIR to point into.
+pub const HOST_DIR: &str = "/.gpurun/nvidia/host";
 /// CUDA forward-compatibility libraries in an image.
 pub const COMPAT_DIR: &str = "/usr/local/cuda/compat";
 
@@ -485,12 +488,14 @@ pub fn prepare(
         let name = p.file_name().map(PathBuf::from).unwrap_or_default();
         mounts.push(Mount::bind(p, Path::new("/dev").join(name), false));
     }
-    for l in &libs {
-        mounts.push(Mount::bind(&l.src, Path::new(LIB_DIR).join(&l.name), true));
-    }
+    let mut files: Vec<(PathBuf, PathBuf)> = libs
+        .iter()
+        .map(|l| (resolved(&l.src), Path::new(LIB_DIR).join(&l.name)))
+        .collect();
     for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver.paths) {
-        mounts.push(Mount::bind(src, Path::new(BIN_DIR).join(name), true));
+        files.push((resolved(&src), Path::new(BIN_DIR).join(name)));
     }
+    mounts.extend(linked(&files));
     if let Some(fw) = driver::find_firmware(&version, &opts.driver.paths) {
         mounts.push(Mount::bind(
             fw,
@@ -543,6 +548,50 @@ pub fn prepare(
         devices: gpu_devices,
         warnings,
     }))
+}
+
+/// A host file as the kernel finds it: its own name in its own directory (a library's soname
+/// link may point anywhere, even by an absolute path that means nothing in the container).
+fn resolved(p: &Path) -> PathBuf {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::canonicalize(p).unwrap_or_else(|_| p.into())
+        }
+        _ => p.into(),
+    }
+}
+
+/// Driver files as symlinks into one read-only bind of each host directory holding them
+/// (HOST_DIR/0, /1, … in order of first use): a node's driver has dozens of files, and a symlink
+/// costs a fraction of a bind, at start-up and at exit. `files` is (host file, container path).
+fn linked(files: &[(PathBuf, PathBuf)]) -> Vec<Mount> {
+    let mut dirs: Vec<&Path> = vec![];
+    let mut links = vec![];
+    for (src, dst) in files {
+        let (Some(dir), Some(name)) = (src.parent(), src.file_name()) else {
+            continue;
+        };
+        let k = match dirs.iter().position(|d| *d == dir) {
+            Some(k) => k,
+            None => {
+                dirs.push(dir);
+                dirs.len() - 1
+            }
+        };
+        links.push(Mount {
+            dst: dst.clone(),
+            source: MountSource::Symlink {
+                target: Path::new(HOST_DIR).join(k.to_string()).join(name),
+            },
+            readonly: false,
+            optional: false,
+        });
+    }
+    let binds = dirs
+        .iter()
+        .enumerate()
+        .map(|(k, d)| Mount::bind(*d, Path::new(HOST_DIR).join(k.to_string()), true));
+    binds.chain(links).collect()
 }
 
 impl GpuPlan {
@@ -723,6 +772,51 @@ mod tests {
         for (given, want) in [(p(&[]), configured.clone()), (p(&["/x"]), p(&["/x"]))] {
             let d = DriverPaths { paths: given };
             assert_eq!(d.or_configured(&configured), want);
+        }
+    }
+
+    #[test]
+    fn driver_files_link_into_one_bind_per_host_directory() {
+        let f = |pairs: &[(&str, &str)]| -> Vec<(PathBuf, PathBuf)> {
+            pairs.iter().map(|(a, b)| (a.into(), b.into())).collect()
+        };
+        let bind = |src: &str, k: &str| Mount::bind(src, format!("{HOST_DIR}/{k}"), true);
+        let link = |dst: &str, target: &str| Mount {
+            dst: dst.into(),
+            source: MountSource::Symlink {
+                target: format!("{HOST_DIR}/{target}").into(),
+            },
+            readonly: false,
+            optional: false,
+        };
+        type Files = Vec<(PathBuf, PathBuf)>;
+        let cases: [(&str, Files, Vec<Mount>); 3] = [
+            ("nothing", vec![], vec![]),
+            (
+                "libraries of one directory, binaries of another: two binds, the binds first",
+                f(&[
+                    ("/usr/lib64/libcuda.so.580.1", "/L/libcuda.so.1"),
+                    ("/usr/lib64/libcuda.so.580.1", "/L/libcuda.so"),
+                    ("/usr/bin/nvidia-smi", "/B/nvidia-smi"),
+                    ("/usr/lib64/libnvidia-ml.so.580.1", "/L/libnvidia-ml.so.1"),
+                ]),
+                vec![
+                    bind("/usr/lib64", "0"),
+                    bind("/usr/bin", "1"),
+                    link("/L/libcuda.so.1", "0/libcuda.so.580.1"),
+                    link("/L/libcuda.so", "0/libcuda.so.580.1"),
+                    link("/B/nvidia-smi", "1/nvidia-smi"),
+                    link("/L/libnvidia-ml.so.1", "0/libnvidia-ml.so.580.1"),
+                ],
+            ),
+            (
+                "a file with no directory is left out",
+                f(&[("/", "/L/x")]),
+                vec![],
+            ),
+        ];
+        for (name, files, want) in cases {
+            assert_eq!(linked(&files), want, "{name}");
         }
     }
 
