@@ -2,8 +2,8 @@
 //! or plain directories, binaries, GSP firmware, IPC sockets, and the driver's version and params.
 //! Parsing and choosing are pure; the rest only reads files and directories.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 
@@ -343,8 +343,64 @@ fn is_native_file(p: &Path) -> bool {
         && elf_is_native(&h)
 }
 
-/// Candidates from an ld.so.cache file: native entries only, paths resolved.
-pub fn candidates_from_ldcache(path: &Path) -> Result<Vec<Candidate>, DriverError> {
+/// Resolves library paths cheaply: a soname link points within its directory
+/// (`libcuda.so.1 -> libcuda.so.580.159.04`), so it is followed with one readlink and the
+/// directory is canonicalised once, not the whole path once per library (a driver directory
+/// holds 70-odd of them, and every GPU start looks).
+#[derive(Default)]
+struct Resolver {
+    dirs: HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl Resolver {
+    /// The real file `p` names (`known_file`: the caller already knows it is no link).
+    fn file(&mut self, p: &Path, known_file: bool) -> Option<PathBuf> {
+        let mut p = p.to_path_buf();
+        if !known_file {
+            let mut hops = 0;
+            loop {
+                match std::fs::read_link(&p) {
+                    Ok(t)
+                        if hops < 8
+                            && matches!(
+                                t.components().collect::<Vec<_>>()[..],
+                                [Component::Normal(_)]
+                            ) =>
+                    {
+                        p.set_file_name(t);
+                        hops += 1;
+                    }
+                    Ok(_) => return std::fs::canonicalize(&p).ok(),
+                    // EINVAL: not a link; the file itself
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+                    Err(_) => return None,
+                }
+            }
+        }
+        let (dir, name) = (p.parent()?, p.file_name()?);
+        let real = self
+            .dirs
+            .entry(dir.to_path_buf())
+            .or_insert_with(|| std::fs::canonicalize(dir).ok());
+        Some(real.as_ref()?.join(name))
+    }
+}
+
+/// A library file worth offering: of this driver version when known (others are never chosen,
+/// so not even opened), and built for this architecture.
+fn offered(file: &Path, suffix: Option<&str>) -> bool {
+    let name = file.file_name().unwrap_or_default().to_string_lossy();
+    suffix.is_none_or(|s| name.ends_with(s)) && is_native_file(file)
+}
+
+/// Candidates from an ld.so.cache file: native entries only, paths resolved; names in `have`
+/// (found in an earlier source, which wins) are skipped.
+fn candidates_from_ldcache(
+    path: &Path,
+    suffix: Option<&str>,
+    have: &[Candidate],
+    r: &mut Resolver,
+) -> Result<Vec<Candidate>, DriverError> {
     let b = match std::fs::read(path) {
         Ok(b) => b,
         Err(_) => return Ok(vec![]),
@@ -360,17 +416,16 @@ pub fn candidates_from_ldcache(path: &Path) -> Result<Vec<Candidate>, DriverErro
                 || e.key.starts_with("libnvcuvid")
                 || e.key.starts_with("libnvoptix")
         })
+        .filter(|e| !have.iter().any(|c| c.name == e.key))
         .filter_map(|e| {
-            Some(Candidate {
-                name: e.key,
-                file: std::fs::canonicalize(&e.value).ok()?,
-            })
+            let file = r.file(Path::new(&e.value), false)?;
+            offered(&file, suffix).then_some(Candidate { name: e.key, file })
         })
         .collect())
 }
 
 /// Candidates from a directory: every `lib*.so*` entry (files and links), resolved, native only.
-pub fn candidates_from_dir(dir: &Path) -> Vec<Candidate> {
+fn candidates_from_dir(dir: &Path, suffix: Option<&str>, r: &mut Resolver) -> Vec<Candidate> {
     let mut v: Vec<Candidate> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -380,8 +435,9 @@ pub fn candidates_from_dir(dir: &Path) -> Vec<Candidate> {
             if !name.starts_with("lib") || !name.contains(".so") {
                 return None;
             }
-            let file = std::fs::canonicalize(e.path()).ok()?;
-            is_native_file(&file).then_some(Candidate { name, file })
+            let known_file = e.file_type().is_ok_and(|t| t.is_file());
+            let file = r.file(&e.path(), known_file)?;
+            offered(&file, suffix).then_some(Candidate { name, file })
         })
         .collect();
     v.sort_by(|a, b| a.name.cmp(&b.name));
@@ -403,14 +459,21 @@ pub fn library_sources(extra: &[PathBuf]) -> Vec<PathBuf> {
     v
 }
 
-/// All candidates from the sources (a file is an ld.so.cache, a directory is scanned).
-pub fn candidates(sources: &[PathBuf]) -> Result<Vec<Candidate>, DriverError> {
+/// All candidates from the sources (a file is an ld.so.cache, a directory is scanned), of
+/// driver `version` when it is known.
+pub fn candidates(
+    sources: &[PathBuf],
+    version: Option<&str>,
+) -> Result<Vec<Candidate>, DriverError> {
+    let suffix = version.map(|v| format!(".so.{v}"));
+    let mut r = Resolver::default();
     let mut out = vec![];
     for s in sources {
         if s.is_dir() {
-            out.extend(candidates_from_dir(s));
+            out.extend(candidates_from_dir(s, suffix.as_deref(), &mut r));
         } else if s.is_file() {
-            out.extend(candidates_from_ldcache(s)?);
+            let found = candidates_from_ldcache(s, suffix.as_deref(), &out, &mut r)?;
+            out.extend(found);
         }
     }
     Ok(out)
@@ -832,6 +895,71 @@ mod tests {
         assert!(
             found.contains(&("nvidia-debugdump".to_string(), real_smi)),
             "{found:?}"
+        );
+    }
+
+    /// A driver directory reached through a symlinked path, with the links a driver installs
+    /// (chains, an absolute one into another directory, a dangling one) and another version's
+    /// leftovers: every link resolves to the real file in the canonical directory, and only
+    /// this version's native files are offered.
+    #[test]
+    fn candidates_resolve_links_and_keep_this_version() {
+        let t = tempfile::tempdir().unwrap();
+        let real = t.path().join("real");
+        let other = t.path().join("other");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        std::os::unix::fs::symlink(&real, t.path().join("via")).unwrap();
+        let exe = std::env::current_exe().unwrap(); // an ELF of this architecture
+        for f in ["libcuda.so.550.1", "libnvidia-ml.so.470.1"] {
+            std::fs::copy(&exe, real.join(f)).unwrap();
+        }
+        std::fs::copy(&exe, other.join("libnvidia-nvvm.so.550.1")).unwrap();
+        std::fs::write(real.join("libnvidia-cfg.so.550.1"), "not ELF").unwrap();
+        let links: [(&str, PathBuf); 6] = [
+            ("libcuda.so.1", "libcuda.so.550.1".into()),
+            ("libcuda.so", "libcuda.so.1".into()),
+            ("libnvidia-ml.so.1", "libnvidia-ml.so.470.1".into()),
+            ("libnvidia-nvvm.so.4", other.join("libnvidia-nvvm.so.550.1")),
+            ("libnvidia-gone.so.1", "libnvidia-gone.so.550.1".into()),
+            ("libnvidia-cfg.so.1", "libnvidia-cfg.so.550.1".into()),
+        ];
+        for (name, target) in &links {
+            std::os::unix::fs::symlink(target, real.join(name)).unwrap();
+        }
+        let canon = |d: &Path, f: &str| std::fs::canonicalize(d).unwrap().join(f);
+        let got = |version| {
+            let mut v: Vec<(String, PathBuf)> = candidates(&[t.path().join("via")], version)
+                .unwrap()
+                .into_iter()
+                .map(|c| (c.name, c.file))
+                .collect();
+            v.sort();
+            v
+        };
+        let cuda = canon(&real, "libcuda.so.550.1");
+        let nvvm = canon(&other, "libnvidia-nvvm.so.550.1");
+        assert_eq!(
+            got(Some("550.1")),
+            vec![
+                ("libcuda.so".into(), cuda.clone()),
+                ("libcuda.so.1".into(), cuda.clone()),
+                ("libcuda.so.550.1".into(), cuda.clone()),
+                ("libnvidia-nvvm.so.4".into(), nvvm.clone()),
+            ]
+        );
+        // Without a version (NVML is asked for it), every native library is offered.
+        let ml = canon(&real, "libnvidia-ml.so.470.1");
+        assert_eq!(
+            got(None),
+            vec![
+                ("libcuda.so".into(), cuda.clone()),
+                ("libcuda.so.1".into(), cuda.clone()),
+                ("libcuda.so.550.1".into(), cuda),
+                ("libnvidia-ml.so.1".into(), ml.clone()),
+                ("libnvidia-ml.so.470.1".into(), ml),
+                ("libnvidia-nvvm.so.4".into(), nvvm),
+            ]
         );
     }
 

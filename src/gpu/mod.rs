@@ -149,7 +149,7 @@ fn driver_version(proc_dir: &Path) -> Option<String> {
 /// Without /proc/driver/nvidia/version (some sandboxes hide it), ask NVML for the version: load
 /// the first libnvidia-ml.so.1 the library sources offer.
 fn version_from_nvml(sources: &[PathBuf], detail: bool) -> Option<(String, nvml::NvmlInfo)> {
-    let cands = driver::candidates(sources).ok()?;
+    let cands = driver::candidates(sources, None).ok()?;
     let lib = cands.iter().find(|c| c.name == "libnvidia-ml.so.1")?;
     let info = nvml::query_in_child(&lib.file, detail).ok()?;
     Some((info.driver_version.clone()?, info))
@@ -265,8 +265,8 @@ fn gpus_from_proc(proc_dir: &Path) -> Option<nvml::NvmlInfo> {
     })
 }
 
-/// The GPUs the caller may use: the minors of every /dev/nvidiaN it can open (a device cgroup
-/// refuses the others), and those it cannot.
+/// The GPUs the caller may use: the minors of every /dev/nvidiaN it may open (a device cgroup
+/// refuses the others), and those it may not.
 fn openable(dev: &Path) -> (Vec<u32>, Vec<u32>) {
     devices::gpu_minors(dev)
         .into_iter()
@@ -329,6 +329,9 @@ pub fn prepare(
     let sources = driver::library_sources(&opts.driver.paths);
     let (version, early_nvml) = match driver_version(&proc_dir) {
         Some(v) => (Some(v), None),
+        // No control node, no GPU to use: the library search is not worth its time (a
+        // machine without a driver pays it on every start otherwise).
+        None if !dev.join("nvidiactl").exists() => (None, None),
         None => match version_from_nvml(&sources, false) {
             Some((v, n)) => (Some(v), Some(n)),
             None => (None, None),
@@ -371,7 +374,8 @@ pub fn prepare(
             unknown.join(", ")
         ));
     }
-    let libs = driver::choose_libraries(&driver::candidates(&sources)?, &version, &groups);
+    let cands = driver::candidates(&sources, Some(&version))?;
+    let libs = driver::choose_libraries(&cands, &version, &groups);
     if libs.is_empty() {
         return Err(GpuError::NoLibraries {
             version,
@@ -490,10 +494,10 @@ pub fn prepare(
     }
     let mut files: Vec<(PathBuf, PathBuf)> = libs
         .iter()
-        .map(|l| (resolved(&l.src), Path::new(LIB_DIR).join(&l.name)))
+        .map(|l| (l.src.clone(), Path::new(LIB_DIR).join(&l.name)))
         .collect();
     for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver.paths) {
-        files.push((resolved(&src), Path::new(BIN_DIR).join(name)));
+        files.push((src, Path::new(BIN_DIR).join(name)));
     }
     mounts.extend(linked(&files));
     if let Some(fw) = driver::find_firmware(&version, &opts.driver.paths) {
@@ -550,20 +554,10 @@ pub fn prepare(
     }))
 }
 
-/// A host file as the kernel finds it: its own name in its own directory (a library's soname
-/// link may point anywhere, even by an absolute path that means nothing in the container).
-fn resolved(p: &Path) -> PathBuf {
-    match std::fs::symlink_metadata(p) {
-        Ok(m) if m.file_type().is_symlink() => {
-            std::fs::canonicalize(p).unwrap_or_else(|_| p.into())
-        }
-        _ => p.into(),
-    }
-}
-
 /// Driver files as symlinks into one read-only bind of each host directory holding them
 /// (HOST_DIR/0, /1, … in order of first use): a node's driver has dozens of files, and a symlink
-/// costs a fraction of a bind, at start-up and at exit. `files` is (host file, container path).
+/// costs a fraction of a bind, at start-up and at exit. `files` is (host file, container path),
+/// the host file resolved (a link on the host could point where the container has nothing).
 fn linked(files: &[(PathBuf, PathBuf)]) -> Vec<Mount> {
     let mut dirs: Vec<&Path> = vec![];
     let mut links = vec![];
@@ -655,7 +649,7 @@ pub fn list(driver_paths: &[PathBuf], host_env: &[(String, String)]) -> Result<G
         Some(_) if nvml.is_some() => {}
         Some(v) => {
             let libs = driver::choose_libraries(
-                &driver::candidates(&sources)?,
+                &driver::candidates(&sources, Some(v))?,
                 v,
                 &[driver::Group::Utility],
             );
