@@ -393,7 +393,7 @@ pub fn gpu_minor_of(name: &str) -> Option<u32> {
     n.parse().ok()
 }
 
-/// Does an open() outcome mean the job may use the device? EPERM (device cgroup) and EACCES
+/// Does a probe's outcome mean the job may use the device? EPERM (device cgroup) and EACCES
 /// (file mode) say no; success, ENXIO (node without driver) and anything else say yes.
 pub fn open_allows(r: &io::Result<()>) -> bool {
     match r {
@@ -402,9 +402,12 @@ pub fn open_allows(r: &io::Result<()>) -> bool {
     }
 }
 
-/// Try to open a device node read-only and close it again.
+/// May this process open the device node for reading and writing? access(2) asks the same
+/// permission check open(2) does, device cgroup included, without the driver's open: opening a
+/// GPU's node took 0.1-0.7 ms on an H200 node, on every start, for each GPU.
 pub fn probe(path: &Path) -> io::Result<()> {
-    std::fs::File::open(path).map(drop)
+    use nix::unistd::{access, AccessFlags};
+    access(path, AccessFlags::R_OK | AccessFlags::W_OK).map_err(io::Error::from)
 }
 
 /// The control nodes every GPU container needs, when present in `dev`.
