@@ -420,30 +420,24 @@ fn read_only_binds_cover_their_submounts() {
     let _unmount = Unmount(sub.clone());
     std::fs::write(sub.join("in.txt"), "below\n").unwrap();
     s.chown_all();
-    let bind = |mode: &str| format!("{}:/mnt/data{mode}", s.join("data").display());
     let script = "cat /mnt/data/sub/in.txt; echo x > /mnt/data/sub/new 2>/dev/null && echo written || echo ro-refused";
-    let o = run_ok(&mut gpurun(&[
-        "exec",
-        "--bind",
-        &bind(":ro"),
-        img.to_str().unwrap(),
-        "sh",
-        "-c",
-        script,
-    ]));
-    assert_eq!(stdout(&o), "below\nro-refused\n");
+    let with_bind = |mode: &str| {
+        let bind = format!("{}:/mnt/data{mode}", s.join("data").display());
+        let args = [
+            "exec",
+            "--bind",
+            &bind,
+            img.to_str().unwrap(),
+            "sh",
+            "-c",
+            script,
+        ];
+        stdout(&run_ok(&mut gpurun(&args)))
+    };
+    assert_eq!(with_bind(":ro"), "below\nro-refused\n");
     assert!(!sub.join("new").exists());
     // The same bind without :ro writes through to the host's submount.
-    let o = run_ok(&mut gpurun(&[
-        "exec",
-        "--bind",
-        &bind(""),
-        img.to_str().unwrap(),
-        "sh",
-        "-c",
-        script,
-    ]));
-    assert_eq!(stdout(&o), "below\nwritten\n");
+    assert_eq!(with_bind(""), "below\nwritten\n");
     assert!(sub.join("new").exists());
 }
 
