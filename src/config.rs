@@ -95,7 +95,8 @@ pub enum ConfigError {
     },
 }
 
-/// Compressors both tar2sqfs writes and gpurun's squashfs reader reads (not lzo, not lzma).
+/// Compressors `pull` offers: tar2sqfs writes them and gpurun's squashfs reader reads them
+/// (lzo, enroot's default, is read but not offered: larger and no faster to read than zstd).
 pub const COMPRESSORS: &[&str] = &["zstd", "gzip", "xz", "lz4"];
 
 impl Config {

@@ -29,9 +29,10 @@ fn gpurun_image(s: &Scratch) -> PathBuf {
 }
 
 /// An image as `enroot import` + `enroot create` lay it out: the OCI Env in /etc/environment,
-/// an /etc/rc that enters the WorkingDir, sources rc.local and execs the entrypoint.
+/// an /etc/rc that enters the WorkingDir, sources rc.local and execs the entrypoint; squashed
+/// with enroot's default ENROOT_SQUASH_OPTIONS (lzo metadata and fragments, file data stored).
 fn enroot_image(s: &Scratch) -> PathBuf {
-    busybox_image(s, "enroot", |root| {
+    busybox_image_with(s, "enroot", &["-comp", "lzo", "-noD"], |root| {
         std::fs::write(
             root.join("etc/environment"),
             "PATH=/bin:/usr/bin\nENROOT_IMAGE_VAR=from-environment\n",

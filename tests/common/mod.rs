@@ -189,11 +189,21 @@ pub fn mksquashfs(dir: &Path, out: &Path, extra: &[&str]) {
 
 /// A busybox image at SCRATCH/NAME.sqsh, with `customise` run on the rootfs first.
 pub fn busybox_image(s: &Scratch, name: &str, customise: impl FnOnce(&Path)) -> PathBuf {
+    busybox_image_with(s, name, &[], customise)
+}
+
+/// `busybox_image`, with these mksquashfs options.
+pub fn busybox_image_with(
+    s: &Scratch,
+    name: &str,
+    mksquashfs_args: &[&str],
+    customise: impl FnOnce(&Path),
+) -> PathBuf {
     let root = s.join(format!("{name}.root"));
     busybox_rootfs(&root);
     customise(&root);
     let img = s.join(format!("{name}.sqsh"));
-    mksquashfs(&root, &img, &[]);
+    mksquashfs(&root, &img, mksquashfs_args);
     img
 }
 

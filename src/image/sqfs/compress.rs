@@ -16,6 +16,7 @@ thread_local! {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compressor {
     Gzip,
+    Lzo,
     Xz,
     Lz4,
     Zstd,
@@ -27,7 +28,7 @@ impl Compressor {
         match id {
             1 => Ok(Compressor::Gzip),
             2 => Err("lzma".into()),
-            3 => Err("lzo".into()),
+            3 => Ok(Compressor::Lzo),
             4 => Ok(Compressor::Xz),
             5 => Ok(Compressor::Lz4),
             6 => Ok(Compressor::Zstd),
@@ -55,6 +56,7 @@ impl Compressor {
                     None => zstd::bulk::decompress(input, limit),
                 })
                 .map_err(|e| format!("zstd: {e}")),
+            Compressor::Lzo => super::lzo::decompress(input, limit),
             Compressor::Xz => {
                 let mut s = liblzma::stream::Stream::new_stream_decoder(256 << 20, 0)
                     .map_err(|e| format!("xz: {e}"))?;
@@ -80,6 +82,7 @@ impl fmt::Display for Compressor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Compressor::Gzip => "gzip",
+            Compressor::Lzo => "lzo",
             Compressor::Xz => "xz",
             Compressor::Lz4 => "lz4",
             Compressor::Zstd => "zstd",
@@ -100,7 +103,7 @@ mod tests {
     fn ids() {
         assert_eq!(Compressor::from_id(1), Ok(Compressor::Gzip));
         assert_eq!(Compressor::from_id(6), Ok(Compressor::Zstd));
-        assert_eq!(Compressor::from_id(3), Err("lzo".into()));
+        assert_eq!(Compressor::from_id(3), Ok(Compressor::Lzo));
         assert_eq!(Compressor::from_id(2), Err("lzma".into()));
         assert!(Compressor::from_id(99).unwrap_err().contains("99"));
     }

@@ -9,6 +9,7 @@
 
 mod compress;
 mod format;
+mod lzo;
 
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
@@ -38,7 +39,7 @@ pub enum SqfsError {
         major: u16,
         minor: u16,
     },
-    #[error("{path} is compressed with {name}, which gpurun cannot read; rebuild it with `mksquashfs -comp zstd` (gzip, xz and lz4 also work)")]
+    #[error("{path} is compressed with {name}, which gpurun cannot read; rebuild it with `mksquashfs -comp zstd` (gzip, lzo, xz and lz4 also work)")]
     Compressor { path: PathBuf, name: String },
     #[error("image {path} is corrupt or truncated ({what}); rebuild or download it again")]
     Corrupt { path: PathBuf, what: String },
