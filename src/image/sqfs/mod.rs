@@ -9,7 +9,7 @@
 
 mod compress;
 mod format;
-mod lzo;
+pub mod lzo;
 
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
