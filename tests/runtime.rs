@@ -401,6 +401,15 @@ fn read_only_binds_cover_their_submounts() {
         eprintln!("skipped: needs root to mount below the bound directory");
         return;
     }
+    // mount_setattr (Linux 5.12) makes a tree read-only; before it, only the top mount is.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release
+        .split(['.', '-'])
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    if (v.next().unwrap_or(0), v.next().unwrap_or(0)) < (5, 12) {
+        eprintln!("skipped: kernel {release} has no mount_setattr");
+        return;
+    }
     struct Unmount(std::path::PathBuf);
     impl Drop for Unmount {
         fn drop(&mut self) {
