@@ -46,9 +46,10 @@ turns it off). gpurun binds only the GPUs this process may open (Slurm's device 
 narrowed by --gpus, else CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, SLURM_STEP_GPUS /
 SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES is renumbered 0..n-1 inside (UUIDs kept). The driver's
 libraries (compute and utility; --nv-caps video,graphics for more) and tools (nvidia-smi, …)
-appear in /.gpurun/nvidia (links into read-only binds of their host directories). An image's NVIDIA_REQUIRE_CUDA (or CUDA_VERSION) is
-checked against the driver; NVIDIA_DISABLE_REQUIRE=1 skips the check; /usr/local/cuda/compat
-in the image is used when newer than the driver.
+appear in /.gpurun/nvidia (libraries as links into read-only binds of their host directories).
+An image's NVIDIA_REQUIRE_CUDA (or CUDA_VERSION) is checked against the driver;
+NVIDIA_DISABLE_REQUIRE=1 skips the check; /usr/local/cuda/compat in the image is used when
+newer than the driver.
   gpurun gpus            what this process may use (NVML: name, UUID, memory, utilisation)
   gpurun doctor          whether the driver and devices are usable here
   --nv-driver-path P     extra ld.so.cache or directory with the driver's libraries

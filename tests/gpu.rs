@@ -274,13 +274,26 @@ fn driver_libraries_from_every_cache_format() {
             !d.iter().any(|d| d.contains("oldthing")),
             "{format}: another driver's library: {d:#?}"
         );
-        // Host directories bound read-only, the files linked into them.
-        for m in p.mounts.iter().filter(|m| m.dst.starts_with("/.gpurun")) {
+        // gpurun's own tmpfs first; in it the libraries' host directories bound read-only with
+        // the libraries linked into them, and the binaries bound read-only.
+        let ours: Vec<&Mount> = p
+            .mounts
+            .iter()
+            .filter(|m| m.dst.starts_with(gpu::NV_DIR))
+            .collect();
+        assert_eq!(ours[0].dst, Path::new(gpu::NV_DIR));
+        assert_eq!(ours[0].source, MountSource::Tmpfs { mode: 0o755 });
+        for m in &ours[1..] {
             match &m.source {
-                MountSource::Bind { .. } => {
-                    assert!(m.readonly && m.dst.starts_with(gpu::HOST_DIR), "{m:?}")
-                }
-                MountSource::Symlink { target } => assert!(target.starts_with(gpu::HOST_DIR)),
+                MountSource::Bind { .. } => assert!(
+                    m.readonly
+                        && (m.dst.starts_with(gpu::HOST_DIR) || m.dst.starts_with(gpu::BIN_DIR)),
+                    "{m:?}"
+                ),
+                MountSource::Symlink { target } => assert!(
+                    m.dst.starts_with(gpu::LIB_DIR) && target.starts_with(gpu::HOST_DIR),
+                    "{m:?}"
+                ),
                 _ => panic!("{m:?}"),
             }
         }
@@ -568,11 +581,25 @@ fn gpus_command_as_user() {
 }
 
 /// A busybox squashfs image with `env` as its config's environment.
+/// A busybox image with this Env, and stale driver files where gpurun puts the host's (as an
+/// image made from a running container's files could have): the host's must be what shows.
 fn image(s: &common::Scratch, env: &[&str]) -> PathBuf {
     let meta = serde_json::json!({ "env": env }).to_string();
     common::busybox_image(s, "img", |root| {
-        std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+        std::fs::create_dir_all(root.join(".gpurun/nvidia/lib")).unwrap();
+        std::fs::create_dir_all(root.join(".gpurun/nvidia/bin")).unwrap();
         std::fs::write(root.join(".gpurun/meta.json"), meta).unwrap();
+        std::fs::write(root.join(".gpurun/nvidia/lib/libcuda.so.1"), "stale").unwrap();
+        std::os::unix::fs::symlink(
+            "/nowhere",
+            root.join(".gpurun/nvidia/lib/libnvidia-ml.so.1"),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join(".gpurun/nvidia/bin/nvidia-smi"),
+            "#!/bin/sh\necho stale nvidia-smi\n",
+        )
+        .unwrap();
     })
 }
 
@@ -590,7 +617,8 @@ fn gpurun_nv(f: &FakeDriver, host: &[(&str, &str)], args: &[&str]) -> std::proce
 const INSIDE: &str =
     "ls /dev | grep -i nvidia | tr '\\n' ' '; echo; echo CVD=$CUDA_VISIBLE_DEVICES; \
      echo LD=$LD_LIBRARY_PATH; ls /.gpurun/nvidia/lib | tr '\\n' ' '; echo; \
-     head -c 4 /.gpurun/nvidia/lib/libcuda.so.1 | tail -c 3; echo; nvidia-smi";
+     head -c 4 /.gpurun/nvidia/lib/libcuda.so.1 | tail -c 3; \
+     head -c 4 /.gpurun/nvidia/lib/libnvidia-ml.so.1 | tail -c 3; echo; nvidia-smi";
 
 #[test]
 fn exec_sees_exactly_the_chosen_gpus() {
@@ -628,8 +656,8 @@ fn exec_sees_exactly_the_chosen_gpus() {
     );
     assert_eq!(
         lines.next(),
-        Some("ELF"),
-        "libcuda readable through its link: {out}"
+        Some("ELFELF"),
+        "libcuda and libnvidia-ml through their links, not the image's stale files: {out}"
     );
     assert_eq!(lines.next(), Some("fake nvidia-smi"), "{out}");
 

@@ -25,12 +25,14 @@ use serde::Serialize;
 use crate::runtime::plan::{Mount, MountSource};
 use devices::{GpuNode, Request};
 
+/// gpurun's directory for the driver in the container (a tmpfs of its own).
+pub const NV_DIR: &str = "/.gpurun/nvidia";
 /// Where the driver's libraries appear in the container (on the loader path, after the image's).
 pub const LIB_DIR: &str = "/.gpurun/nvidia/lib";
 /// Where the driver's binaries appear in the container (on PATH, last).
 pub const BIN_DIR: &str = "/.gpurun/nvidia/bin";
-/// Where the host directories holding them are bound (read-only), for the links in LIB_DIR and
-/// BIN_DIR to point into.
+/// Where the host directories holding the libraries are bound (read-only), for the links in
+/// LIB_DIR to point into.
 pub const HOST_DIR: &str = "/.gpurun/nvidia/host";
 /// CUDA forward-compatibility libraries in an image.
 pub const COMPAT_DIR: &str = "/usr/local/cuda/compat";
@@ -144,6 +146,16 @@ fn roots(host_env: &[(String, String)]) -> (PathBuf, PathBuf) {
 /// The driver version, when a driver is loaded.
 fn driver_version(proc_dir: &Path) -> Option<String> {
     driver::parse_proc_version(&std::fs::read_to_string(proc_dir.join("version")).ok()?)
+}
+
+/// Is nvidia-modprobe installed (in PATH or /usr/bin), to load the driver and make its nodes?
+fn loads_on_demand(host_env: &[(String, String)]) -> bool {
+    get(host_env, "PATH")
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .chain(["/usr/bin"])
+        .any(|d| Path::new(d).join("nvidia-modprobe").exists())
 }
 
 /// Without /proc/driver/nvidia/version (some sandboxes hide it), ask NVML for the version: load
@@ -329,9 +341,10 @@ pub fn prepare(
     let sources = driver::library_sources(&opts.driver.paths);
     let (version, early_nvml) = match driver_version(&proc_dir) {
         Some(v) => (Some(v), None),
-        // No control node, no GPU to use: the library search is not worth its time (a
-        // machine without a driver pays it on every start otherwise).
-        None if !dev.join("nvidiactl").exists() => (None, None),
+        // No control node and nothing to make one (nvidia-modprobe, which NVML runs where the
+        // driver is loaded on first use): no GPU to use, and the library search is not worth
+        // its time (a machine without a driver would pay it on every start).
+        None if !dev.join("nvidiactl").exists() && !loads_on_demand(host_env) => (None, None),
         None => match version_from_nvml(&sources, false) {
             Some((v, n)) => (Some(v), Some(n)),
             None => (None, None),
@@ -492,14 +505,22 @@ pub fn prepare(
         let name = p.file_name().map(PathBuf::from).unwrap_or_default();
         mounts.push(Mount::bind(p, Path::new("/dev").join(name), false));
     }
-    let mut files: Vec<(PathBuf, PathBuf)> = libs
+    // gpurun's own tmpfs: what an image has there (or a container left there) never shows.
+    mounts.push(Mount {
+        dst: PathBuf::from(NV_DIR),
+        source: MountSource::Tmpfs { mode: 0o755 },
+        readonly: false,
+        optional: false,
+    });
+    let files: Vec<(PathBuf, PathBuf)> = libs
         .iter()
         .map(|l| (l.src.clone(), Path::new(LIB_DIR).join(&l.name)))
         .collect();
-    for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver.paths) {
-        files.push((src, Path::new(BIN_DIR).join(name)));
-    }
     mounts.extend(linked(&files));
+    // A few files, found through PATH: bound one by one, not their whole directory.
+    for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver.paths) {
+        mounts.push(Mount::bind(src, Path::new(BIN_DIR).join(name), true));
+    }
     if let Some(fw) = driver::find_firmware(&version, &opts.driver.paths) {
         mounts.push(Mount::bind(
             fw,
@@ -554,9 +575,9 @@ pub fn prepare(
     }))
 }
 
-/// Driver files as symlinks into one read-only bind of each host directory holding them
-/// (HOST_DIR/0, /1, … in order of first use): a node's driver has dozens of files (33 in two
-/// directories on a 2×H200 node), and each bind is a mount made at start-up and torn down at
+/// Driver libraries as symlinks into one read-only bind of each host directory holding them
+/// (HOST_DIR/0, /1, … in order of first use): a driver has dozens of libraries (28 in one
+/// directory on a 2×H200 node), and each bind is a mount made at start-up and torn down at
 /// exit. `files` is (host file, container path), the host file resolved (a link on the host
 /// could point where the container has nothing).
 fn linked(files: &[(PathBuf, PathBuf)]) -> Vec<Mount> {
@@ -768,6 +789,19 @@ mod tests {
             let d = DriverPaths { paths: given };
             assert_eq!(d.or_configured(&configured), want);
         }
+    }
+
+    #[test]
+    fn nvidia_modprobe_in_path_means_a_driver_may_load_on_demand() {
+        let t = tempfile::tempdir().unwrap();
+        let bin = t.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let path = |extra: &str| env(&[("PATH", &format!("{extra}:{}", bin.display()))]);
+        // /usr/bin is always looked at
+        let in_usr_bin = Path::new("/usr/bin/nvidia-modprobe").exists();
+        assert_eq!(loads_on_demand(&path("/nonexistent")), in_usr_bin);
+        std::fs::write(bin.join("nvidia-modprobe"), "").unwrap();
+        assert!(loads_on_demand(&path("/nonexistent")));
     }
 
     #[test]

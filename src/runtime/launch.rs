@@ -484,15 +484,10 @@ fn apply_mount(
             };
             attach(root, m, tree, kind)
         }
-        MountSource::Tmpfs => {
+        MountSource::Tmpfs { mode } => {
             let dst = sys::open_in_root(&root.fd, &m.dst, Create::Dir)?;
             root.not_the_root(&dst, &m.dst)?;
-            let mode = if m.dst == Path::new("/dev") {
-                0o755
-            } else {
-                0o1777
-            };
-            sys::mount_tmpfs(&sys::fd_path(&dst), mode)
+            sys::mount_tmpfs(&sys::fd_path(&dst), *mode)
         }
         MountSource::File { contents } => {
             let f = files.join(i.to_string());
@@ -516,8 +511,8 @@ fn attach(root: &Root, m: &Mount, tree: &OwnedFd, kind: Create) -> Result<(), Sy
     root.not_the_root(&dst, &m.dst)?;
     sys::attach_tree(tree, &dst, &m.dst)?;
     if readonly_later {
-        // Kernels before 5.12: the new mount is reached through a fresh handle; an fd opened
-        // before it was attached still points under it.
+        // Kernels before 5.12: the new mount (its submounts stay writable) is reached through
+        // a fresh handle; an fd opened before it was attached still points under it.
         let top = sys::open_in_root(&root.fd, &m.dst, Create::No)?;
         sys::remount_readonly(&sys::fd_path(&top))?;
     }

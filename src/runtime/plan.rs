@@ -16,8 +16,8 @@ use crate::image::meta::ImageMeta;
 pub enum MountSource {
     /// A host file or directory (recursive bind).
     Bind { src: PathBuf },
-    /// A fresh tmpfs.
-    Tmpfs,
+    /// A fresh tmpfs with this mode for its root.
+    Tmpfs { mode: u32 },
     /// A file whose contents gpurun generates (passwd, group, driver params…).
     File { contents: String },
     /// A symlink created in the container's writable scratch (e.g. /dev/fd → /proc/self/fd).
@@ -301,7 +301,7 @@ pub fn plan(
         Mount::bind("/sys", "/sys", false),
     ];
     if extras.filter_nvidia_dev {
-        mounts.push(Mount::new("/dev", MountSource::Tmpfs));
+        mounts.push(Mount::new("/dev", MountSource::Tmpfs { mode: 0o755 }));
         for e in &host.dev {
             match e {
                 DevEntry::Symlink { name, target } => mounts.push(Mount::new(
@@ -321,8 +321,8 @@ pub fn plan(
         mounts.push(Mount::bind("/dev", "/dev", false));
     }
     if req.contain {
-        mounts.push(Mount::new("/tmp", MountSource::Tmpfs));
-        mounts.push(Mount::new("/var/tmp", MountSource::Tmpfs));
+        mounts.push(Mount::new("/tmp", MountSource::Tmpfs { mode: 0o1777 }));
+        mounts.push(Mount::new("/var/tmp", MountSource::Tmpfs { mode: 0o1777 }));
     } else {
         mounts.push(Mount::bind("/tmp", "/tmp", false));
         mounts.push(Mount::bind("/var/tmp", "/var/tmp", false).optional());
@@ -735,7 +735,10 @@ mod tests {
         )
         .unwrap();
         assert!(find(&p, "/home/alice").is_none());
-        assert_eq!(find(&p, "/tmp").unwrap().source, MountSource::Tmpfs);
+        assert_eq!(
+            find(&p, "/tmp").unwrap().source,
+            MountSource::Tmpfs { mode: 0o1777 }
+        );
         let no_home = Request {
             no_home: true,
             ..Default::default()
@@ -869,7 +872,10 @@ mod tests {
         )
         .unwrap();
         let d = dsts(&p);
-        assert_eq!(find(&p, "/dev").unwrap().source, MountSource::Tmpfs);
+        assert_eq!(
+            find(&p, "/dev").unwrap().source,
+            MountSource::Tmpfs { mode: 0o755 }
+        );
         assert!(d.contains(&"/dev/null".to_string()) && d.contains(&"/dev/shm".to_string()));
         assert!(
             !d.contains(&"/dev/nvidiactl".to_string())
