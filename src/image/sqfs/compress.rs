@@ -8,8 +8,8 @@ use std::fmt;
 thread_local! {
     static ZSTD: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
         std::cell::RefCell::new(zstd::bulk::Decompressor::new().ok());
-    static ZLIB: std::cell::RefCell<flate2::Decompress> =
-        std::cell::RefCell::new(flate2::Decompress::new(true));
+    static DEFLATE: std::cell::RefCell<libdeflater::Decompressor> =
+        std::cell::RefCell::new(libdeflater::Decompressor::new());
 }
 
 /// Compressor id from the superblock (squashfs_fs.h numbering).
@@ -39,14 +39,17 @@ impl Compressor {
     /// Decompress `input`, producing at most `limit` bytes; anything malformed or longer is an error.
     pub fn decompress(self, input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
         match self {
-            Compressor::Gzip => ZLIB.with(|d| {
+            Compressor::Gzip => DEFLATE.with(|d| {
                 // squashfs "gzip" blocks are zlib streams (with the zlib header).
-                let mut d = d.borrow_mut();
-                d.reset(true);
-                let mut out = Vec::with_capacity(limit);
-                match d.decompress_vec(input, &mut out, flate2::FlushDecompress::Finish) {
-                    Ok(flate2::Status::StreamEnd) => Ok(out),
-                    Ok(_) => Err("zlib stream does not end within the block".into()),
+                let mut out = vec![0u8; limit];
+                match d.borrow_mut().zlib_decompress(input, &mut out) {
+                    Ok(n) => {
+                        out.truncate(n);
+                        Ok(out)
+                    }
+                    Err(libdeflater::DecompressionError::InsufficientSpace) => {
+                        Err(format!("zlib: data longer than {limit} bytes"))
+                    }
                     Err(e) => Err(format!("zlib: {e}")),
                 }
             }),
