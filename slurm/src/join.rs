@@ -29,12 +29,14 @@ fn open_ns(pid: i32, ns: &str) -> Result<OwnedFd, String> {
         .map_err(|e| format!("open {p}: {e} (did the container's holder exit?)"))
 }
 
-/// Join the holder's user and mount namespaces, then make the container root this task's root.
-/// Returns a warning for the user when the working directory had to change.
+/// Join the holder's user namespace and the container's mount namespace: the one the holder
+/// prepared with the root pivoted (joining it makes the container root this task's root and
+/// cwd), else (an older gpurun) a private copy of the holder's, pivoted here. Returns a warning
+/// for the user when the working directory had to change.
 pub fn enter(h: &Holder) -> Result<Option<String>, String> {
     // both opened before joining anything: after setns(user) /proc/PID may look different
     let user = open_ns(h.pid, "user")?;
-    let mnt = open_ns(h.pid, "mnt")?;
+    let mnt = open_ns(h.ns_pid.unwrap_or(h.pid), "mnt")?;
     let root = cpath(&h.root).map_err(|e| format!("{}: {e}", h.root.display()))?;
     let cwd = cpath(&h.cwd).map_err(|e| format!("{}: {e}", h.cwd.display()))?;
     let mut warning = None;
@@ -51,6 +53,34 @@ pub fn enter(h: &Holder) -> Result<Option<String>, String> {
             "setns(mount namespace)",
             libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS),
         )?;
+    }
+    if h.ns_pid.is_none() {
+        pivot_into(h, &root)?;
+    }
+    // SAFETY: plain syscalls on NUL-terminated paths.
+    unsafe {
+        // as `gpurun exec` does: a working directory missing in the image is not fatal
+        if libc::chdir(cwd.as_ptr()) != 0 {
+            check("chdir / in the container", libc::chdir(c"/".as_ptr()))?;
+            warning = Some(format!(
+                "warning: working directory {} does not exist in the container; using /",
+                h.cwd.display()
+            ));
+        }
+        // as for `gpurun exec`: nothing in the container gains privileges through exec
+        check(
+            "PR_SET_NO_NEW_PRIVS",
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+        )?;
+    }
+    Ok(warning)
+}
+
+/// An older gpurun's holder: make a private copy of its mount namespace and pivot to the
+/// container root in it.
+fn pivot_into(h: &Holder, root: &CString) -> Result<(), String> {
+    // SAFETY: plain syscalls on NUL-terminated paths; the task is single-threaded.
+    unsafe {
         // a private copy, so pivot_root here changes neither the holder nor the other tasks
         check("unshare(CLONE_NEWNS)", libc::unshare(libc::CLONE_NEWNS))?;
         // pivot_root refuses shared mounts; slave keeps receiving the holder's later unmounts
@@ -79,19 +109,6 @@ pub fn enter(h: &Holder) -> Result<Option<String>, String> {
                 libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
             )?;
         }
-        // as `gpurun exec` does: a working directory missing in the image is not fatal
-        if libc::chdir(cwd.as_ptr()) != 0 {
-            check("chdir / in the container", libc::chdir(c"/".as_ptr()))?;
-            warning = Some(format!(
-                "warning: working directory {} does not exist in the container; using /",
-                h.cwd.display()
-            ));
-        }
-        // as for `gpurun exec`: nothing in the container gains privileges through exec
-        check(
-            "PR_SET_NO_NEW_PRIVS",
-            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
-        )?;
     }
-    Ok(warning)
+    Ok(())
 }

@@ -252,10 +252,22 @@ fn child(
         Ok(r) => r,
         Err(e) => return (exit::GPURUN_FAILED, e),
     };
+    if let Err(e) = sys::pivot_root(&root) {
+        return (
+            exit::GPURUN_FAILED,
+            format!("cannot enter the container root: {e}"),
+        );
+    }
     if let Some(mut f) = state {
+        // The holder's mount namespace is now the container as its tasks see it: a task joins
+        // with two setns calls ("ns_pid"). Copying the mount tree, pivoting and unmounting the
+        // host's tree in each task took a lock global to the node, one task after the other.
+        // "root" is "/" for a plugin that still pivots itself (it then only copies).
+        let me = std::process::id();
         let st = serde_json::json!({
-            "pid": std::process::id(),
-            "root": root,
+            "pid": me,
+            "ns_pid": me,
+            "root": "/",
             "env": plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
             "cwd": plan.cwd,
         });
@@ -270,12 +282,6 @@ fn child(
         }
     }
     drop(ready);
-    if let Err(e) = sys::pivot_root(&root) {
-        return (
-            exit::GPURUN_FAILED,
-            format!("cannot enter the container root: {e}"),
-        );
-    }
     if nix::unistd::chdir(&plan.cwd).is_err() {
         eprintln!(
             "gpurun: warning: working directory {} does not exist in the container; using /",
