@@ -493,6 +493,17 @@ mod tests {
         ["/bin/sh", "/bin/bash", "/opt"].contains(&p)
     }
 
+    /// `exec` of nothing in particular, with the home-directory fixture and no extras.
+    fn exec_plan(req: &Request) -> Result<Plan, PlanError> {
+        run_plan(
+            &HOMEDIR,
+            req,
+            Action::Exec(vec![]),
+            ImageMeta::default(),
+            &Extras::default(),
+        )
+    }
+
     fn run_plan(
         f: &Fixture,
         req: &Request,
@@ -708,16 +719,7 @@ mod tests {
             pwd: Some("rel".into()),
             ..Default::default()
         };
-        assert!(matches!(
-            run_plan(
-                &HOMEDIR,
-                &rel,
-                Action::Exec(vec![]),
-                ImageMeta::default(),
-                &Extras::default()
-            ),
-            Err(PlanError::RelativePwd(_))
-        ));
+        assert!(matches!(exec_plan(&rel), Err(PlanError::RelativePwd(_))));
     }
 
     #[test]
@@ -726,14 +728,7 @@ mod tests {
             contain: true,
             ..Default::default()
         };
-        let p = run_plan(
-            &HOMEDIR,
-            &contain,
-            Action::Exec(vec![]),
-            ImageMeta::default(),
-            &Extras::default(),
-        )
-        .unwrap();
+        let p = exec_plan(&contain).unwrap();
         assert!(find(&p, "/home/alice").is_none());
         assert_eq!(
             find(&p, "/tmp").unwrap().source,
@@ -763,14 +758,7 @@ mod tests {
             fakeroot: true,
             ..Default::default()
         };
-        let p = run_plan(
-            &HOMEDIR,
-            &fr,
-            Action::Exec(vec![]),
-            ImageMeta::default(),
-            &Extras::default(),
-        )
-        .unwrap();
+        let p = exec_plan(&fr).unwrap();
         assert_eq!((p.uid.inside, p.uid.outside, p.gid.inside), (0, 1000, 0));
         assert_eq!(
             find(&p, "/root").unwrap().source,
@@ -808,14 +796,7 @@ mod tests {
             binds: vec!["/x:/y:ro,/z".into()],
             ..Default::default()
         };
-        let p = run_plan(
-            &HOMEDIR,
-            &req,
-            Action::Exec(vec![]),
-            ImageMeta::default(),
-            &Extras::default(),
-        )
-        .unwrap();
+        let p = exec_plan(&req).unwrap();
         assert!(find(&p, "/y").unwrap().readonly);
         assert!(!find(&p, "/z").unwrap().readonly);
         let req = Request {
@@ -823,13 +804,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            run_plan(
-                &HOMEDIR,
-                &req,
-                Action::Exec(vec![]),
-                ImageMeta::default(),
-                &Extras::default()
-            ),
+            exec_plan(&req),
             Err(PlanError::BindSourceMissing(_))
         ));
     }
