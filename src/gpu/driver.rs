@@ -350,6 +350,8 @@ fn is_native_file(p: &Path) -> bool {
 #[derive(Default)]
 struct Resolver {
     dirs: HashMap<PathBuf, Option<PathBuf>>,
+    /// Files already checked for this architecture (a library's file has two or three names).
+    native: HashMap<PathBuf, bool>,
 }
 
 impl Resolver {
@@ -384,23 +386,21 @@ impl Resolver {
             .or_insert_with(|| std::fs::canonicalize(dir).ok());
         Some(real.as_ref()?.join(name))
     }
+
+    /// A library file worth offering: of this driver version when known (others are never
+    /// chosen, so not even opened), and built for this architecture.
+    fn offered(&mut self, file: &Path, suffix: Option<&str>) -> bool {
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        suffix.is_none_or(|s| name.ends_with(s))
+            && *self
+                .native
+                .entry(file.to_path_buf())
+                .or_insert_with(|| is_native_file(file))
+    }
 }
 
-/// A library file worth offering: of this driver version when known (others are never chosen,
-/// so not even opened), and built for this architecture.
-fn offered(file: &Path, suffix: Option<&str>) -> bool {
-    let name = file.file_name().unwrap_or_default().to_string_lossy();
-    suffix.is_none_or(|s| name.ends_with(s)) && is_native_file(file)
-}
-
-/// Candidates from an ld.so.cache file: native entries only, paths resolved; names in `have`
-/// (found in an earlier source, which wins) are skipped.
-fn candidates_from_ldcache(
-    path: &Path,
-    suffix: Option<&str>,
-    have: &[Candidate],
-    r: &mut Resolver,
-) -> Result<Vec<Candidate>, DriverError> {
+/// (name, path, known to be no link) of an ld.so.cache's native entries that may be the driver's.
+fn ldcache_entries(path: &Path) -> Result<Vec<(String, PathBuf, bool)>, DriverError> {
     let b = match std::fs::read(path) {
         Ok(b) => b,
         Err(_) => return Ok(vec![]),
@@ -416,31 +416,23 @@ fn candidates_from_ldcache(
                 || e.key.starts_with("libnvcuvid")
                 || e.key.starts_with("libnvoptix")
         })
-        .filter(|e| !have.iter().any(|c| c.name == e.key))
-        .filter_map(|e| {
-            let file = r.file(Path::new(&e.value), false)?;
-            offered(&file, suffix).then_some(Candidate { name: e.key, file })
-        })
+        .map(|e| (e.key, PathBuf::from(e.value), false))
         .collect())
 }
 
-/// Candidates from a directory: every `lib*.so*` entry (files and links), resolved, native only.
-fn candidates_from_dir(dir: &Path, suffix: Option<&str>, r: &mut Resolver) -> Vec<Candidate> {
-    let mut v: Vec<Candidate> = std::fs::read_dir(dir)
+/// (name, path, known to be no link) of a directory's `lib*.so*` entries, in name order.
+fn dir_entries(dir: &Path) -> Vec<(String, PathBuf, bool)> {
+    let mut v: Vec<(String, PathBuf, bool)> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("lib") || !name.contains(".so") {
-                return None;
-            }
-            let known_file = e.file_type().is_ok_and(|t| t.is_file());
-            let file = r.file(&e.path(), known_file)?;
-            offered(&file, suffix).then_some(Candidate { name, file })
+            let file = e.file_type().is_ok_and(|t| t.is_file());
+            (name.starts_with("lib") && name.contains(".so")).then(|| (name, e.path(), file))
         })
         .collect();
-    v.sort_by(|a, b| a.name.cmp(&b.name));
+    v.sort();
     v
 }
 
@@ -460,20 +452,35 @@ pub fn library_sources(extra: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// All candidates from the sources (a file is an ld.so.cache, a directory is scanned), of
-/// driver `version` when it is known.
+/// driver `version` when it is known: for each name the first one offered (what
+/// `choose_libraries` would keep), resolved; later ones are not even looked at.
 pub fn candidates(
     sources: &[PathBuf],
     version: Option<&str>,
 ) -> Result<Vec<Candidate>, DriverError> {
     let suffix = version.map(|v| format!(".so.{v}"));
     let mut r = Resolver::default();
-    let mut out = vec![];
+    let mut out: Vec<Candidate> = vec![];
+    let mut found = std::collections::HashSet::new();
     for s in sources {
-        if s.is_dir() {
-            out.extend(candidates_from_dir(s, suffix.as_deref(), &mut r));
+        let entries = if s.is_dir() {
+            dir_entries(s)
         } else if s.is_file() {
-            let found = candidates_from_ldcache(s, suffix.as_deref(), &out, &mut r)?;
-            out.extend(found);
+            ldcache_entries(s)?
+        } else {
+            continue;
+        };
+        for (name, path, known_file) in entries {
+            if found.contains(&name) {
+                continue;
+            }
+            let Some(file) = r.file(&path, known_file) else {
+                continue;
+            };
+            if r.offered(&file, suffix.as_deref()) {
+                found.insert(name.clone());
+                out.push(Candidate { name, file });
+            }
         }
     }
     Ok(out)
