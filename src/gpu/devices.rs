@@ -1,12 +1,12 @@
 //! Which GPUs go into the container and how they are named there.
 //!
-//! The allowed GPUs are the /dev/nvidiaN the job can open (a device cgroup answers EPERM for the
+//! The allowed GPUs are the /dev/nvidiaN the job may open (a device cgroup answers EPERM for the
 //! others); what the user asked for (`--gpus`, CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES,
 //! SLURM_STEP_GPUS/SLURM_JOB_GPUS) then picks some of those. Numeric indices count the allowed
 //! GPUs in NVML order, which is PCI bus order (from /proc/driver/nvidia/gpus or NVML; minor order
 //! without either): that is what CUDA and NVML number inside a Slurm job with ConstrainDevices
 //! (only the allowed GPUs are seen) and without (all are allowed).
-//! Everything here is pure except [`probe`], which only opens files.
+//! Everything here is pure except [`probe`], which only asks access(2).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -394,7 +394,8 @@ pub fn gpu_minor_of(name: &str) -> Option<u32> {
 }
 
 /// Does a probe's outcome mean the job may use the device? EPERM (device cgroup) and EACCES
-/// (file mode) say no; success, ENXIO (node without driver) and anything else say yes.
+/// (file mode) say no; success and anything else (ENOENT of a node gone meanwhile, say) say
+/// yes, and the node's own open inside the container has the last word.
 pub fn open_allows(r: &io::Result<()>) -> bool {
     match r {
         Ok(()) => true,

@@ -148,19 +148,29 @@ fn driver_version(proc_dir: &Path) -> Option<String> {
     driver::parse_proc_version(&std::fs::read_to_string(proc_dir.join("version")).ok()?)
 }
 
-/// Is nvidia-modprobe installed (in PATH or /usr/bin), to load the driver and make its nodes?
-fn loads_on_demand(host_env: &[(String, String)]) -> bool {
-    get(host_env, "PATH")
-        .unwrap_or("")
+/// Is nvidia-modprobe (which NVML runs where the driver is loaded on first use, to load it and
+/// make its nodes) in one of the directories of `path`, or of `also`?
+fn loads_on_demand(path: Option<&str>, also: &[&str]) -> bool {
+    path.unwrap_or("")
         .split(':')
+        .chain(also.iter().copied())
         .filter(|d| !d.is_empty())
-        .chain(["/usr/bin"])
         .any(|d| Path::new(d).join("nvidia-modprobe").exists())
 }
 
 /// Without /proc/driver/nvidia/version (some sandboxes hide it), ask NVML for the version: load
-/// the first libnvidia-ml.so.1 the library sources offer.
-fn version_from_nvml(sources: &[PathBuf], detail: bool) -> Option<(String, nvml::NvmlInfo)> {
+/// the first libnvidia-ml.so.1 the library sources offer. Not without a control node and nothing
+/// to make one: there is no GPU to use, and a machine without a driver would pay the library
+/// search on every start.
+fn version_from_nvml(
+    dev: &Path,
+    host_env: &[(String, String)],
+    sources: &[PathBuf],
+    detail: bool,
+) -> Option<(String, nvml::NvmlInfo)> {
+    if !dev.join("nvidiactl").exists() && !loads_on_demand(get(host_env, "PATH"), &["/usr/bin"]) {
+        return None;
+    }
     let cands = driver::candidates(sources, None).ok()?;
     let lib = cands.iter().find(|c| c.name == "libnvidia-ml.so.1")?;
     let info = nvml::query_in_child(&lib.file, detail).ok()?;
@@ -341,11 +351,7 @@ pub fn prepare(
     let sources = driver::library_sources(&opts.driver.paths);
     let (version, early_nvml) = match driver_version(&proc_dir) {
         Some(v) => (Some(v), None),
-        // No control node and nothing to make one (nvidia-modprobe, which NVML runs where the
-        // driver is loaded on first use): no GPU to use, and the library search is not worth
-        // its time (a machine without a driver would pay it on every start).
-        None if !dev.join("nvidiactl").exists() && !loads_on_demand(host_env) => (None, None),
-        None => match version_from_nvml(&sources, false) {
+        None => match version_from_nvml(&dev, host_env, &sources, false) {
             Some((v, n)) => (Some(v), Some(n)),
             None => (None, None),
         },
@@ -363,8 +369,8 @@ pub fn prepare(
 
     // Which GPUs (decided first: `void` turns everything off).
     let flag = opts.gpus.as_deref();
-    let minors = devices::gpu_minors(&dev).len();
-    let (asked, _) = devices::request_from(flag, host_env, minors);
+    let (open, _denied) = openable(&dev);
+    let (asked, source) = devices::request_from(flag, host_env, open.len());
     if asked == Request::Void {
         return Ok(None);
     }
@@ -405,28 +411,30 @@ pub fn prepare(
     let requirements = !require::disabled(host_env)
         && !require::disabled(image_env)
         && !require::constraints(image_env).is_empty();
-    let (open, _denied) = openable(&dev);
     let fresh = || nvml::query_in_child(&nvml_lib(&libs), false);
-    let queried = match (early_nvml, gpus_from_proc(&proc_dir)) {
-        (Some(n), _) => Ok(n),
-        (None, Some(info)) => match nvml_use(&asked, requirements) {
-            NvmlUse::No => Ok(info),
-            NvmlUse::Kept => {
-                // NVML sees the GPUs this process may open (a device cgroup hides the others).
-                let uuids: Vec<String> = info
-                    .gpus
-                    .into_iter()
-                    .filter(|g| g.minor.is_some_and(|m| open.contains(&m)))
-                    .filter_map(|g| g.uuid)
-                    .collect();
-                match facts_file(host_env, &version, &uuids) {
-                    Some(file) => nvml::query_cached(&nvml_lib(&libs), &file, &uuids),
-                    None => fresh(),
+    let queried = match early_nvml {
+        Some(n) => Ok(n),
+        // /proc has them, unless the driver hides it; NVML is asked only for what /proc lacks.
+        None => match gpus_from_proc(&proc_dir) {
+            None => fresh(),
+            Some(info) => match nvml_use(&asked, requirements) {
+                NvmlUse::No => Ok(info),
+                NvmlUse::Kept => {
+                    // NVML sees the GPUs this process may open (a device cgroup hides the others).
+                    let uuids: Vec<String> = info
+                        .gpus
+                        .into_iter()
+                        .filter(|g| g.minor.is_some_and(|m| open.contains(&m)))
+                        .filter_map(|g| g.uuid)
+                        .collect();
+                    match facts_file(host_env, &version, &uuids) {
+                        Some(file) => nvml::query_cached(&nvml_lib(&libs), &file, &uuids),
+                        None => fresh(),
+                    }
                 }
-            }
-            NvmlUse::Fresh => fresh(),
+                NvmlUse::Fresh => fresh(),
+            },
         },
-        (None, None) => fresh(),
     };
     let nvml = match queried {
         Ok(n) => Some(n),
@@ -435,9 +443,9 @@ pub fn prepare(
             None
         }
     };
+    // One node per openable GPU: the request counted the same GPUs.
     let allowed = with_facts(&open, nvml.as_ref());
-    let (request, source) = devices::request_from(flag, host_env, allowed.len());
-    let sel = devices::select(&allowed, &request, source)?;
+    let sel = devices::select(&allowed, &asked, source)?;
 
     // CUDA forward compatibility: the image's newer libcuda goes first on the loader path.
     let compat = image_dir_list(COMPAT_DIR)
@@ -512,11 +520,7 @@ pub fn prepare(
         readonly: false,
         optional: false,
     });
-    let files: Vec<(PathBuf, PathBuf)> = libs
-        .iter()
-        .map(|l| (l.src.clone(), Path::new(LIB_DIR).join(&l.name)))
-        .collect();
-    mounts.extend(linked(&files));
+    mounts.extend(linked(&libs));
     // A few files, found through PATH: bound one by one, not their whole directory.
     for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver.paths) {
         mounts.push(Mount::bind(src, Path::new(BIN_DIR).join(name), true));
@@ -575,16 +579,16 @@ pub fn prepare(
     }))
 }
 
-/// Driver libraries as symlinks into one read-only bind of each host directory holding them
-/// (HOST_DIR/0, /1, … in order of first use): a driver has dozens of libraries (28 in one
-/// directory on a 2×H200 node), and each bind is a mount made at start-up and torn down at
-/// exit. `files` is (host file, container path), the host file resolved (a link on the host
-/// could point where the container has nothing).
-fn linked(files: &[(PathBuf, PathBuf)]) -> Vec<Mount> {
+/// Driver libraries as symlinks in LIB_DIR into one read-only bind of each host directory
+/// holding them (HOST_DIR/0, /1, … in order of first use): a driver has dozens of libraries (28
+/// in one directory on a 2×H200 node), and each bind is a mount made at start-up and torn down
+/// at exit. Their files come resolved (a link on the host could point where the container has
+/// nothing).
+fn linked(libs: &[driver::Library]) -> Vec<Mount> {
     let mut dirs: Vec<&Path> = vec![];
     let mut links = vec![];
-    for (src, dst) in files {
-        let (Some(dir), Some(name)) = (src.parent(), src.file_name()) else {
+    for l in libs {
+        let (Some(dir), Some(file)) = (l.src.parent(), l.src.file_name()) else {
             continue;
         };
         let k = match dirs.iter().position(|d| *d == dir) {
@@ -595,9 +599,9 @@ fn linked(files: &[(PathBuf, PathBuf)]) -> Vec<Mount> {
             }
         };
         links.push(Mount {
-            dst: dst.clone(),
+            dst: Path::new(LIB_DIR).join(&l.name),
             source: MountSource::Symlink {
-                target: Path::new(HOST_DIR).join(k.to_string()).join(name),
+                target: Path::new(HOST_DIR).join(k.to_string()).join(file),
             },
             readonly: false,
             optional: false,
@@ -663,7 +667,7 @@ pub fn list(driver_paths: &[PathBuf], host_env: &[(String, String)]) -> Result<G
     let sources = driver::library_sources(driver_paths);
     let (mut nvml, mut nvml_error) = (None, None);
     let version = driver_version(&proc_dir).or_else(|| {
-        let (v, n) = version_from_nvml(&sources, true)?;
+        let (v, n) = version_from_nvml(&dev, host_env, &sources, true)?;
         nvml = Some(n);
         Some(v)
     });
@@ -794,58 +798,69 @@ mod tests {
     #[test]
     fn nvidia_modprobe_in_path_means_a_driver_may_load_on_demand() {
         let t = tempfile::tempdir().unwrap();
-        let bin = t.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let path = |extra: &str| env(&[("PATH", &format!("{extra}:{}", bin.display()))]);
-        // /usr/bin is always looked at
-        let in_usr_bin = Path::new("/usr/bin/nvidia-modprobe").exists();
-        assert_eq!(loads_on_demand(&path("/nonexistent")), in_usr_bin);
-        std::fs::write(bin.join("nvidia-modprobe"), "").unwrap();
-        assert!(loads_on_demand(&path("/nonexistent")));
+        let (a, b) = (t.path().join("a"), t.path().join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        std::fs::write(b.join("nvidia-modprobe"), "").unwrap();
+        let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+        let path = |dirs: &[&str]| dirs.join(":");
+        assert!(!loads_on_demand(None, &[]));
+        assert!(!loads_on_demand(Some(&path(&["", a, "/nonexistent"])), &[]));
+        assert!(loads_on_demand(Some(&path(&[a, b])), &[]));
+        assert!(
+            loads_on_demand(Some(a), &[b]),
+            "the fixed directories count too"
+        );
     }
 
     #[test]
     fn driver_files_link_into_one_bind_per_host_directory() {
-        let f = |pairs: &[(&str, &str)]| -> Vec<(PathBuf, PathBuf)> {
-            pairs.iter().map(|(a, b)| (a.into(), b.into())).collect()
+        let libs = |pairs: &[(&str, &str)]| -> Vec<driver::Library> {
+            pairs
+                .iter()
+                .map(|(name, src)| driver::Library {
+                    name: name.to_string(),
+                    src: src.into(),
+                    group: None,
+                })
+                .collect()
         };
         let bind = |src: &str, k: &str| Mount::bind(src, format!("{HOST_DIR}/{k}"), true);
-        let link = |dst: &str, target: &str| Mount {
-            dst: dst.into(),
+        let link = |name: &str, target: &str| Mount {
+            dst: format!("{LIB_DIR}/{name}").into(),
             source: MountSource::Symlink {
                 target: format!("{HOST_DIR}/{target}").into(),
             },
             readonly: false,
             optional: false,
         };
-        type Files = Vec<(PathBuf, PathBuf)>;
-        let cases: [(&str, Files, Vec<Mount>); 3] = [
+        let cases: [(&str, Vec<driver::Library>, Vec<Mount>); 3] = [
             ("nothing", vec![], vec![]),
             (
-                "libraries of one directory, binaries of another: two binds, the binds first",
-                f(&[
-                    ("/usr/lib64/libcuda.so.580.1", "/L/libcuda.so.1"),
-                    ("/usr/lib64/libcuda.so.580.1", "/L/libcuda.so"),
-                    ("/usr/bin/nvidia-smi", "/B/nvidia-smi"),
-                    ("/usr/lib64/libnvidia-ml.so.580.1", "/L/libnvidia-ml.so.1"),
+                "two directories: a bind each, numbered in order of first use, the binds first",
+                libs(&[
+                    ("libcuda.so.1", "/usr/lib64/libcuda.so.580.1"),
+                    ("libcuda.so", "/usr/lib64/libcuda.so.580.1"),
+                    ("libnvidia-nvvm.so.4", "/opt/nv/libnvidia-nvvm.so.580.1"),
+                    ("libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.580.1"),
                 ]),
                 vec![
                     bind("/usr/lib64", "0"),
-                    bind("/usr/bin", "1"),
-                    link("/L/libcuda.so.1", "0/libcuda.so.580.1"),
-                    link("/L/libcuda.so", "0/libcuda.so.580.1"),
-                    link("/B/nvidia-smi", "1/nvidia-smi"),
-                    link("/L/libnvidia-ml.so.1", "0/libnvidia-ml.so.580.1"),
+                    bind("/opt/nv", "1"),
+                    link("libcuda.so.1", "0/libcuda.so.580.1"),
+                    link("libcuda.so", "0/libcuda.so.580.1"),
+                    link("libnvidia-nvvm.so.4", "1/libnvidia-nvvm.so.580.1"),
+                    link("libnvidia-ml.so.1", "0/libnvidia-ml.so.580.1"),
                 ],
             ),
             (
                 "a file with no directory is left out",
-                f(&[("/", "/L/x")]),
+                libs(&[("x", "/")]),
                 vec![],
             ),
         ];
-        for (name, files, want) in cases {
-            assert_eq!(linked(&files), want, "{name}");
+        for (name, libs, want) in cases {
+            assert_eq!(linked(&libs), want, "{name}");
         }
     }
 
