@@ -245,7 +245,7 @@ fn facts_file(
     let mut sorted = uuids.to_vec();
     sorted.sort();
     let set = sha2::Sha256::digest(sorted.join(",").as_bytes());
-    let set: String = set.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    let set = hex::encode(&set[..6]);
     Some(dir.join(format!("{}-{driver_version}-{set}.json", boot.trim())))
 }
 

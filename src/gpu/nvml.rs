@@ -177,7 +177,10 @@ pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<Nv
     }
     let info = query_in_child(lib, false)?;
     if same_gpus(&info, proc_uuids) {
-        let _ = write_atomically(file, &serde_json::to_vec(&info).unwrap_or_default());
+        let _ = crate::image::cache::write_atomically(
+            file,
+            &serde_json::to_vec(&info).unwrap_or_default(),
+        );
     }
     Ok(info)
 }
@@ -189,15 +192,6 @@ fn same_gpus(info: &NvmlInfo, uuids: &[String]) -> bool {
     have.sort_unstable();
     want.sort_unstable();
     have.len() == info.gpus.len() && have == want
-}
-
-fn write_atomically(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = file.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = file.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, file).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }
 
 #[cfg(test)]

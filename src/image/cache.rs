@@ -104,10 +104,7 @@ impl Cache {
     /// `exec docker://…` still finds its image when the registry cannot be reached (compute
     /// nodes without internet access). Written whole or not at all.
     pub fn remember_ref(&self, key: &str, digest: &str) -> io::Result<()> {
-        let p = self.ref_path(key);
-        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-        fs::write(&tmp, format!("{digest}\n"))?;
-        fs::rename(&tmp, &p)
+        write_atomically(&self.ref_path(key), format!("{digest}\n").as_bytes())
     }
 
     /// The digest `key` last resolved to, if it was remembered and its image is still cached.
@@ -166,6 +163,18 @@ impl FileLock {
             }
         }
     }
+}
+
+/// Write `file` whole or not at all: a reader sees the old contents or the new, never a part,
+/// and a failed write leaves no temporary file behind.
+pub fn write_atomically(file: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = file.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = file.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    fs::write(&tmp, bytes)
+        .and_then(|_| fs::rename(&tmp, file))
+        .inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })
 }
 
 #[cfg(test)]
