@@ -29,22 +29,21 @@ fn open_ns(pid: i32, ns: &str) -> Result<OwnedFd, String> {
         .map_err(|e| format!("open {p}: {e} (did the container's holder exit?)"))
 }
 
-/// Join the holder's user namespace and the container's mount namespace: the one the holder
-/// prepared with the root pivoted (joining it makes the container root this task's root and
-/// cwd), else (an older gpurun) a private copy of the holder's, pivoted here. Returns a warning
-/// for the user when the working directory had to change.
+/// Join the holder's user and mount namespaces. A holder whose mount namespace is already the
+/// container ("root": "/") is joined as it is: the container's root becomes this task's root.
+/// An older gpurun's holder ("root": its path) is joined through a private copy, pivoted here.
+/// Returns a warning for the user when the working directory had to change.
 pub fn enter(h: &Holder) -> Result<Option<String>, String> {
     // both opened before joining anything: after setns(user) /proc/PID may look different
     let user = open_ns(h.pid, "user")?;
-    let mnt = open_ns(h.ns_pid.unwrap_or(h.pid), "mnt")?;
-    let root = cpath(&h.root).map_err(|e| format!("{}: {e}", h.root.display()))?;
+    let mnt = open_ns(h.pid, "mnt")?;
     let cwd = cpath(&h.cwd).map_err(|e| format!("{}: {e}", h.cwd.display()))?;
     let mut warning = None;
     // SAFETY: plain syscalls on valid fds and NUL-terminated paths; the task is single-threaded,
     // which setns(CLONE_NEWUSER) requires.
     unsafe {
         // the holder's user namespace belongs to this same user: joining it gives the
-        // capabilities needed for the mount namespace and pivot_root, inside it only
+        // capabilities needed for the mount namespace (and pivot_root), inside it only
         check(
             "setns(user namespace)",
             libc::setns(user.as_raw_fd(), libc::CLONE_NEWUSER),
@@ -54,8 +53,8 @@ pub fn enter(h: &Holder) -> Result<Option<String>, String> {
             libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS),
         )?;
     }
-    if h.ns_pid.is_none() {
-        pivot_into(h, &root)?;
+    if h.root != Path::new("/") {
+        pivot_into(&h.root)?;
     }
     // SAFETY: plain syscalls on NUL-terminated paths.
     unsafe {
@@ -78,7 +77,8 @@ pub fn enter(h: &Holder) -> Result<Option<String>, String> {
 
 /// An older gpurun's holder: make a private copy of its mount namespace and pivot to the
 /// container root in it.
-fn pivot_into(h: &Holder, root: &CString) -> Result<(), String> {
+fn pivot_into(root: &Path) -> Result<(), String> {
+    let root_c = cpath(root).map_err(|e| format!("{}: {e}", root.display()))?;
     // SAFETY: plain syscalls on NUL-terminated paths; the task is single-threaded.
     unsafe {
         // a private copy, so pivot_root here changes neither the holder nor the other tasks
@@ -94,21 +94,19 @@ fn pivot_into(h: &Holder, root: &CString) -> Result<(), String> {
                 std::ptr::null(),
             ),
         )?;
-        if h.root != Path::new("/") {
-            check(
-                &format!("chdir {}", h.root.display()),
-                libc::chdir(root.as_ptr()),
-            )?;
-            // pivot_root(".", "."): the old root ends up on top of the new one, then goes away
-            check(
-                "pivot_root",
-                libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int,
-            )?;
-            check(
-                "unmount the old root",
-                libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
-            )?;
-        }
+        check(
+            &format!("chdir {}", root.display()),
+            libc::chdir(root_c.as_ptr()),
+        )?;
+        // pivot_root(".", "."): the old root ends up on top of the new one, then goes away
+        check(
+            "pivot_root",
+            libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int,
+        )?;
+        check(
+            "unmount the old root",
+            libc::umount2(c".".as_ptr(), libc::MNT_DETACH),
+        )?;
     }
     Ok(())
 }

@@ -4,14 +4,11 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// The holder's state file: `{"pid": N, "ns_pid": N, "root": "/…", "env": ["K=V", …], "cwd": "/…"}`.
+/// The holder's state file: `{"pid": N, "root": "/…", "env": ["K=V", …], "cwd": "/…"}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     /// A process inside the prepared user and mount namespaces.
     pub pid: i32,
-    /// A process whose mount namespace is the container as a task sees it (root pivoted);
-    /// absent from an older gpurun's state.
-    pub ns_pid: Option<i32>,
     /// The container's root, as seen inside that mount namespace.
     pub root: PathBuf,
     /// The container's environment as `gpurun exec` would give it.
@@ -23,16 +20,10 @@ pub struct Holder {
 pub fn parse_state(text: &str) -> Result<Holder, String> {
     let v: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("holder state is not JSON: {e}"))?;
-    let valid_pid = |k: &str| {
-        v[k].as_i64()
-            .filter(|p| *p > 0 && *p <= i64::from(i32::MAX))
-            .map(|p| p as i32)
-    };
-    let pid = valid_pid("pid").ok_or("holder state: no valid \"pid\"")?;
-    let ns_pid = match &v["ns_pid"] {
-        serde_json::Value::Null => None,
-        _ => Some(valid_pid("ns_pid").ok_or("holder state: \"ns_pid\" is not a pid")?),
-    };
+    let pid = v["pid"]
+        .as_i64()
+        .filter(|p| *p > 0 && *p <= i64::from(i32::MAX))
+        .ok_or("holder state: no valid \"pid\"")? as i32;
     let path = |k: &str| -> Result<PathBuf, String> {
         match v[k].as_str() {
             Some(p) if p.starts_with('/') => Ok(PathBuf::from(p)),
@@ -53,7 +44,6 @@ pub fn parse_state(text: &str) -> Result<Holder, String> {
         .collect::<Result<_, _>>()?;
     Ok(Holder {
         pid,
-        ns_pid,
         root: path("root")?,
         env,
         cwd: path("cwd")?,
@@ -187,7 +177,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(h.pid, 42);
-        assert_eq!(h.ns_pid, None, "an older gpurun's state");
         assert_eq!(h.root, PathBuf::from("/tmp/r"));
         assert_eq!(h.cwd, PathBuf::from("/w"));
         assert_eq!(
@@ -198,14 +187,10 @@ mod tests {
                 ("E".into(), "".into())
             ]
         );
-        let h = parse_state(r#"{"pid": 42, "ns_pid": 43, "root": "/", "env": [], "cwd": "/"}"#);
-        assert_eq!(h.unwrap().ns_pid, Some(43));
         for bad in [
             "",
             "{",
             r#"{"pid": 0, "root": "/", "env": [], "cwd": "/"}"#,
-            r#"{"pid": 1, "ns_pid": 0, "root": "/", "env": [], "cwd": "/"}"#,
-            r#"{"pid": 1, "ns_pid": "2", "root": "/", "env": [], "cwd": "/"}"#,
             r#"{"pid": 1, "root": "r", "env": [], "cwd": "/"}"#,
             r#"{"pid": 1, "root": "/", "env": ["NOEQ"], "cwd": "/"}"#,
             r#"{"pid": 1, "root": "/", "env": [1], "cwd": "/"}"#,

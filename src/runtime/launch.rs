@@ -259,14 +259,11 @@ fn child(
         );
     }
     if let Some(mut f) = state {
-        // The holder's mount namespace is now the container as its tasks see it: a task joins
-        // with two setns calls ("ns_pid"). Copying the mount tree, pivoting and unmounting the
+        // The holder's mount namespace is now the container as its tasks see it ("root": "/"):
+        // a task joins with two setns calls. Copying the mount tree, pivoting and unmounting the
         // host's tree in each task took a lock global to the node, one task after the other.
-        // "root" is "/" for a plugin that still pivots itself (it then only copies).
-        let me = std::process::id();
         let st = serde_json::json!({
-            "pid": me,
-            "ns_pid": me,
+            "pid": std::process::id(),
             "root": "/",
             "env": plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
             "cwd": plan.cwd,
