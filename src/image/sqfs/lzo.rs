@@ -83,18 +83,12 @@ impl Decoder<'_> {
         // `state`: literals copied by the last instruction (4 = four or more), which decides
         // what an instruction byte below 16 means.
         let mut state = 0;
-        match self.input.first() {
-            Some(&b) if b >= 22 => {
-                self.pos = 1;
-                self.literals(b as usize - 17)?;
-                state = 4;
-            }
-            Some(&b) if b >= 18 => {
-                self.pos = 1;
-                state = b as usize - 17;
-                self.literals(state)?;
-            }
-            _ => {}
+        // A first byte of 18 or more is a literal run of its value minus 17.
+        if let Some(&b) = self.input.first().filter(|&&b| b >= 18) {
+            self.pos = 1;
+            let n = b as usize - 17;
+            self.literals(n)?;
+            state = n.min(4);
         }
         loop {
             let t = self.byte()?;
@@ -119,12 +113,9 @@ impl Decoder<'_> {
                 self.back_copy(distance, len)?;
                 state = t & 3;
             } else if t >= 64 {
+                // 3-4 bytes (64..127) or 5-8 bytes (128..255), within 2 kB
                 distance = (self.byte()? << 3) + ((t >> 2) & 7) + 1;
-                len = if t >= 128 {
-                    5 + ((t >> 5) & 3)
-                } else {
-                    3 + ((t >> 5) & 1)
-                };
+                len = (t >> 5) + 1;
                 self.back_copy(distance, len)?;
                 state = t & 3;
             } else if t >= 32 {
@@ -162,18 +153,23 @@ mod tests {
     /// Hand-made streams, one per instruction kind (as the kernel's lzo.rst lays them out).
     #[test]
     fn instruction_table() {
-        // 16,385 literals through the long literal form: 3 + 15 + 64 * 255 + 47
-        let far_literals: Vec<u8> = (0..16385u32).map(|i| (i % 251) as u8).collect();
-        let far_stream = s(&[
-            &[0x00],
-            &[0u8; 64],
-            &[47],
-            &far_literals,
-            &[0x12, 0x04, 0x00],
-            &END,
-        ]);
-        let mut far_want = far_literals.clone();
-        far_want.extend_from_slice(&far_literals[..4]);
+        // `n` literals through the long literal form (3 + 15 + 255 per zero byte + the last),
+        // then `then`: the stream, and what it decodes to when `then` copies `len` bytes from
+        // `from`.
+        let after_literals = |n: usize, then: &[u8], from: usize, len: usize| {
+            let lits: Vec<u8> = (0..n as u32).map(|i| (i % 251) as u8).collect();
+            let rest = n - 18;
+            let zeros = vec![0u8; rest / 255];
+            let stream = s(&[&[0x00], &zeros, &[(rest % 255) as u8], &lits, then, &END]);
+            let mut want = lits.clone();
+            want.extend_from_slice(&lits[from..from + len]);
+            (stream, want)
+        };
+        let (far_stream, far_want) = after_literals(16385, &[0x12, 0x04, 0x00], 0, 4);
+        // bit 3 of an M4 byte: 16 kB further back (32,769 here)
+        let (farther_stream, farther_want) = after_literals(32769, &[0x1a, 0x04, 0x00], 0, 4);
+        // after a literal run (state 4) a byte below 16 copies 3 bytes from 2,049 back or more
+        let (m1_stream, m1_want) = after_literals(2100, &[0x00, 0x00], 2100 - 2049, 3);
         let cases: Vec<(&str, Vec<u8>, Vec<u8>)> = vec![
             (
                 "first byte 22..255: that many literals minus 17",
@@ -214,6 +210,16 @@ mod tests {
                 "M4 (16..31): from 16 kB back and more",
                 far_stream,
                 far_want,
+            ),
+            (
+                "M4 with its high distance bit",
+                farther_stream,
+                farther_want,
+            ),
+            (
+                "M1 after a literal run: 3 bytes from 2 kB back",
+                m1_stream,
+                m1_want,
             ),
         ];
         for (name, stream, want) in cases {
