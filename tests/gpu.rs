@@ -580,7 +580,6 @@ fn gpus_command_as_user() {
     );
 }
 
-/// A busybox squashfs image with `env` as its config's environment.
 /// A busybox image with this Env, and stale driver files where gpurun puts the host's (as an
 /// image made from a running container's files could have): the host's must be what shows.
 fn image(s: &common::Scratch, env: &[&str]) -> PathBuf {

@@ -69,14 +69,7 @@ fn a_directory_image_that_is_not_the_users_says_so() {
         "{e}"
     );
     assert_eq!(e.lines().count(), 1, "{e}");
-    let (uid, gid) = test_ids();
-    let st = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{uid}:{gid}"))
-        .arg(&root)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    s.chown_all();
     let o = exec(&root, &["sh", "-c", "echo ran"]);
     assert_eq!(stdout(&o), "ran\n", "{}", stderr(&o));
 }

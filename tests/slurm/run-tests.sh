@@ -147,6 +147,7 @@ for wait in 1 2 4; do
   echo "  Slurm's devices cgroup denied the batch job its own GPU ($(get SLURM_JOB_GPUS batch1.host.0)); again in ${wait}s:"
   sed 's/^/  one.out: /' one.out
   sleep "$wait"; wait_idle
+  rm -f batch1.host.0 batch1.ctr.0 # judge this run, not the one before
   sbatch --wait -Q one.sbatch >/dev/null 2>&1
 done
 gpu_case "sbatch --gres=gpu:1 (batch step)" batch1.host.0 batch1.ctr.0 SLURM_JOB_GPUS
