@@ -10,6 +10,8 @@
 # come from], W [/var/tmp/gpurun-reads], BASELINE [none: another gpurun binary to interleave, for
 # before/after]. Prints medians and the ratios to the extracted tree.
 set -euo pipefail
+# shellcheck source=benches/lib.sh
+. "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GPURUN=$(readlink -f "${GPURUN:-$ROOT/target/release/gpurun}")
 BASELINE=${BASELINE:+$(readlink -f "$BASELINE")}
@@ -63,19 +65,6 @@ chmod -R a+rX "$W"
 "$MKSQUASHFS" "$W/tree" "$W/img.sqsh" -noappend -quiet -no-progress -comp zstd >/dev/null
 echo "image: $(du -k "$W/img.sqsh" | cut -f1) KiB zstd; machine: $(nproc) CPUs, $(uname -r)"
 
-evict() { # drop the extracted tree from the page cache, as a fresh node would have it
-    python3 - "$W/tree" <<'EOF'
-import os, sys
-for d, _, names in os.walk(sys.argv[1]):
-    for f in names:
-        try:
-            fd = os.open(os.path.join(d, f), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-EOF
-}
 as_user() { # setpriv execs in place: no PAM session in the measured time
     setpriv --reuid="$BENCH_USER" --regid="$(id -g "$BENCH_USER")" --init-groups \
         env -i HOME="$(getent passwd "$BENCH_USER" | cut -d: -f6)" PATH=/usr/sbin:/usr/bin:/sbin:/bin sh -c "$1"
@@ -86,7 +75,7 @@ TAR='tar cf - data | wc -c'
 prep() { # tool: the state each run starts from
     case $1 in
     gpurun | baseline) cat "$W/img.sqsh" >/dev/null ;; # the image in the page cache, as after a first run
-    extracted) evict ;;
+    extracted) evict_tree "$W/tree" ;;
     esac
 }
 run() { # tool workload

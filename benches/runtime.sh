@@ -17,6 +17,8 @@
 #   NFILES, SEED  random small-file read: file count and seed [4000, 42] (minbase has ~4900 such files)
 #   OUT           results directory [$BENCH_DIR/results-<UTC time>]
 set -euo pipefail
+# shellcheck source=benches/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 BENCH_DIR=${BENCH_DIR:-/var/tmp/gpurun-bench}
 BENCH_USER=${BENCH_USER:-gpuruntest}
@@ -107,22 +109,7 @@ as_user() {
 
 # Page-cache state before each read rep: image file cached, extracted tree's file data evicted.
 cache_image() { cat "$IMG" >/dev/null; }
-evict_extracted() {
-    python3 - "$EXT" <<'EOF'
-import os, sys
-for d, _, names in os.walk(sys.argv[1]):
-    for f in names:
-        p = os.path.join(d, f)
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-EOF
-}
+evict_extracted() { evict_tree "$EXT"; }
 
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -37,16 +37,20 @@ echo "image $IMAGE, gpurun $GPURUN, $NODES node(s), $REPS runs each (the three k
 printf '%-8s %11s %14s %17s %24s\n' tasks "srun true" "gpurun exec" "--container-image" "per task: exec / plugin"
 for n in 1 "$NT"; do
   o=(-t 1 -N "$NODES" -n "$n" "${OC[@]}"); [ "$n" -ge "$NODES" ] || o=(-t 1 -N 1 -n 1)
-  kinds=("true" "$GPURUN exec $IMAGE true" "--container-image=$IMAGE true")
-  for k in "${kinds[@]}"; do # warm-up (page cache), and a failing kind says why
-    # shellcheck disable=SC2086 # the kinds are word lists
-    srun "${o[@]}" $k >/dev/null 2>&1 || { echo "failed: srun ${o[*]} $k" >&2; srun "${o[@]}" $k >&2; exit 1; }
+  step() { # kind: 0 plain srun, 1 srun gpurun exec, 2 the plugin
+    case $1 in
+    0) srun "${o[@]}" true ;;
+    1) srun "${o[@]}" "$GPURUN" exec "$IMAGE" true ;;
+    2) srun "${o[@]}" --container-image="$IMAGE" true ;;
+    esac
+  }
+  for j in 0 1 2; do # warm-up (page cache), and a failing kind says why
+    step "$j" >/dev/null 2>&1 || { echo "failed: step kind $j" >&2; step "$j" >&2; exit 1; }
   done
   : >"$W/times"
   for _ in $(seq "$REPS"); do
     for j in 0 1 2; do
-      # shellcheck disable=SC2086
-      echo "$j $(ms srun "${o[@]}" ${kinds[$j]})" >>"$W/times"
+      echo "$j $(ms step "$j")" >>"$W/times"
     done
   done
   base=$(awk '$1 == 0 {print $2}' "$W/times" | median)
