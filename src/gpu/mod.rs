@@ -408,9 +408,9 @@ pub fn prepare(
 
     // The allowed GPUs' facts: from /proc unless only NVML has what is needed (loading NVML
     // costs ~40 ms per start on a 2×H200 node, where the whole start takes 13 ms without it).
-    let requirements = !require::disabled(host_env)
-        && !require::disabled(image_env)
-        && !require::constraints(image_env).is_empty();
+    // NVIDIA_DISABLE_REQUIRE on either side turns the image's rules off.
+    let enforced = !require::disabled(host_env) && !require::disabled(image_env);
+    let requirements = enforced && !require::constraints(image_env).is_empty();
     let fresh = || nvml::query_in_child(&nvml_lib(&libs), false);
     let queried = match early_nvml {
         Some(n) => Ok(n),
@@ -454,7 +454,7 @@ pub fn prepare(
 
     // NVIDIA_REQUIRE_* (a newer compat libcuda answers for CUDA itself).
     let cuda_version = nvml.as_ref().and_then(|n| n.cuda_version.clone());
-    if !require::disabled(host_env) && !require::disabled(image_env) {
+    if enforced {
         let base = require::Facts {
             cuda: if compat.is_some() {
                 None
