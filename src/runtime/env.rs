@@ -6,6 +6,17 @@ use std::path::{Path, PathBuf};
 /// Used when neither the image nor the user gives a PATH.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The directories a command name is searched in: the container's PATH (an empty entry is the
+/// working directory, as in execvp).
+pub fn path_dirs(env: &[(String, String)]) -> Vec<PathBuf> {
+    env.iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(DEFAULT_PATH, |(_, v)| v.as_str())
+        .split(':')
+        .map(|d| PathBuf::from(if d.is_empty() { "." } else { d }))
+        .collect()
+}
+
 /// Host variables that are not passed in: they describe the host's filesystem or shell, not the
 /// user's intent, and would break programs in the image (host library paths, host prompts).
 pub const DENY: &[&str] = &[

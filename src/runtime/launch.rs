@@ -66,13 +66,21 @@ const FORWARDED: [Signal; 7] = [
 /// Starts serving an image on a mounted /dev/fuse fd; what it returns keeps the server alive.
 pub type Serve = Box<dyn FnOnce(OwnedFd) -> Result<Box<dyn std::any::Any>, String>>;
 
+/// Work for spare CPU time while C builds the root.
+pub type Warm = Box<dyn FnOnce() + Send>;
+
 /// How the image's root gets into the container.
 pub enum Lower {
     /// A directory on the host (a sandbox or an extracted image).
     Dir(PathBuf),
     /// The image served over FUSE by P (`serve`) once C has mounted it. /dev/fuse is opened
     /// inside the new user namespace: the kernel only mounts a connection opened there.
-    Fuse { image: PathBuf, serve: Serve },
+    /// `warm` runs on a thread of idle priority in P meanwhile (runtime/warm.rs).
+    Fuse {
+        image: PathBuf,
+        serve: Serve,
+        warm: Option<Warm>,
+    },
 }
 
 /// Where the container's pieces live inside C's private mount namespace. A tmpfs mounted over /tmp
@@ -207,20 +215,10 @@ impl Prepared {
             .iter()
             .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
-        let path = plan
-            .env
-            .iter()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.as_str())
-            .unwrap_or(super::env::DEFAULT_PATH);
-        let path_dirs = path
-            .split(':')
-            .map(|d| PathBuf::from(if d.is_empty() { "." } else { d }))
-            .collect();
         Ok(Prepared {
             argv,
             envp,
-            path_dirs,
+            path_dirs: super::env::path_dirs(&plan.env),
         })
     }
 }
@@ -628,7 +626,16 @@ fn parent_loop(
     let mut ready = File::from(ready_r);
     // Kept alive until we exit: dropping it would stop serving the image.
     let mut _server = None;
-    if let (Lower::Fuse { serve, .. }, Some(fd)) = (lower, fuse_fd) {
+    if let (Lower::Fuse { serve, warm, .. }, Some(fd)) = (lower, fuse_fd) {
+        if let Some(w) = warm {
+            // Not joined: it ends on its own, or with gpurun.
+            let _ = std::thread::Builder::new()
+                .name("gpurun-warm".into())
+                .spawn(move || {
+                    sys::idle_priority();
+                    w()
+                });
+        }
         let mut b = [0u8; 1];
         if ready.read_exact(&mut b).is_ok() {
             match serve(fd) {

@@ -9,3 +9,4 @@ pub mod plan;
 pub mod prefetch;
 pub mod start;
 pub mod sys;
+pub mod warm;

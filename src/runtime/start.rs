@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use super::env::{parse_env_file, EnvError};
 use std::sync::Arc;
 
-use super::launch::{self, HoldState, LaunchError, Lower, Serve};
+use super::launch::{self, HoldState, LaunchError, Lower, Serve, Warm};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
-use super::{extract, fuse, sys};
+use super::{extract, fuse, sys, warm};
 use crate::exit;
 use crate::image::cache::cache_root;
 use crate::image::meta::MetaError;
@@ -145,7 +145,8 @@ impl Image {
 
     /// How the launcher gets the root: served over FUSE, or extracted once when /dev/fuse is
     /// unusable (said on stderr, since it costs disk and time the first time).
-    fn lower(self, owner: (u32, u32)) -> Result<Lower, StartError> {
+    fn lower(self, plan: &plan::Plan) -> Result<Lower, StartError> {
+        let owner = (plan.uid.inside, plan.gid.inside);
         let (path, archive) = match self {
             Image::Dir(d) => return Ok(Lower::Dir(d)),
             Image::Squashfs { path, archive } => (path, archive),
@@ -155,12 +156,17 @@ impl Image {
             Ok(_) => {
                 // The CPUs gpurun may use (its affinity and cgroup quota).
                 let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let warm = warm_command(&archive, plan);
                 let serve: Serve = Box::new(move |fd| {
                     fuse::serve(archive, fd, cpus, owner)
                         .map(|s| Box::new(s) as Box<dyn std::any::Any>)
                         .map_err(|e| e.to_string())
                 });
-                Ok(Lower::Fuse { image: path, serve })
+                Ok(Lower::Fuse {
+                    image: path,
+                    warm,
+                    serve,
+                })
             }
             Err(e) => {
                 let cache = cache_root();
@@ -179,6 +185,23 @@ impl Image {
             }
         }
     }
+}
+
+/// Warming for the plan's command: what it needs to start, decompressed ahead of its exec.
+fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan) -> Option<Warm> {
+    let cmd = plan.argv.first()?.clone();
+    let (ar, cwd) = (archive.clone(), plan.cwd.clone());
+    let path_dirs = super::env::path_dirs(&plan.env);
+    let ld_path = plan
+        .env
+        .iter()
+        .find(|(k, _)| k == "LD_LIBRARY_PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    Some(Box::new(move || {
+        let files = warm::closure(&ar, &cmd, &path_dirs, &cwd, &ld_path);
+        warm::warm(&ar, &files);
+    }))
 }
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
@@ -324,6 +347,6 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         return Ok(0);
     }
     let hold = l.state.map(|path| HoldState { path });
-    let lower = image.lower((plan.uid.inside, plan.gid.inside))?;
+    let lower = image.lower(&plan)?;
     Ok(launch::run(&plan, lower, hold)?)
 }

@@ -459,6 +459,14 @@ pub fn dup(fd: &OwnedFd) -> Result<OwnedFd> {
     fd.try_clone().map_err(|e| call("dup")(io_errno(&e)))
 }
 
+/// Run the calling thread only on CPU time no other thread wants (SCHED_IDLE; lowering one's
+/// own policy needs no privilege). Best effort: on failure it keeps its priority.
+pub fn idle_priority() {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `p` outlives the call.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) };
+}
+
 /// Give the CPU to any other runnable thread; returns at once when there is none.
 pub fn yield_cpu() {
     let _ = nix::sched::sched_yield();

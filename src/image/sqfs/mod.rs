@@ -11,10 +11,11 @@ mod compress;
 mod format;
 pub mod lzo;
 
+use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::lock;
 use lru::LruCache;
@@ -105,6 +106,10 @@ impl Inode {
 struct Caches {
     meta: Mutex<LruCache<u64, Arc<MetaBlock>>>,
     data: Mutex<LruCache<u64, Arc<Vec<u8>>>>,
+    /// Data blocks some thread is decompressing: a reader that needs one waits for it rather
+    /// than decompress it a second time (the start-up warming and the FUSE server meet there).
+    loading: Mutex<HashSet<u64>>,
+    loaded: Condvar,
     inodes: Mutex<Weighted<Inode>>,
     dirs: Mutex<Weighted<Vec<DirEntry>>>,
 }
@@ -144,6 +149,17 @@ impl<V> Weighted<V> {
                 None => break,
             }
         }
+    }
+}
+
+/// Takes a block off the loading set and wakes its waiters, however its load ended (a waiter
+/// finding no block in the cache then loads it itself, and meets the error on its own).
+struct Loading<'a>(&'a Caches, u64);
+
+impl Drop for Loading<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.loading).remove(&self.1);
+        self.0.loaded.notify_all();
     }
 }
 
@@ -244,6 +260,8 @@ impl Archive {
             caches: Caches {
                 meta: cache(META_CACHE_BLOCKS),
                 data: cache(data_blocks.max(16)),
+                loading: Mutex::new(HashSet::new()),
+                loaded: Condvar::new(),
                 inodes: Mutex::new(Weighted::new(INODE_CACHE_BYTES)),
                 dirs: Mutex::new(Weighted::new(DIR_CACHE_BYTES)),
             },
@@ -596,6 +614,23 @@ impl Archive {
         if let Some(b) = lock(&self.caches.data).get(&pos) {
             return Ok(b.clone());
         }
+        let mut loading = lock(&self.caches.loading);
+        loop {
+            if let Some(b) = lock(&self.caches.data).get(&pos) {
+                return Ok(b.clone());
+            }
+            if !loading.contains(&pos) {
+                break;
+            }
+            loading = self
+                .caches
+                .loaded
+                .wait(loading)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        loading.insert(pos);
+        drop(loading);
+        let _loaded = Loading(&self.caches, pos);
         let bs = self.sb.block_size as usize;
         if word.on_disk as usize > bs {
             return Err(self.corrupt(format!("data block of {} bytes at {pos}", word.on_disk)));
@@ -681,6 +716,32 @@ impl Archive {
             pos += n as u64;
         }
         Ok((end - offset) as usize)
+    }
+
+    /// Decompress a file's data blocks into the cache, in file order, until `budget` bytes
+    /// of it are covered (its tail fragment too, when reached); returns the bytes covered.
+    pub fn preload(&self, ino: &Inode, budget: u64) -> Result<u64, SqfsError> {
+        let Body::File(f) = &ino.body else {
+            return Ok(0);
+        };
+        let bs = self.sb.block_size as u64;
+        let mut done = 0;
+        for (i, &w) in f.block_words.iter().enumerate() {
+            if done >= budget {
+                return Ok(done);
+            }
+            let word = BlockWord::decode(w);
+            if !word.is_sparse() {
+                self.data_block(ino.block_pos[i], word)?;
+            }
+            done += bs.min(ino.size - i as u64 * bs);
+        }
+        if let (Some((frag, _)), true) = (f.fragment, done < budget) {
+            let (start, word) = self.fragment(frag)?;
+            self.data_block(start, word)?;
+            done = ino.size;
+        }
+        Ok(done)
     }
 
     /// All xattrs of an inode as (full name, value), in stored order.

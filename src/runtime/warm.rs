@@ -1,0 +1,446 @@
+//! Start-up warming: while the container process builds the root, the command's program, its
+//! ELF interpreter and the libraries it needs are decompressed into the image server's block
+//! cache, on a thread of idle priority.
+//!
+//! Without it, exec and the dynamic loader fault in those files page by page from a freshly
+//! mounted image, and each fault waits on a FUSE READ that decompresses its blocks there and
+//! then (`exec true` from a Debian image: ~1.5 MB of libc, ld.so and true, about a third of the
+//! whole start). The thread only takes a CPU nothing else wants (SCHED_IDLE), and a READ that
+//! needs a block it is decompressing waits for that block instead of decompressing it twice
+//! (`Archive::data_block`). What it finds is a guess: a wrong one costs idle CPU, nothing else.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::gpu::driver::{parse_ldcache, CacheEntry, NATIVE_FLAGS};
+use crate::image::sqfs::{Archive, Inode, Kind};
+
+/// At most this much file data is warmed (a quarter of the data block cache).
+pub const BUDGET: u64 = 16 << 20;
+/// Files warmed at most: the program, an interpreter, and the libraries they need.
+const MAX_FILES: usize = 32;
+/// `#!` interpreters followed at most (a script run by `env`, which runs python).
+const MAX_SCRIPTS: usize = 2;
+
+/// What an ELF program needs before it runs: its interpreter (PT_INTERP), the libraries it names
+/// (DT_NEEDED, in order) and its own library search path (DT_RUNPATH, else DT_RPATH).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ElfNeeds {
+    pub interp: Option<String>,
+    pub needed: Vec<String>,
+    pub runpath: Vec<String>,
+}
+
+const PT_LOAD: u32 = 1;
+const PT_DYNAMIC: u32 = 2;
+const PT_INTERP: u32 = 3;
+const DT_NEEDED: u64 = 1;
+const DT_STRTAB: u64 = 5;
+const DT_STRSZ: u64 = 10;
+const DT_RPATH: u64 = 15;
+const DT_RUNPATH: u64 = 29;
+/// Bounds on what a header may make us read (a program header table, a dynamic section, its
+/// string table): a damaged or hostile file costs a little reading, never a large allocation.
+const MAX_TABLE: usize = 1 << 20;
+
+fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
+}
+fn u64_at(b: &[u8], o: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
+}
+fn cstr(b: &[u8], o: usize) -> Option<String> {
+    let s = b.get(o..)?;
+    let end = s.iter().position(|&c| c == 0)?;
+    Some(String::from_utf8_lossy(&s[..end]).into_owned())
+}
+
+/// Parse what a 64-bit little-endian ELF file needs; `read(offset, len)` returns the file's
+/// bytes there (fewer at its end). None for anything else: a script, a 32-bit or big-endian
+/// program, a damaged header.
+pub fn elf_needs(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<ElfNeeds> {
+    let h = read(0, 64)?;
+    // magic, ELFCLASS64, ELFDATA2LSB
+    if h.len() < 64 || &h[..4] != b"\x7fELF" || h[4] != 2 || h[5] != 1 {
+        return None;
+    }
+    let phoff = u64_at(&h, 32)?;
+    let phentsize = u16_at(&h, 54)? as usize;
+    let phnum = u16_at(&h, 56)? as usize;
+    if phentsize < 56 || phentsize * phnum > MAX_TABLE {
+        return None;
+    }
+    let ph = read(phoff, phentsize * phnum)?;
+    let mut out = ElfNeeds::default();
+    // (vaddr, filesz, offset) of each loaded segment, to find the string table in the file.
+    let mut loads = Vec::new();
+    let mut dynamic = None;
+    for i in 0..phnum {
+        let e = i * phentsize;
+        let (kind, off) = (u32_at(&ph, e)?, u64_at(&ph, e + 8)?);
+        let (vaddr, filesz) = (u64_at(&ph, e + 16)?, u64_at(&ph, e + 32)?);
+        match kind {
+            PT_LOAD => loads.push((vaddr, filesz, off)),
+            PT_DYNAMIC => dynamic = Some((off, filesz)),
+            PT_INTERP if (filesz as usize) < 4096 => {
+                out.interp = cstr(&read(off, filesz as usize)?, 0);
+            }
+            _ => {}
+        }
+    }
+    let Some((dyn_off, dyn_size)) = dynamic else {
+        return Some(out); // static
+    };
+    let dynamic = read(dyn_off, (dyn_size as usize).min(MAX_TABLE))?;
+    let (mut strtab, mut strsz) = (None, 0usize);
+    let (mut needed, mut rpath, mut runpath) = (Vec::new(), None, None);
+    for e in dynamic.chunks_exact(16) {
+        let (tag, val) = (u64_at(e, 0)?, u64_at(e, 8)?);
+        match tag {
+            0 => break, // DT_NULL
+            DT_NEEDED => needed.push(val as usize),
+            DT_STRTAB => strtab = Some(val),
+            DT_STRSZ => strsz = (val as usize).min(MAX_TABLE),
+            DT_RPATH => rpath = Some(val as usize),
+            DT_RUNPATH => runpath = Some(val as usize),
+            _ => {}
+        }
+    }
+    // DT_STRTAB is an address: the loaded segment holding it says where it lies in the file.
+    let addr = strtab?;
+    let &(vaddr, _, off) = loads
+        .iter()
+        .find(|&&(v, size, _)| addr >= v && addr - v < size)?;
+    let strings = read(addr - vaddr + off, strsz)?;
+    out.needed = needed
+        .into_iter()
+        .filter_map(|o| cstr(&strings, o))
+        .collect();
+    if let Some(p) = runpath.or(rpath).and_then(|o| cstr(&strings, o)) {
+        out.runpath = p
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(String::from)
+            .collect();
+    }
+    Some(out)
+}
+
+/// A `#!` line: the interpreter and its one optional argument (as the kernel splits it).
+pub fn shebang(head: &[u8]) -> Option<(String, Option<String>)> {
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&c| c == b'\n')?];
+    let line = String::from_utf8_lossy(line);
+    let line = line.trim_matches([' ', '\t']);
+    let (interp, arg) = match line.split_once([' ', '\t']) {
+        Some((i, a)) => (i, Some(a.trim_matches([' ', '\t']).to_string())),
+        None => (line, None),
+    };
+    (!interp.is_empty()).then(|| (interp.to_string(), arg.filter(|a| !a.is_empty())))
+}
+
+/// Where the dynamic loader would look for `name`, in its order: a name with a slash as it is;
+/// else the program's DT_RUNPATH (or DT_RPATH) with `$ORIGIN` put in, LD_LIBRARY_PATH,
+/// ld.so.cache's entries for this architecture, then the default directories.
+pub fn lib_candidates(
+    name: &str,
+    origin: &str,
+    runpath: &[String],
+    ld_library_path: &str,
+    cache: &[CacheEntry],
+) -> Vec<String> {
+    if name.contains('/') {
+        return vec![name.to_string()];
+    }
+    let mut dirs: Vec<String> = runpath
+        .iter()
+        .map(|d| d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin))
+        .collect();
+    dirs.extend(
+        ld_library_path
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(String::from),
+    );
+    let mut out: Vec<String> = dirs.iter().map(|d| format!("{d}/{name}")).collect();
+    out.extend(
+        cache
+            .iter()
+            .filter(|e| e.key == name && e.flags == NATIVE_FLAGS)
+            .map(|e| e.value.clone()),
+    );
+    out.extend(DEFAULT_LIB_DIRS.iter().map(|d| format!("{d}/{name}")));
+    out
+}
+
+const DEFAULT_LIB_DIRS: &[&str] = &[
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    #[cfg(target_arch = "x86_64")]
+    "/lib/x86_64-linux-gnu",
+    #[cfg(target_arch = "x86_64")]
+    "/usr/lib/x86_64-linux-gnu",
+    #[cfg(target_arch = "aarch64")]
+    "/lib/aarch64-linux-gnu",
+    #[cfg(target_arch = "aarch64")]
+    "/usr/lib/aarch64-linux-gnu",
+];
+
+/// The command as the container will find it: a path with a slash (relative to `cwd`), else
+/// the first executable regular file of that name in `path_dirs` (as launch's exec searches).
+fn find_command(ar: &Archive, cmd: &str, path_dirs: &[PathBuf], cwd: &Path) -> Option<String> {
+    let candidates: Vec<PathBuf> = if cmd.contains('/') {
+        vec![cwd.join(cmd)]
+    } else {
+        path_dirs.iter().map(|d| cwd.join(d).join(cmd)).collect()
+    };
+    candidates.into_iter().find_map(|p| {
+        let p = p.to_string_lossy().into_owned();
+        let ino = ar.lookup(&p, true).ok()??;
+        (ino.kind == Kind::File && ino.mode() & 0o111 != 0).then_some(p)
+    })
+}
+
+/// The files `cmd` needs to start, in the order it needs them: a script and its interpreters
+/// (`env NAME` runs NAME from PATH), then each program, its ELF interpreter and its libraries,
+/// breadth first as the loader takes them.
+pub fn closure(
+    ar: &Archive,
+    cmd: &str,
+    path_dirs: &[PathBuf],
+    cwd: &Path,
+    ld_library_path: &str,
+) -> Vec<Arc<Inode>> {
+    let mut files: Vec<Arc<Inode>> = Vec::new();
+    let Some(mut prog) = find_command(ar, cmd, path_dirs, cwd) else {
+        return files;
+    };
+    let mut programs = Vec::new();
+    for _ in 0..=MAX_SCRIPTS {
+        let Ok(Some(ino)) = ar.lookup(&prog, true) else {
+            return files;
+        };
+        let mut head = vec![0u8; 256];
+        let n = ar.read_at(&ino, 0, &mut head).unwrap_or(0);
+        let Some((interp, arg)) = shebang(&head[..n]) else {
+            break;
+        };
+        files.push(ino);
+        prog = match arg {
+            Some(a) if interp.ends_with("/env") && !a.starts_with('-') => {
+                programs.push(interp);
+                match find_command(ar, &a, path_dirs, cwd) {
+                    Some(p) => p,
+                    None => break,
+                }
+            }
+            _ => interp,
+        };
+    }
+    programs.push(prog);
+    let cache = ar
+        .read_file("/etc/ld.so.cache")
+        .ok()
+        .flatten()
+        .and_then(|b| parse_ldcache(&b, "/etc/ld.so.cache").ok())
+        .unwrap_or_default();
+    let mut queue = std::collections::VecDeque::from(programs);
+    let mut seen = std::collections::HashSet::new();
+    while let Some(path) = queue.pop_front() {
+        if files.len() >= MAX_FILES {
+            break;
+        }
+        let Ok(Some(ino)) = ar.lookup(&path, true) else {
+            continue;
+        };
+        if ino.kind != Kind::File || !seen.insert(ino.r) {
+            continue;
+        }
+        files.push(ino.clone());
+        let read = |off: u64, len: usize| {
+            let mut b = vec![0u8; len];
+            let n = ar.read_at(&ino, off, &mut b).ok()?;
+            b.truncate(n);
+            Some(b)
+        };
+        let Some(needs) = elf_needs(&read) else {
+            continue;
+        };
+        let origin = match path.rsplit_once('/') {
+            Some((d, _)) if !d.is_empty() => d.to_string(),
+            _ => "/".to_string(),
+        };
+        queue.extend(needs.interp);
+        for name in &needs.needed {
+            let found = lib_candidates(name, &origin, &needs.runpath, ld_library_path, &cache)
+                .into_iter()
+                .find(|c| matches!(ar.lookup(c, true), Ok(Some(i)) if i.kind == Kind::File));
+            queue.extend(found);
+        }
+    }
+    files
+}
+
+/// Decompress `files` in order into the archive's block cache, up to `BUDGET` bytes in all.
+pub fn warm(ar: &Archive, files: &[Arc<Inode>]) {
+    let mut left = BUDGET;
+    for f in files {
+        // A damaged block is reported by the read that needs it, not here.
+        let Ok(n) = ar.preload(f, left) else { continue };
+        left = left.saturating_sub(n);
+        if left == 0 {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(b: &[u8]) -> impl Fn(u64, usize) -> Option<Vec<u8>> + '_ {
+        move |off, len| {
+            let s = b.get(off as usize..)?;
+            Some(s[..len.min(s.len())].to_vec())
+        }
+    }
+
+    #[test]
+    fn shebang_table() {
+        let s = |i: &str, a: Option<&str>| Some((i.to_string(), a.map(String::from)));
+        for (head, want) in [
+            (&b"#!/bin/sh\necho"[..], s("/bin/sh", None)),
+            (
+                b"#! /usr/bin/env python3\n",
+                s("/usr/bin/env", Some("python3")),
+            ),
+            (b"#!/usr/bin/perl -w  \n", s("/usr/bin/perl", Some("-w"))),
+            (b"#!/bin/bash\t-e\n", s("/bin/bash", Some("-e"))),
+            (b"#!\n", None),
+            (b"#!/bin/sh", None), // no end of line within the head read
+            (b"\x7fELF", None),
+            (b"echo hi\n", None),
+        ] {
+            assert_eq!(shebang(head), want, "{:?}", String::from_utf8_lossy(head));
+        }
+    }
+
+    #[test]
+    fn lib_candidates_follow_the_loader_order() {
+        let cache = vec![
+            CacheEntry {
+                flags: NATIVE_FLAGS,
+                key: "libc.so.6".into(),
+                value: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+            },
+            CacheEntry {
+                flags: 0x0001, // another architecture's entry of the same name
+                key: "libc.so.6".into(),
+                value: "/usr/lib/i386-linux-gnu/libc.so.6".into(),
+            },
+        ];
+        let c = lib_candidates(
+            "libc.so.6",
+            "/opt/app/bin",
+            &["$ORIGIN/../lib".into(), "/opt/x".into()],
+            "/ld:",
+            &cache,
+        );
+        assert_eq!(
+            &c[..4],
+            [
+                "/opt/app/bin/../lib/libc.so.6",
+                "/opt/x/libc.so.6",
+                "/ld/libc.so.6",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            ]
+        );
+        assert_eq!(c[4], "/lib64/libc.so.6");
+        assert!(!c.iter().any(|p| p.contains("i386")));
+        assert_eq!(
+            lib_candidates("/abs/libz.so", "/", &[], "/ld", &cache),
+            ["/abs/libz.so"]
+        );
+    }
+
+    #[test]
+    fn elf_needs_of_a_dynamic_program() {
+        // This test binary: a dynamic program of this architecture, linked against libc.
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let n = elf_needs(&bytes(&exe)).expect("an ELF64 LE program");
+        assert!(
+            n.interp.as_deref().is_some_and(|i| i.contains("ld-")),
+            "{n:?}"
+        );
+        assert!(n.needed.iter().any(|l| l.starts_with("libc.so")), "{n:?}");
+    }
+
+    /// A minimal ELF64 LE file: one PT_LOAD mapping the file at 0x400000, a PT_INTERP, and a
+    /// PT_DYNAMIC with two DT_NEEDED, a DT_RUNPATH and the string table.
+    fn synthetic(strtab_addr: u64) -> Vec<u8> {
+        let mut f = vec![0u8; 0x300];
+        f[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        f[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        f[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        f[56..58].copy_from_slice(&3u16.to_le_bytes()); // e_phnum
+        let ph = |f: &mut Vec<u8>, i: usize, kind: u32, off: u64, vaddr: u64, size: u64| {
+            let e = 64 + i * 56;
+            f[e..e + 4].copy_from_slice(&kind.to_le_bytes());
+            f[e + 8..e + 16].copy_from_slice(&off.to_le_bytes());
+            f[e + 16..e + 24].copy_from_slice(&vaddr.to_le_bytes());
+            f[e + 32..e + 40].copy_from_slice(&size.to_le_bytes());
+        };
+        ph(&mut f, 0, PT_LOAD, 0, 0x400000, 0x300);
+        ph(&mut f, 1, PT_INTERP, 0x100, 0x400100, 11); // with its NUL
+        ph(&mut f, 2, PT_DYNAMIC, 0x200, 0x400200, 6 * 16);
+        f[0x100..0x10a].copy_from_slice(b"/lib/ld.so");
+        let strings = b"\0libfoo.so.1\0libc.so.6\0$ORIGIN/lib:/opt\0";
+        f[0x180..0x180 + strings.len()].copy_from_slice(strings);
+        let dyns = [
+            (DT_NEEDED, 1),
+            (DT_NEEDED, 13),
+            (DT_RUNPATH, 23),
+            (DT_STRTAB, strtab_addr),
+            (DT_STRSZ, strings.len() as u64),
+            (0, 0),
+        ];
+        for (i, (t, v)) in dyns.iter().enumerate() {
+            let e = 0x200 + i * 16;
+            f[e..e + 8].copy_from_slice(&t.to_le_bytes());
+            f[e + 8..e + 16].copy_from_slice(&v.to_le_bytes());
+        }
+        f
+    }
+
+    #[test]
+    fn elf_needs_table() {
+        let good = synthetic(0x400180);
+        assert_eq!(
+            elf_needs(&bytes(&good)),
+            Some(ElfNeeds {
+                interp: Some("/lib/ld.so".into()),
+                needed: vec!["libfoo.so.1".into(), "libc.so.6".into()],
+                runpath: vec!["$ORIGIN/lib".into(), "/opt".into()],
+            })
+        );
+        // A string table outside every loaded segment: nothing to trust.
+        assert_eq!(elf_needs(&bytes(&synthetic(0x900000))), None);
+        let mut be = good.clone();
+        be[5] = 2; // big-endian
+        assert_eq!(elf_needs(&bytes(&be)), None);
+        let mut class32 = good.clone();
+        class32[4] = 1;
+        assert_eq!(elf_needs(&bytes(&class32)), None);
+        assert_eq!(elf_needs(&bytes(&good[..40])), None, "truncated header");
+        assert_eq!(elf_needs(&bytes(&good[..0x120])), None, "truncated tables");
+        let mut huge = good.clone();
+        huge[56..58].copy_from_slice(&u16::MAX.to_le_bytes()); // 65535 program headers
+        assert_eq!(elf_needs(&bytes(&huge)), None);
+        assert_eq!(elf_needs(&bytes(b"#!/bin/sh\n")), None);
+    }
+}
