@@ -199,8 +199,7 @@ fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan) -> Option<Warm> {
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     Some(Box::new(move || {
-        let files = warm::closure(&ar, &cmd, &path_dirs, &cwd, &ld_path);
-        warm::warm(&ar, &files);
+        warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path)
     }))
 }
 

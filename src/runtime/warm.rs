@@ -216,21 +216,52 @@ pub fn closure(
     cwd: &Path,
     ld_library_path: &str,
 ) -> Vec<Arc<Inode>> {
-    let mut files: Vec<Arc<Inode>> = Vec::new();
+    let mut files = Vec::new();
+    visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |f| {
+        files.push(f.clone());
+        true
+    });
+    files
+}
+
+/// Decompress what `cmd` needs to start into the archive's block cache, each file as soon as it
+/// is found (the program is needed first, its libraries later), up to `BUDGET` bytes in all.
+pub fn warm(ar: &Archive, cmd: &str, path_dirs: &[PathBuf], cwd: &Path, ld_library_path: &str) {
+    let mut left = BUDGET;
+    visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |f| {
+        // A damaged block is reported by the read that needs it, not here.
+        left = left.saturating_sub(ar.preload(f, left).unwrap_or(0));
+        left > 0
+    });
+}
+
+/// Walk the files of `closure` in order, each once, until `found` returns false.
+fn visit(
+    ar: &Archive,
+    cmd: &str,
+    path_dirs: &[PathBuf],
+    cwd: &Path,
+    ld_library_path: &str,
+    found: &mut dyn FnMut(&Arc<Inode>) -> bool,
+) {
     let Some(mut prog) = find_command(ar, cmd, path_dirs, cwd) else {
-        return files;
+        return;
     };
+    let mut count = 0;
     let mut programs = Vec::new();
     for _ in 0..=MAX_SCRIPTS {
         let Ok(Some(ino)) = ar.lookup(&prog, true) else {
-            return files;
+            return;
         };
         let mut head = vec![0u8; 256];
         let n = ar.read_at(&ino, 0, &mut head).unwrap_or(0);
         let Some((interp, arg)) = shebang(&head[..n]) else {
             break;
         };
-        files.push(ino);
+        count += 1;
+        if !found(&ino) {
+            return;
+        }
         prog = match arg {
             Some(a) if interp.ends_with("/env") && !a.starts_with('-') => {
                 programs.push(interp);
@@ -243,17 +274,12 @@ pub fn closure(
         };
     }
     programs.push(prog);
-    let cache = ar
-        .read_file("/etc/ld.so.cache")
-        .ok()
-        .flatten()
-        .and_then(|b| parse_ldcache(&b, "/etc/ld.so.cache").ok())
-        .unwrap_or_default();
+    let mut cache = None;
     let mut queue = std::collections::VecDeque::from(programs);
     let mut seen = std::collections::HashSet::new();
     while let Some(path) = queue.pop_front() {
-        if files.len() >= MAX_FILES {
-            break;
+        if count >= MAX_FILES {
+            return;
         }
         let Ok(Some(ino)) = ar.lookup(&path, true) else {
             continue;
@@ -261,7 +287,10 @@ pub fn closure(
         if ino.kind != Kind::File || !seen.insert(ino.r) {
             continue;
         }
-        files.push(ino.clone());
+        count += 1;
+        if !found(&ino) {
+            return;
+        }
         let read = |off: u64, len: usize| {
             let mut b = vec![0u8; len];
             let n = ar.read_at(&ino, off, &mut b).ok()?;
@@ -276,25 +305,22 @@ pub fn closure(
             _ => "/".to_string(),
         };
         queue.extend(needs.interp);
+        if needs.needed.is_empty() {
+            continue;
+        }
+        // Read only when a library is needed: a static program (busybox) needs none.
+        let cache: &Vec<CacheEntry> = cache.get_or_insert_with(|| {
+            ar.read_file("/etc/ld.so.cache")
+                .ok()
+                .flatten()
+                .and_then(|b| parse_ldcache(&b, "/etc/ld.so.cache").ok())
+                .unwrap_or_default()
+        });
         for name in &needs.needed {
-            let found = lib_candidates(name, &origin, &needs.runpath, ld_library_path, &cache)
+            let found = lib_candidates(name, &origin, &needs.runpath, ld_library_path, cache)
                 .into_iter()
                 .find(|c| matches!(ar.lookup(c, true), Ok(Some(i)) if i.kind == Kind::File));
             queue.extend(found);
-        }
-    }
-    files
-}
-
-/// Decompress `files` in order into the archive's block cache, up to `BUDGET` bytes in all.
-pub fn warm(ar: &Archive, files: &[Arc<Inode>]) {
-    let mut left = BUDGET;
-    for f in files {
-        // A damaged block is reported by the read that needs it, not here.
-        let Ok(n) = ar.preload(f, left) else { continue };
-        left = left.saturating_sub(n);
-        if left == 0 {
-            break;
         }
     }
 }
