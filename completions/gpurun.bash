@@ -292,7 +292,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__hold)
-            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --nv-driver-path --dry-run --state --quiet --verbose --debug --help --version"
+            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --nv-driver-path --dry-run --state --warm --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -331,6 +331,10 @@ _gpurun() {
                     return 0
                     ;;
                 --state)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --warm)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

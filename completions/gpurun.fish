@@ -120,6 +120,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l gpus -d 'GPUs to 
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l state -d 'Write the container\'s state (JSON: pid, root, env, cwd) here once it is ready' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l warm -d 'The program the step\'s tasks will run: its program and libraries are decompressed while the tasks start' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l no-home -d 'Do not bind the home directory'
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -s e -l cleanenv -d 'Start from an empty environment (plus the image\'s and --env)'

@@ -230,6 +230,10 @@ pub struct HoldArgs {
     /// Write the container's state (JSON: pid, root, env, cwd) here once it is ready
     #[arg(long, value_name = "FILE")]
     pub state: PathBuf,
+    /// The program the step's tasks will run: its program and libraries are decompressed while
+    /// the tasks start
+    #[arg(long, value_name = "PROGRAM")]
+    pub warm: Option<String>,
     /// Image: a squashfs file
     pub image: String,
 }

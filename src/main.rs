@@ -122,7 +122,7 @@ fn main() {
             &ctx,
         ),
         Command::Hold(a) => go(
-            launch(a.image, a.opts, Action::Hold, Some(a.state), &ctx),
+            launch(a.image, a.opts, Action::Hold(a.warm), Some(a.state), &ctx),
             &ctx,
         ),
         Command::Pull(args) => pull(args, &ctx),

@@ -233,7 +233,12 @@ fn absolute(cwd: &Path, p: &Path) -> PathBuf {
 
 /// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
 /// Relative paths are resolved against `cwd`, the job's working directory.
-pub fn holder_args(o: &ContainerOpts, cwd: &Path, state: &Path) -> Result<Vec<String>, String> {
+pub fn holder_args(
+    o: &ContainerOpts,
+    cwd: &Path,
+    state: &Path,
+    program: Option<&str>,
+) -> Result<Vec<String>, String> {
     let image = match o.image.as_ref() {
         Some(Image::File(p)) => absolute(cwd, p).display().to_string(),
         Some(Image::Registry(r)) => r.clone(),
@@ -261,6 +266,9 @@ pub fn holder_args(o: &ContainerOpts, cwd: &Path, state: &Path) -> Result<Vec<St
     }
     if o.no_mount_home {
         a.push("--no-home".into());
+    }
+    if let Some(p) = program {
+        a.push(format!("--warm={p}"));
     }
     a.push(image);
     a.push("--state".into());
@@ -425,10 +433,16 @@ mod tests {
     #[test]
     fn holder_command_line() {
         let mut o = ContainerOpts::default();
-        assert!(holder_args(&o, Path::new("/w"), Path::new("/s")).is_err());
+        assert!(holder_args(&o, Path::new("/w"), Path::new("/s"), None).is_err());
         o.set(IMAGE, Some("./img.sqsh")).unwrap();
         assert_eq!(
-            holder_args(&o, Path::new("/home/u/job"), Path::new("/tmp/d/state.json")).unwrap(),
+            holder_args(
+                &o,
+                Path::new("/home/u/job"),
+                Path::new("/tmp/d/state.json"),
+                None
+            )
+            .unwrap(),
             [
                 "hold",
                 "/home/u/job/./img.sqsh",
@@ -443,7 +457,7 @@ mod tests {
             o.set(f, None).unwrap();
         }
         assert_eq!(
-            holder_args(&o, Path::new("/w"), Path::new("/s")).unwrap(),
+            holder_args(&o, Path::new("/w"), Path::new("/s"), Some("python3")).unwrap(),
             [
                 "hold",
                 "--bind",
@@ -455,6 +469,7 @@ mod tests {
                 "--writable-tmpfs",
                 "--fakeroot",
                 "--no-home",
+                "--warm=python3",
                 "docker://ubuntu",
                 "--state",
                 "/s"

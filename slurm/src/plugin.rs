@@ -56,6 +56,7 @@ const S_JOB_UID: c_int = 0;
 const S_JOB_GID: c_int = 1;
 const S_JOB_ID: c_int = 2;
 const S_JOB_STEPID: c_int = 3;
+const S_JOB_ARGV: c_int = 9;
 const S_JOB_ENV: c_int = 10;
 const S_TASK_ID: c_int = 11;
 const S_JOB_SUPPLEMENTARY_GIDS: c_int = 19;
@@ -142,6 +143,24 @@ fn log_user(msg: &str) {
 fn item_u32(sp: spank_t, item: c_int) -> Option<u32> {
     let mut v: u32 = 0;
     (unsafe { spank_get_item(sp, item, &mut v as *mut u32) } == ESPANK_SUCCESS).then_some(v)
+}
+
+/// The program the step runs (its argv[0]), as srun was given it.
+fn job_program(sp: spank_t) -> Option<String> {
+    let mut argc: c_int = 0;
+    let mut argv: *mut *mut c_char = std::ptr::null_mut();
+    let ok =
+        unsafe { spank_get_item(sp, S_JOB_ARGV, &mut argc as *mut c_int, &mut argv as *mut _) };
+    if ok != ESPANK_SUCCESS || argc < 1 || argv.is_null() {
+        return None;
+    }
+    // SAFETY: Slurm hands out the step's argv (argc entries), valid during the callback.
+    let first = unsafe { *argv };
+    (!first.is_null()).then(|| {
+        unsafe { CStr::from_ptr(first) }
+            .to_string_lossy()
+            .into_owned()
+    })
 }
 
 /// The job's (or, in a task, the task's) environment.
@@ -351,7 +370,9 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
     let creds = job_creds(sp)?;
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
-    let args = options::holder_args(&p.opts, &cwd, &holder::state_path(&dir))?;
+    // The holder decompresses the step's program and libraries while the tasks start.
+    let program = job_program(sp);
+    let args = options::holder_args(&p.opts, &cwd, &holder::state_path(&dir), program.as_deref())?;
     log_debug(&format!(
         "gpurun: {} {}",
         p.args.gpurun.display(),

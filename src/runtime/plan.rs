@@ -108,8 +108,9 @@ pub enum Action {
     Run(Vec<String>),
     /// An interactive shell; Some = the user's choice.
     Shell(Option<String>),
-    /// Prepare the container and run nothing (the Slurm holder).
-    Hold,
+    /// Prepare the container and run nothing (the Slurm holder); the program the step's tasks
+    /// will run, when known, is warmed (runtime/warm.rs).
+    Hold(Option<String>),
 }
 
 /// The user's request (from the command line).
@@ -267,7 +268,7 @@ fn argv_for(action: &Action, image: &ImageView, host: &HostView) -> Result<Vec<S
     };
     Ok(match action {
         Action::Exec(argv) => argv.clone(),
-        Action::Hold => Vec::new(),
+        Action::Hold(_) => Vec::new(),
         Action::Run(args) => {
             let mut argv = image.meta.entrypoint.clone();
             argv.extend(if args.is_empty() {

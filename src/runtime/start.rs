@@ -145,7 +145,7 @@ impl Image {
 
     /// How the launcher gets the root: served over FUSE, or extracted once when /dev/fuse is
     /// unusable (said on stderr, since it costs disk and time the first time).
-    fn lower(self, plan: &plan::Plan) -> Result<Lower, StartError> {
+    fn lower(self, plan: &plan::Plan, warm: Option<String>) -> Result<Lower, StartError> {
         let owner = (plan.uid.inside, plan.gid.inside);
         let (path, archive) = match self {
             Image::Dir(d) => return Ok(Lower::Dir(d)),
@@ -156,7 +156,7 @@ impl Image {
             Ok(_) => {
                 // The CPUs gpurun may use (its affinity and cgroup quota).
                 let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-                let warm = warm_command(&archive, plan);
+                let warm = warm.map(|cmd| warm_command(&archive, plan, cmd));
                 let serve: Serve = Box::new(move |fd| {
                     fuse::serve(archive, fd, cpus, owner)
                         .map(|s| Box::new(s) as Box<dyn std::any::Any>)
@@ -187,9 +187,9 @@ impl Image {
     }
 }
 
-/// Warming for the plan's command: what it needs to start, decompressed ahead of its exec.
-fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan) -> Option<Warm> {
-    let cmd = plan.argv.first()?.clone();
+/// Warming for `cmd` in the plan's container: what it needs to start, decompressed ahead of its
+/// exec.
+fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan, cmd: String) -> Warm {
     let (ar, cwd) = (archive.clone(), plan.cwd.clone());
     let path_dirs = super::env::path_dirs(&plan.env);
     let ld_path = plan
@@ -198,9 +198,7 @@ fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan) -> Option<Warm> {
         .find(|(k, _)| k == "LD_LIBRARY_PATH")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
-    Some(Box::new(move || {
-        warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path)
-    }))
+    Box::new(move || warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path))
 }
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
@@ -346,6 +344,11 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         return Ok(0);
     }
     let hold = l.state.map(|path| HoldState { path });
-    let lower = image.lower(&plan)?;
+    // The holder runs nothing itself; its tasks will run the step's program.
+    let warm = match &l.action {
+        Action::Hold(program) => program.clone(),
+        _ => plan.argv.first().cloned(),
+    };
+    let lower = image.lower(&plan, warm)?;
     Ok(launch::run(&plan, lower, hold)?)
 }
