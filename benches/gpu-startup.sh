@@ -22,8 +22,14 @@ chmod 755 "$W"
 
 mkdir -p "$W/root/bin" "$W/root/etc" "$W/root/tmp" "$W/root/proc" "$W/root/sys" "$W/root/dev"
 cp "$BUSYBOX" "$W/root/bin/busybox"
+mkdir -p "$W/root/usr/bin"
 for t in sh true; do ln -s busybox "$W/root/bin/$t"; done
+ln -s ../../bin/busybox "$W/root/usr/bin/true"
 "$MKSQUASHFS" "$W/root" "$W/img.sqsh" -comp zstd -noappend -quiet >/dev/null
+# And a dynamic program: the host's `true` with the loader and libraries ldd finds for it.
+mkdir -p "$W/dyn/tmp" "$W/dyn/proc" "$W/dyn/sys" "$W/dyn/dev"
+cp -L --parents /usr/bin/true $(ldd /usr/bin/true | grep -o '/[^ ]*') "$W/dyn/"
+"$MKSQUASHFS" "$W/dyn" "$W/dyn.sqsh" -comp zstd -noappend -quiet >/dev/null
 builds=("new=$GPURUN")
 [ -n "${BASELINE:-}" ] && builds+=("old=$BASELINE")
 for b in "${builds[@]}"; do
@@ -32,19 +38,21 @@ done
 chmod -R a+rX "$W"
 
 as_user() { runuser -u "$TEST_USER" -- env -i PATH=/usr/bin:/bin HOME=/tmp "$@"; }
-per_exec() { # per_exec BINARY MODE: mean microseconds per exec over RUNS execs, timed as the user
+per_exec() { # per_exec BINARY MODE IMAGE: mean microseconds per exec over RUNS execs, as the user
     as_user sh -c 't0=$(date +%s%N); i=0
-        while [ $i -lt '"$RUNS"' ]; do "$0" exec "$1" "$2" true || exit 1; i=$((i + 1)); done
-        echo $((($(date +%s%N) - t0) / '"$RUNS"' / 1000))' "$1" "$2" "$W/img.sqsh"
+        while [ $i -lt '"$RUNS"' ]; do "$0" exec "$1" "$2" /usr/bin/true || exit 1; i=$((i + 1)); done
+        echo $((($(date +%s%N) - t0) / '"$RUNS"' / 1000))' "$1" "$2" "$3"
 }
 
-echo "# gpurun exec of busybox true, $RUNS runs per line, $(nproc) CPUs, $(uname -r)"
+echo "# gpurun exec of true (busybox: static; dyn: the host's, with ld.so and libc), $RUNS runs per line, $(nproc) CPUs, $(uname -r)"
 as_user "$W/gpurun-new" exec --nv "$W/img.sqsh" true # the first NVML answer, if any, is kept
 for r in $(seq "$ROUNDS"); do
     for b in "${builds[@]}"; do
         n=${b%%=*}
         for mode in --no-nv --nv; do
-            echo "round $r $n $mode $(per_exec "$W/gpurun-$n" "$mode") us per exec"
+            for img in img dyn; do
+                echo "round $r $n $mode $img $(per_exec "$W/gpurun-$n" "$mode" "$W/$img.sqsh") us per exec"
+            done
         done
     done
 done
