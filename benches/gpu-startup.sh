@@ -4,7 +4,12 @@
 # builds a small busybox image and runs gpurun as an unprivileged user.
 #
 #   sudo GPURUN=/path/gpurun [BASELINE=/path/older-gpurun] TEST_USER=ubuntu \
-#        [BUSYBOX=/bin/busybox] [MKSQUASHFS=mksquashfs] [RUNS=20] [ROUNDS=3] bash benches/gpu-startup.sh
+#        [BUSYBOX=/bin/busybox] [MKSQUASHFS=mksquashfs] [RUNS=20] [ROUNDS=3] [CH_RUN=DIR]
+#        bash benches/gpu-startup.sh
+#
+# CH_RUN: a directory with Debian's ch-run and, in lib/, the libraries ldd lists for it (other
+# than libc), to time `ch-run IMAGE -- true` and `unshare -Urm true` beside gpurun where
+# Charliecloud is not installed.
 #
 # Each round runs, for each build in turn, RUNS execs with --no-nv, then RUNS with --nv, and
 # prints the mean time per exec of each loop (interleaved, so a busy second hits both builds).
@@ -27,7 +32,11 @@ for t in sh true; do ln -s busybox "$W/root/bin/$t"; done
 ln -s ../../bin/busybox "$W/root/usr/bin/true"
 "$MKSQUASHFS" "$W/root" "$W/img.sqsh" -comp zstd -noappend -quiet >/dev/null
 # And a dynamic program: the host's `true` with the loader and libraries ldd finds for it.
-mkdir -p "$W/dyn/tmp" "$W/dyn/proc" "$W/dyn/sys" "$W/dyn/dev"
+mkdir -p "$W/dyn/tmp" "$W/dyn/proc" "$W/dyn/sys" "$W/dyn/dev" "$W/dyn/etc" "$W/dyn/home"
+for r in root dyn; do # ch-run binds its own over these
+    echo 'root:x:0:0:root:/root:/bin/sh' >"$W/$r/etc/passwd"
+    echo 'root:x:0:' >"$W/$r/etc/group"
+done
 cp -L --parents /usr/bin/true $(ldd /usr/bin/true | grep -o '/[^ ]*') "$W/dyn/"
 "$MKSQUASHFS" "$W/dyn" "$W/dyn.sqsh" -comp zstd -noappend -quiet >/dev/null
 builds=("new=$GPURUN")
@@ -35,6 +44,7 @@ builds=("new=$GPURUN")
 for b in "${builds[@]}"; do
     install -m 755 "${b#*=}" "$W/gpurun-${b%%=*}"
 done
+[ -z "${CH_RUN:-}" ] || cp -r "$CH_RUN" "$W/ch"
 chmod -R a+rX "$W"
 
 as_user() { runuser -u "$TEST_USER" -- env -i PATH=/usr/bin:/bin HOME=/tmp "$@"; }
@@ -42,6 +52,17 @@ per_exec() { # per_exec BINARY MODE IMAGE: mean microseconds per exec over RUNS 
     as_user sh -c 't0=$(date +%s%N); i=0
         while [ $i -lt '"$RUNS"' ]; do "$0" exec "$1" "$2" /usr/bin/true || exit 1; i=$((i + 1)); done
         echo $((($(date +%s%N) - t0) / '"$RUNS"' / 1000))' "$1" "$2" "$3"
+}
+
+per_exec_peer() { # per_exec_peer IMAGE: ch-run's mean microseconds per exec, then unshare's
+    as_user sh -c 't0=$(date +%s%N); i=0
+        while [ $i -lt '"$RUNS"' ]; do LD_LIBRARY_PATH="$0/lib" "$0/ch-run" "$1" -- /usr/bin/true || exit 1
+        i=$((i + 1)); done; echo $((($(date +%s%N) - t0) / '"$RUNS"' / 1000))' "$W/ch" "$1"
+}
+per_exec_unshare() {
+    as_user sh -c 't0=$(date +%s%N); i=0
+        while [ $i -lt '"$RUNS"' ]; do unshare -Urm true || exit 1; i=$((i + 1)); done
+        echo $((($(date +%s%N) - t0) / '"$RUNS"' / 1000))'
 }
 
 echo "# gpurun exec of true (busybox: static; dyn: the host's, with ld.so and libc), $RUNS runs per line, $(nproc) CPUs, $(uname -r)"
@@ -55,6 +76,12 @@ for r in $(seq "$ROUNDS"); do
             done
         done
     done
+    if [ -n "${CH_RUN:-}" ]; then
+        for img in img dyn; do
+            echo "round $r ch-run - $img $(per_exec_peer "$W/$img.sqsh") us per exec"
+        done
+        echo "round $r unshare -Urm true $(per_exec_unshare) us per exec"
+    fi
 done
 for b in "${builds[@]}"; do
     n=${b%%=*}
