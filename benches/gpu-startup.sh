@@ -30,13 +30,13 @@ cp "$BUSYBOX" "$W/root/bin/busybox"
 mkdir -p "$W/root/usr/bin"
 for t in sh true; do ln -s busybox "$W/root/bin/$t"; done
 ln -s ../../bin/busybox "$W/root/usr/bin/true"
-"$MKSQUASHFS" "$W/root" "$W/img.sqsh" -comp zstd -noappend -quiet >/dev/null
-# And a dynamic program: the host's `true` with the loader and libraries ldd finds for it.
 mkdir -p "$W/dyn/tmp" "$W/dyn/proc" "$W/dyn/sys" "$W/dyn/dev" "$W/dyn/etc" "$W/dyn/home"
 for r in root dyn; do # ch-run binds its own over these
     echo 'root:x:0:0:root:/root:/bin/sh' >"$W/$r/etc/passwd"
     echo 'root:x:0:' >"$W/$r/etc/group"
 done
+"$MKSQUASHFS" "$W/root" "$W/img.sqsh" -comp zstd -noappend -quiet >/dev/null
+# And a dynamic program: the host's `true` with the loader and libraries ldd finds for it.
 cp -L --parents /usr/bin/true $(ldd /usr/bin/true | grep -o '/[^ ]*') "$W/dyn/"
 "$MKSQUASHFS" "$W/dyn" "$W/dyn.sqsh" -comp zstd -noappend -quiet >/dev/null
 builds=("new=$GPURUN")
@@ -55,7 +55,7 @@ per_exec() { # per_exec BINARY MODE IMAGE: mean microseconds per exec over RUNS 
 }
 
 per_exec_peer() { # per_exec_peer IMAGE: ch-run's mean microseconds per exec, then unshare's
-    as_user sh -c 't0=$(date +%s%N); i=0
+    as_user env USER="$TEST_USER" sh -c 't0=$(date +%s%N); i=0
         while [ $i -lt '"$RUNS"' ]; do LD_LIBRARY_PATH="$0/lib" "$0/ch-run" "$1" -- /usr/bin/true || exit 1
         i=$((i + 1)); done; echo $((($(date +%s%N) - t0) / '"$RUNS"' / 1000))' "$W/ch" "$1"
 }

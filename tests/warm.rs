@@ -154,7 +154,7 @@ fn closure_is_what_the_loader_maps() {
         assert!(closure(&ar, "nonesuch", &path, Path::new("/"), "").is_empty());
 
         // Warming leaves every file readable as it was.
-        warm(&ar, "/app/run", &path, Path::new("/"), "");
+        warm(&ar, "/app/run", &path, Path::new("/"), "", 3);
         for p in &want {
             assert!(
                 ar.read_file(p).unwrap().unwrap() == std::fs::read(p).unwrap(),
@@ -165,7 +165,7 @@ fn closure_is_what_the_loader_maps() {
 }
 
 #[test]
-fn preload_stops_at_its_budget() {
+fn preload_block_by_block() {
     let s = common::Scratch::new();
     let root = s.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
@@ -175,8 +175,12 @@ fn preload_stops_at_its_budget() {
     common::mksquashfs(&root, &img, &["-comp", "zstd"]);
     let ar = Archive::open(&img).unwrap();
     let ino = ar.lookup("/big", false).unwrap().unwrap();
-    // Whole 128 KiB blocks: a budget of 200,000 bytes covers two of them.
-    assert_eq!(ar.preload(&ino, 200_000).unwrap(), 2 * 131_072);
-    assert_eq!(ar.preload(&ino, u64::MAX).unwrap(), data.len() as u64);
+    // 1,000,000 bytes: seven whole 128 KiB blocks and a tail of 82,496 bytes in a fragment.
+    assert_eq!(ar.data_blocks(&ino), 8);
+    let sizes: Vec<u64> = (0..9).map(|i| ar.preload_block(&ino, i).unwrap()).collect();
+    assert_eq!(
+        sizes,
+        [131_072, 131_072, 131_072, 131_072, 131_072, 131_072, 131_072, 82_496, 0]
+    );
     assert!(ar.read_file("/big").unwrap().unwrap() == data);
 }

@@ -9,11 +9,13 @@
 //! needs a block it is decompressing waits for that block instead of decompressing it twice
 //! (`Archive::data_block`). What it finds is a guess: a wrong one costs idle CPU, nothing else.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::gpu::driver::{parse_ldcache, CacheEntry, NATIVE_FLAGS};
 use crate::image::sqfs::{Archive, Inode, Kind};
+use crate::runtime::sys;
 
 /// At most this much file data is warmed (a quarter of the data block cache).
 pub const BUDGET: u64 = 16 << 20;
@@ -224,15 +226,82 @@ pub fn closure(
     files
 }
 
-/// Decompress what `cmd` needs to start into the archive's block cache, each file as soon as it
-/// is found (the program is needed first, its libraries later), up to `BUDGET` bytes in all.
-pub fn warm(ar: &Archive, cmd: &str, path_dirs: &[PathBuf], cwd: &Path, ld_library_path: &str) {
-    let mut left = BUDGET;
-    visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |f| {
-        // A damaged block is reported by the read that needs it, not here.
-        left = left.saturating_sub(ar.preload(f, left).unwrap_or(0));
-        left > 0
+/// Decompress what `cmd` needs to start into the archive's block cache, up to `BUDGET` bytes:
+/// the files are found in order on this thread, and their blocks decompressed by `workers`
+/// threads of idle priority, in that order (the program is needed first, its libraries later).
+pub fn warm(
+    ar: &Archive,
+    cmd: &str,
+    path_dirs: &[PathBuf],
+    cwd: &Path,
+    ld_library_path: &str,
+    workers: usize,
+) {
+    let queue = Queue::default();
+    std::thread::scope(|s| {
+        for _ in 0..workers.max(1) {
+            s.spawn(|| {
+                sys::idle_priority();
+                while let Some((f, i)) = queue.pop() {
+                    // A damaged block is reported by the read that needs it, not here.
+                    let _ = ar.preload_block(&f, i);
+                }
+            });
+        }
+        let mut left = BUDGET;
+        visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |f| {
+            for i in 0..ar.data_blocks(f) {
+                if left == 0 {
+                    break;
+                }
+                queue.push((f.clone(), i));
+                left = left.saturating_sub(ar.block_size() as u64);
+            }
+            left > 0
+        });
+        queue.close();
     });
+}
+
+/// A file's data block: the file and the block's index (`Archive::preload_block`).
+type Block = (Arc<Inode>, usize);
+
+/// Blocks to decompress, first in first out, until closed and empty.
+#[derive(Default)]
+struct Queue {
+    state: Mutex<Pending>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Pending {
+    blocks: VecDeque<Block>,
+    closed: bool,
+}
+
+impl Queue {
+    fn push(&self, b: Block) {
+        crate::lock(&self.state).blocks.push_back(b);
+        self.ready.notify_one();
+    }
+
+    fn close(&self) {
+        crate::lock(&self.state).closed = true;
+        self.ready.notify_all();
+    }
+
+    fn pop(&self) -> Option<Block> {
+        let mut st = crate::lock(&self.state);
+        loop {
+            if let Some(b) = st.blocks.pop_front() {
+                return Some(b);
+            }
+            if st.closed {
+                return None;
+            }
+            st = self.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 /// Walk the files of `closure` in order, each once, until `found` returns false.

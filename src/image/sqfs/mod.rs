@@ -730,30 +730,30 @@ impl Archive {
         Ok((end - offset) as usize)
     }
 
-    /// Decompress a file's data blocks into the cache, in file order, until `budget` bytes
-    /// of it are covered (its tail fragment too, when reached); returns the bytes covered.
-    pub fn preload(&self, ino: &Inode, budget: u64) -> Result<u64, SqfsError> {
+    /// How many data blocks a file's contents take, its tail fragment counted as one.
+    pub fn data_blocks(&self, ino: &Inode) -> usize {
+        match &ino.body {
+            Body::File(f) => f.block_words.len() + usize::from(f.fragment.is_some()),
+            _ => 0,
+        }
+    }
+
+    /// Decompress a file's data block `i` (`data_blocks` counts them) into the cache; returns
+    /// the bytes of the file it holds.
+    pub fn preload_block(&self, ino: &Inode, i: usize) -> Result<u64, SqfsError> {
         let Body::File(f) = &ino.body else {
             return Ok(0);
         };
         let bs = self.sb.block_size as u64;
-        let mut done = 0;
-        for (i, &w) in f.block_words.iter().enumerate() {
-            if done >= budget {
-                return Ok(done);
-            }
-            let word = BlockWord::decode(w);
-            if !word.is_sparse() {
-                self.data_block(ino.block_pos[i], word)?;
-            }
-            done += bs.min(ino.size - i as u64 * bs);
+        let (pos, word) = match (f.block_words.get(i), f.fragment) {
+            (Some(&w), _) => (ino.block_pos[i], BlockWord::decode(w)),
+            (None, Some((frag, _))) if i == f.block_words.len() => self.fragment(frag)?,
+            _ => return Ok(0),
+        };
+        if !word.is_sparse() {
+            self.data_block(pos, word)?;
         }
-        if let (Some((frag, _)), true) = (f.fragment, done < budget) {
-            let (start, word) = self.fragment(frag)?;
-            self.data_block(start, word)?;
-            done = ino.size;
-        }
-        Ok(done)
+        Ok(bs.min(ino.size.saturating_sub(i as u64 * bs)))
     }
 
     /// All xattrs of an inode as (full name, value), in stored order.
