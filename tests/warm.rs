@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gpurun::image::sqfs::Archive;
+use gpurun::runtime::prefetch::Pushes;
 use gpurun::runtime::warm::{closure, warm};
 
 /// The files the host's loader maps for `prog`: its interpreter and libraries (ldd's paths).
@@ -154,7 +155,11 @@ fn closure_is_what_the_loader_maps() {
         assert!(closure(&ar, "nonesuch", &path, Path::new("/"), "").is_empty());
 
         // Warming leaves every file readable as it was.
-        warm(&ar, "/app/run", &path, Path::new("/"), "", 3);
+        let pushes = Pushes::default();
+        warm(&ar, "/app/run", &path, Path::new("/"), "", 3, &pushes);
+        for f in &files {
+            assert!(pushes.take(f.r), "each warmed file is offered for a push");
+        }
         for p in &want {
             assert!(
                 ar.read_file(p).unwrap().unwrap() == std::fs::read(p).unwrap(),
