@@ -99,16 +99,28 @@ fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
     Ok(v)
 }
 
+/// A zstd image of `src` at S/img.sqsh and an empty S/mnt, owned by the test user.
+fn image_and_mount_point(
+    s: &common::Scratch,
+    src: &Path,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let img = s.join("img.sqsh");
+    common::mksquashfs(src, &img, &["-comp", "zstd"]);
+    std::fs::create_dir(s.join("mnt")).unwrap();
+    s.chown_all();
+    (img, s.join("mnt"))
+}
+
+/// Serve an image on a mounted fd with `threads` server threads and no start-up pushes;
+/// dropping what it returns stops serving.
+fn serve_image(img: &Path, fd: std::os::fd::OwnedFd, threads: usize) -> impl Sized {
+    let ar = Arc::new(Archive::open(img).unwrap());
+    serve(ar, fd, threads, (0, 0), Default::default()).unwrap()
+}
+
 fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
     let fd = mount_fuse(mnt);
-    let _session = serve(
-        Arc::new(Archive::open(img).unwrap()),
-        fd,
-        2,
-        (0, 0),
-        Default::default(),
-    )
-    .unwrap();
+    let _session = serve_image(img, fd, 2);
     let how = tree::Compare {
         owners: false,
         suid: true,
@@ -175,14 +187,7 @@ fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
 
     // a corrupt data block: EIO to the reader, the rest of the image still served
     let fd = mount_fuse(mnt2);
-    let _bad = serve(
-        Arc::new(Archive::open(bad_img).unwrap()),
-        fd,
-        1,
-        (0, 0),
-        Default::default(),
-    )
-    .unwrap();
+    let _bad = serve_image(bad_img, fd, 1);
     let r = std::fs::read(mnt2.join("big")).map(|d| d.len());
     assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)));
     assert_eq!(std::fs::read(mnt2.join("small")).unwrap(), b"hello\n");
@@ -304,21 +309,10 @@ fn directory_scans_are_pushed_ahead() {
             std::fs::write(src.join(d).join(format!("f{i:03}")), content(d, i)).unwrap();
         }
     }
-    let img = s.join("img.sqsh");
-    common::mksquashfs(&src, &img, &["-comp", "zstd"]);
-    std::fs::create_dir(s.join("mnt")).unwrap();
-    s.chown_all();
-    let mnt = s.join("mnt");
+    let (img, mnt) = image_and_mount_point(&s, &src);
     in_namespaces(|| {
         let fd = mount_fuse(&mnt);
-        let _session = serve(
-            Arc::new(Archive::open(&img).unwrap()),
-            fd,
-            2,
-            (0, 0),
-            Default::default(),
-        )
-        .unwrap();
+        let _session = serve_image(&img, fd, 2);
         let f = |d: &str, i: usize| mnt.join(d).join(format!("f{i:03}"));
         for d in ["scan", "random"] {
             assert_eq!(std::fs::read_dir(mnt.join(d)).unwrap().count(), 60);
@@ -365,11 +359,7 @@ fn offered_files_are_pushed_whole_on_first_read() {
     for f in ["offered", "plain"] {
         std::fs::write(src.join(f), &data).unwrap();
     }
-    let img = s.join("img.sqsh");
-    common::mksquashfs(&src, &img, &["-comp", "zstd"]);
-    std::fs::create_dir(s.join("mnt")).unwrap();
-    s.chown_all();
-    let mnt = s.join("mnt");
+    let (img, mnt) = image_and_mount_point(&s, &src);
     in_namespaces(|| {
         let fd = mount_fuse(&mnt);
         let ar = Arc::new(Archive::open(&img).unwrap());

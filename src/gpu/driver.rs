@@ -44,7 +44,8 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(off..off + 4)?.try_into().ok()?))
 }
 
-fn cstr_at(b: &[u8], off: usize) -> Option<String> {
+/// The NUL-terminated string at `off`, lossily as UTF-8; None when it runs past the end.
+pub fn cstr_at(b: &[u8], off: usize) -> Option<String> {
     let s = b.get(off..)?;
     let end = s.iter().position(|&c| c == 0)?;
     Some(String::from_utf8_lossy(&s[..end]).into_owned())

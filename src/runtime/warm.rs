@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::gpu::driver::{parse_ldcache, CacheEntry, NATIVE_FLAGS};
+use crate::gpu::driver::{cstr_at, parse_ldcache, CacheEntry, NATIVE_FLAGS};
 use crate::image::sqfs::{Archive, Inode, Kind};
 use crate::runtime::prefetch::Pushes;
 use crate::runtime::sys;
@@ -55,11 +55,6 @@ fn u32_at(b: &[u8], o: usize) -> Option<u32> {
 fn u64_at(b: &[u8], o: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
 }
-fn cstr(b: &[u8], o: usize) -> Option<String> {
-    let s = b.get(o..)?;
-    let end = s.iter().position(|&c| c == 0)?;
-    Some(String::from_utf8_lossy(&s[..end]).into_owned())
-}
 
 /// Parse what a 64-bit little-endian ELF file needs; `read(offset, len)` returns the file's
 /// bytes there (fewer at its end). None for anything else: a script, a 32-bit or big-endian
@@ -89,7 +84,7 @@ pub fn elf_needs(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<ElfNeed
             PT_LOAD => loads.push((vaddr, filesz, off)),
             PT_DYNAMIC => dynamic = Some((off, filesz)),
             PT_INTERP if (filesz as usize) < 4096 => {
-                out.interp = cstr(&read(off, filesz as usize)?, 0);
+                out.interp = cstr_at(&read(off, filesz as usize)?, 0);
             }
             _ => {}
         }
@@ -120,9 +115,9 @@ pub fn elf_needs(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<ElfNeed
     let strings = read(addr - vaddr + off, strsz)?;
     out.needed = needed
         .into_iter()
-        .filter_map(|o| cstr(&strings, o))
+        .filter_map(|o| cstr_at(&strings, o))
         .collect();
-    if let Some(p) = runpath.or(rpath).and_then(|o| cstr(&strings, o)) {
+    if let Some(p) = runpath.or(rpath).and_then(|o| cstr_at(&strings, o)) {
         out.runpath = p
             .split(':')
             .filter(|d| !d.is_empty())
