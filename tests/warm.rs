@@ -89,6 +89,10 @@ fn closure_is_what_the_loader_maps() {
     let root = s.path().join("root");
     let want = tree(&root, &["ls", "env"]);
     std::fs::create_dir_all(root.join("app")).unwrap();
+    let noise: Vec<u8> = (0..400_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(root.join("unused"), noise).unwrap();
     std::fs::write(root.join("app/run"), "#!/usr/bin/env ls\n").unwrap();
     std::fs::set_permissions(
         root.join("app/run"),
@@ -154,18 +158,33 @@ fn closure_is_what_the_loader_maps() {
         );
         assert!(closure(&ar, "nonesuch", &path, Path::new("/"), "").is_empty());
 
-        // Warming leaves every file readable as it was.
+        // Warming puts every block of those files in the cache: with the image's bytes gone
+        // afterwards they still read whole and right, and a file it did not warm does not.
+        let fresh = Archive::open(&img).unwrap();
         let pushes = Pushes::default();
-        warm(&ar, "/app/run", &path, Path::new("/"), "", 3, &pushes);
+        warm(&fresh, "/app/run", &path, Path::new("/"), "", 3, &pushes);
         for f in &files {
             assert!(pushes.take(f.r), "each warmed file is offered for a push");
         }
-        for p in &want {
-            assert!(
-                ar.read_file(p).unwrap().unwrap() == std::fs::read(p).unwrap(),
-                "{p} after warming"
-            );
+        let inode = |p: &str| fresh.lookup(p, true).unwrap().unwrap();
+        let warmed: Vec<_> = want.iter().map(|p| (p, inode(p))).collect();
+        let unused = inode("/unused");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&img)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        for (p, ino) in warmed {
+            let mut b = vec![0u8; ino.size as usize];
+            assert_eq!(fresh.read_at(&ino, 0, &mut b).unwrap(), b.len(), "{p}");
+            assert!(b == std::fs::read(p).unwrap(), "{p} from the cache");
         }
+        let mut b = vec![0u8; unused.size as usize];
+        assert!(
+            fresh.read_at(&unused, 0, &mut b).is_err(),
+            "an unwarmed file read without its image"
+        );
     }
 }
 

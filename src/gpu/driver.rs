@@ -44,74 +44,77 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(off..off + 4)?.try_into().ok()?))
 }
 
-/// The NUL-terminated string at `off`, lossily as UTF-8; None when it runs past the end.
-pub fn cstr_at(b: &[u8], off: usize) -> Option<String> {
+/// The NUL-terminated bytes at `off`; None when they run past the end.
+pub fn cstr_bytes(b: &[u8], off: usize) -> Option<&[u8]> {
     let s = b.get(off..)?;
-    let end = s.iter().position(|&c| c == 0)?;
-    Some(String::from_utf8_lossy(&s[..end]).into_owned())
+    Some(&s[..s.iter().position(|&c| c == 0)?])
 }
 
-/// Parse an ld.so.cache in either format: the old "ld.so-1.7.0" (string offsets count from the end
-/// of its entry table; glibc 2.2–2.31 append the new format there) or the new
-/// "glibc-ld.so.cache1.1" (string offsets count from the new header). The new table wins when
-/// both are present. Host byte order.
+/// Parse an ld.so.cache in either format (see `for_each_ldcache_entry`) into owned entries.
 pub fn parse_ldcache(b: &[u8], path: &str) -> Result<Vec<CacheEntry>, DriverError> {
+    let mut out = Vec::new();
+    for_each_ldcache_entry(b, path, |flags, key, value| {
+        out.push(CacheEntry {
+            flags,
+            key: String::from_utf8_lossy(key).into_owned(),
+            value: String::from_utf8_lossy(value).into_owned(),
+        });
+        true
+    })?;
+    Ok(out)
+}
+
+/// Visit the entries of an ld.so.cache (flags, soname, path; borrowed from `b`) until `f` says
+/// stop. Either format: the old "ld.so-1.7.0" (string offsets count from the end of its entry
+/// table; glibc 2.2–2.31 append the new format there) or the new "glibc-ld.so.cache1.1" (string
+/// offsets count from the new header). The new table wins when both are present. Host byte
+/// order. Nothing is copied, so a hostile file (an image's) costs no more than its own size.
+pub fn for_each_ldcache_entry(
+    b: &[u8],
+    path: &str,
+    mut f: impl FnMut(i32, &[u8], &[u8]) -> bool,
+) -> Result<(), DriverError> {
     let trunc = |what| DriverError::Truncated {
         path: path.into(),
         what,
     };
-    let parse_new = |base: usize| -> Result<Vec<CacheEntry>, DriverError> {
-        let nlibs = u32_at(b, base + 20).ok_or_else(|| trunc("header"))? as usize;
-        let mut out = Vec::with_capacity(nlibs.min(65536));
-        for i in 0..nlibs {
-            let e = base + NEW_HEADER + i * NEW_ENTRY;
-            let flags = u32_at(b, e).ok_or_else(|| trunc("entries"))? as i32;
-            let key = u32_at(b, e + 4).ok_or_else(|| trunc("entries"))? as usize;
-            let value = u32_at(b, e + 8).ok_or_else(|| trunc("entries"))? as usize;
-            out.push(CacheEntry {
-                flags,
-                key: cstr_at(b, base + key).ok_or_else(|| trunc("strings"))?,
-                value: cstr_at(b, base + value).ok_or_else(|| trunc("strings"))?,
-            });
+    // (number of entries, where they start, entry size, where string offsets count from)
+    let (nlibs, first, size, strings) = if b.starts_with(NEW_MAGIC) {
+        let nlibs = u32_at(b, 20).ok_or_else(|| trunc("header"))? as usize;
+        (nlibs, NEW_HEADER, NEW_ENTRY, 0)
+    } else if b.starts_with(OLD_MAGIC) {
+        // magic (11 bytes), then nlibs aligned to 4
+        let nlibs = u32_at(b, 12).ok_or_else(|| trunc("header"))? as usize;
+        let strings = nlibs
+            .checked_mul(OLD_ENTRY)
+            .and_then(|n| n.checked_add(16))
+            .ok_or_else(|| trunc("header"))?;
+        if strings > b.len() {
+            return Err(trunc("entries"));
         }
-        Ok(out)
-    };
-    if b.starts_with(NEW_MAGIC) {
-        return parse_new(0);
-    }
-    if !b.starts_with(OLD_MAGIC) {
+        // a new-format table follows, aligned to 8
+        let new_at = (strings + 7) & !7;
+        if b.get(new_at..new_at + NEW_MAGIC.len()) == Some(NEW_MAGIC) {
+            let nlibs = u32_at(b, new_at + 20).ok_or_else(|| trunc("header"))? as usize;
+            (nlibs, new_at + NEW_HEADER, NEW_ENTRY, new_at)
+        } else {
+            (nlibs, 16, OLD_ENTRY, strings)
+        }
+    } else {
         return Err(DriverError::NotLdCache { path: path.into() });
-    }
-    // magic (11 bytes), then nlibs aligned to 4
-    let nlibs = u32_at(b, 12).ok_or_else(|| trunc("header"))? as usize;
-    let strings = 16usize
-        .checked_add(
-            nlibs
-                .checked_mul(OLD_ENTRY)
-                .ok_or_else(|| trunc("header"))?,
-        )
-        .ok_or_else(|| trunc("header"))?;
-    if strings > b.len() {
-        return Err(trunc("entries"));
-    }
-    // a new-format table follows, aligned to 8
-    let new_at = (strings + 7) & !7;
-    if b.get(new_at..new_at + NEW_MAGIC.len()) == Some(NEW_MAGIC) {
-        return parse_new(new_at);
-    }
-    let mut out = Vec::with_capacity(nlibs);
+    };
     for i in 0..nlibs {
-        let e = 16 + i * OLD_ENTRY;
+        let e = first + i * size;
         let flags = u32_at(b, e).ok_or_else(|| trunc("entries"))? as i32;
         let key = u32_at(b, e + 4).ok_or_else(|| trunc("entries"))? as usize;
         let value = u32_at(b, e + 8).ok_or_else(|| trunc("entries"))? as usize;
-        out.push(CacheEntry {
-            flags,
-            key: cstr_at(b, strings + key).ok_or_else(|| trunc("strings"))?,
-            value: cstr_at(b, strings + value).ok_or_else(|| trunc("strings"))?,
-        });
+        let key = cstr_bytes(b, strings + key).ok_or_else(|| trunc("strings"))?;
+        let value = cstr_bytes(b, strings + value).ok_or_else(|| trunc("strings"))?;
+        if !f(flags, key, value) {
+            break;
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Driver version from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX Open Kernel Module

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::gpu::driver::{cstr_at, parse_ldcache, CacheEntry, NATIVE_FLAGS};
+use crate::gpu::driver::{cstr_bytes, for_each_ldcache_entry, NATIVE_FLAGS};
 use crate::image::sqfs::{Archive, Inode, Kind};
 use crate::runtime::prefetch::Pushes;
 use crate::runtime::sys;
@@ -43,8 +43,19 @@ const DT_STRSZ: u64 = 10;
 const DT_RPATH: u64 = 15;
 const DT_RUNPATH: u64 = 29;
 /// Bounds on what a header may make us read (a program header table, a dynamic section, its
-/// string table): a damaged or hostile file costs a little reading, never a large allocation.
+/// string table) and keep (names, search directories, libraries): a damaged or hostile file
+/// costs a little reading, never a large allocation or a long search.
 const MAX_TABLE: usize = 1 << 20;
+const MAX_NAME: usize = 4096;
+const MAX_DIRS: usize = 16;
+/// An image's ld.so.cache larger than this is not read (glibc's own are well under 1 MiB).
+const MAX_LDCACHE: u64 = 4 << 20;
+
+/// The string at `off` when it is a sane name or path (at most `MAX_NAME` bytes).
+fn name_at(b: &[u8], off: usize) -> Option<String> {
+    let s = cstr_bytes(b, off).filter(|s| s.len() <= MAX_NAME)?;
+    Some(String::from_utf8_lossy(s).into_owned())
+}
 
 fn u16_at(b: &[u8], o: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
@@ -84,7 +95,7 @@ pub fn elf_needs(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<ElfNeed
             PT_LOAD => loads.push((vaddr, filesz, off)),
             PT_DYNAMIC => dynamic = Some((off, filesz)),
             PT_INTERP if (filesz as usize) < 4096 => {
-                out.interp = cstr_at(&read(off, filesz as usize)?, 0);
+                out.interp = name_at(&read(off, filesz as usize)?, 0);
             }
             _ => {}
         }
@@ -112,15 +123,17 @@ pub fn elf_needs(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<ElfNeed
     let &(vaddr, _, off) = loads
         .iter()
         .find(|&&(v, size, _)| addr >= v && addr - v < size)?;
-    let strings = read(addr - vaddr + off, strsz)?;
+    let strings = read((addr - vaddr).checked_add(off)?, strsz)?;
     out.needed = needed
         .into_iter()
-        .filter_map(|o| cstr_at(&strings, o))
+        .filter_map(|o| name_at(&strings, o))
+        .take(MAX_FILES)
         .collect();
-    if let Some(p) = runpath.or(rpath).and_then(|o| cstr_at(&strings, o)) {
+    if let Some(p) = runpath.or(rpath).and_then(|o| name_at(&strings, o)) {
         out.runpath = p
             .split(':')
             .filter(|d| !d.is_empty())
+            .take(MAX_DIRS)
             .map(String::from)
             .collect();
     }
@@ -142,13 +155,13 @@ pub fn shebang(head: &[u8]) -> Option<(String, Option<String>)> {
 
 /// Where the dynamic loader would look for `name`, in its order: a name with a slash as it is;
 /// else the program's DT_RUNPATH (or DT_RPATH) with `$ORIGIN` put in, LD_LIBRARY_PATH,
-/// ld.so.cache's entries for this architecture, then the default directories.
+/// what ld.so.cache says (`from_cache`, see `ldcache_find`), then the default directories.
 pub fn lib_candidates(
     name: &str,
     origin: &str,
     runpath: &[String],
     ld_library_path: &str,
-    cache: &[CacheEntry],
+    from_cache: Option<&str>,
 ) -> Vec<String> {
     if name.contains('/') {
         return vec![name.to_string()];
@@ -161,17 +174,25 @@ pub fn lib_candidates(
         ld_library_path
             .split(':')
             .filter(|d| !d.is_empty())
+            .take(MAX_DIRS)
             .map(String::from),
     );
     let mut out: Vec<String> = dirs.iter().map(|d| format!("{d}/{name}")).collect();
-    out.extend(
-        cache
-            .iter()
-            .filter(|e| e.key == name && e.flags == NATIVE_FLAGS)
-            .map(|e| e.value.clone()),
-    );
+    out.extend(from_cache.map(String::from));
     out.extend(DEFAULT_LIB_DIRS.iter().map(|d| format!("{d}/{name}")));
     out
+}
+
+/// The path an ld.so.cache gives for library `name` on this architecture (its first entry).
+pub fn ldcache_find(cache: &[u8], name: &str) -> Option<String> {
+    let mut found = None;
+    let _ = for_each_ldcache_entry(cache, "/etc/ld.so.cache", |flags, key, value| {
+        if flags == NATIVE_FLAGS && key == name.as_bytes() && value.len() <= MAX_NAME {
+            found = Some(String::from_utf8_lossy(value).into_owned());
+        }
+        found.is_none()
+    });
+    found
 }
 
 const DEFAULT_LIB_DIRS: &[&str] = &[
@@ -245,6 +266,8 @@ pub fn warm(
                 }
             });
         }
+        // Closed however the walk ends (a panic too), or the workers would wait for ever.
+        let _close = CloseOnDrop(&queue);
         let mut left = BUDGET;
         visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |f| {
             pushes.offer(f.r);
@@ -257,8 +280,15 @@ pub fn warm(
             }
             left > 0
         });
-        queue.close();
     });
+}
+
+struct CloseOnDrop<'a>(&'a Queue);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// A file's data block: the file and the block's index (`Archive::preload_block`).
@@ -300,6 +330,18 @@ impl Queue {
             st = self.ready.wait(st).unwrap_or_else(|e| e.into_inner());
         }
     }
+}
+
+/// The image's /etc/ld.so.cache, unless it is implausibly large.
+fn read_ldcache(ar: &Archive) -> Option<Vec<u8>> {
+    let ino = ar.lookup("/etc/ld.so.cache", true).ok()??;
+    if ino.kind != Kind::File || ino.size > MAX_LDCACHE {
+        return None;
+    }
+    let mut b = vec![0u8; ino.size as usize];
+    let n = ar.read_at(&ino, 0, &mut b).ok()?;
+    b.truncate(n);
+    Some(b)
 }
 
 /// Walk the files of `closure` in order, each once, until `found` returns false.
@@ -376,15 +418,11 @@ fn visit(
             continue;
         }
         // Read only when a library is needed: a static program (busybox) needs none.
-        let cache: &Vec<CacheEntry> = cache.get_or_insert_with(|| {
-            ar.read_file("/etc/ld.so.cache")
-                .ok()
-                .flatten()
-                .and_then(|b| parse_ldcache(&b, "/etc/ld.so.cache").ok())
-                .unwrap_or_default()
-        });
+        let cache: &Vec<u8> = cache.get_or_insert_with(|| read_ldcache(ar).unwrap_or_default());
         for name in &needs.needed {
-            let found = lib_candidates(name, &origin, &needs.runpath, ld_library_path, cache)
+            let cached = ldcache_find(cache, name);
+            let from_cache = cached.as_deref();
+            let found = lib_candidates(name, &origin, &needs.runpath, ld_library_path, from_cache)
                 .into_iter()
                 .find(|c| matches!(ar.lookup(c, true), Ok(Some(i)) if i.kind == Kind::File));
             queue.extend(found);
@@ -425,24 +463,12 @@ mod tests {
 
     #[test]
     fn lib_candidates_follow_the_loader_order() {
-        let cache = vec![
-            CacheEntry {
-                flags: NATIVE_FLAGS,
-                key: "libc.so.6".into(),
-                value: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
-            },
-            CacheEntry {
-                flags: 0x0001, // another architecture's entry of the same name
-                key: "libc.so.6".into(),
-                value: "/usr/lib/i386-linux-gnu/libc.so.6".into(),
-            },
-        ];
         let c = lib_candidates(
             "libc.so.6",
             "/opt/app/bin",
             &["$ORIGIN/../lib".into(), "/opt/x".into()],
             "/ld:",
-            &cache,
+            Some("/usr/lib/x86_64-linux-gnu/libc.so.6"),
         );
         assert_eq!(
             &c[..4],
@@ -454,11 +480,28 @@ mod tests {
             ]
         );
         assert_eq!(c[4], "/lib64/libc.so.6");
-        assert!(!c.iter().any(|p| p.contains("i386")));
         assert_eq!(
-            lib_candidates("/abs/libz.so", "/", &[], "/ld", &cache),
+            lib_candidates("/abs/libz.so", "/", &[], "/ld", None),
             ["/abs/libz.so"]
         );
+        // A hostile LD_LIBRARY_PATH (an image's Env) is searched only so far.
+        let long = vec!["/d"; 100_000].join(":");
+        assert_eq!(
+            lib_candidates("x", "/", &[], &long, None).len(),
+            MAX_DIRS + DEFAULT_LIB_DIRS.len()
+        );
+    }
+
+    #[test]
+    fn ldcache_find_in_this_machines_cache() {
+        let cache = std::fs::read("/etc/ld.so.cache").unwrap();
+        let libc = ldcache_find(&cache, "libc.so.6").expect("libc.so.6 in ld.so.cache");
+        assert!(
+            libc.ends_with("/libc.so.6") && Path::new(&libc).exists(),
+            "{libc}"
+        );
+        assert_eq!(ldcache_find(&cache, "libnonesuch.so.9"), None);
+        assert_eq!(ldcache_find(b"not a cache", "libc.so.6"), None);
     }
 
     #[test]
@@ -535,5 +578,45 @@ mod tests {
         huge[56..58].copy_from_slice(&u16::MAX.to_le_bytes()); // 65535 program headers
         assert_eq!(elf_needs(&bytes(&huge)), None);
         assert_eq!(elf_needs(&bytes(b"#!/bin/sh\n")), None);
+        // A loaded segment at file offset u64::MAX: the string table's offset would overflow.
+        let mut wrap = good.clone();
+        wrap[64 + 8..64 + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(elf_needs(&bytes(&wrap)), None);
+    }
+
+    /// A dynamic section full of DT_NEEDED entries, all naming one string of `len` bytes.
+    fn many_needed(count: usize, len: usize) -> Vec<u8> {
+        let mut f = synthetic(0x400180);
+        let strtab = f.len() as u64;
+        f.extend(std::iter::repeat_n(b'a', len));
+        f.push(0);
+        let dyn_off = f.len() as u64;
+        let mut entries: Vec<(u64, u64)> = vec![(DT_NEEDED, 0); count];
+        entries.extend([
+            (DT_STRTAB, 0x400000 + strtab),
+            (DT_STRSZ, len as u64 + 1),
+            (0, 0),
+        ]);
+        for (t, v) in entries {
+            f.extend(t.to_le_bytes());
+            f.extend(v.to_le_bytes());
+        }
+        // the loaded segment covers the whole file; the dynamic section moves to the end
+        let size = f.len() as u64;
+        f[64 + 32..64 + 40].copy_from_slice(&size.to_le_bytes());
+        let e = 64 + 2 * 56;
+        f[e + 8..e + 16].copy_from_slice(&dyn_off.to_le_bytes());
+        f[e + 32..e + 40].copy_from_slice(&((count as u64 + 3) * 16).to_le_bytes());
+        f
+    }
+
+    #[test]
+    fn hostile_dynamic_sections_stay_small() {
+        // 60,000 names of 4 KiB each would be 240 MB of strings: at most MAX_FILES are taken.
+        let n = elf_needs(&bytes(&many_needed(60_000, MAX_NAME))).unwrap();
+        assert_eq!(n.needed.len(), MAX_FILES);
+        // A name longer than any path is no library name: skipped, not copied.
+        let n = elf_needs(&bytes(&many_needed(1000, MAX_NAME + 1))).unwrap();
+        assert!(n.needed.is_empty());
     }
 }
