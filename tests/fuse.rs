@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use gpurun::image::sqfs::Archive;
 use gpurun::runtime::fuse::serve;
-use gpurun::runtime::prefetch::Pushes;
 
 fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
@@ -99,28 +98,9 @@ fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
     Ok(v)
 }
 
-/// A zstd image of `src` at S/img.sqsh and an empty S/mnt, owned by the test user.
-fn image_and_mount_point(
-    s: &common::Scratch,
-    src: &Path,
-) -> (std::path::PathBuf, std::path::PathBuf) {
-    let img = s.join("img.sqsh");
-    common::mksquashfs(src, &img, &["-comp", "zstd"]);
-    std::fs::create_dir(s.join("mnt")).unwrap();
-    s.chown_all();
-    (img, s.join("mnt"))
-}
-
-/// Serve an image on a mounted fd with `threads` server threads and no start-up pushes;
-/// dropping what it returns stops serving.
-fn serve_image(img: &Path, fd: std::os::fd::OwnedFd, threads: usize) -> impl Sized {
-    let ar = Arc::new(Archive::open(img).unwrap());
-    serve(ar, fd, threads, (0, 0), Default::default()).unwrap()
-}
-
 fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
     let fd = mount_fuse(mnt);
-    let _session = serve_image(img, fd, 2);
+    let _session = serve(Arc::new(Archive::open(img).unwrap()), fd, 2, (0, 0)).unwrap();
     let how = tree::Compare {
         owners: false,
         suid: true,
@@ -187,7 +167,7 @@ fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
 
     // a corrupt data block: EIO to the reader, the rest of the image still served
     let fd = mount_fuse(mnt2);
-    let _bad = serve_image(bad_img, fd, 1);
+    let _bad = serve(Arc::new(Archive::open(bad_img).unwrap()), fd, 1, (0, 0)).unwrap();
     let r = std::fs::read(mnt2.join("big")).map(|d| d.len());
     assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)));
     assert_eq!(std::fs::read(mnt2.join("small")).unwrap(), b"hello\n");
@@ -262,11 +242,6 @@ fn in_namespaces(f: impl FnOnce()) {
 
 /// Whether the first page of `p` is in the page cache, asked without reading it (mincore).
 fn cached(p: &Path) -> bool {
-    cached_at(p, 0)
-}
-
-/// Whether the page of `p` at `offset` is in the page cache.
-fn cached_at(p: &Path, offset: i64) -> bool {
     let f = std::fs::File::open(p).unwrap();
     unsafe {
         use std::os::fd::AsRawFd;
@@ -276,7 +251,7 @@ fn cached_at(p: &Path, offset: i64) -> bool {
             libc::PROT_READ,
             libc::MAP_SHARED,
             f.as_raw_fd(),
-            offset,
+            0,
         );
         assert_ne!(a, libc::MAP_FAILED, "mmap {}", p.display());
         let mut v = 0u8;
@@ -309,10 +284,14 @@ fn directory_scans_are_pushed_ahead() {
             std::fs::write(src.join(d).join(format!("f{i:03}")), content(d, i)).unwrap();
         }
     }
-    let (img, mnt) = image_and_mount_point(&s, &src);
+    let img = s.join("img.sqsh");
+    common::mksquashfs(&src, &img, &["-comp", "zstd"]);
+    std::fs::create_dir(s.join("mnt")).unwrap();
+    s.chown_all();
+    let mnt = s.join("mnt");
     in_namespaces(|| {
         let fd = mount_fuse(&mnt);
-        let _session = serve_image(&img, fd, 2);
+        let _session = serve(Arc::new(Archive::open(&img).unwrap()), fd, 2, (0, 0)).unwrap();
         let f = |d: &str, i: usize| mnt.join(d).join(format!("f{i:03}"));
         for d in ["scan", "random"] {
             assert_eq!(std::fs::read_dir(mnt.join(d)).unwrap().count(), 60);
@@ -344,44 +323,6 @@ fn directory_scans_are_pushed_ahead() {
                 std::fs::read_to_string(f("scan", i)).unwrap(),
                 content("scan", i)
             );
-        }
-    });
-}
-
-/// A file offered for a push (what the start-up warming found) goes into the page cache whole
-/// on its first read; a file read the same way without the offer only as far as readahead.
-#[test]
-fn offered_files_are_pushed_whole_on_first_read() {
-    let s = common::Scratch::new();
-    let src = s.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let data: Vec<u8> = (0..3u32 << 20).map(|i| (i % 253) as u8).collect();
-    for f in ["offered", "plain"] {
-        std::fs::write(src.join(f), &data).unwrap();
-    }
-    let (img, mnt) = image_and_mount_point(&s, &src);
-    in_namespaces(|| {
-        let fd = mount_fuse(&mnt);
-        let ar = Arc::new(Archive::open(&img).unwrap());
-        let pushes = Arc::new(Pushes::default());
-        pushes.offer(ar.lookup("/offered", false).unwrap().unwrap().r);
-        let _session = serve(ar, fd, 2, (0, 0), pushes).unwrap();
-        let last = data.len() as i64 - 4096;
-        for f in ["offered", "plain"] {
-            let mut head = [0u8; 4096];
-            std::io::Read::read_exact(&mut std::fs::File::open(mnt.join(f)).unwrap(), &mut head)
-                .unwrap();
-            assert_eq!(head, data[..4096]);
-        }
-        eventually("the offered file's last page in the page cache", || {
-            cached_at(&mnt.join("offered"), last)
-        });
-        assert!(
-            !cached_at(&mnt.join("plain"), last),
-            "a file not offered was pushed"
-        );
-        for f in ["offered", "plain"] {
-            assert!(std::fs::read(mnt.join(f)).unwrap() == data, "{f}");
         }
     });
 }

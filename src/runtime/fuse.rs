@@ -26,7 +26,7 @@ use fuser::{
 use crate::image::sqfs::{Archive, Inode, Kind, SqfsError};
 use crate::lock;
 use crate::runtime::linger::{self, Linger};
-use crate::runtime::prefetch::{self, Job, Pushes, ScanTracker};
+use crate::runtime::prefetch::{self, Job, ScanTracker};
 use crate::runtime::sys;
 
 #[derive(Debug, thiserror::Error)]
@@ -66,7 +66,6 @@ pub fn serve(
     fuse_fd: OwnedFd,
     cpus: usize,
     owner: (u32, u32),
-    pushes: Arc<Pushes>,
 ) -> Result<BackgroundSession, FuseError> {
     let image = archive.path().display().to_string();
     let threads = cpus.clamp(1, 4);
@@ -80,7 +79,7 @@ pub fn serve(
     // Bounded: when the pusher falls behind, scans just read the normal way.
     let (jobs, queue) = sync_channel(4 * prefetch::WINDOW as usize);
     let session = Session::from_fd(
-        SquashFs::new(archive.clone(), owner, jobs, pushes, linger),
+        SquashFs::new(archive.clone(), owner, jobs, linger),
         fuse_fd,
         SessionACL::All,
         config,
@@ -117,8 +116,6 @@ struct SquashFs {
     /// Directory scans in progress, and the pusher they feed (see `prefetch`).
     scans: Mutex<Scans>,
     prefetch: SyncSender<Job>,
-    /// Files to push whole when first read (see `prefetch::Pushes`).
-    pushes: Arc<Pushes>,
     /// Polling between back-to-back requests (see `linger`); `None` on one CPU.
     linger: Option<Linger>,
 }
@@ -145,7 +142,6 @@ impl SquashFs {
         ar: Arc<Archive>,
         owner: (u32, u32),
         prefetch: SyncSender<Job>,
-        pushes: Arc<Pushes>,
         linger: Option<Linger>,
     ) -> SquashFs {
         let root = ar.root_ref();
@@ -159,7 +155,6 @@ impl SquashFs {
             owner,
             scans: Mutex::new(Scans::default()),
             prefetch,
-            pushes,
             linger,
         }
     }
@@ -294,7 +289,6 @@ impl SquashFs {
             let job = Job {
                 ino: self.ino_of(e.inode),
                 inode_ref: e.inode,
-                max: prefetch::MAX_FILE,
             };
             // Full: the pusher is behind, the reader will ask for these itself.
             if self.prefetch.try_send(job).is_err() {
@@ -448,13 +442,6 @@ impl Filesystem for SquashFs {
         };
         if offset == 0 {
             self.scan_read(ino);
-        }
-        if self.pushes.take(i.r) {
-            let _ = self.prefetch.try_send(Job {
-                ino: ino.0,
-                inode_ref: i.r,
-                max: crate::runtime::warm::BUDGET,
-            });
         }
         let want = (size as u64).min(i.size.saturating_sub(offset)) as usize;
         // A buffer per thread, reused: fresh ones cost page faults on every read.

@@ -58,36 +58,11 @@ impl ScanTracker {
     }
 }
 
-/// A file to push: its FUSE inode number and its squashfs inode reference, when it is at most
-/// `max` bytes long.
+/// A file to push: its FUSE inode number and its squashfs inode reference.
 pub struct Job {
     pub ino: u64,
     pub inode_ref: u64,
-    pub max: u64,
 }
-
-/// Files to push whole on their first read: what the command needs to start (runtime/warm.rs),
-/// decompressed ahead. A store needs the kernel's inode, which exists for certain once the
-/// kernel reads the file; the rest of the file then goes in at once, where exec and the dynamic
-/// loader would fault its pages in one round trip at a time. Measured: ~0.5 ms of `exec true`
-/// on a 32-vCPU node; nothing either way on 2 vCPUs, where the pusher competes with the command.
-#[derive(Default)]
-pub struct Pushes(std::sync::Mutex<std::collections::HashSet<u64>>);
-
-impl Pushes {
-    /// Push the file with this inode reference when it is first read.
-    pub fn offer(&self, inode_ref: u64) {
-        crate::lock(&self.0).insert(inode_ref);
-    }
-
-    /// Whether this read is the first of an offered file (true once).
-    pub fn take(&self, inode_ref: u64) -> bool {
-        crate::lock(&self.0).remove(&inode_ref)
-    }
-}
-
-/// Pushed in parts of this size, so the kernel has the head of a big file early.
-const PART: usize = 256 << 10;
 
 /// Push the files sent on `jobs` into the page cache until every sender is gone (the FUSE
 /// session ended) or the mount is.
@@ -97,21 +72,18 @@ pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
         let Ok(ino) = ar.inode(job.inode_ref) else {
             continue;
         };
-        if ino.kind != Kind::File || ino.size == 0 || ino.size > job.max {
+        if ino.kind != Kind::File || ino.size == 0 || ino.size > MAX_FILE {
             continue;
         }
-        let mut off = 0;
-        while off < ino.size {
-            buf.resize(PART.min((ino.size - off) as usize), 0);
-            // A damaged block is reported by the read that needs it, not here.
-            let Ok(n @ 1..) = ar.read_at(&ino, off, &mut buf) else {
-                break;
-            };
-            // ENOENT: the kernel has forgotten the inode, nothing to do. ENODEV: unmounted.
-            match notifier.store(INodeNo(job.ino), off, &buf[..n]) {
-                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return,
-                Err(_) => break,
-                Ok(()) => off += n as u64,
+        buf.resize(ino.size as usize, 0);
+        // A damaged block is reported by the read that needs it, not here.
+        let Ok(n) = ar.read_at(&ino, 0, &mut buf) else {
+            continue;
+        };
+        // ENOENT: the kernel has forgotten the inode, nothing to do. ENODEV: unmounted.
+        if let Err(e) = notifier.store(INodeNo(job.ino), 0, &buf[..n]) {
+            if e.raw_os_error() == Some(libc::ENODEV) {
+                return;
             }
         }
     }

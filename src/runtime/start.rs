@@ -12,7 +12,6 @@ use super::launch::{self, HoldState, LaunchError, Lower, Serve, Warm};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
-use super::prefetch::Pushes;
 use super::{extract, fuse, sys, warm};
 use crate::exit;
 use crate::image::cache::cache_root;
@@ -157,10 +156,9 @@ impl Image {
             Ok(_) => {
                 // The CPUs gpurun may use (its affinity and cgroup quota).
                 let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-                let pushes = Arc::new(Pushes::default());
-                let warm = warm.map(|cmd| warm_command(&archive, plan, cmd, cpus, pushes.clone()));
+                let warm = warm.map(|cmd| warm_command(&archive, plan, cmd, cpus));
                 let serve: Serve = Box::new(move |fd| {
-                    fuse::serve(archive, fd, cpus, owner, pushes)
+                    fuse::serve(archive, fd, cpus, owner)
                         .map(|s| Box::new(s) as Box<dyn std::any::Any>)
                         .map_err(|e| e.to_string())
                 });
@@ -191,13 +189,7 @@ impl Image {
 
 /// Warming for `cmd` in the plan's container: what it needs to start, decompressed ahead of its
 /// exec.
-fn warm_command(
-    archive: &Arc<Archive>,
-    plan: &plan::Plan,
-    cmd: String,
-    cpus: usize,
-    pushes: Arc<Pushes>,
-) -> Warm {
+fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan, cmd: String, cpus: usize) -> Warm {
     let (ar, cwd) = (archive.clone(), plan.cwd.clone());
     let path_dirs = super::env::path_dirs(&plan.env);
     let ld_path = plan
@@ -208,7 +200,7 @@ fn warm_command(
         .unwrap_or_default();
     // Up to 4 decompressing threads, leaving a CPU to the container (they only take idle time).
     let workers = cpus.saturating_sub(1).clamp(1, 4);
-    Box::new(move || warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, workers, &pushes))
+    Box::new(move || warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, workers))
 }
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.

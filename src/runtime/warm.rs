@@ -15,7 +15,6 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::gpu::driver::{cstr_bytes, for_each_ldcache_entry, NATIVE_FLAGS};
 use crate::image::sqfs::{Archive, Inode, Kind};
-use crate::runtime::prefetch::Pushes;
 use crate::runtime::sys;
 
 /// At most this much file data is warmed (a quarter of the data block cache).
@@ -253,7 +252,6 @@ pub fn warm(
     cwd: &Path,
     ld_library_path: &str,
     workers: usize,
-    pushes: &Pushes,
 ) {
     let queue = Queue::default();
     std::thread::scope(|s| {
@@ -270,7 +268,6 @@ pub fn warm(
         let _close = CloseOnDrop(&queue);
         let mut left = BUDGET;
         visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |f| {
-            pushes.offer(f.r);
             for i in 0..ar.data_blocks(f) {
                 if left == 0 {
                     break;
