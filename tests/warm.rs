@@ -160,7 +160,17 @@ fn closure_is_what_the_loader_maps() {
         // Warming puts every block of those files in the cache: with the image's bytes gone
         // afterwards they still read whole and right, and a file it did not warm does not.
         let fresh = Archive::open(&img).unwrap();
-        warm(&fresh, "/app/run", &path, Path::new("/"), "", 3);
+        let mut told = Vec::new();
+        warm(&fresh, "/app/run", &path, Path::new("/"), "", 3, &mut |p| {
+            told.push(p.to_string())
+        });
+        // Each file found is told by the path it was found at, in order.
+        let refs = |ps: &[String]| -> Vec<u64> {
+            ps.iter()
+                .map(|p| fresh.lookup(p, true).unwrap().unwrap().r)
+                .collect()
+        };
+        assert_eq!(refs(&told), files.iter().map(|f| f.r).collect::<Vec<_>>());
         let inode = |p: &str| fresh.lookup(p, true).unwrap().unwrap();
         let warmed: Vec<_> = want.iter().map(|p| (p, inode(p))).collect();
         let unused = inode("/unused");

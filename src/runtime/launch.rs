@@ -66,8 +66,9 @@ const FORWARDED: [Signal; 7] = [
 /// Starts serving an image on a mounted /dev/fuse fd; what it returns keeps the server alive.
 pub type Serve = Box<dyn FnOnce(OwnedFd) -> Result<Box<dyn std::any::Any>, String>>;
 
-/// Work for spare CPU time while C builds the root.
-pub type Warm = Box<dyn FnOnce() + Send>;
+/// Work for spare CPU time while C builds the root: the start-up warming (runtime/warm.rs),
+/// which tells the paths of the files it finds to its argument.
+pub type Warm = Box<dyn FnOnce(&mut dyn FnMut(&str)) + Send>;
 
 /// How the image's root gets into the container.
 pub enum Lower {
@@ -103,6 +104,9 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
     let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
     let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
+    // The files P's warming finds, a path a line, for C to read ahead before the exec.
+    let (found_r, found_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
     let state_tmp = match &hold {
         Some(h) => {
@@ -156,12 +160,13 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
         ForkResult::Child => {
             drop(ready_r);
             drop(err_r);
+            drop(found_w);
             let e = child(
                 plan,
                 &prepared,
                 &lower,
                 fuse_fd.as_ref().map(|fd| fd.as_raw_fd()),
-                ready_w,
+                (ready_w, found_r),
                 parent,
                 state_tmp.map(|(f, _)| f),
                 old_mask,
@@ -174,11 +179,12 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
         ForkResult::Parent { child } => {
             drop(ready_w);
             drop(err_w);
+            drop(found_r);
             parent_loop(
                 child,
                 lower,
                 fuse_fd,
-                ready_r,
+                (ready_r, found_w),
                 err_r,
                 hold,
                 state_tmp.map(|(_, p)| p),
@@ -230,7 +236,7 @@ fn child(
     prep: &Prepared,
     lower: &Lower,
     fuse_fd: Option<i32>,
-    ready_w: OwnedFd,
+    (ready_w, found): (OwnedFd, OwnedFd),
     parent: Pid,
     state: Option<File>,
     old_mask: SigSet,
@@ -271,6 +277,8 @@ fn child(
         }
         drop(ready);
         let _ = old_mask.thread_set_mask();
+        // The tasks exec the step's program once they join: read its files ahead meanwhile.
+        read_ahead_found(found, true);
         // Hold the namespace until P forwards a signal (SIGTERM from the SPANK plugin).
         loop {
             nix::unistd::pause();
@@ -283,6 +291,7 @@ fn child(
             plan.cwd.display()
         );
     }
+    read_ahead_found(found, false);
     if let Err(e) = sys::set_no_new_privs().and_then(|_| sys::become_subreaper()) {
         return (exit::GPURUN_FAILED, e.to_string());
     }
@@ -299,6 +308,27 @@ fn child(
         }
         Ok(ForkResult::Parent { child }) => supervise(child),
         Err(e) => (exit::GPURUN_FAILED, format!("fork: {e}")),
+    }
+}
+
+/// Read ahead, from the container, the files P's warming has found (`wait`: until it is done;
+/// else those found so far), so that exec and the dynamic loader find their pages in the page
+/// cache, filled by READs the server answers from its warm block cache. C does it, not P: a
+/// thread of the server's own process must never wait on its own FUSE connection (if gpurun is
+/// killed meanwhile, nothing would answer, and the kernel would not abort the connection while
+/// that thread holds it). Best effort.
+fn read_ahead_found(found: OwnedFd, wait: bool) {
+    use std::io::BufRead;
+    if !wait && sys::set_nonblocking(&found).is_err() {
+        return;
+    }
+    let mut lines = std::io::BufReader::new(File::from(found));
+    let mut line = String::new();
+    while matches!(lines.read_line(&mut line), Ok(n) if n > 0) {
+        if let Some(path) = line.strip_suffix('\n') {
+            sys::read_ahead(Path::new(path));
+        }
+        line.clear();
     }
 }
 
@@ -618,22 +648,27 @@ fn parent_loop(
     child: Pid,
     lower: Lower,
     fuse_fd: Option<OwnedFd>,
-    ready_r: OwnedFd,
+    (ready_r, found_w): (OwnedFd, OwnedFd),
     err_r: OwnedFd,
     hold: Option<HoldState>,
     state_tmp: Option<PathBuf>,
 ) -> Result<i32, LaunchError> {
     let mut ready = File::from(ready_r);
+    let mut found_w = Some(found_w);
     // Kept alive until we exit: dropping it would stop serving the image.
     let mut _server = None;
     if let (Lower::Fuse { serve, warm, .. }, Some(fd)) = (lower, fuse_fd) {
-        if let Some(w) = warm {
-            // Not joined: it ends on its own, or with gpurun.
+        if let (Some(w), Some(fd)) = (warm, found_w.take()) {
+            let mut found = File::from(fd);
+            // Not joined: it ends on its own, or with gpurun. Dropping `found` at its end
+            // tells C that no more files come.
             let _ = std::thread::Builder::new()
                 .name("gpurun-warm".into())
                 .spawn(move || {
                     sys::idle_priority();
-                    w()
+                    w(&mut |path| {
+                        let _ = writeln!(found, "{path}");
+                    })
                 });
         }
         let mut b = [0u8; 1];
@@ -647,6 +682,8 @@ fn parent_loop(
             }
         }
     }
+    // Nothing will be found: C reads no further.
+    drop(found_w);
     if let (Some(h), Some(tmp)) = (&hold, &state_tmp) {
         let mut b = [0u8; 1];
         if ready.read_exact(&mut b).is_ok() {

@@ -200,7 +200,7 @@ fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan, cmd: String, cpus: us
         .unwrap_or_default();
     // Up to 4 decompressing threads, leaving a CPU to the container (they only take idle time).
     let workers = cpus.saturating_sub(1).clamp(1, 4);
-    Box::new(move || warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, workers))
+    Box::new(move |found| warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, workers, found))
 }
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.

@@ -467,6 +467,36 @@ pub fn idle_priority() {
     unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) };
 }
 
+/// Make reads of `fd` return at once when nothing is there (O_NONBLOCK).
+pub fn set_nonblocking(fd: &OwnedFd) -> Result<()> {
+    nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .map(|_| ())
+    .map_err(call("fcntl(O_NONBLOCK)"))
+}
+
+/// Start reading a regular file into the page cache (readahead(2): the reads are queued, not
+/// waited for). Best effort: a path that is missing or no regular file is left alone.
+pub fn read_ahead(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: a FIFO bound over the path must not hold the open.
+    let Ok(f) = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+    else {
+        return;
+    };
+    if let Ok(md) = f.metadata() {
+        if md.is_file() {
+            // SAFETY: a valid fd for the duration of the call.
+            unsafe { libc::readahead(f.as_raw_fd(), 0, md.len() as usize) };
+        }
+    }
+}
+
 /// Give the CPU to any other runnable thread; returns at once when there is none.
 pub fn yield_cpu() {
     let _ = nix::sched::sched_yield();

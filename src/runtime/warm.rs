@@ -235,7 +235,7 @@ pub fn closure(
     ld_library_path: &str,
 ) -> Vec<Arc<Inode>> {
     let mut files = Vec::new();
-    visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |f| {
+    visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |_, f| {
         files.push(f.clone());
         true
     });
@@ -245,6 +245,7 @@ pub fn closure(
 /// Decompress what `cmd` needs to start into the archive's block cache, up to `BUDGET` bytes:
 /// the files are found in order on this thread, and their blocks decompressed by `workers`
 /// threads of idle priority, in that order (the program is needed first, its libraries later).
+/// Each file's path in the image is told to `found` as soon as it is found.
 pub fn warm(
     ar: &Archive,
     cmd: &str,
@@ -252,6 +253,7 @@ pub fn warm(
     cwd: &Path,
     ld_library_path: &str,
     workers: usize,
+    found: &mut dyn FnMut(&str),
 ) {
     let queue = Queue::default();
     std::thread::scope(|s| {
@@ -267,7 +269,8 @@ pub fn warm(
         // Closed however the walk ends (a panic too), or the workers would wait for ever.
         let _close = CloseOnDrop(&queue);
         let mut left = BUDGET;
-        visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |f| {
+        visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |path, f| {
+            found(path);
             for i in 0..ar.data_blocks(f) {
                 if left == 0 {
                     break;
@@ -348,7 +351,7 @@ fn visit(
     path_dirs: &[PathBuf],
     cwd: &Path,
     ld_library_path: &str,
-    found: &mut dyn FnMut(&Arc<Inode>) -> bool,
+    found: &mut dyn FnMut(&str, &Arc<Inode>) -> bool,
 ) {
     let Some(mut prog) = find_command(ar, cmd, path_dirs, cwd) else {
         return;
@@ -365,7 +368,7 @@ fn visit(
             break;
         };
         count += 1;
-        if !found(&ino) {
+        if !found(&prog, &ino) {
             return;
         }
         prog = match arg {
@@ -394,7 +397,7 @@ fn visit(
             continue;
         }
         count += 1;
-        if !found(&ino) {
+        if !found(&path, &ino) {
             return;
         }
         let read = |off: u64, len: usize| {
