@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Args;
 use serde::Serialize;
 
+use crate::runtime::env::var;
 use crate::runtime::plan::{Mount, MountSource};
 use devices::{GpuNode, Request};
 
@@ -128,18 +129,11 @@ pub enum GpuError {
     NoLibraries { version: String, searched: String },
 }
 
-fn get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
-    env.iter()
-        .rev()
-        .find(|(n, _)| n == k)
-        .map(|(_, v)| v.as_str())
-}
-
 /// The directories standing for /dev and /proc/driver/nvidia.
 fn roots(host_env: &[(String, String)]) -> (PathBuf, PathBuf) {
     (
-        PathBuf::from(get(host_env, "GPURUN_NV_DEV").unwrap_or("/dev")),
-        PathBuf::from(get(host_env, "GPURUN_NV_PROC").unwrap_or("/proc/driver/nvidia")),
+        PathBuf::from(var(host_env, "GPURUN_NV_DEV").unwrap_or("/dev")),
+        PathBuf::from(var(host_env, "GPURUN_NV_PROC").unwrap_or("/proc/driver/nvidia")),
     )
 }
 
@@ -168,7 +162,7 @@ fn version_from_nvml(
     sources: &[PathBuf],
     detail: bool,
 ) -> Option<(String, nvml::NvmlInfo)> {
-    if !dev.join("nvidiactl").exists() && !loads_on_demand(get(host_env, "PATH"), &["/usr/bin"]) {
+    if !dev.join("nvidiactl").exists() && !loads_on_demand(var(host_env, "PATH"), &["/usr/bin"]) {
         return None;
     }
     let cands = driver::candidates(sources, None).ok()?;
@@ -187,7 +181,7 @@ fn wanted(opts: &GpuOpts, host_env: &[(String, String)]) -> Option<bool> {
     if opts.nv {
         return Some(true);
     }
-    match get(host_env, "GPURUN_NV").map(|v| v.trim().to_ascii_lowercase()) {
+    match var(host_env, "GPURUN_NV").map(|v| v.trim().to_ascii_lowercase()) {
         Some(v) if matches!(v.as_str(), "0" | "false" | "no" | "off") => None,
         Some(v) if !v.is_empty() => Some(true),
         _ => Some(false),
@@ -227,8 +221,8 @@ fn facts_file(
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let uid = nix::unistd::getuid().as_raw();
     let root = crate::image::cache::cache_root_from(
-        get(host_env, "GPURUN_CACHE").map(PathBuf::from),
-        get(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
+        var(host_env, "GPURUN_CACHE").map(PathBuf::from),
+        var(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
         uid,
     );
     let dir = root.join("nvml");
@@ -379,8 +373,8 @@ pub fn prepare(
     let caps: Vec<String> = if !opts.nv_caps.is_empty() {
         opts.nv_caps.clone()
     } else {
-        get(host_env, "NVIDIA_DRIVER_CAPABILITIES")
-            .or_else(|| get(image_env, "NVIDIA_DRIVER_CAPABILITIES"))
+        var(host_env, "NVIDIA_DRIVER_CAPABILITIES")
+            .or_else(|| var(image_env, "NVIDIA_DRIVER_CAPABILITIES"))
             .unwrap_or("")
             .split(',')
             .map(str::to_string)
@@ -522,7 +516,7 @@ pub fn prepare(
     });
     mounts.extend(linked(&libs));
     // A few files, found through PATH: bound one by one, not their whole directory.
-    for (name, src) in driver::find_binaries(get(host_env, "PATH"), &opts.driver.paths) {
+    for (name, src) in driver::find_binaries(var(host_env, "PATH"), &opts.driver.paths) {
         mounts.push(Mount::bind(src, Path::new(BIN_DIR).join(name), true));
     }
     if let Some(fw) = driver::find_firmware(&version, &opts.driver.paths) {
@@ -532,7 +526,7 @@ pub fn prepare(
             true,
         ));
     }
-    for p in driver::find_ipc(get(host_env, "CUDA_MPS_PIPE_DIRECTORY")) {
+    for p in driver::find_ipc(var(host_env, "CUDA_MPS_PIPE_DIRECTORY")) {
         mounts.push(Mount::bind(&p, &p, false));
     }
     let params_dst = Path::new("/proc/driver/nvidia/params");

@@ -6,12 +6,20 @@ use std::path::{Path, PathBuf};
 /// Used when neither the image nor the user gives a PATH.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The value of `key` in an environment list; the last one when it is set twice, as composing
+/// the environment would leave it.
+pub fn var<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
 /// The directories a command name is searched in: the container's PATH (an empty entry is the
 /// working directory, as in execvp).
 pub fn path_dirs(env: &[(String, String)]) -> Vec<PathBuf> {
-    env.iter()
-        .find(|(k, _)| k == "PATH")
-        .map_or(DEFAULT_PATH, |(_, v)| v.as_str())
+    var(env, "PATH")
+        .unwrap_or(DEFAULT_PATH)
         .split(':')
         .map(|d| PathBuf::from(if d.is_empty() { "." } else { d }))
         .collect()
@@ -145,12 +153,7 @@ pub fn compose(inp: &EnvInputs) -> Result<Vec<(String, String)>, EnvError> {
     if !env.iter().any(|(k, _)| k == "PATH") {
         set(&mut env, "PATH", DEFAULT_PATH);
     }
-    let get = |env: &Vec<(String, String)>, k: &str| {
-        env.iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
+    let get = |env: &[(String, String)], k: &str| var(env, k).unwrap_or_default().to_string();
     if !inp.path_append.is_empty() {
         let p = join_paths(
             std::iter::once(get(&env, "PATH"))
@@ -188,10 +191,12 @@ mod tests {
             .collect()
     }
 
-    fn get<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
-        env.iter()
-            .find(|(key, _)| key == k)
-            .map(|(_, v)| v.as_str())
+    #[test]
+    fn var_takes_the_last_setting() {
+        let env = kv(&[("A", "1"), ("B", "x"), ("A", "2")]);
+        assert_eq!(var(&env, "A"), Some("2"));
+        assert_eq!(var(&env, "B"), Some("x"));
+        assert_eq!(var(&env, "C"), None);
     }
 
     #[test]
@@ -238,14 +243,14 @@ mod tests {
                 ..Default::default()
             })
             .unwrap();
-            assert_eq!(get(&env, key), want, "cleanenv={cleanenv} key={key}");
+            assert_eq!(var(&env, key), want, "cleanenv={cleanenv} key={key}");
         }
     }
 
     #[test]
     fn default_path_and_gpu_paths() {
         let env = compose(&EnvInputs::default()).unwrap();
-        assert_eq!(get(&env, "PATH"), Some(DEFAULT_PATH));
+        assert_eq!(var(&env, "PATH"), Some(DEFAULT_PATH));
         let image = vec!["LD_LIBRARY_PATH=/img/lib".to_string()];
         let pre = vec![PathBuf::from("/compat")];
         let app = vec![PathBuf::from("/.gpurun/nvidia/lib")];
@@ -259,11 +264,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            get(&env, "LD_LIBRARY_PATH"),
+            var(&env, "LD_LIBRARY_PATH"),
             Some("/compat:/img/lib:/.gpurun/nvidia/lib")
         );
         assert_eq!(
-            get(&env, "PATH"),
+            var(&env, "PATH"),
             Some(format!("{DEFAULT_PATH}:/.gpurun/nvidia/bin").as_str())
         );
         // Without an image LD_LIBRARY_PATH there is no empty element (which would mean cwd).
@@ -272,7 +277,7 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        assert_eq!(get(&env, "LD_LIBRARY_PATH"), Some("/.gpurun/nvidia/lib"));
+        assert_eq!(var(&env, "LD_LIBRARY_PATH"), Some("/.gpurun/nvidia/lib"));
     }
 
     #[test]

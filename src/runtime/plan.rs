@@ -385,7 +385,7 @@ pub fn plan(
     // `srun --mpi=pmix`: Slurm's PMIx server keeps the socket and shared-memory files its ranks
     // open in PMIX_SERVER_TMPDIR, under slurmd's spool directory (/var/spool/slurmd/pmix.J.S):
     // the ranks in the container must find it at the same path.
-    if let Some((_, dir)) = host.env.iter().find(|(k, _)| k == "PMIX_SERVER_TMPDIR") {
+    if let Some(dir) = super::env::var(&host.env, "PMIX_SERVER_TMPDIR") {
         let dir = normalize(Path::new(dir));
         let covered = mounts.iter().any(|m| {
             matches!(m.source, MountSource::Bind { .. })

@@ -192,12 +192,9 @@ impl Image {
 fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan, cmd: String, cpus: usize) -> Warm {
     let (ar, cwd) = (archive.clone(), plan.cwd.clone());
     let path_dirs = super::env::path_dirs(&plan.env);
-    let ld_path = plan
-        .env
-        .iter()
-        .find(|(k, _)| k == "LD_LIBRARY_PATH")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
+    let ld_path = super::env::var(&plan.env, "LD_LIBRARY_PATH")
+        .unwrap_or_default()
+        .to_string();
     // Up to 4 decompressing threads, leaving a CPU to the container (they only take idle time).
     let workers = cpus.saturating_sub(1).clamp(1, 4);
     Box::new(move |found| warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, workers, found))
