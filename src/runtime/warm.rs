@@ -224,24 +224,6 @@ fn find_command(ar: &Archive, cmd: &str, path_dirs: &[PathBuf], cwd: &Path) -> O
     })
 }
 
-/// The files `cmd` needs to start, in the order it needs them: a script and its interpreters
-/// (`env NAME` runs NAME from PATH), then each program, its ELF interpreter and its libraries,
-/// breadth first as the loader takes them.
-pub fn closure(
-    ar: &Archive,
-    cmd: &str,
-    path_dirs: &[PathBuf],
-    cwd: &Path,
-    ld_library_path: &str,
-) -> Vec<Arc<Inode>> {
-    let mut files = Vec::new();
-    visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |_, f| {
-        files.push(f.clone());
-        true
-    });
-    files
-}
-
 /// Decompress what `cmd` needs to start into the archive's block cache, up to `BUDGET` bytes:
 /// the files are found in order on this thread, and their blocks decompressed by `workers`
 /// threads of idle priority, in that order (the program is needed first, its libraries later).
@@ -344,7 +326,9 @@ fn read_ldcache(ar: &Archive) -> Option<Vec<u8>> {
     Some(b)
 }
 
-/// Walk the files of `closure` in order, each once, until `found` returns false.
+/// Walk the files `cmd` needs to start, each once, in the order it needs them, until `found`
+/// returns false: a script and its interpreters (`env NAME` runs NAME from PATH), then each
+/// program, its ELF interpreter and its libraries, breadth first as the loader takes them.
 fn visit(
     ar: &Archive,
     cmd: &str,

@@ -741,22 +741,20 @@ impl Archive {
         }
     }
 
-    /// Decompress a file's data block `i` (`data_blocks` counts them) into the cache; returns
-    /// the bytes of the file it holds.
-    pub fn preload_block(&self, ino: &Inode, i: usize) -> Result<u64, SqfsError> {
+    /// Decompress a file's data block `i` (`data_blocks` counts them) into the cache.
+    pub fn preload_block(&self, ino: &Inode, i: usize) -> Result<(), SqfsError> {
         let Body::File(f) = &ino.body else {
-            return Ok(0);
+            return Ok(());
         };
-        let bs = self.sb.block_size as u64;
         let (pos, word) = match (f.block_words.get(i), f.fragment) {
             (Some(&w), _) => (ino.block_pos[i], BlockWord::decode(w)),
             (None, Some((frag, _))) if i == f.block_words.len() => self.fragment(frag)?,
-            _ => return Ok(0),
+            _ => return Ok(()),
         };
         if !word.is_sparse() {
             self.data_block(pos, word)?;
         }
-        Ok(bs.min(ino.size.saturating_sub(i as u64 * bs)))
+        Ok(())
     }
 
     /// All xattrs of an inode as (full name, value), in stored order.
