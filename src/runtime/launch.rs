@@ -106,8 +106,14 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
     let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
     // The files P's warming finds, a path a line, for C to read ahead before the exec.
-    let (found_r, found_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
+    let (found_r, found_w) = match &lower {
+        Lower::Fuse { warm: Some(_), .. } => {
+            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
+            (Some(r), Some(w))
+        }
+        _ => (None, None),
+    };
     let state_tmp = match &hold {
         Some(h) => {
             let tmp = tmp_beside(&h.path);
@@ -236,7 +242,7 @@ fn child(
     prep: &Prepared,
     lower: &Lower,
     fuse_fd: Option<i32>,
-    (ready_w, found): (OwnedFd, OwnedFd),
+    (ready_w, found): (OwnedFd, Option<OwnedFd>),
     parent: Pid,
     state: Option<File>,
     old_mask: SigSet,
@@ -317,8 +323,9 @@ fn child(
 /// thread of the server's own process must never wait on its own FUSE connection (if gpurun is
 /// killed meanwhile, nothing would answer, and the kernel would not abort the connection while
 /// that thread holds it). Best effort.
-fn read_ahead_found(found: OwnedFd, wait: bool) {
+fn read_ahead_found(found: Option<OwnedFd>, wait: bool) {
     use std::io::BufRead;
+    let Some(found) = found else { return };
     if !wait && sys::set_nonblocking(&found).is_err() {
         return;
     }
@@ -648,18 +655,17 @@ fn parent_loop(
     child: Pid,
     lower: Lower,
     fuse_fd: Option<OwnedFd>,
-    (ready_r, found_w): (OwnedFd, OwnedFd),
+    (ready_r, found_w): (OwnedFd, Option<OwnedFd>),
     err_r: OwnedFd,
     hold: Option<HoldState>,
     state_tmp: Option<PathBuf>,
 ) -> Result<i32, LaunchError> {
     let mut ready = File::from(ready_r);
-    let mut found_w = Some(found_w);
     // Kept alive until we exit: dropping it would stop serving the image.
     let mut _server = None;
     if let (Lower::Fuse { serve, warm, .. }, Some(fd)) = (lower, fuse_fd) {
-        if let (Some(w), Some(fd)) = (warm, found_w.take()) {
-            let mut found = File::from(fd);
+        if let (Some(w), Some(out)) = (warm, found_w) {
+            let mut found = File::from(out);
             // Not joined: it ends on its own, or with gpurun. Dropping `found` at its end
             // tells C that no more files come.
             let _ = std::thread::Builder::new()
@@ -682,8 +688,6 @@ fn parent_loop(
             }
         }
     }
-    // Nothing will be found: C reads no further.
-    drop(found_w);
     if let (Some(h), Some(tmp)) = (&hold, &state_tmp) {
         let mut b = [0u8; 1];
         if ready.read_exact(&mut b).is_ok() {
