@@ -895,12 +895,13 @@ mod tests {
         assert!(c.get(99).is_none());
     }
 
-    /// A zstd image holding `data` as /f (mksquashfs), opened.
-    fn image_of(data: &[u8]) -> (tempfile::TempDir, Archive) {
+    /// A zstd image (mksquashfs) holding a 300 KB file /f, opened, and the file's bytes.
+    fn image_of_f() -> (tempfile::TempDir, Archive, Vec<u8>) {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src");
         std::fs::create_dir(&src).unwrap();
-        std::fs::write(src.join("f"), data).unwrap();
+        std::fs::write(src.join("f"), &data).unwrap();
         let img = dir.path().join("i.sqsh");
         let st = std::process::Command::new("mksquashfs")
             .args([src.as_os_str(), img.as_os_str()])
@@ -909,15 +910,14 @@ mod tests {
             .expect("mksquashfs (squashfs-tools)");
         assert!(st.success());
         let ar = Archive::open(&img).unwrap();
-        (dir, ar)
+        (dir, ar, data)
     }
 
     /// A reader does not wait for ever on a block another thread claimed and does not finish (the
     /// idle-priority warming, starved): it decompresses the block itself after `LOAD_WAIT`.
     #[test]
     fn a_stalled_loader_does_not_block_readers() {
-        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        let (_dir, ar) = image_of(&data);
+        let (_dir, ar, data) = image_of_f();
         let ino = ar.lookup("/f", false).unwrap().unwrap();
         // Claim the first block as a loader that never finishes would.
         lock(&ar.caches.loading).insert(ino.block_pos[0]);
@@ -941,11 +941,7 @@ mod tests {
     /// decompression (a lost wake-up would show as waits of LOAD_WAIT every time).
     #[test]
     fn a_waiting_reader_is_woken_by_the_loader() {
-        let (_dir, ar) = image_of(
-            &(0..300_000u32)
-                .map(|i| (i % 251) as u8)
-                .collect::<Vec<u8>>(),
-        );
+        let (_dir, ar, _) = image_of_f();
         let ino = ar.lookup("/f", false).unwrap().unwrap();
         let pos = ino.block_pos[0];
         let mut fastest = Duration::MAX;
