@@ -86,6 +86,12 @@ fn names(ar: &Archive, paths: &[String], want: &BTreeSet<String>) -> Vec<String>
         .collect()
 }
 
+/// Take an image's bytes away (the Archive keeps its fd): what is not cached no longer reads.
+fn empty(img: &Path) {
+    let f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
+    f.set_len(0).unwrap();
+}
+
 #[test]
 fn closure_is_what_the_loader_maps() {
     let s = common::Scratch::new();
@@ -171,12 +177,7 @@ fn closure_is_what_the_loader_maps() {
         let inode = |p: &str| fresh.lookup(p, true).unwrap().unwrap();
         let warmed: Vec<_> = want.iter().map(|p| (p, inode(p))).collect();
         let unused = inode("/unused");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&img)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        empty(&img);
         for (p, ino) in warmed {
             let mut b = vec![0u8; ino.size as usize];
             assert_eq!(fresh.read_at(&ino, 0, &mut b).unwrap(), b.len(), "{p}");
@@ -208,12 +209,7 @@ fn preload_block_by_block() {
     }
     ar.preload_block(&ino, 8).unwrap(); // past the end: nothing to do
                                         // Every block is in the cache: the file reads whole with the image's bytes gone.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&img)
-        .unwrap()
-        .set_len(0)
-        .unwrap();
+    empty(&img);
     let mut b = vec![0u8; data.len()];
     assert_eq!(ar.read_at(&ino, 0, &mut b).unwrap(), data.len());
     assert!(b == data);
