@@ -190,7 +190,9 @@ fn interrupted_pulls_leave_nothing_and_resume() {
         assert_eq!(procs_left(&marker), Vec::<String>::new(), "{what}");
         cache_sound(&cache);
         if sig == Signal::SIGKILL && !done {
-            // the same pull again: it succeeds and takes the dead one's temp file away
+            // the same pull again: it succeeds and takes the dead one's temp file away (a kill
+            // that landed after the rename left the whole image, checked above: pulled anew)
+            let _ = std::fs::remove_file(out_dir.join(&out));
             let o = pull(&cache, &out).output().unwrap();
             assert!(o.status.success(), "re-pull after {what}: {}", stderr(&o));
             assert_eq!(temps(&out_dir), Vec::<String>::new(), "{what}");
