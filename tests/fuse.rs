@@ -8,12 +8,13 @@ mod tree;
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
 use gpurun::image::sqfs::Archive;
 use gpurun::runtime::fuse::serve;
+use gpurun::runtime::launch::Served;
 
 fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
@@ -57,20 +58,21 @@ fn enter_namespaces(uid: u32, gid: u32) {
     check(r, "make / private");
 }
 
-/// Open /dev/fuse and mount it on `mnt` with the options gpurun's launcher uses.
+/// Open /dev/fuse and mount it read-only on `mnt` with the options gpurun's launcher uses.
 fn mount_fuse(mnt: &Path) -> OwnedFd {
+    mount_fuse_with(mnt, libc::MS_RDONLY)
+}
+
+fn mount_fuse_with(mnt: &Path, rdonly: libc::c_ulong) -> OwnedFd {
     let dev = CString::new("/dev/fuse").unwrap();
     let fd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     check(fd, "open /dev/fuse");
-    let opts = CString::new(format!(
-        "fd={fd},rootmode=40000,user_id=0,group_id=0,allow_other"
-    ))
-    .unwrap();
+    let opts = CString::new(format!("fd={fd},rootmode=40000,user_id=0,group_id=0")).unwrap();
     let (src, fstype) = (
         CString::new("gpurun").unwrap(),
         CString::new("fuse.gpurun").unwrap(),
     );
-    let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    let flags = rdonly | libc::MS_NOSUID | libc::MS_NODEV;
     let r = unsafe {
         libc::mount(
             src.as_ptr(),
@@ -210,7 +212,6 @@ fn fuse_mount_serves_the_image() {
     // the test user must be able to read the source (it is its own, hence ns-root's, then)
     s.chown_all();
     // chown cleared the setuid bit of the source; the image has it
-    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(
         src.join("bin/suid"),
         std::fs::Permissions::from_mode(0o4755),
@@ -324,5 +325,89 @@ fn directory_scans_are_pushed_ahead() {
                 content("scan", i)
             );
         }
+    });
+}
+
+fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> Option<i32> {
+    r.unwrap_err().raw_os_error()
+}
+
+/// A read-write mount of the server takes mkdir and create as mount points, nested or not,
+/// listed after the image's entries, empty, the user's; names the image has are taken; once
+/// sealed, nothing more is made and the image is as it was.
+#[test]
+fn mount_points_are_made_until_sealed() {
+    let s = common::Scratch::new();
+    let src = s.join("src");
+    std::fs::create_dir_all(src.join("etc")).unwrap();
+    std::fs::write(src.join("etc/hosts"), "image\n").unwrap();
+    std::fs::write(src.join("file"), "f\n").unwrap();
+    // An image with xattrs, so that the points' (none) are asked for.
+    let st = std::process::Command::new("setfattr")
+        .args(["-n", "user.x", "-v", "1"])
+        .arg(src.join("file"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let img = s.join("img.sqsh");
+    common::mksquashfs(&src, &img, &["-comp", "zstd"]);
+    std::fs::create_dir(s.join("mnt")).unwrap();
+    s.chown_all();
+    let mnt = s.join("mnt");
+    in_namespaces(|| {
+        let fd = mount_fuse_with(&mnt, 0);
+        let server = serve(Arc::new(Archive::open(&img).unwrap()), fd, 2, (0, 0)).unwrap();
+        let names = |d: &str| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(mnt.join(d))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        };
+        std::fs::create_dir_all(mnt.join("home/user/work")).unwrap();
+        std::fs::create_dir(mnt.join("etc/extra")).unwrap();
+        std::fs::File::create_new(mnt.join("etc/resolv.conf")).unwrap();
+        assert_eq!(names(""), ["etc", "file", "home"]);
+        assert_eq!(names("etc"), ["extra", "hosts", "resolv.conf"]);
+        assert_eq!(names("home/user"), ["work"]);
+        let d = std::fs::metadata(mnt.join("home/user")).unwrap();
+        assert!(d.is_dir() && d.permissions().mode() & 0o777 == 0o755 && d.uid() == 0);
+        let f = std::fs::metadata(mnt.join("etc/resolv.conf")).unwrap();
+        assert!(f.is_file() && f.len() == 0 && f.permissions().mode() & 0o777 == 0o644);
+        assert_eq!(std::fs::read(mnt.join("etc/resolv.conf")).unwrap(), b"");
+        assert_ne!(d.ino(), f.ino());
+        // `..` of a point leads back to its parent
+        assert_eq!(
+            std::fs::read(mnt.join("home/user/work/../../../etc/hosts")).unwrap(),
+            b"image\n"
+        );
+        assert_eq!(
+            getxattr(&mnt.join("home"), "user.x", 100),
+            Err(libc::ENODATA)
+        );
+        // the image's names are taken; a file is no directory
+        assert_eq!(
+            errno(std::fs::create_dir(mnt.join("etc"))),
+            Some(libc::EEXIST)
+        );
+        let e = std::fs::File::create_new(mnt.join("etc/hosts"));
+        assert_eq!(errno(e), Some(libc::EEXIST));
+        let e = std::fs::create_dir(mnt.join("etc/resolv.conf/x"));
+        assert_eq!(errno(e), Some(libc::ENOTDIR));
+
+        server.seal();
+        assert_eq!(
+            errno(std::fs::create_dir(mnt.join("late"))),
+            Some(libc::EROFS)
+        );
+        let e = std::fs::File::create_new(mnt.join("home/late"));
+        assert_eq!(errno(e), Some(libc::EROFS));
+        assert_eq!(
+            names(""),
+            ["etc", "file", "home"],
+            "sealing keeps what was made"
+        );
+        assert_eq!(std::fs::read(mnt.join("etc/hosts")).unwrap(), b"image\n");
     });
 }

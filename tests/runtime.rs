@@ -386,6 +386,54 @@ fn binds_contain_and_writable_tmpfs() {
     assert_eq!(stdout(&o), "0\n/root\n");
 }
 
+/// The mount points an image lacks are made by the image server: listed where they are, empty
+/// until mounted on, and the image is read-only again once the root is built, even for a
+/// --fakeroot user who remounts it read-write.
+#[test]
+fn mount_points_the_image_lacks() {
+    let s = Scratch::new();
+    let img = image(&s);
+    std::fs::create_dir_all(s.join("data")).unwrap();
+    std::fs::write(s.join("data/in.txt"), "data\n").unwrap();
+    std::fs::write(s.join("one.txt"), "one\n").unwrap();
+    s.chown_all();
+    let binds = format!(
+        "{}:/new/deep/dir,{}:/new/one.txt,{}:/opt/work/sub",
+        s.join("data").display(),
+        s.join("one.txt").display(),
+        s.join("data").display()
+    );
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        "--bind",
+        &binds,
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        "ls -a /new; ls /new/deep; cat /new/deep/dir/in.txt /new/one.txt; ls /opt/work; \
+         ls / | grep -x new; mkdir /late 2>&1; touch /opt/late 2>&1; true",
+    ]));
+    assert_eq!(
+        stdout(&o),
+        ".\n..\ndeep\none.txt\ndir\ndata\none\nsub\nnew\n\
+         mkdir: can't create directory '/late': Read-only file system\n\
+         touch: /opt/late: Read-only file system\n"
+    );
+    let o = run_ok(&mut gpurun(&[
+        "exec",
+        "--fakeroot",
+        img.to_str().unwrap(),
+        "sh",
+        "-c",
+        "mount -o remount,rw / && grep ' / / rw' /proc/self/mountinfo >/dev/null && echo rw; \
+         mkdir /late 2>&1; true",
+    ]));
+    assert_eq!(
+        stdout(&o),
+        "rw\nmkdir: can't create directory '/late': Read-only file system\n"
+    );
+}
+
 /// `:ro` holds for what is mounted below the bound directory too (as Docker's read-only binds
 /// since 25.0), not only for the directory's own filesystem.
 #[test]

@@ -5,10 +5,11 @@
 //! threads, which poll for the next request for a moment after each reply (`linger`). FUSE
 //! inode numbers come from squashfs inode references, so hard links share one number and
 //! `st_ino` is stable across mounts of the same image. The image is immutable, so every reply
-//! is cached by the kernel for a long time.
+//! is cached by the kernel for a long time. While the container's root is built, the server
+//! also makes the mount points the image lacks (`points`), then seals: the image is read-only.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,13 +20,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, BackgroundSession, Config, Errno, FileAttr, FileHandle, FileType, Filesystem,
     FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags,
-    ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyXattr, Request, Session, SessionACL,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyXattr, Request, Session, SessionACL,
 };
 
-use crate::image::sqfs::{Archive, Inode, Kind, SqfsError};
+use crate::image::sqfs::{Archive, Inode, Kind, SqfsError, Xattr};
 use crate::lock;
+use crate::runtime::launch::Served;
 use crate::runtime::linger::{self, Linger};
+use crate::runtime::points::{self, Point, PointKind, Points, Refused};
 use crate::runtime::prefetch::{self, Job, ScanTracker};
 use crate::runtime::sys;
 
@@ -53,9 +56,22 @@ thread_local! {
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// A running server: it serves until the mount goes away (unmounted, or its mount namespace
+/// gone), whether or not this is kept.
+pub struct Server {
+    pub session: BackgroundSession,
+    points: Arc<Mutex<Points>>,
+}
+
+impl Served for Server {
+    fn seal(&self) {
+        lock(&self.points).seal();
+    }
+}
+
 /// Serve `archive` on an already mounted /dev/fuse fd, in background threads (one per CPU of
-/// `cpus`, at most four). The threads run until the mount goes away (unmounted, or its mount
-/// namespace gone), whether or not the returned session is kept; `join` it to wait for that.
+/// `cpus`, at most four). Until the returned server is sealed, the mkdir and create of the
+/// container's set-up make mount points (`points`) where the image has nothing.
 ///
 /// Every file is reported as owned by `owner` (the container user's uid and gid): a rootless
 /// user owns all of their container, as with enroot and Charliecloud. Image owners such as root
@@ -66,7 +82,7 @@ pub fn serve(
     fuse_fd: OwnedFd,
     cpus: usize,
     owner: (u32, u32),
-) -> Result<BackgroundSession, FuseError> {
+) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
     let threads = cpus.clamp(1, 4);
     // Without a second fd the threads just sleep between requests.
@@ -78,8 +94,9 @@ pub fn serve(
     config.clone_fd = threads > 1;
     // Bounded: when the pusher falls behind, scans just read the normal way.
     let (jobs, queue) = sync_channel(4 * prefetch::WINDOW as usize);
+    let points = Arc::new(Mutex::new(Points::default()));
     let session = Session::from_fd(
-        SquashFs::new(archive.clone(), owner, jobs, linger),
+        SquashFs::new(archive.clone(), owner, jobs, linger, points.clone()),
         fuse_fd,
         SessionACL::All,
         config,
@@ -93,9 +110,10 @@ pub fn serve(
     let _ = std::thread::Builder::new()
         .name("gpurun-prefetch".into())
         .spawn(move || prefetch::run(archive, notifier, queue));
-    session
+    let session = session
         .spawn()
-        .map_err(|source| FuseError::Spawn { image, source })
+        .map_err(|source| FuseError::Spawn { image, source })?;
+    Ok(Server { session, points })
 }
 
 struct SquashFs {
@@ -118,6 +136,15 @@ struct SquashFs {
     prefetch: SyncSender<Job>,
     /// Polling between back-to-back requests (see `linger`); `None` on one CPU.
     linger: Option<Linger>,
+    /// The mount points made in the image during set-up, and their time stamp (the root's).
+    points: Arc<Mutex<Points>>,
+    points_mtime: u32,
+}
+
+/// What a FUSE inode number stands for.
+enum Node {
+    Image(Arc<Inode>),
+    Point(Point),
 }
 
 #[derive(Default)]
@@ -143,8 +170,10 @@ impl SquashFs {
         owner: (u32, u32),
         prefetch: SyncSender<Job>,
         linger: Option<Linger>,
+        points: Arc<Mutex<Points>>,
     ) -> SquashFs {
         let root = ar.root_ref();
+        let points_mtime = ar.inode(root).map_or(0, |i| i.mtime);
         SquashFs {
             ar,
             root,
@@ -156,6 +185,8 @@ impl SquashFs {
             scans: Mutex::new(Scans::default()),
             prefetch,
             linger,
+            points,
+            points_mtime,
         }
     }
 
@@ -180,8 +211,87 @@ impl SquashFs {
     }
 
     fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
+        if points::is_point(ino.0) {
+            return Err(Errno::EINVAL);
+        }
         let r = self.ref_of(ino).ok_or(Errno::EINVAL)?;
         self.ar.inode(r).map_err(|e| self.errno(e))
+    }
+
+    fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
+        if points::is_point(ino.0) {
+            return lock(&self.points)
+                .get(ino.0)
+                .map(Node::Point)
+                .ok_or(Errno::ENOENT);
+        }
+        self.inode(ino).map(Node::Image)
+    }
+
+    fn node_attr(&self, ino: INodeNo) -> Result<FileAttr, Errno> {
+        Ok(match self.node(ino)? {
+            Node::Image(i) => self.attr(&i),
+            Node::Point(p) => self.point_attr(p),
+        })
+    }
+
+    /// A point is an empty directory or file of the user's, as mkdir or touch would make it.
+    fn point_attr(&self, p: Point) -> FileAttr {
+        let t = UNIX_EPOCH + Duration::from_secs(self.points_mtime as u64);
+        let dir = p.kind == PointKind::Dir;
+        FileAttr {
+            ino: INodeNo(p.ino),
+            size: 0,
+            blocks: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            crtime: t,
+            kind: if dir {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            },
+            perm: if dir { 0o755 } else { 0o644 },
+            nlink: if dir { 2 } else { 1 },
+            uid: self.owner.0,
+            gid: self.owner.1,
+            rdev: 0,
+            blksize: self.ar.block_size(),
+            flags: 0,
+        }
+    }
+
+    /// The point called `name` in `parent`, when the image has no such entry.
+    fn point_in(&self, parent: INodeNo, name: &OsStr) -> Option<FileAttr> {
+        let p = lock(&self.points).lookup(parent.0, name)?;
+        Some(self.point_attr(p))
+    }
+
+    /// mkdir and create during set-up: a new point, where the image has nothing of that name.
+    fn make_point(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: PointKind,
+    ) -> Result<FileAttr, Errno> {
+        if let Node::Image(d) = self.node(parent)? {
+            if d.kind != Kind::Dir {
+                return Err(Errno::ENOTDIR);
+            }
+            let found = self.ar.lookup_in(&d, name.as_bytes());
+            if found.map_err(|e| self.errno(e))?.is_some() {
+                return Err(Errno::EEXIST);
+            }
+        }
+        let p = lock(&self.points)
+            .add(parent.0, name, kind)
+            .map_err(|r| match r {
+                Refused::Sealed => Errno::EROFS,
+                Refused::Exists => Errno::EEXIST,
+                Refused::NotDir => Errno::ENOTDIR,
+            })?;
+        Ok(self.point_attr(p))
     }
 
     fn attr(&self, ino: &Inode) -> FileAttr {
@@ -213,36 +323,60 @@ impl SquashFs {
         Ok(d)
     }
 
+    /// A point has none.
+    fn xattrs(&self, ino: INodeNo) -> Result<Vec<Xattr>, Errno> {
+        match self.node(ino)? {
+            Node::Image(i) => self.ar.xattrs(&i).map_err(|e| self.errno(e)),
+            Node::Point(_) => Ok(Vec::new()),
+        }
+    }
+
     fn parent_of(&self, ino: INodeNo) -> u64 {
         *lock(&self.parents).get(&ino.0).unwrap_or(&ino.0)
     }
 
-    /// readdir and readdirplus share this: entry i of the stream is ".", "..", then the listing.
+    /// readdir and readdirplus share this: entry i of the stream is ".", "..", the image's
+    /// listing, then the points made in the directory.
     fn list(
         &self,
         ino: INodeNo,
         offset: u64,
-        mut add: impl FnMut(u64, u64, &[u8], Option<&Inode>, Kind) -> bool,
+        mut add: impl FnMut(u64, u64, &OsStr, FileType) -> bool,
     ) -> Result<(), Errno> {
-        let d = self.dir(ino)?;
-        let entries = self.ar.readdir(&d).map_err(|e| self.errno(e))?;
-        let total = entries.len() as u64 + 2;
+        let (entries, parent) = match self.node(ino)? {
+            Node::Image(d) if d.kind == Kind::Dir => (
+                self.ar.readdir(&d).map_err(|e| self.errno(e))?,
+                self.parent_of(ino),
+            ),
+            Node::Point(p) if p.kind == PointKind::Dir => (Arc::default(), p.parent),
+            _ => return Err(Errno::ENOTDIR),
+        };
+        let made: Vec<(Point, OsString)> = lock(&self.points)
+            .children(ino.0)
+            .map(|(p, n)| (p, n.to_owned()))
+            .collect();
+        let n = entries.len() as u64;
         let mut files = Vec::new();
-        for i in offset..total {
+        for i in offset..n + 2 + made.len() as u64 {
             let full = match i {
-                0 => add(ino.0, i + 1, b".", Some(&d), Kind::Dir),
-                1 => add(self.parent_of(ino), i + 1, b"..", None, Kind::Dir),
-                _ => {
+                0 => add(ino.0, i + 1, OsStr::new("."), FileType::Directory),
+                1 => add(parent, i + 1, OsStr::new(".."), FileType::Directory),
+                _ if i - 2 < n => {
                     let e = &entries[(i - 2) as usize];
                     if e.kind == Kind::File {
                         let place = Place {
                             dir: ino.0,
                             idx: (i - 2) as u32,
-                            len: entries.len() as u32,
+                            len: n as u32,
                         };
                         files.push((self.ino_of(e.inode), place));
                     }
-                    add(self.ino_of(e.inode), i + 1, &e.name, None, e.kind)
+                    let name = OsStr::from_bytes(&e.name);
+                    add(self.ino_of(e.inode), i + 1, name, file_type(e.kind))
+                }
+                _ => {
+                    let (p, name) = &made[(i - 2 - n) as usize];
+                    add(p.ino, i + 1, name, point_type(p.kind))
                 }
             };
             if full {
@@ -314,6 +448,13 @@ fn ref_of(root: u64, ino: u64) -> Option<u64> {
     }
 }
 
+fn point_type(k: PointKind) -> FileType {
+    match k {
+        PointKind::Dir => FileType::Directory,
+        PointKind::File => FileType::RegularFile,
+    }
+}
+
 fn file_type(k: Kind) -> FileType {
     match k {
         Kind::Dir => FileType::Directory,
@@ -371,13 +512,16 @@ impl Filesystem for SquashFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _poll = self.poll();
         let run = || -> Result<Option<FileAttr>, Errno> {
+            if points::is_point(parent.0) {
+                return Ok(self.point_in(parent, name));
+            }
             let d = self.dir(parent)?;
             let Some(e) = self
                 .ar
                 .lookup_in(&d, name.as_bytes())
                 .map_err(|e| self.errno(e))?
             else {
-                return Ok(None);
+                return Ok(self.point_in(parent, name));
             };
             let ino = self.ar.inode(e.inode).map_err(|e| self.errno(e))?;
             let attr = self.attr(&ino);
@@ -395,8 +539,8 @@ impl Filesystem for SquashFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _poll = self.poll();
-        match self.inode(ino) {
-            Ok(i) => reply.attr(&TTL, &self.attr(&i)),
+        match self.node_attr(ino) {
+            Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
         }
     }
@@ -414,9 +558,12 @@ impl Filesystem for SquashFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _poll = self.poll();
-        match self.inode(ino) {
-            Ok(i) if i.kind == Kind::Dir => reply.error(Errno::EISDIR),
-            Ok(_) if flags.acc_mode() != OpenAccMode::O_RDONLY => reply.error(Errno::EROFS),
+        match self.node(ino) {
+            Ok(Node::Image(i)) if i.kind == Kind::Dir => reply.error(Errno::EISDIR),
+            Ok(Node::Point(p)) if p.kind == PointKind::Dir => reply.error(Errno::EISDIR),
+            Ok(Node::Image(_)) if flags.acc_mode() != OpenAccMode::O_RDONLY => {
+                reply.error(Errno::EROFS)
+            }
             Ok(_) if self.zero_message_open => reply.error(Errno::ENOSYS),
             // The image never changes: keep page-cache contents across opens.
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
@@ -436,8 +583,9 @@ impl Filesystem for SquashFs {
         reply: ReplyData,
     ) {
         let _poll = self.poll();
-        let i = match self.inode(ino) {
-            Ok(i) => i,
+        let i = match self.node(ino) {
+            Ok(Node::Image(i)) => i,
+            Ok(Node::Point(_)) => return reply.data(&[]),
             Err(e) => return reply.error(e),
         };
         if offset == 0 {
@@ -459,7 +607,12 @@ impl Filesystem for SquashFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _poll = self.poll();
-        match self.dir(ino) {
+        let dir = match self.node(ino) {
+            Ok(Node::Image(d)) if d.kind != Kind::Dir => Err(Errno::ENOTDIR),
+            Ok(Node::Point(p)) if p.kind != PointKind::Dir => Err(Errno::ENOTDIR),
+            other => other.map(|_| ()),
+        };
+        match dir {
             Ok(_) if self.zero_message_opendir => reply.error(Errno::ENOSYS),
             // Listings never change: let the kernel cache them.
             Ok(_) => reply.opened(
@@ -479,8 +632,8 @@ impl Filesystem for SquashFs {
         mut reply: ReplyDirectory,
     ) {
         let _poll = self.poll();
-        let r = self.list(ino, offset, |i, next, name, _, kind| {
-            reply.add(INodeNo(i), next, file_type(kind), OsStr::from_bytes(name))
+        let r = self.list(ino, offset, |i, next, name, kind| {
+            reply.add(INodeNo(i), next, kind, name)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -498,25 +651,15 @@ impl Filesystem for SquashFs {
     ) {
         let _poll = self.poll();
         let mut err = None;
-        let r = self.list(ino, offset, |i, next, name, known, _| {
-            let attr = match known {
-                Some(d) => self.attr(d),
-                None => match self.inode(INodeNo(i)) {
-                    Ok(x) => self.attr(&x),
-                    Err(e) => {
-                        err = Some(e);
-                        return true;
-                    }
-                },
+        let r = self.list(ino, offset, |i, next, name, _| {
+            let attr = match self.node_attr(INodeNo(i)) {
+                Ok(a) => a,
+                Err(e) => {
+                    err = Some(e);
+                    return true;
+                }
             };
-            reply.add(
-                INodeNo(i),
-                next,
-                OsStr::from_bytes(name),
-                &TTL,
-                &attr,
-                Generation(0),
-            )
+            reply.add(INodeNo(i), next, name, &TTL, &attr, Generation(0))
         });
         match r.and(err.map_or(Ok(()), Err)) {
             Ok(()) => reply.ok(),
@@ -533,16 +676,12 @@ impl Filesystem for SquashFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _poll = self.poll();
-        // An image without xattrs: ENOSYS once and the kernel never asks again. The overlay
-        // above asks for its user.overlay.* xattrs on every lookup: a quarter of the FUSE
-        // round trips of `exec true` (107 -> 79).
+        // An image without xattrs: ENOSYS once and the kernel never asks again (an overlay
+        // above, with --writable-tmpfs, asks for its user.overlay.* xattrs on every lookup).
         if !self.ar.any_xattrs() {
             return reply.error(Errno::ENOSYS);
         }
-        let x = match self
-            .inode(ino)
-            .and_then(|i| self.ar.xattrs(&i).map_err(|e| self.errno(e)))
-        {
+        let x = match self.xattrs(ino) {
             Ok(x) => x,
             Err(e) => return reply.error(e),
         };
@@ -557,10 +696,7 @@ impl Filesystem for SquashFs {
         if !self.ar.any_xattrs() {
             return reply.error(Errno::ENOSYS);
         }
-        match self
-            .inode(ino)
-            .and_then(|i| self.ar.xattrs(&i).map_err(|e| self.errno(e)))
-        {
+        match self.xattrs(ino) {
             Ok(x) => {
                 let mut names = Vec::new();
                 for (n, _) in &x {
@@ -577,8 +713,45 @@ impl Filesystem for SquashFs {
         let _poll = self.poll();
         // No permission checks inside an immutable image the caller can read anyway (see
         // DESIGN 4); writes are refused by the read-only mount before they get here.
-        match self.inode(ino) {
+        match self.node(ino) {
             Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        match self.make_point(parent, name, PointKind::Dir) {
+            Ok(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.make_point(parent, name, PointKind::File) {
+            Ok(attr) => reply.created(
+                &TTL,
+                &attr,
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
             Err(e) => reply.error(e),
         }
     }

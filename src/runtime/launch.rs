@@ -64,7 +64,14 @@ const FORWARDED: [Signal; 7] = [
 ];
 
 /// Starts serving an image on a mounted /dev/fuse fd; what it returns keeps the server alive.
-pub type Serve = Box<dyn FnOnce(OwnedFd) -> Result<Box<dyn std::any::Any>, String>>;
+pub type Serve = Box<dyn FnOnce(OwnedFd) -> Result<Box<dyn Served>, String>>;
+
+/// A running image server. Until it is sealed it makes the mount points C creates in the image
+/// (runtime/points.rs), so that a read-only root needs no overlay.
+pub trait Served {
+    /// The root is built: the image takes nothing new from now on.
+    fn seal(&self);
+}
 
 /// Work for spare CPU time while C builds the root: the start-up warming (runtime/warm.rs),
 /// which tells the paths of the files it finds to its argument.
@@ -439,9 +446,14 @@ fn setup_root(
     for d in [&lower_p, &upper, &work, &rootp, &files] {
         std::fs::create_dir(d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
     }
+    // A read-only root is the image server's mount itself: the server makes the mount points
+    // (Served), and the mount turns read-only once they are made. The overlay's second layer
+    // cost every lookup and open in the container (4,000 small files: 0.55 -> 0.48 s).
+    let fuse_root = matches!(lower, Lower::Fuse { .. }) && !plan.writable;
     match (lower, fuse_fd, &lower_dir_fd) {
         (Lower::Fuse { image, .. }, Some(fd), _) => {
-            sys::mount_fuse(fd, image, &lower_p, plan.uid.inside, plan.gid.inside)
+            let (uid, gid) = (plan.uid.inside, plan.gid.inside);
+            sys::mount_fuse(fd, image, &lower_p, uid, gid, !fuse_root)
                 .map_err(|e| format!("cannot mount image {}: {e}", image.display()))?;
             // The mount holds the connection now. Keeping C's copy of /dev/fuse would keep the
             // connection alive when gpurun (its server) dies, and any request then in flight
@@ -459,9 +471,14 @@ fn setup_root(
         }
         _ => unreachable!("a lower is either FUSE or a directory"),
     }
-    // The overlay gives every mount point a place to be created, whatever the image contains.
-    let root = match sys::mount_overlay(&lower_p, &upper, &work, &rootp) {
-        Ok(()) => rootp,
+    // Otherwise an overlay gives every mount point a place to be created, whatever the image
+    // (or directory) contains.
+    let root = match fuse_root {
+        true => Ok(lower_p.clone()),
+        false => sys::mount_overlay(&lower_p, &upper, &work, &rootp).map(|()| rootp),
+    };
+    let root = match root {
+        Ok(r) => r,
         Err(e) => {
             if plan.writable {
                 return Err(format!(
@@ -688,9 +705,14 @@ fn parent_loop(
             }
         }
     }
+    // C closes `ready` once the root is built, or first says so (R) when it holds.
+    let mut b = [0u8; 1];
+    let built = matches!(ready.read(&mut b), Ok(1));
+    if let Some(s) = &_server {
+        s.seal();
+    }
     if let (Some(h), Some(tmp)) = (&hold, &state_tmp) {
-        let mut b = [0u8; 1];
-        if ready.read_exact(&mut b).is_ok() {
+        if built {
             std::fs::rename(tmp, &h.path).map_err(|e| LaunchError::Io {
                 what: format!("rename {} to {}", tmp.display(), h.path.display()),
                 source: e,

@@ -6,6 +6,7 @@ pub mod fuse;
 pub mod launch;
 pub mod linger;
 pub mod plan;
+pub mod points;
 pub mod prefetch;
 pub mod start;
 pub mod sys;

@@ -159,7 +159,7 @@ impl Image {
                 let warm = warm.map(|cmd| warm_command(&archive, plan, cmd, cpus));
                 let serve: Serve = Box::new(move |fd| {
                     fuse::serve(archive, fd, cpus, owner)
-                        .map(|s| Box::new(s) as Box<dyn std::any::Any>)
+                        .map(|s| Box::new(s) as Box<dyn launch::Served>)
                         .map_err(|e| e.to_string())
                 });
                 Ok(Lower::Fuse {

@@ -289,14 +289,27 @@ pub fn open_fuse() -> std::io::Result<OwnedFd> {
 
 /// Mount a FUSE connection whose server is gpurun itself (no fusermount: we are root in our own
 /// user namespace). No `default_permissions`: the image is immutable and already readable by the
-/// user as a file, so kernel permission checks would only hide root-owned 0700 dirs.
-pub fn mount_fuse(fd: RawFd, source: &Path, target: &Path, uid: u32, gid: u32) -> Result<()> {
-    let opts = format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid},allow_other");
+/// user as a file, so kernel permission checks would only hide root-owned 0700 dirs. No
+/// `allow_other` either: it admits only processes inside our user namespace, and the user's own
+/// tools outside it (`gpurun ps`, perf, gdb, getfattr through /proc/PID/root) would be refused.
+/// Without it the kernel admits processes with the user's uid and gid, in or out of the
+/// container, which are all the container has.
+pub fn mount_fuse(
+    fd: RawFd,
+    source: &Path,
+    target: &Path,
+    uid: u32,
+    gid: u32,
+    readonly: bool,
+) -> Result<()> {
+    let opts = format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid}");
+    let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    flags.set(MsFlags::MS_RDONLY, readonly);
     nix::mount::mount(
         Some(source),
         target,
         Some("fuse.gpurun"),
-        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        flags,
         Some(opts.as_str()),
     )
     .map_err(at("mount FUSE on", target))
