@@ -69,8 +69,8 @@ impl Served for Server {
     }
 }
 
-/// Serve `archive` on an already mounted /dev/fuse fd, in background threads (one per CPU of
-/// `cpus`, at most four). Until the returned server is sealed, the mkdir and create of the
+/// Serve `archive` on an already mounted /dev/fuse fd, in background threads (one per two CPUs
+/// of `cpus`, at least one, at most four). Until the returned server is sealed, the mkdir and create of the
 /// container's set-up make mount points (`points`) where the image has nothing.
 ///
 /// Every file is reported as owned by `owner` (the container user's uid and gid): a rootless
@@ -84,7 +84,10 @@ pub fn serve(
     owner: (u32, u32),
 ) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
-    let threads = cpus.clamp(1, 4);
+    // Each thread polls for a moment after its replies (`linger`): one per CPU left the command
+    // (and the scan pusher) a CPU shared with a poller. 2 vCPUs, interleaved medians of 6-10:
+    // 4,000 random files 581 -> 532 ms, tar of /usr 559 -> 485 ms with one thread instead of two.
+    let threads = (cpus / 2).clamp(1, 4);
     // Without a second fd the threads just sleep between requests.
     let linger = sys::dup(&fuse_fd).ok().and_then(|fd| Linger::new(fd, cpus));
     let mut config = Config::default();
