@@ -9,7 +9,7 @@ use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gpurun::image::sqfs::Archive;
@@ -241,6 +241,15 @@ fn in_namespaces(f: impl FnOnce()) {
     );
 }
 
+/// `src` as a zstd image, and an empty mount point, both the test user's.
+fn image_and_mount_point(s: &common::Scratch, src: &Path) -> (PathBuf, PathBuf) {
+    let img = s.join("img.sqsh");
+    common::mksquashfs(src, &img, &["-comp", "zstd"]);
+    std::fs::create_dir(s.join("mnt")).unwrap();
+    s.chown_all();
+    (img, s.join("mnt"))
+}
+
 /// Whether the first page of `p` is in the page cache, asked without reading it (mincore).
 fn cached(p: &Path) -> bool {
     let f = std::fs::File::open(p).unwrap();
@@ -285,11 +294,7 @@ fn directory_scans_are_pushed_ahead() {
             std::fs::write(src.join(d).join(format!("f{i:03}")), content(d, i)).unwrap();
         }
     }
-    let img = s.join("img.sqsh");
-    common::mksquashfs(&src, &img, &["-comp", "zstd"]);
-    std::fs::create_dir(s.join("mnt")).unwrap();
-    s.chown_all();
-    let mnt = s.join("mnt");
+    let (img, mnt) = image_and_mount_point(&s, &src);
     in_namespaces(|| {
         let fd = mount_fuse(&mnt);
         let _session = serve(Arc::new(Archive::open(&img).unwrap()), fd, 2, (0, 0)).unwrap();
@@ -343,17 +348,8 @@ fn mount_points_are_made_until_sealed() {
     std::fs::write(src.join("etc/hosts"), "image\n").unwrap();
     std::fs::write(src.join("file"), "f\n").unwrap();
     // An image with xattrs, so that the points' (none) are asked for.
-    let st = std::process::Command::new("setfattr")
-        .args(["-n", "user.x", "-v", "1"])
-        .arg(src.join("file"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let img = s.join("img.sqsh");
-    common::mksquashfs(&src, &img, &["-comp", "zstd"]);
-    std::fs::create_dir(s.join("mnt")).unwrap();
-    s.chown_all();
-    let mnt = s.join("mnt");
+    common::setfattr(&src.join("file"), "user.x", "1");
+    let (img, mnt) = image_and_mount_point(&s, &src);
     in_namespaces(|| {
         let fd = mount_fuse_with(&mnt, 0);
         let server = serve(Arc::new(Archive::open(&img).unwrap()), fd, 2, (0, 0)).unwrap();

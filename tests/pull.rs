@@ -496,12 +496,7 @@ fn docker_v2_offline_sources_and_platforms() {
     let root = s.join("rootfs");
     common::busybox_rootfs(&root);
     std::fs::hard_link(root.join("etc/group"), root.join("etc/group.hl")).unwrap();
-    assert!(Command::new("setfattr")
-        .args(["-n", "user.gpurun", "-v", "kept"])
-        .arg(root.join("etc/group"))
-        .status()
-        .unwrap()
-        .success());
+    common::setfattr(&root.join("etc/group"), "user.gpurun", "kept");
     s.chown_all();
     pull_ok(
         &s,

@@ -36,17 +36,26 @@ fn image(s: &Scratch) -> std::path::PathBuf {
             .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
             .collect();
         std::fs::write(root.join("opt/big.bin"), &big).unwrap();
-        let st = Command::new("setfattr")
-            .args(["-n", "user.origin", "-v", "gpurun-test"])
-            .arg(root.join("opt/data.txt"))
-            .status()
-            .unwrap();
-        assert!(st.success());
+        setfattr(&root.join("opt/data.txt"), "user.origin", "gpurun-test");
     })
 }
 
+/// A directory `data` with `in.txt` ("data\n") in it, to bind.
+fn data_dir(s: &Scratch) -> std::path::PathBuf {
+    std::fs::create_dir_all(s.join("data")).unwrap();
+    std::fs::write(s.join("data/in.txt"), "data\n").unwrap();
+    s.join("data")
+}
+
 fn exec(img: &Path, args: &[&str]) -> std::process::Output {
-    let mut a = vec!["exec", img.to_str().unwrap()];
+    exec_with(&[], img, args)
+}
+
+/// `gpurun exec OPTS IMG ARGS`, its output.
+fn exec_with(opts: &[&str], img: &Path, args: &[&str]) -> std::process::Output {
+    let mut a = vec!["exec"];
+    a.extend_from_slice(opts);
+    a.push(img.to_str().unwrap());
     a.extend_from_slice(args);
     gpurun(&a).output().unwrap()
 }
@@ -308,8 +317,7 @@ fn environment_and_run() {
 fn binds_contain_and_writable_tmpfs() {
     let s = Scratch::new();
     let img = image(&s);
-    std::fs::create_dir_all(s.join("data")).unwrap();
-    std::fs::write(s.join("data/in.txt"), "data\n").unwrap();
+    data_dir(&s);
     std::fs::create_dir_all(s.join("out")).unwrap();
     s.chown_all();
     let binds = format!(
@@ -356,14 +364,10 @@ fn binds_contain_and_writable_tmpfs() {
     // Read-only by default; --writable-tmpfs gives a throwaway writable root.
     let o = exec(&img, &["sh", "-c", "echo x > /opt/new"]);
     assert!(!o.status.success());
-    let o = run_ok(&mut gpurun(&[
-        "exec",
-        "--writable-tmpfs",
-        img.to_str().unwrap(),
-        "sh",
-        "-c",
-        "echo x > /opt/new && cat /opt/new && echo y >> /opt/data.txt && tail -1 /opt/data.txt",
-    ]));
+    let script =
+        "echo x > /opt/new && cat /opt/new && echo y >> /opt/data.txt && tail -1 /opt/data.txt";
+    let o = exec_with(&["--writable-tmpfs"], &img, &["sh", "-c", script]);
+    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "x\ny\n");
     let o = run_ok(&mut gpurun(&[
         "exec",
@@ -393,41 +397,25 @@ fn binds_contain_and_writable_tmpfs() {
 fn mount_points_the_image_lacks() {
     let s = Scratch::new();
     let img = image(&s);
-    std::fs::create_dir_all(s.join("data")).unwrap();
-    std::fs::write(s.join("data/in.txt"), "data\n").unwrap();
+    let data = data_dir(&s).display().to_string();
     std::fs::write(s.join("one.txt"), "one\n").unwrap();
     s.chown_all();
     let binds = format!(
-        "{}:/new/deep/dir,{}:/new/one.txt,{}:/opt/work/sub",
-        s.join("data").display(),
+        "{data}:/new/deep/dir,{}:/new/one.txt,{data}:/opt/work/sub",
         s.join("one.txt").display(),
-        s.join("data").display()
     );
-    let o = run_ok(&mut gpurun(&[
-        "exec",
-        "--bind",
-        &binds,
-        img.to_str().unwrap(),
-        "sh",
-        "-c",
-        "ls -a /new; ls /new/deep; cat /new/deep/dir/in.txt /new/one.txt; ls /opt/work; \
-         ls / | grep -x new; mkdir /late 2>&1; touch /opt/late 2>&1; true",
-    ]));
+    let script = "ls -a /new; ls /new/deep; cat /new/deep/dir/in.txt /new/one.txt; \
+                  ls /opt/work; ls / | grep -x new; mkdir /late 2>&1; touch /opt/late 2>&1; true";
+    let o = exec_with(&["--bind", &binds], &img, &["sh", "-c", script]);
     assert_eq!(
         stdout(&o),
         ".\n..\ndeep\none.txt\ndir\ndata\none\nsub\nnew\n\
          mkdir: can't create directory '/late': Read-only file system\n\
          touch: /opt/late: Read-only file system\n"
     );
-    let o = run_ok(&mut gpurun(&[
-        "exec",
-        "--fakeroot",
-        img.to_str().unwrap(),
-        "sh",
-        "-c",
-        "mount -o remount,rw / && grep ' / / rw' /proc/self/mountinfo >/dev/null && echo rw; \
-         mkdir /late 2>&1; true",
-    ]));
+    let script = "mount -o remount,rw / && grep ' / / rw' /proc/self/mountinfo >/dev/null \
+                  && echo rw; mkdir /late 2>&1; true";
+    let o = exec_with(&["--fakeroot"], &img, &["sh", "-c", script]);
     assert_eq!(
         stdout(&o),
         "rw\nmkdir: can't create directory '/late': Read-only file system\n"

@@ -174,6 +174,15 @@ pub fn busybox_rootfs(root: &Path) {
 }
 
 /// mksquashfs DIR OUT (squashfs-tools), owned by the test user.
+/// Give `path` the extended attribute `name` (a user.* one: any file system here takes those).
+pub fn setfattr(path: &Path, name: &str, value: &str) {
+    run_ok(
+        Command::new("setfattr")
+            .args(["-n", name, "-v", value])
+            .arg(path),
+    );
+}
+
 pub fn mksquashfs(dir: &Path, out: &Path, extra: &[&str]) {
     let mut c = Command::new("mksquashfs");
     c.arg(dir)
