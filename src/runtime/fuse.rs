@@ -69,9 +69,9 @@ impl Served for Server {
     }
 }
 
-/// Serve `archive` on an already mounted /dev/fuse fd, in background threads (one per two CPUs
-/// of `cpus`, at least one, at most four). Until the returned server is sealed, the mkdir and create of the
-/// container's set-up make mount points (`points`) where the image has nothing.
+/// Serve `archive` on an already mounted /dev/fuse fd, in background threads (`server_threads`
+/// for `cpus`). Until the returned server is sealed, the mkdir and create of the container's
+/// set-up make mount points (`points`) where the image has nothing.
 ///
 /// Every file is reported as owned by `owner` (the container user's uid and gid): a rootless
 /// user owns all of their container, as with enroot and Charliecloud. Image owners such as root
@@ -84,10 +84,7 @@ pub fn serve(
     owner: (u32, u32),
 ) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
-    // Each thread polls for a moment after its replies (`linger`): one per CPU left the command
-    // (and the scan pusher) a CPU shared with a poller. 2 vCPUs, interleaved medians of 6-10:
-    // 4,000 random files 581 -> 532 ms, tar of /usr 559 -> 485 ms with one thread instead of two.
-    let threads = (cpus / 2).clamp(1, 4);
+    let threads = server_threads(cpus, sys::on_network_fs(archive.path()));
     // Without a second fd the threads just sleep between requests.
     let linger = sys::dup(&fuse_fd).ok().and_then(|fd| Linger::new(fd, cpus));
     let mut config = Config::default();
@@ -117,6 +114,20 @@ pub fn serve(
         .spawn()
         .map_err(|source| FuseError::Spawn { image, source })?;
     Ok(Server { session, points })
+}
+
+/// Server threads for `cpus` CPUs. Each polls for a moment after its replies (`linger`): one per
+/// CPU left the command (and the scan pusher) a CPU shared with a poller (2 vCPUs, interleaved
+/// medians of 6-10: 4,000 random files 581 -> 532 ms, tar of /usr 559 -> 485 ms with one thread
+/// instead of two). An image on a network or parallel file system keeps two at least: there a
+/// cold read waits on I/O, and one thread would make every other request wait behind it.
+fn server_threads(cpus: usize, on_network_fs: bool) -> usize {
+    let n = (cpus / 2).clamp(1, 4);
+    if on_network_fs {
+        n.max(2)
+    } else {
+        n
+    }
 }
 
 struct SquashFs {
@@ -796,6 +807,29 @@ mod tests {
         assert_eq!(xattr_answer(0, 0), XattrAnswer::Size(0));
         assert_eq!(xattr_answer(5, 4), XattrAnswer::Range);
         assert_eq!(xattr_answer(5, 5), XattrAnswer::Data);
+    }
+
+    #[test]
+    fn thread_counts() {
+        let table = [
+            (1, false, 1),
+            (2, false, 1),
+            (3, false, 1),
+            (4, false, 2),
+            (8, false, 4),
+            (64, false, 4),
+            (1, true, 2),
+            (2, true, 2),
+            (6, true, 3),
+            (64, true, 4),
+        ];
+        for (cpus, network, want) in table {
+            assert_eq!(
+                server_threads(cpus, network),
+                want,
+                "{cpus} CPUs, network {network}"
+            );
+        }
     }
 
     #[test]

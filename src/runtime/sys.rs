@@ -293,7 +293,7 @@ pub fn open_fuse() -> std::io::Result<OwnedFd> {
 /// `allow_other` either: it admits only processes inside our user namespace, and the user's own
 /// tools outside it (`gpurun ps`, perf, gdb, getfattr through /proc/PID/root) would be refused.
 /// Without it the kernel admits processes with the user's uid and gid, in or out of the
-/// container, which are all the container has.
+/// container, which are all the container has; host root is refused either way (docs/security.md).
 pub fn mount_fuse(
     fd: RawFd,
     source: &Path,
@@ -470,6 +470,20 @@ pub fn readable_now(fd: &OwnedFd) -> bool {
 /// A second descriptor for the same open file (shares its queue and flags).
 pub fn dup(fd: &OwnedFd) -> Result<OwnedFd> {
     fd.try_clone().map_err(|e| call("dup")(io_errno(&e)))
+}
+
+/// Whether `path` is on a network or parallel file system (or another FUSE one, such as CVMFS),
+/// where reads wait on I/O rather than on a CPU. False when it cannot be told.
+pub fn on_network_fs(path: &Path) -> bool {
+    // statfs(2) f_type magic numbers: NFS, SMB2, CIFS, Lustre, GPFS, BeeGFS, CephFS, FUSE, AFS,
+    // 9p, OrangeFS/PVFS2.
+    const NETWORK: [i64; 11] = [
+        0x6969, 0xFE534D42, 0xFF534D42, 0x0BD00BD0, 0x47504653, 0x19830326, 0x00C36400, 0x65735546,
+        0x5346414F, 0x01021997, 0x20030528,
+    ];
+    nix::sys::statfs::statfs(path)
+        .map(|st| NETWORK.contains(&st.filesystem_type().0))
+        .unwrap_or(false)
 }
 
 /// Run the calling thread only on CPU time no other thread wants (SCHED_IDLE; lowering one's
