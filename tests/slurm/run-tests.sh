@@ -298,6 +298,10 @@ else
   [ "$out" = x ]; res $? "--container-writable ($out)"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root id -u 2>>stderr.log)
   [ "$out" = 0 ]; res $? "--container-remap-root: uid 0 inside ($out)"
+  # The holder's image server is sealed once the root is built: a task that remounts its root
+  # read-write still cannot add to the image.
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root sh -c 'mount -o remount,rw / && echo rw; mkdir /late 2>&1; true' 2>>stderr.log)
+  case "$out" in rw*"Read-only file system"*) true ;; *) false ;; esac; res $? "--container-remap-root, remounted read-write: the image takes nothing new ($(echo $out))"
   out=$(srun "${T[@]}" --container-image="$IMG" id -u 2>>stderr.log)
   [ "$out" = "$(id -u)" ]; res $? "without it: your own uid inside ($out)"
   out=$(srun "${T[@]}" --container-image="$IMG" sh -c "grep -c ' $HOME ' /proc/self/mountinfo" 2>>stderr.log)
