@@ -161,6 +161,15 @@ enum Node {
     Point(Point),
 }
 
+impl Node {
+    fn is_dir(&self) -> bool {
+        match self {
+            Node::Image(i) => i.kind == Kind::Dir,
+            Node::Point(p) => p.kind == PointKind::Dir,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Scans {
     tracker: ScanTracker,
@@ -261,11 +270,7 @@ impl SquashFs {
             mtime: t,
             ctime: t,
             crtime: t,
-            kind: if dir {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
-            },
+            kind: point_type(p.kind),
             perm: if dir { 0o755 } else { 0o644 },
             nlink: if dir { 2 } else { 1 },
             uid: self.owner.0,
@@ -573,8 +578,7 @@ impl Filesystem for SquashFs {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _poll = self.poll();
         match self.node(ino) {
-            Ok(Node::Image(i)) if i.kind == Kind::Dir => reply.error(Errno::EISDIR),
-            Ok(Node::Point(p)) if p.kind == PointKind::Dir => reply.error(Errno::EISDIR),
+            Ok(n) if n.is_dir() => reply.error(Errno::EISDIR),
             Ok(Node::Image(_)) if flags.acc_mode() != OpenAccMode::O_RDONLY => {
                 reply.error(Errno::EROFS)
             }
@@ -621,12 +625,8 @@ impl Filesystem for SquashFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _poll = self.poll();
-        let dir = match self.node(ino) {
-            Ok(Node::Image(d)) if d.kind != Kind::Dir => Err(Errno::ENOTDIR),
-            Ok(Node::Point(p)) if p.kind != PointKind::Dir => Err(Errno::ENOTDIR),
-            other => other.map(|_| ()),
-        };
-        match dir {
+        match self.node(ino) {
+            Ok(n) if !n.is_dir() => reply.error(Errno::ENOTDIR),
             Ok(_) if self.zero_message_opendir => reply.error(Errno::ENOSYS),
             // Listings never change: let the kernel cache them.
             Ok(_) => reply.opened(
