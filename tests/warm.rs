@@ -207,8 +207,9 @@ fn preload_block_by_block() {
     for i in 0..8 {
         ar.preload_block(&ino, i).unwrap();
     }
-    ar.preload_block(&ino, 8).unwrap(); // past the end: nothing to do
-                                        // Every block is in the cache: the file reads whole with the image's bytes gone.
+    // Past the end: nothing to do.
+    ar.preload_block(&ino, 8).unwrap();
+    // Every block is in the cache: the file reads whole with the image's bytes gone.
     empty(&img);
     let mut b = vec![0u8; data.len()];
     assert_eq!(ar.read_at(&ino, 0, &mut b).unwrap(), data.len());

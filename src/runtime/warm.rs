@@ -341,7 +341,9 @@ fn visit(
         return;
     };
     let mut count = 0;
-    let mut programs = Vec::new();
+    // Files to take, with their inode when it has been looked up already.
+    let mut programs: Vec<(String, Option<Arc<Inode>>)> = Vec::new();
+    let mut prog_ino = None;
     for _ in 0..=MAX_SCRIPTS {
         let Ok(Some(ino)) = ar.lookup(&prog, true) else {
             return;
@@ -349,6 +351,7 @@ fn visit(
         let mut head = vec![0u8; 256];
         let n = ar.read_at(&ino, 0, &mut head).unwrap_or(0);
         let Some((interp, arg)) = shebang(&head[..n]) else {
+            prog_ino = Some(ino);
             break;
         };
         count += 1;
@@ -357,7 +360,7 @@ fn visit(
         }
         prog = match arg {
             Some(a) if interp.ends_with("/env") && !a.starts_with('-') => {
-                programs.push(interp);
+                programs.push((interp, None));
                 match find_command(ar, &a, path_dirs, cwd) {
                     Some(p) => p,
                     None => break,
@@ -366,15 +369,15 @@ fn visit(
             _ => interp,
         };
     }
-    programs.push(prog);
+    programs.push((prog, prog_ino));
     let mut cache = None;
     let mut queue = std::collections::VecDeque::from(programs);
     let mut seen = std::collections::HashSet::new();
-    while let Some(path) = queue.pop_front() {
+    while let Some((path, known)) = queue.pop_front() {
         if count >= MAX_FILES {
             return;
         }
-        let Ok(Some(ino)) = ar.lookup(&path, true) else {
+        let Some(ino) = known.or_else(|| ar.lookup(&path, true).ok().flatten()) else {
             continue;
         };
         if ino.kind != Kind::File || !seen.insert(ino.r) {
@@ -397,7 +400,7 @@ fn visit(
             Some((d, _)) if !d.is_empty() => d.to_string(),
             _ => "/".to_string(),
         };
-        queue.extend(needs.interp);
+        queue.extend(needs.interp.map(|p| (p, None)));
         if needs.needed.is_empty() {
             continue;
         }
@@ -408,7 +411,10 @@ fn visit(
             let from_cache = cached.as_deref();
             let found = lib_candidates(name, &origin, &needs.runpath, ld_library_path, from_cache)
                 .into_iter()
-                .find(|c| matches!(ar.lookup(c, true), Ok(Some(i)) if i.kind == Kind::File));
+                .find_map(|c| match ar.lookup(&c, true) {
+                    Ok(Some(i)) if i.kind == Kind::File => Some((c, Some(i))),
+                    _ => None,
+                });
             queue.extend(found);
         }
     }
