@@ -391,8 +391,8 @@ fn binds_contain_and_writable_tmpfs() {
 }
 
 /// The mount points an image lacks are made by the image server: listed where they are, empty
-/// until mounted on, and the image is read-only again once the root is built, even for a
-/// --fakeroot user who remounts it read-write.
+/// until mounted on, and the image is read-only again once the root is built (the file system
+/// as a whole, not only its mount), even for a --fakeroot user who remounts it read-write.
 #[test]
 fn mount_points_the_image_lacks() {
     let s = Scratch::new();
@@ -405,11 +405,13 @@ fn mount_points_the_image_lacks() {
         s.join("one.txt").display(),
     );
     let script = "ls -a /new; ls /new/deep; cat /new/deep/dir/in.txt /new/one.txt; \
-                  ls /opt/work; ls / | grep -x new; mkdir /late 2>&1; touch /opt/late 2>&1; true";
+                  ls /opt/work; ls / | grep -x new; \
+                  grep -q ' / / .* - fuse.gpurun [^ ]* ro,' /proc/self/mountinfo && echo fs-ro; \
+                  mkdir /late 2>&1; touch /opt/late 2>&1; true";
     let o = exec_with(&["--bind", &binds], &img, &["sh", "-c", script]);
     assert_eq!(
         stdout(&o),
-        ".\n..\ndeep\none.txt\ndir\ndata\none\nsub\nnew\n\
+        ".\n..\ndeep\none.txt\ndir\ndata\none\nsub\nnew\nfs-ro\n\
          mkdir: can't create directory '/late': Read-only file system\n\
          touch: /opt/late: Read-only file system\n"
     );

@@ -501,7 +501,9 @@ fn setup_root(
             return Err(format!("cannot mount {}: {e}{hint}", m.dst.display()));
         }
     }
-    if !plan.writable {
+    if fuse_root {
+        sys::remount_superblock_readonly(&root).map_err(|e| e.to_string())?;
+    } else if !plan.writable {
         sys::remount_readonly(&root).map_err(|e| e.to_string())?;
     }
     Ok(root)

@@ -240,10 +240,27 @@ pub fn fd_path(fd: &impl AsRawFd) -> PathBuf {
 /// Make the mount at `dst` read-only, keeping the flags the kernel locked on it (nosuid, nodev…
 /// from the host must be repeated or an unprivileged remount is refused).
 pub fn remount_readonly(dst: &Path) -> Result<()> {
+    let flags = kept_flags(dst)? | MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
+        .map_err(at("remount read-only", dst))
+}
+
+/// Make the file system mounted at `dst` read-only as a whole (its superblock, where
+/// `remount_readonly` makes one mount of it so), keeping the mount's other flags. On gpurun's
+/// FUSE mount this also stops the kernel from dropping every file's cached attributes after
+/// its first read (atime, on a writable superblock): each later stat was a GETATTR.
+pub fn remount_superblock_readonly(dst: &Path) -> Result<()> {
+    let flags = kept_flags(dst)? | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
+        .map_err(at("remount read-only", dst))
+}
+
+/// The per-mount flags of `dst` that a remount must repeat, or lose.
+fn kept_flags(dst: &Path) -> Result<MsFlags> {
     let st = nix::sys::statvfs::statvfs(dst).map_err(at("statvfs", dst))?;
     let f = st.flags();
     use nix::sys::statvfs::FsFlags;
-    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    let mut flags = MsFlags::empty();
     for (have, want) in [
         (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
         (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
@@ -256,8 +273,7 @@ pub fn remount_readonly(dst: &Path) -> Result<()> {
             flags |= want;
         }
     }
-    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
-        .map_err(at("remount read-only", dst))
+    Ok(flags)
 }
 
 pub fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<()> {
