@@ -245,6 +245,9 @@ pub fn warm(
                 while let Some((f, i)) = queue.pop() {
                     // A damaged block is reported by the read that needs it, not here.
                     let _ = ar.preload_block(&f, i);
+                    // SCHED_IDLE alone let a worker keep a CPU for a whole slice (ms) while the
+                    // server thread waited on it, runnable, with the other CPU idle (2 vCPUs).
+                    sys::yield_cpu();
                 }
             });
         }
