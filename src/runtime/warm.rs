@@ -256,6 +256,9 @@ pub fn warm(
         let mut left = BUDGET;
         visit(ar, cmd, path_dirs, cwd, ld_library_path, &mut |path, f| {
             found(path);
+            // Also the walk (lookups, headers, ld.so.cache scans) lets a thread woken on this
+            // CPU go first, between files.
+            sys::yield_cpu();
             for i in 0..ar.data_blocks(f) {
                 if left == 0 {
                     break;
