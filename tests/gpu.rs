@@ -1081,6 +1081,41 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
         .unwrap()
         .unwrap();
     assert_eq!(chosen(&p), vec![(0, "Proc H200".to_string())]);
+    // what /proc says is kept for the boot (the driver makes it up at each read, ~0.18 ms a GPU):
+    // an edited model shows the kept file answered; a GPU more or less asks /proc again
+    let cache = tempfile::tempdir().unwrap();
+    let at = cache.path().to_str().unwrap();
+    let kept_proc = || {
+        prepare(
+            &f,
+            o(),
+            &[("GPURUN_CACHE", at), ("CUDA_VISIBLE_DEVICES", "1")],
+            &[],
+        )
+        .unwrap()
+        .unwrap()
+    };
+    assert_eq!(chosen(&kept_proc()), vec![(0, "Proc H200".to_string())]);
+    let files: Vec<_> = std::fs::read_dir(cache.path().join("gpu-proc"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    std::fs::write(&files[0], text.replace("Proc H200", "Kept H200")).unwrap();
+    assert_eq!(chosen(&kept_proc()), vec![(0, "Kept H200".to_string())]);
+    let third = f.proc_dir().join("gpus/0000:04:00.0");
+    std::fs::create_dir_all(&third).unwrap();
+    std::fs::write(
+        third.join("information"),
+        "Model: \t\t Proc H200\nGPU UUID: \t GPU-fa4e2222-2222-2222-2222-222222222222\nBus Location: \t 0000:04:00.0\nDevice Minor: \t 7\n",
+    )
+    .unwrap();
+    assert_eq!(chosen(&kept_proc()), vec![(0, "Proc H200".to_string())]);
+    std::fs::remove_dir_all(&third).unwrap();
+    assert_eq!(chosen(&kept_proc()), vec![(0, "Kept H200".to_string())]);
+    drop(cache);
     // the image's requirements need NVML's CUDA version, brand and arch, kept for the boot
     let cache = tempfile::tempdir().unwrap();
     let at = cache.path().to_str().unwrap();
