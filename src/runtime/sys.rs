@@ -397,20 +397,26 @@ fn openat2_in_root(root: &OwnedFd, rel: &Path) -> std::result::Result<OwnedFd, E
     } else {
         rel
     });
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        Err(Errno::last())
-    } else {
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    // EAGAIN: a path with ".." met a mount or rename made meanwhile anywhere on the machine (the
+    // kernel cannot tell it from an escape); openat2(2) says to try again. Seen in CI, where
+    // other tests mount in parallel.
+    for _ in 0..64 {
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        match Errno::last() {
+            _ if fd >= 0 => return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
+            Errno::EAGAIN => continue,
+            e => return Err(e),
+        }
     }
+    Err(Errno::EAGAIN)
 }
 
 /// Create a symlink at `path` inside `root` (parents created), unless something is already there.
