@@ -1174,3 +1174,30 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
     assert_eq!(chosen(&p), vec![(1, "Fake H200".to_string())]);
     assert_eq!(p.devices[0].mig_uuid.as_deref(), Some(mig));
 }
+
+/// The driver's libraries are kept in the cache while their sources are as they were: an emptied
+/// kept list answers (no libraries: the clear error), and an ld.so.cache replaced as ldconfig
+/// does (a new file renamed over it) is read anew.
+#[test]
+fn driver_libraries_are_kept_until_their_sources_change() {
+    let Some(f) = fake_driver(1) else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let at = cache.path().to_str().unwrap();
+    let run = || prepare(&f, opts(&f, "new"), &[("GPURUN_CACHE", at)], &[]);
+    let mounts = run().unwrap().unwrap().mounts.len();
+    let kept: Vec<_> = std::fs::read_dir(cache.path().join("driver-libs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(run().unwrap().unwrap().mounts.len(), mounts);
+    std::fs::write(&kept[0], "[]").unwrap();
+    let e = run().unwrap_err().to_string();
+    assert!(e.contains("none of its libraries"), "{e}");
+    let ldcache = f.cache("new");
+    let fresh = ldcache.with_extension("tmp");
+    std::fs::copy(&ldcache, &fresh).unwrap();
+    std::fs::rename(&fresh, &ldcache).unwrap();
+    assert_eq!(run().unwrap().unwrap().mounts.len(), mounts);
+}

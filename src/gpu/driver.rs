@@ -265,7 +265,7 @@ pub fn groups_from_caps<'a>(caps: impl IntoIterator<Item = &'a str>) -> (Vec<Gro
 }
 
 /// A library the host offers: the name the loader looks for, and the real file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Candidate {
     /// Soname or link name, e.g. `libcuda.so.1`.
     pub name: String,
