@@ -501,9 +501,10 @@ fn setup_root(
             return Err(format!("cannot mount {}: {e}{hint}", m.dst.display()));
         }
     }
-    if fuse_root {
-        sys::remount_superblock_readonly(&root).map_err(|e| e.to_string())?;
-    } else if !plan.writable {
+    // The file system as a whole where the kernel lets us; the mount at least (a writable
+    // superblock only costs a GETATTR after each file's first read: the server is sealed).
+    let whole = fuse_root && sys::remount_fuse_readonly(&root).is_ok();
+    if !whole && !plan.writable {
         sys::remount_readonly(&root).map_err(|e| e.to_string())?;
     }
     Ok(root)

@@ -240,27 +240,10 @@ pub fn fd_path(fd: &impl AsRawFd) -> PathBuf {
 /// Make the mount at `dst` read-only, keeping the flags the kernel locked on it (nosuid, nodev…
 /// from the host must be repeated or an unprivileged remount is refused).
 pub fn remount_readonly(dst: &Path) -> Result<()> {
-    let flags = kept_flags(dst)? | MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
-    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
-        .map_err(at("remount read-only", dst))
-}
-
-/// Make the file system mounted at `dst` read-only as a whole (its superblock, where
-/// `remount_readonly` makes one mount of it so), keeping the mount's other flags. On gpurun's
-/// FUSE mount this also stops the kernel from dropping every file's cached attributes after
-/// its first read (atime, on a writable superblock): each later stat was a GETATTR.
-pub fn remount_superblock_readonly(dst: &Path) -> Result<()> {
-    let flags = kept_flags(dst)? | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
-    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
-        .map_err(at("remount read-only", dst))
-}
-
-/// The per-mount flags of `dst` that a remount must repeat, or lose.
-fn kept_flags(dst: &Path) -> Result<MsFlags> {
     let st = nix::sys::statvfs::statvfs(dst).map_err(at("statvfs", dst))?;
     let f = st.flags();
     use nix::sys::statvfs::FsFlags;
-    let mut flags = MsFlags::empty();
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
     for (have, want) in [
         (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
         (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
@@ -273,7 +256,19 @@ fn kept_flags(dst: &Path) -> Result<MsFlags> {
             flags |= want;
         }
     }
-    Ok(flags)
+    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
+        .map_err(at("remount read-only", dst))
+}
+
+/// Make gpurun's own FUSE mount at `dst` read-only as a whole (its superblock, where
+/// `remount_readonly` makes one mount of it so), with the flags `mount_fuse` gave it (no statfs
+/// round trip to ask for them). This also stops the kernel from dropping every file's cached
+/// attributes after its first read (atime, on a writable superblock): each later stat was a
+/// GETATTR.
+pub fn remount_fuse_readonly(dst: &Path) -> Result<()> {
+    let flags = MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
+        .map_err(at("make read-only the image's file system at", dst))
 }
 
 pub fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<()> {
@@ -401,6 +396,7 @@ fn openat2_in_root(root: &OwnedFd, rel: &Path) -> std::result::Result<OwnedFd, E
     // kernel cannot tell it from an escape); openat2(2) says to try again. Seen in CI, where
     // other tests mount in parallel.
     for _ in 0..64 {
+        // SAFETY: the fd, the C string and `how` outlive the call.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_openat2,
@@ -412,7 +408,7 @@ fn openat2_in_root(root: &OwnedFd, rel: &Path) -> std::result::Result<OwnedFd, E
         };
         match Errno::last() {
             _ if fd >= 0 => return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
-            Errno::EAGAIN => continue,
+            Errno::EAGAIN => yield_cpu(),
             e => return Err(e),
         }
     }
