@@ -32,6 +32,12 @@ impl FakeDriver {
     fn cache(&self, format: &str) -> PathBuf {
         self.root.join(format!("{format}.cache"))
     }
+    /// `env` for `gpu::prepare` in this process: what it keeps about the fake GPUs stays with
+    /// them, in a cache of the fake driver's own (unless `extra` names one).
+    fn host(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let cache = self.root.join("cache").display().to_string();
+        self.env(&[&[("GPURUN_CACHE", cache.as_str())], extra].concat())
+    }
     /// The host environment gpurun sees: hooks to the fake driver, PATH to its binaries.
     fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut e = vec![
@@ -183,7 +189,7 @@ fn prepare(
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
-    gpu::prepare(&opts, &f.env(host), &image, &|_| None)
+    gpu::prepare(&opts, &f.host(host), &image, &|_| None)
 }
 
 fn opts(f: &FakeDriver, format: &str) -> GpuOpts {
@@ -510,14 +516,14 @@ fn compat_libraries_and_params() {
     let list_older =
         |d: &str| (d == "/usr/local/cuda/compat").then(|| vec!["libcuda.so.535.1.1".to_string()]);
     let image = vec![("NVIDIA_REQUIRE_CUDA".to_string(), "cuda>=12.9".to_string())];
-    let p = gpu::prepare(&opts(&f, "new"), &f.env(&[]), &image, &list_newer)
+    let p = gpu::prepare(&opts(&f, "new"), &f.host(&[]), &image, &list_newer)
         .unwrap()
         .unwrap();
     assert_eq!(
         p.ld_library_path_prepend,
         vec![PathBuf::from("/usr/local/cuda/compat")]
     );
-    let p = gpu::prepare(&opts(&f, "new"), &f.env(&[]), &[], &list_older)
+    let p = gpu::prepare(&opts(&f, "new"), &f.host(&[]), &[], &list_older)
         .unwrap()
         .unwrap();
     assert!(p.ld_library_path_prepend.is_empty());
@@ -949,7 +955,7 @@ fn nvml_names_and_orders_the_gpus() {
     let image = vec![("NVIDIA_REQUIRE_CUDA".to_string(), "cuda>=12.8".to_string())];
     let compat =
         |d: &str| (d == "/usr/local/cuda/compat").then(|| vec!["libcuda.so.570.86.10".to_string()]);
-    let p = gpu::prepare(&o(), &f.env(&[]), &image, &compat)
+    let p = gpu::prepare(&o(), &f.host(&[]), &image, &compat)
         .unwrap()
         .unwrap();
     assert_eq!(

@@ -298,8 +298,9 @@ fn candidates_kept(
 
 /// `gpus_from_proc`, kept per boot (`facts_file`) for the GPUs listed in `proc_dir` now: the
 /// driver makes up each GPU's information file when it is read, ~0.18 ms per GPU on an H200
-/// node (1.4 ms a start on an 8-GPU one), and what it says does not change while the node is up
-/// on one driver.
+/// node, and what it says does not change while the same GPUs sit in the same load of the
+/// driver. A GPU added again (hot plug, PCI remove and rescan) and a reloaded module get new
+/// sysfs inodes, which are part of the key.
 fn gpus_from_proc_kept(
     host_env: &[(String, String)],
     proc_dir: &Path,
@@ -311,8 +312,18 @@ fn gpus_from_proc_kept(
         .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
         .collect();
     buses.sort();
+    let ino = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map_or(0, |m| m.ino())
+    };
+    let pci = Path::new("/sys/bus/pci/devices");
+    let mut key: Vec<String> = buses
+        .iter()
+        .map(|b| format!("{b}:{}", ino(&pci.join(b))))
+        .collect();
+    key.push(format!("module:{}", ino(Path::new("/sys/module/nvidia"))));
     // The directory too: the test suite's drivers share the boot and the version.
-    let key = [buses.clone(), vec![proc_dir.display().to_string()]].concat();
+    key.push(proc_dir.display().to_string());
     let file = facts_file(host_env, "gpu-proc", driver_version, &key);
     let kept = file
         .as_ref()
