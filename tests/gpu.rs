@@ -59,6 +59,15 @@ impl FakeDriver {
     }
 }
 
+/// The files in `dir`.
+fn files_in(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect()
+}
+
 fn sh(cmd: &mut Command) {
     let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
@@ -1102,11 +1111,7 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
         .unwrap()
     };
     assert_eq!(chosen(&kept_proc()), vec![(0, "Proc H200".to_string())]);
-    let files: Vec<_> = std::fs::read_dir(cache.path().join("gpu-proc"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let files = files_in(&cache.path().join("gpu-proc"));
     assert_eq!(files.len(), 1, "{files:?}");
     let text = std::fs::read_to_string(&files[0]).unwrap();
     std::fs::write(&files[0], text.replace("Proc H200", "Kept H200")).unwrap();
@@ -1142,10 +1147,8 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
     assert_eq!(chosen(&p), vec![(1, "Fake H200".to_string())]);
     assert_eq!(p.cuda_version.as_deref(), Some("12.4"));
     assert_eq!(std::fs::read_to_string(&stale).unwrap(), "{}");
-    let kept: Vec<_> = std::fs::read_dir(cache.path().join("nvml"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
+    let kept: Vec<_> = files_in(&cache.path().join("nvml"))
+        .into_iter()
         .filter(|p| *p != stale)
         .collect();
     assert_eq!(kept.len(), 1, "{kept:?}");
@@ -1191,11 +1194,7 @@ fn driver_libraries_are_kept_until_their_sources_change() {
     let at = cache.path().to_str().unwrap();
     let run = || prepare(&f, opts(&f, "new"), &[("GPURUN_CACHE", at)], &[]);
     let mounts = run().unwrap().unwrap().mounts.len();
-    let kept: Vec<_> = std::fs::read_dir(cache.path().join("driver-libs"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
+    let kept = files_in(&cache.path().join("driver-libs"));
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(run().unwrap().unwrap().mounts.len(), mounts);
     std::fs::write(&kept[0], "[]").unwrap();
