@@ -209,10 +209,11 @@ fn nvml_use(asked: &Request, requirements: bool) -> NvmlUse {
     }
 }
 
-/// Where facts about the GPUs are kept (in `kind`: `nvml` for NVML's answers, `gpu-proc` for the
-/// driver's /proc files, `driver-libs` for its libraries): the user's gpurun cache, one file per boot, driver version and set of
-/// GPUs (`ids`: jobs on one node may see different GPUs). `None` unless the cache directory is
-/// the caller's own and private (its default path in /var/tmp could be made by someone else).
+/// Where facts about the GPUs are kept (in `kind`: `nvml` for NVML's answers, `gpu-proc` for
+/// the driver's /proc files, `driver-libs` for its libraries): the user's gpurun cache, one file
+/// per boot, driver version and set of GPUs (`ids`: jobs on one node may see different GPUs).
+/// `None` unless the cache directory is the caller's own and private (its default path in
+/// /var/tmp could be made by someone else).
 fn facts_file(
     host_env: &[(String, String)],
     kind: &str,
@@ -243,6 +244,31 @@ fn facts_file(
     let set = sha2::Sha256::digest(sorted.join(",").as_bytes());
     let set = hex::encode(&set[..6]);
     Some(dir.join(format!("{}-{driver_version}-{set}.json", boot.trim())))
+}
+
+/// The fact kept in `file` while it still `holds`, else what `find` finds, kept there for the
+/// next start when it holds. A file that is missing, damaged or not writable just means `find`.
+pub(crate) fn kept<T, E>(
+    file: Option<&Path>,
+    holds: impl Fn(&T) -> bool,
+    find: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E>
+where
+    T: Serialize + serde::de::DeserializeOwned,
+{
+    let old = file
+        .and_then(|f| std::fs::read(f).ok())
+        .and_then(|b| serde_json::from_slice::<T>(&b).ok())
+        .filter(&holds);
+    if let Some(old) = old {
+        return Ok(old);
+    }
+    let new = find()?;
+    if let (Some(f), true) = (file, holds(&new)) {
+        let _ =
+            crate::image::cache::write_atomically(f, &serde_json::to_vec(&new).unwrap_or_default());
+    }
+    Ok(new)
 }
 
 /// A real directory (not a symlink) owned by `uid` that nobody else may write to.
@@ -279,21 +305,11 @@ fn candidates_kept(
         })
         .collect();
     let file = facts_file(host_env, "driver-libs", version, &key);
-    let kept = file
-        .as_ref()
-        .and_then(|f| std::fs::read(f).ok())
-        .and_then(|b| serde_json::from_slice::<Vec<driver::Candidate>>(&b).ok());
-    if let Some(c) = kept {
-        return Ok(c);
-    }
-    let found = driver::candidates(sources, Some(version))?;
-    if let Some(f) = file {
-        let _ = crate::image::cache::write_atomically(
-            &f,
-            &serde_json::to_vec(&found).unwrap_or_default(),
-        );
-    }
-    Ok(found)
+    kept(
+        file.as_deref(),
+        |_| true,
+        || driver::candidates(sources, Some(version)).map_err(GpuError::from),
+    )
 }
 
 /// `gpus_from_proc`, kept per boot (`facts_file`) for the GPUs listed in `proc_dir` now: the
@@ -325,27 +341,19 @@ fn gpus_from_proc_kept(
     // The directory too: the test suite's drivers share the boot and the version.
     key.push(proc_dir.display().to_string());
     let file = facts_file(host_env, "gpu-proc", driver_version, &key);
-    let kept = file
-        .as_ref()
-        .and_then(|f| std::fs::read(f).ok())
-        .and_then(|b| serde_json::from_slice::<nvml::NvmlInfo>(&b).ok())
-        .filter(|i| {
-            let mut listed: Vec<String> =
-                i.gpus.iter().filter_map(|g| g.pci_bus_id.clone()).collect();
-            listed.sort();
-            listed == buses
-        });
-    if kept.is_some() {
-        return kept;
-    }
-    let info = gpus_from_proc(proc_dir)?;
-    if let Some(f) = file {
-        let _ = crate::image::cache::write_atomically(
-            &f,
-            &serde_json::to_vec(&info).unwrap_or_default(),
-        );
-    }
-    Some(info)
+    let listed_now = |i: &nvml::NvmlInfo| {
+        let mut listed: Vec<&str> = i
+            .gpus
+            .iter()
+            .filter_map(|g| g.pci_bus_id.as_deref())
+            .collect();
+        listed.sort_unstable();
+        listed == buses
+    };
+    kept(file.as_deref(), listed_now, || {
+        gpus_from_proc(proc_dir).ok_or(())
+    })
+    .ok()
 }
 
 /// The GPUs as /proc/driver/nvidia/gpus/*/information lists them, numbered as NVML does (by PCI

@@ -168,21 +168,11 @@ pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
 /// concurrent starts race harmlessly). MIG layouts change at run time: callers ask NVML afresh
 /// for MIG devices.
 pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<NvmlInfo, String> {
-    let kept = std::fs::read(file)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<NvmlInfo>(&b).ok())
-        .filter(|i| same_gpus(i, proc_uuids));
-    if let Some(info) = kept {
-        return Ok(info);
-    }
-    let info = query_in_child(lib, false)?;
-    if same_gpus(&info, proc_uuids) {
-        let _ = crate::image::cache::write_atomically(
-            file,
-            &serde_json::to_vec(&info).unwrap_or_default(),
-        );
-    }
-    Ok(info)
+    super::kept(
+        Some(file),
+        |i| same_gpus(i, proc_uuids),
+        || query_in_child(lib, false),
+    )
 }
 
 /// Whether NVML's GPUs are exactly these UUIDs.
