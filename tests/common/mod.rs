@@ -173,7 +173,6 @@ pub fn busybox_rootfs(root: &Path) {
     std::fs::write(root.join("etc/group"), "root:x:0:\n").unwrap();
 }
 
-/// mksquashfs DIR OUT (squashfs-tools), owned by the test user.
 /// Give `path` the extended attribute `name` (a user.* one: any file system here takes those).
 pub fn setfattr(path: &Path, name: &str, value: &str) {
     run_ok(
@@ -183,6 +182,7 @@ pub fn setfattr(path: &Path, name: &str, value: &str) {
     );
 }
 
+/// mksquashfs DIR OUT (squashfs-tools), owned by the test user.
 pub fn mksquashfs(dir: &Path, out: &Path, extra: &[&str]) {
     let mut c = Command::new("mksquashfs");
     c.arg(dir)
