@@ -83,7 +83,7 @@ pub enum Lower {
     Dir(PathBuf),
     /// The image served over FUSE by P (`serve`) once C has mounted it. /dev/fuse is opened
     /// inside the new user namespace: the kernel only mounts a connection opened there.
-    /// `warm` runs on a thread of idle priority in P meanwhile (runtime/warm.rs).
+    /// `warm` runs on a thread of P meanwhile (runtime/warm.rs).
     Fuse {
         image: PathBuf,
         serve: Serve,
@@ -686,7 +686,6 @@ fn parent_loop(
             let _ = std::thread::Builder::new()
                 .name("gpurun-warm".into())
                 .spawn(move || {
-                    sys::idle_priority();
                     w(&mut |path| {
                         let _ = writeln!(found, "{path}");
                     })

@@ -9,6 +9,13 @@
 //! command, the pusher of a directory scan), so it only uses a CPU nothing else wants. An idle
 //! container costs nothing (no request, no poll), and with one CPU gpurun never polls.
 //!
+//! On a machine busy with other work the poll stops for a while (`CONTENDED`): there a yield can
+//! hand the CPU to another process for a whole time slice, and a request that arrives meanwhile
+//! waits, since nothing wakes a thread that is runnable already; and no CPU halts there, so
+//! polling has nothing to win. Beside two CPU-bound processes on the 2-vCPU VM, `exec true` took
+//! 0.14 s on average and up to 0.84 s while the poll yielded regardless (and the warming ran at
+//! idle priority), against 33 ms and at most 44 ms with the back-off (benches/README.md, stop 15).
+//!
 //! Measured on the 2-vCPU VM (benches/runtime.sh workloads, interleaved, medians of 8): 4,000
 //! random small files 0.71 → 0.55 s, tar of /usr 0.56 → 0.51 s. Busy-waiting without yielding
 //! slowed the tar instead (0.56 → 0.62 s: it took the CPU from the scan pusher). Deciding per
@@ -20,6 +27,7 @@
 //! whenever the other thread, asleep, was the one the kernel woke for the request).
 
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::sys;
@@ -29,16 +37,32 @@ use super::sys;
 /// read, write to a pipe) and saves little; 200 µs does as well as never sleeping.
 const WINDOW: Duration = Duration::from_micros(200);
 
+/// A yield that kept the polling thread off its CPU longer than this means other work wants the
+/// CPUs: the poll ends, and no server thread polls for `BACK_OFF`. A CPU-bound process keeps the
+/// CPU for a time slice (a millisecond or more). At 50 µs the command's own work between two
+/// requests (a fork and exec in a pipeline) turned polling off too often: the random reads of
+/// benches/reads.sh 8 % slower.
+const CONTENDED: Duration = Duration::from_micros(500);
+const BACK_OFF: Duration = Duration::from_millis(50);
+
 pub struct Linger {
     /// The FUSE device: a duplicate of the server's fd (the request queue is the connection's,
     /// so any of its fds shows a waiting request).
     fd: OwnedFd,
+    /// No thread polls until this many µs after `epoch`: set by any thread that found the CPUs
+    /// contended, since they are the machine's, not one thread's.
+    epoch: Instant,
+    off_until: AtomicU64,
 }
 
 impl Linger {
     /// `None` when polling would take a CPU from the command (`cpus` < 2).
     pub fn new(fd: OwnedFd, cpus: usize) -> Option<Linger> {
-        (cpus >= 2).then_some(Linger { fd })
+        (cpus >= 2).then(|| Linger {
+            fd,
+            epoch: Instant::now(),
+            off_until: AtomicU64::new(0),
+        })
     }
 
     /// Call when a request arrives; the guard, dropped after the reply, polls.
@@ -48,18 +72,38 @@ impl Linger {
 
     /// Poll for up to `WINDOW`; whether a request is waiting.
     fn wait_for_request(&self) -> bool {
-        let until = Instant::now() + WINDOW;
+        // A poll must not slow the command, or the pusher of a directory scan, on this CPU: with
+        // any of them runnable this thread steps aside.
+        self.poll(sys::yield_cpu)
+    }
+
+    /// `wait_for_request` with `yield_cpu` standing for the yield (tests).
+    fn poll(&self, mut yield_cpu: impl FnMut()) -> bool {
+        let start = Instant::now();
+        if self.micros(start) < self.off_until.load(Ordering::Relaxed) {
+            return false;
+        }
+        let until = start + WINDOW;
         loop {
             if sys::readable_now(&self.fd) {
                 return true;
             }
-            if Instant::now() >= until {
+            let now = Instant::now();
+            if now >= until {
                 return false;
             }
-            // A poll must not slow the command, or the pusher of a directory scan, on this
-            // CPU: with any of them runnable this thread steps aside.
-            sys::yield_cpu();
+            yield_cpu();
+            let back = Instant::now();
+            if back - now > CONTENDED {
+                let off = self.micros(back + BACK_OFF);
+                self.off_until.fetch_max(off, Ordering::Relaxed);
+                return false;
+            }
         }
+    }
+
+    fn micros(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_micros() as u64
     }
 }
 
@@ -87,10 +131,29 @@ mod tests {
         // A pipe stands in for /dev/fuse: readable means a request waits.
         let (r, w) = nix::unistd::pipe().unwrap();
         let l = Linger::new(r, 2).unwrap();
+        // No real yield: on a busy test machine one could take long enough to back off.
         let t = Instant::now();
-        assert!(!l.wait_for_request());
+        assert!(!l.poll(|| {}));
         assert!(t.elapsed() >= WINDOW, "gave up before the window");
         nix::unistd::write(&w, b"x").unwrap();
-        assert!(l.wait_for_request());
+        assert!(l.poll(|| {}));
+    }
+
+    #[test]
+    fn contended_cpus_stop_the_polling() {
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let l = Linger::new(r, 2).unwrap();
+        let mut yields = 0;
+        assert!(!l.poll(|| {
+            yields += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }));
+        assert_eq!(yields, 1, "the poll ended at the first long yield");
+        assert!(!l.poll(|| yields += 1));
+        assert_eq!(yields, 1, "polled while the CPUs were contended");
+        // Until the back-off has passed.
+        std::thread::sleep(BACK_OFF);
+        assert!(!l.poll(|| yields += 1));
+        assert!(yields > 2, "still backed off");
     }
 }

@@ -504,14 +504,6 @@ pub fn on_network_fs(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Run the calling thread only on CPU time no other thread wants (SCHED_IDLE; lowering one's
-/// own policy needs no privilege). Best effort: on failure it keeps its priority.
-pub fn idle_priority() {
-    let p = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; `p` outlives the call.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) };
-}
-
 /// Make reads of `fd` return at once when nothing is there (O_NONBLOCK).
 pub fn set_nonblocking(fd: &OwnedFd) -> Result<()> {
     nix::fcntl::fcntl(

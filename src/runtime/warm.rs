@@ -1,13 +1,17 @@
 //! Start-up warming: while the container process builds the root, the command's program, its
 //! ELF interpreter and the libraries it needs are decompressed into the image server's block
-//! cache, on a thread of idle priority.
+//! cache, on threads of gpurun's own.
 //!
 //! Without it, exec and the dynamic loader fault in those files page by page from a freshly
 //! mounted image, and each fault waits on a FUSE READ that decompresses its blocks there and
 //! then (`exec true` from a Debian image: ~1.5 MB of libc, ld.so and true, about a third of the
-//! whole start). The thread only takes a CPU nothing else wants (SCHED_IDLE), and a READ that
-//! needs a block it is decompressing waits for that block instead of decompressing it twice
-//! (`Archive::data_block`). What it finds is a guess: a wrong one costs idle CPU, nothing else.
+//! whole start). Its threads step aside after each block and each file, so that a thread woken
+//! on their CPU goes first, and no READ ever waits for them (`Archive::claim`). They run at
+//! normal priority: at idle priority (SCHED_IDLE, until stop 15) a machine busy with other work
+//! starved them, and then gpurun's exit waited until each got a CPU to die, and a server thread
+//! could wait on a lock one held. Beside two CPU-bound processes on the 2-vCPU VM `exec true` took
+//! 0.14 s on average and up to 0.84 s, against 33 and 44 ms now (benches/README.md). What the
+//! warming finds is a guess: a wrong one costs some CPU, nothing else.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -226,7 +230,7 @@ fn find_command(ar: &Archive, cmd: &str, path_dirs: &[PathBuf], cwd: &Path) -> O
 
 /// Decompress what `cmd` needs to start into the archive's block cache, up to `BUDGET` bytes:
 /// the files are found in order on this thread, and their blocks decompressed by `workers`
-/// threads of idle priority, in that order (the program is needed first, its libraries later).
+/// threads, in that order (the program is needed first, its libraries later).
 /// Each file's path in the image is told to `found` as soon as it is found.
 pub fn warm(
     ar: &Archive,
@@ -241,12 +245,11 @@ pub fn warm(
     std::thread::scope(|s| {
         for _ in 0..workers.max(1) {
             s.spawn(|| {
-                sys::idle_priority();
                 while let Some((f, i)) = queue.pop() {
                     // A damaged block is reported by the read that needs it, not here.
                     let _ = ar.preload_block(&f, i);
-                    // SCHED_IDLE alone let a worker keep a CPU for a whole slice (ms) while the
-                    // server thread waited on it, runnable, with the other CPU idle (2 vCPUs).
+                    // Without it a worker kept a CPU for a whole slice (ms) while the server
+                    // thread waited on it, runnable, with the other CPU idle (2 vCPUs).
                     sys::yield_cpu();
                 }
             });

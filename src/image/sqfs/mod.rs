@@ -11,7 +11,7 @@ mod compress;
 mod format;
 pub mod lzo;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -107,9 +107,8 @@ impl Inode {
 struct Caches {
     meta: Mutex<LruCache<u64, Arc<MetaBlock>>>,
     data: Mutex<LruCache<u64, Arc<Vec<u8>>>>,
-    /// Data blocks some thread is decompressing: a reader that needs one waits for it rather
-    /// than decompress it a second time (the start-up warming and the FUSE server meet there).
-    loading: Mutex<HashSet<u64>>,
+    /// Data blocks some thread is decompressing, and why (see `Load`).
+    loading: Mutex<HashMap<u64, Load>>,
     loaded: Condvar,
     inodes: Mutex<Weighted<Inode>>,
     dirs: Mutex<Weighted<Vec<DirEntry>>>,
@@ -153,10 +152,33 @@ impl<V> Weighted<V> {
     }
 }
 
-/// How long a reader waits for a block another thread is decompressing before it decompresses
-/// the block itself: a normal load takes well under this (a 128 KiB zstd block ~0.2 ms, xz ~2
-/// ms), but the start-up warming runs at idle priority and can be starved on a busy machine.
+/// How long a reader waits for a block another reader is decompressing before it decompresses
+/// the block itself: a load takes well under this (a 128 KiB zstd block ~0.2 ms, xz ~2 ms), unless
+/// its thread lost its CPU on a busy machine.
 const LOAD_WAIT: Duration = Duration::from_millis(5);
+
+/// Why a data block is being decompressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// A read needs it: another read of it waits for it rather than decompress it a second time.
+    Needed,
+    /// The start-up warming, ahead of any read (runtime/warm.rs): a read does not wait for it.
+    /// On a busy machine the warming's thread can lose its CPU mid-block for a whole time slice,
+    /// and reads waiting on it made a start there several times slower (benches/README.md, stop
+    /// 15); decompressing the block a second time costs a fraction of a millisecond.
+    Ahead,
+}
+
+/// What a thread about to decompress a block is to do.
+enum Claim<'a> {
+    /// The block is cached already.
+    Cached(Arc<Vec<u8>>),
+    /// It is this thread's to decompress; the guard wakes the waiters however that ends.
+    Mine(Loading<'a>),
+    /// Another thread decompresses it and this one does not wait: a read decompresses it too,
+    /// the warming leaves it.
+    Taken,
+}
 
 /// Takes a block off the loading set and wakes its waiters, however its load ended (a waiter
 /// finding no block in the cache then loads it itself, and meets the error on its own).
@@ -266,7 +288,7 @@ impl Archive {
             caches: Caches {
                 meta: cache(META_CACHE_BLOCKS),
                 data: cache(data_blocks.max(16)),
-                loading: Mutex::new(HashSet::new()),
+                loading: Mutex::new(HashMap::new()),
                 loaded: Condvar::new(),
                 inodes: Mutex::new(Weighted::new(INODE_CACHE_BYTES)),
                 dirs: Mutex::new(Weighted::new(DIR_CACHE_BYTES)),
@@ -617,32 +639,46 @@ impl Archive {
 
     /// Decompressed data block (or fragment block) at image offset `pos`, cached.
     fn data_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Vec<u8>>, SqfsError> {
+        match self.claim(pos, Load::Needed) {
+            Claim::Cached(b) => Ok(b),
+            Claim::Mine(_loading) => self.decompress_block(pos, word),
+            Claim::Taken => self.decompress_block(pos, word),
+        }
+    }
+
+    /// Whether this thread is to decompress the block at `pos` for `load`. A read waits, up to
+    /// `LOAD_WAIT`, for another read's load of it; nobody waits for the warming's.
+    fn claim(&self, pos: u64, load: Load) -> Claim<'_> {
         if let Some(b) = lock(&self.caches.data).get(&pos) {
-            return Ok(b.clone());
+            return Claim::Cached(b.clone());
         }
         let mut loading = lock(&self.caches.loading);
         let deadline = Instant::now() + LOAD_WAIT;
-        let mine = loop {
+        loop {
             if let Some(b) = lock(&self.caches.data).get(&pos) {
-                return Ok(b.clone());
+                return Claim::Cached(b.clone());
             }
-            if !loading.contains(&pos) {
-                break true;
+            match (loading.get(&pos), load) {
+                (None, _) => {
+                    loading.insert(pos, load);
+                    return Claim::Mine(Loading(&self.caches, pos));
+                }
+                (Some(_), Load::Ahead) | (Some(Load::Ahead), Load::Needed) => return Claim::Taken,
+                (Some(Load::Needed), Load::Needed) => {}
             }
             let now = Instant::now();
             if now >= deadline {
-                break false;
+                return Claim::Taken;
             }
             loading = match self.caches.loaded.wait_timeout(loading, deadline - now) {
                 Ok((g, _)) => g,
                 Err(e) => e.into_inner().0,
             };
-        };
-        if mine {
-            loading.insert(pos);
         }
-        drop(loading);
-        let _loaded = mine.then(|| Loading(&self.caches, pos));
+    }
+
+    /// Read and decompress the block at `pos` into the cache.
+    fn decompress_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Vec<u8>>, SqfsError> {
         let bs = self.sb.block_size as usize;
         if word.on_disk as usize > bs {
             return Err(self.corrupt(format!("data block of {} bytes at {pos}", word.on_disk)));
@@ -656,8 +692,7 @@ impl Archive {
             raw
         };
         let b = Arc::new(data);
-        // An evicted block is freed after the lock is released: freeing 128 KiB can be a
-        // munmap, and a starved idle-priority warming thread must not hold the lock long.
+        // An evicted block is freed after the lock is released: freeing 128 KiB can be a munmap.
         let evicted = lock(&self.caches.data).push(pos, b.clone());
         drop(evicted);
         Ok(b)
@@ -741,7 +776,8 @@ impl Archive {
         }
     }
 
-    /// Decompress a file's data block `i` (`data_blocks` counts them) into the cache.
+    /// Decompress a file's data block `i` (`data_blocks` counts them) into the cache, for the
+    /// start-up warming: a block cached or being decompressed already is left alone.
     pub fn preload_block(&self, ino: &Inode, i: usize) -> Result<(), SqfsError> {
         let Body::File(f) = &ino.body else {
             return Ok(());
@@ -752,7 +788,9 @@ impl Archive {
             _ => return Ok(()),
         };
         if !word.is_sparse() {
-            self.data_block(pos, word)?;
+            if let Claim::Mine(_loading) = self.claim(pos, Load::Ahead) {
+                self.decompress_block(pos, word)?;
+            }
         }
         Ok(())
     }
@@ -913,14 +951,14 @@ mod tests {
         (dir, ar, data)
     }
 
-    /// A reader does not wait for ever on a block another thread claimed and does not finish (the
-    /// idle-priority warming, starved): it decompresses the block itself after `LOAD_WAIT`.
+    /// A reader does not wait for ever on a block another reader claimed and does not finish (its
+    /// thread lost the CPU): it decompresses the block itself after `LOAD_WAIT`.
     #[test]
     fn a_stalled_loader_does_not_block_readers() {
         let (_dir, ar, data) = image_of_f();
         let ino = ar.lookup("/f", false).unwrap().unwrap();
-        // Claim the first block as a loader that never finishes would.
-        lock(&ar.caches.loading).insert(ino.block_pos[0]);
+        // Claim the first block as a reader that never finishes would.
+        lock(&ar.caches.loading).insert(ino.block_pos[0], Load::Needed);
         let t = Instant::now();
         let mut buf = vec![0u8; 1000];
         assert_eq!(ar.read_at(&ino, 0, &mut buf).unwrap(), 1000);
@@ -931,9 +969,40 @@ mod tests {
             "it did not wait for ever"
         );
         assert!(
-            lock(&ar.caches.loading).contains(&ino.block_pos[0]),
+            lock(&ar.caches.loading).contains_key(&ino.block_pos[0]),
             "the claim is the loader's"
         );
+    }
+
+    /// Nobody waits for the warming: a read of a block the warming is decompressing decompresses
+    /// it at once, and the warming leaves a block a read is decompressing.
+    #[test]
+    fn nobody_waits_for_the_warming() {
+        let (_dir, ar, data) = image_of_f();
+        let ino = ar.lookup("/f", false).unwrap().unwrap();
+        let pos = ino.block_pos[0];
+        lock(&ar.caches.loading).insert(pos, Load::Ahead);
+        let t = Instant::now();
+        let mut buf = vec![0u8; 1000];
+        assert_eq!(ar.read_at(&ino, 0, &mut buf).unwrap(), 1000);
+        assert_eq!(buf, data[..1000]);
+        assert!(t.elapsed() < LOAD_WAIT, "the read waited for the warming");
+        assert_eq!(lock(&ar.caches.loading).get(&pos), Some(&Load::Ahead));
+
+        lock(&ar.caches.data).clear();
+        lock(&ar.caches.loading).insert(pos, Load::Needed);
+        let t = Instant::now();
+        ar.preload_block(&ino, 0).unwrap();
+        assert!(t.elapsed() < LOAD_WAIT, "the warming waited for a read");
+        assert!(
+            lock(&ar.caches.data).get(&pos).is_none(),
+            "the read's block, left to it"
+        );
+        // Unclaimed, the warming decompresses it.
+        lock(&ar.caches.loading).clear();
+        ar.preload_block(&ino, 0).unwrap();
+        assert!(lock(&ar.caches.data).get(&pos).is_some());
+        assert!(lock(&ar.caches.loading).is_empty());
     }
 
     /// A reader waiting for a block another thread is decompressing is woken when that thread
@@ -947,7 +1016,7 @@ mod tests {
         let mut fastest = Duration::MAX;
         for _ in 0..5 {
             lock(&ar.caches.data).clear();
-            lock(&ar.caches.loading).insert(pos);
+            lock(&ar.caches.loading).insert(pos, Load::Needed);
             let t = Instant::now();
             std::thread::scope(|s| {
                 s.spawn(|| {
