@@ -9,12 +9,12 @@
 //! command, the pusher of a directory scan), so it only uses a CPU nothing else wants. An idle
 //! container costs nothing (no request, no poll), and with one CPU gpurun never polls.
 //!
-//! On a machine busy with other work the poll stops for a while (`CONTENDED`): there a yield can
-//! hand the CPU to another process for a whole time slice, and a request that arrives meanwhile
-//! waits, since nothing wakes a thread that is runnable already; and no CPU halts there, so
-//! polling has nothing to win. Beside two CPU-bound processes on the 2-vCPU VM, `exec true` took
-//! 0.14 s on average and up to 0.84 s while the poll yielded regardless (and the warming ran at
-//! idle priority), against 33 ms and at most 44 ms with the back-off (benches/README.md, stop 15).
+//! On a machine busy with other work the poll stops for a while (runtime/step_aside.rs): there a
+//! yield can hand the CPU to another process for a whole time slice, and a request that arrives
+//! meanwhile waits, since nothing wakes a thread that is runnable already; and no CPU halts there,
+//! so polling has nothing to win. Beside two CPU-bound processes on the 2-vCPU VM, `exec true`
+//! took 0.14 s on average and up to 0.84 s while the poll yielded regardless (and the warming ran
+//! at idle priority), against 33 ms and at most 44 ms with the back-off (benches/README.md).
 //!
 //! Measured on the 2-vCPU VM (benches/runtime.sh workloads, interleaved, medians of 8): 4,000
 //! random small files 0.71 → 0.55 s, tar of /usr 0.56 → 0.51 s. Busy-waiting without yielding
@@ -27,9 +27,9 @@
 //! whenever the other thread, asleep, was the one the kernel woke for the request).
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::step_aside::StepAside;
 use super::sys;
 
 /// How long a thread polls after a reply. Measured on the random small-file read of
@@ -37,22 +37,12 @@ use super::sys;
 /// read, write to a pipe) and saves little; 200 µs does as well as never sleeping.
 const WINDOW: Duration = Duration::from_micros(200);
 
-/// A yield that kept the polling thread off its CPU longer than this means other work wants the
-/// CPUs: the poll ends, and no server thread polls for `BACK_OFF`. A CPU-bound process keeps the
-/// CPU for a time slice (a millisecond or more). At 50 µs the command's own work between two
-/// requests (a fork and exec in a pipeline) turned polling off too often: the random reads of
-/// benches/reads.sh 8 % slower.
-const CONTENDED: Duration = Duration::from_micros(500);
-const BACK_OFF: Duration = Duration::from_millis(50);
-
 pub struct Linger {
     /// The FUSE device: a duplicate of the server's fd (the request queue is the connection's,
     /// so any of its fds shows a waiting request).
     fd: OwnedFd,
-    /// No thread polls until this many µs after `epoch`: set by any thread that found the CPUs
-    /// contended, since they are the machine's, not one thread's.
-    epoch: Instant,
-    off_until: AtomicU64,
+    /// Shared by the server's threads: none polls while the CPUs are contended.
+    aside: StepAside,
 }
 
 impl Linger {
@@ -60,8 +50,7 @@ impl Linger {
     pub fn new(fd: OwnedFd, cpus: usize) -> Option<Linger> {
         (cpus >= 2).then(|| Linger {
             fd,
-            epoch: Instant::now(),
-            off_until: AtomicU64::new(0),
+            aside: StepAside::default(),
         })
     }
 
@@ -79,31 +68,18 @@ impl Linger {
 
     /// `wait_for_request` with `yield_cpu` standing for the yield (tests).
     fn poll(&self, mut yield_cpu: impl FnMut()) -> bool {
-        let start = Instant::now();
-        if self.micros(start) < self.off_until.load(Ordering::Relaxed) {
+        if !self.aside.on() {
             return false;
         }
-        let until = start + WINDOW;
+        let until = Instant::now() + WINDOW;
         loop {
             if sys::readable_now(&self.fd) {
                 return true;
             }
-            let now = Instant::now();
-            if now >= until {
-                return false;
-            }
-            yield_cpu();
-            let back = Instant::now();
-            if back - now > CONTENDED {
-                let off = self.micros(back + BACK_OFF);
-                self.off_until.fetch_max(off, Ordering::Relaxed);
+            if Instant::now() >= until || !self.aside.step_aside_with(&mut yield_cpu) {
                 return false;
             }
         }
-    }
-
-    fn micros(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.epoch).as_micros() as u64
     }
 }
 
@@ -151,9 +127,5 @@ mod tests {
         assert_eq!(yields, 1, "the poll ended at the first long yield");
         assert!(!l.poll(|| yields += 1));
         assert_eq!(yields, 1, "polled while the CPUs were contended");
-        // Until the back-off has passed.
-        std::thread::sleep(BACK_OFF);
-        assert!(!l.poll(|| yields += 1));
-        assert!(yields > 2, "still backed off");
     }
 }

@@ -9,5 +9,6 @@ pub mod plan;
 pub mod points;
 pub mod prefetch;
 pub mod start;
+pub mod step_aside;
 pub mod sys;
 pub mod warm;

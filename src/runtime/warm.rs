@@ -6,7 +6,8 @@
 //! mounted image, and each fault waits on a FUSE READ that decompresses its blocks there and
 //! then (`exec true` from a Debian image: ~1.5 MB of libc, ld.so and true, about a third of the
 //! whole start). Its threads step aside after each block and each file, so that a thread woken
-//! on their CPU goes first, and no READ ever waits for them (`Archive::claim`). They run at
+//! on their CPU goes first, unless the CPUs are contended (runtime/step_aside.rs), and no READ
+//! ever waits for them (`Archive::claim`). They run at
 //! normal priority: at idle priority (SCHED_IDLE, until stop 15) a machine busy with other work
 //! starved them, and then gpurun's exit waited until each got a CPU to die, and a server thread
 //! could wait on a lock one held. Beside two CPU-bound processes on the 2-vCPU VM `exec true` took
@@ -19,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::gpu::driver::{cstr_bytes, for_each_ldcache_entry, NATIVE_FLAGS};
 use crate::image::sqfs::{Archive, Inode, Kind};
-use crate::runtime::sys;
+use crate::runtime::step_aside::StepAside;
 
 /// At most this much file data is warmed (a quarter of the data block cache).
 pub const BUDGET: u64 = 16 << 20;
@@ -242,6 +243,7 @@ pub fn warm(
     found: &mut dyn FnMut(&str),
 ) {
     let queue = Queue::default();
+    let aside = StepAside::default();
     std::thread::scope(|s| {
         for _ in 0..workers.max(1) {
             s.spawn(|| {
@@ -249,8 +251,11 @@ pub fn warm(
                     // A damaged block is reported by the read that needs it, not here.
                     let _ = ar.preload_block(&f, i);
                     // Without it a worker kept a CPU for a whole slice (ms) while the server
-                    // thread waited on it, runnable, with the other CPU idle (2 vCPUs).
-                    sys::yield_cpu();
+                    // thread waited on it, runnable, with the other CPU idle (2 vCPUs). Ending
+                    // the warming when the CPUs are contended was tried: a quiet machine's own
+                    // command, busy on a CPU, looks the same, and `apt-get --version` went 31 ->
+                    // 40 ms.
+                    aside.step_aside();
                 }
             });
         }
@@ -261,7 +266,7 @@ pub fn warm(
             found(path);
             // Also the walk (lookups, headers, ld.so.cache scans) lets a thread woken on this
             // CPU go first, between files.
-            sys::yield_cpu();
+            aside.step_aside();
             for i in 0..ar.data_blocks(f) {
                 if left == 0 {
                     break;

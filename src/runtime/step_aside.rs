@@ -1,0 +1,107 @@
+//! Yielding the CPU to other runnable threads, while that is cheap.
+//!
+//! gpurun's helper threads (the FUSE server's poll between requests, the start-up warming) yield
+//! often, so that the command or a server thread woken on their CPU goes first. On a machine busy
+//! with other work a yield can instead hand the CPU to another process for a whole time slice
+//! (milliseconds), and nothing wakes a thread that is runnable already. So a yield that kept its
+//! thread off the CPU longer than `CONTENDED` turns yielding off for `BACK_OFF`, for every thread
+//! that shares the `StepAside`: the CPUs are the machine's, not one thread's.
+//!
+//! Beside two CPU-bound processes on the 2-vCPU VM, `exec true` took 32 ms at the median while
+//! the warming always yielded (the server's poll backing off), against 25 ms with this for both,
+//! as ch-run (26 ms); `apt-get --version` 80 against 62 ms (ch-run 112 ms). On a quiet machine
+//! it changes nothing measurable (benches/README.md, stop 15).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::sys;
+
+/// Off the CPU longer than this in a yield means other work wants the CPUs: a CPU-bound process
+/// keeps it for a time slice, a millisecond or more. At 50 µs, work of the container's own
+/// (a pipeline's fork and exec between two requests, the set-up of the root) turned yielding off
+/// too often: random reads 8 % slower, `exec true` 10 % slower on a quiet machine.
+const CONTENDED: Duration = Duration::from_micros(500);
+/// How long yielding stays off once the CPUs were found contended.
+const BACK_OFF: Duration = Duration::from_millis(50);
+
+pub struct StepAside {
+    epoch: Instant,
+    /// Yielding is off until this many µs after `epoch`.
+    off_until: AtomicU64,
+}
+
+impl Default for StepAside {
+    fn default() -> Self {
+        StepAside {
+            epoch: Instant::now(),
+            off_until: AtomicU64::new(0),
+        }
+    }
+}
+
+impl StepAside {
+    /// Whether yielding is on: the CPUs were not found contended lately.
+    pub fn on(&self) -> bool {
+        self.micros(Instant::now()) >= self.off_until.load(Ordering::Relaxed)
+    }
+
+    /// Yield unless yielding is off; whether it is still on afterwards.
+    pub fn step_aside(&self) -> bool {
+        self.step_aside_with(sys::yield_cpu)
+    }
+
+    /// `step_aside` with `yield_cpu` standing for the yield (tests).
+    pub(crate) fn step_aside_with(&self, yield_cpu: impl FnOnce()) -> bool {
+        if !self.on() {
+            return false;
+        }
+        let t = Instant::now();
+        yield_cpu();
+        let back = Instant::now();
+        if back - t > CONTENDED {
+            let off = self.micros(back + BACK_OFF);
+            self.off_until.fetch_max(off, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    fn micros(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_micros() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_yield_turns_yielding_off_for_a_while() {
+        let s = StepAside::default();
+        let mut yields = 0;
+        assert!(s.step_aside_with(|| yields += 1));
+        assert!(s.step_aside_with(|| yields += 1));
+        assert_eq!(yields, 2);
+        // A yield that kept the thread off its CPU: off, and the next does not yield.
+        assert!(!s.step_aside_with(|| std::thread::sleep(CONTENDED * 2)));
+        let t = Instant::now();
+        assert!(!s.on());
+        assert!(!s.step_aside_with(|| yields += 1));
+        assert_eq!(yields, 2, "yielded while off");
+        // Until the back-off has passed.
+        std::thread::sleep(BACK_OFF.saturating_sub(t.elapsed()) + Duration::from_millis(1));
+        assert!(s.on());
+        assert!(s.step_aside_with(|| yields += 1));
+        assert_eq!(yields, 3);
+    }
+
+    #[test]
+    fn shared_between_threads() {
+        let s = StepAside::default();
+        std::thread::scope(|sc| {
+            sc.spawn(|| s.step_aside_with(|| std::thread::sleep(CONTENDED * 2)));
+        });
+        assert!(!s.on(), "one thread's finding holds for all");
+    }
+}
