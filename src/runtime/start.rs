@@ -195,7 +195,8 @@ fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan, cmd: String, cpus: us
     let ld_path = super::env::var(&plan.env, "LD_LIBRARY_PATH")
         .unwrap_or_default()
         .to_string();
-    // Up to 4 decompressing threads, leaving a CPU to the container.
+    // Up to 4 decompressing threads besides the walk, one fewer than the CPUs (at least one); they
+    // yield after each block while the CPUs are not contended (runtime/step_aside.rs).
     let workers = cpus.saturating_sub(1).clamp(1, 4);
     Box::new(move |found| warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, workers, found))
 }

@@ -7,10 +7,10 @@
 //! thread off the CPU longer than `CONTENDED` turns yielding off for `BACK_OFF`, for every thread
 //! that shares the `StepAside`: the CPUs are the machine's, not one thread's.
 //!
-//! Beside two CPU-bound processes on the 2-vCPU VM, `exec true` took 32 ms at the median while
-//! the warming always yielded (the server's poll backing off), against 25 ms with this for both,
-//! as ch-run (26 ms); `apt-get --version` 80 against 62 ms (ch-run 112 ms). On a quiet machine
-//! it changes nothing measurable (benches/README.md, stop 15).
+//! Beside two CPU-bound processes on the 2-vCPU VM, `exec true` took 32.6 ms at the median while
+//! the warming always yielded (the server's poll backing off), against 25.6 ms with this for
+//! both (ch-run 28-29 ms); `apt-get --version` 80 against 72 ms (ch-run 111-115 ms), in two
+//! sessions. On a quiet machine it changes nothing measurable (benches/README.md, stop 15).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -11,7 +11,8 @@
 //! normal priority: at idle priority (SCHED_IDLE, until stop 15) a machine busy with other work
 //! starved them, and then gpurun's exit waited until each got a CPU to die, and a server thread
 //! could wait on a lock one held. Beside two CPU-bound processes on the 2-vCPU VM `exec true` took
-//! 0.14 s on average and up to 0.84 s, against 33 and 44 ms now (benches/README.md). What the
+//! 115 ms on average and up to 664 ms then, 29 and 39 ms now, as ch-run (`benches/load.sh`,
+//! benches/README.md, stop 15). What the
 //! warming finds is a guess: a wrong one costs some CPU, nothing else.
 
 use std::collections::VecDeque;
