@@ -27,19 +27,21 @@ STATES=${STATES:-quiet hogs idle burst}
 [ "$(id -u)" = 0 ] || { echo "load.sh: run as root (hogs and the user switch only)" >&2; exit 2; }
 id "$BENCH_USER" >/dev/null || { echo "load.sh: no user $BENCH_USER" >&2; exit 2; }
 
-tools=("gpurun=$GPURUN exec $IMG $CMD")
-[ -z "${BASELINE:-}" ] || tools+=("baseline=$(readlink -f "$BASELINE") exec $IMG $CMD")
+# Each tool is NAME=ARGV, ARGV quoted for the harness (paths may hold spaces; CMD is split there).
+q() { printf '%q ' "$@"; }
+tools=("gpurun=$(q "$GPURUN" exec "$IMG")$CMD")
+[ -z "${BASELINE:-}" ] || tools+=("baseline=$(q "$(readlink -f "$BASELINE")" exec "$IMG")$CMD")
 CH_RUN=${CH_RUN:-$(command -v ch-run || true)}
 if [ -d "$CH_RUN" ]; then
-    tools+=("ch-run=env LD_LIBRARY_PATH=$CH_RUN/lib $CH_RUN/ch-run $IMG -- $CMD")
+    tools+=("ch-run=$(q env "LD_LIBRARY_PATH=$CH_RUN/lib" "$CH_RUN/ch-run" "$IMG" --)$CMD")
 elif [ -n "$CH_RUN" ]; then
-    tools+=("ch-run=$CH_RUN $IMG -- $CMD")
+    tools+=("ch-run=$(q "$CH_RUN" "$IMG" --)$CMD")
 fi
 
 hogs=()
 start_hogs() { # start_hogs normal|idle
-    local i
-    for i in $(seq "$HOGS"); do
+    local _
+    for _ in $(seq "$HOGS"); do
         if [ "$1" = idle ]; then
             chrt -i 0 sh -c 'while :; do :; done' &
         else
@@ -50,8 +52,10 @@ start_hogs() { # start_hogs normal|idle
     sleep 0.5
 }
 stop_hogs() {
-    [ ${#hogs[@]} = 0 ] || kill "${hogs[@]}" 2>/dev/null || true
-    wait "${hogs[@]}" 2>/dev/null || true
+    if [ ${#hogs[@]} -gt 0 ]; then
+        kill "${hogs[@]}" 2>/dev/null || true
+        wait "${hogs[@]}" 2>/dev/null || true
+    fi
     hogs=()
 }
 trap stop_hogs EXIT
