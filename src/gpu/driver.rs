@@ -126,7 +126,7 @@ pub fn parse_proc_version(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// One GPU as /proc/driver/nvidia/gpus/<bus id>/information describes it.
+/// One GPU as `/proc/driver/nvidia/gpus/<bus id>/information` describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcGpu {
     pub minor: u32,

@@ -2,6 +2,8 @@
 //! unchanged (the reader opens the squashfs at that offset).
 //!
 //! Layout (SIF 1, all integers little-endian, structs packed):
+//!
+//! ```text
 //!   global header, 128 bytes: launch script [32], magic "SIF_MAGIC\0" [10], version [3], arch [3],
 //!     uuid [16], ctime, mtime, descriptors free, descriptors total, descriptors offset,
 //!     descriptors size, data offset, data size (i64 each)
@@ -9,6 +11,7 @@
 //!     file offset i64, file length i64, stored length i64, ctime i64, mtime i64, uid i64, gid i64,
 //!     name [128], extra [384]; for a partition (data type 0x4004) extra starts with
 //!     fs type i32 (1 = squashfs), partition type i32 (1 system, 2 primary system, 3 data, 4 overlay)
+//! ```
 
 use std::fs::File;
 use std::io;

@@ -7,13 +7,13 @@
 //! then (`exec true` from a Debian image: ~1.5 MB of libc, ld.so and true, about a third of the
 //! whole start). Its threads step aside after each block and each file, so that a thread woken
 //! on their CPU goes first, unless the CPUs are contended (runtime/step_aside.rs), and no READ
-//! ever waits for them (`Archive::claim`). They run at
-//! normal priority: at idle priority (SCHED_IDLE, until stop 15) a machine busy with other work
-//! starved them, and then gpurun's exit waited until each got a CPU to die, and a server thread
-//! could wait on a lock one held. Beside two CPU-bound processes on the 2-vCPU VM `exec true` took
-//! 115 ms on average and up to 664 ms then, 29 and 39 ms now, as ch-run (`benches/load.sh`,
-//! benches/README.md, stop 15). What the
-//! warming finds is a guess: a wrong one costs some CPU, nothing else.
+//! ever waits for them (`Archive::claim`). They run at normal priority: at idle priority
+//! (SCHED_IDLE, until stop 15) a machine busy with other work starved them, and then gpurun's
+//! exit waited until each got a CPU to die, and a server thread could wait on a lock one held.
+//! Beside two CPU-bound processes on the 2-vCPU VM `exec true` took 115 ms on average and up to
+//! 664 ms then, 29 and 39 ms now, as ch-run (`benches/load.sh`; benches/README.md, stop 15).
+//! There is no warming on one CPU (`start::warm_workers`). What the warming finds is a guess: a
+//! wrong one costs some CPU, nothing else.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
