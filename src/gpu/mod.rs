@@ -209,41 +209,47 @@ fn nvml_use(asked: &Request, requirements: bool) -> NvmlUse {
     }
 }
 
-/// Where facts about the GPUs are kept (in `kind`: `nvml` for NVML's answers, `gpu-proc` for
-/// the driver's /proc files, `driver-libs` for its libraries): the user's gpurun cache, one file
-/// per boot, driver version and set of GPUs (`ids`: jobs on one node may see different GPUs).
+/// Where facts about the GPUs and the driver are kept between starts: the user's gpurun cache,
+/// one file per boot, driver version and set of GPUs or sources (`file`). Opened once per start;
 /// `None` unless the cache directory is the caller's own and private (its default path in
 /// /var/tmp could be made by someone else).
-fn facts_file(
-    host_env: &[(String, String)],
-    kind: &str,
-    driver_version: &str,
-    ids: &[String],
-) -> Option<PathBuf> {
-    use sha2::Digest;
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let uid = nix::unistd::getuid().as_raw();
-    let root = crate::image::cache::cache_root_from(
-        var(host_env, "GPURUN_CACHE").map(PathBuf::from),
-        var(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
-        uid,
-    );
-    let dir = root.join(kind);
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        let _ = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir);
+struct Facts {
+    root: PathBuf,
+    boot: String,
+    uid: u32,
+}
+
+impl Facts {
+    fn open(host_env: &[(String, String)]) -> Option<Facts> {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let uid = nix::unistd::getuid().as_raw();
+        let root = crate::image::cache::cache_root_from(
+            var(host_env, "GPURUN_CACHE").map(PathBuf::from),
+            var(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
+            uid,
+        );
+        private_dir_made(&root, uid).then(|| Facts {
+            root,
+            boot: boot.trim().to_string(),
+            uid,
+        })
     }
-    if !private_dir(&root, uid) || !private_dir(&dir, uid) {
-        return None;
+
+    /// The file for facts of `kind` (`nvml` for NVML's answers, `gpu-proc` for the driver's /proc
+    /// files, `driver-libs` for its libraries) about `driver_version` and `ids` (jobs on one node
+    /// may see different GPUs).
+    fn file(&self, kind: &str, driver_version: &str, ids: &[String]) -> Option<PathBuf> {
+        use sha2::Digest;
+        let dir = self.root.join(kind);
+        if !private_dir_made(&dir, self.uid) {
+            return None;
+        }
+        let mut sorted = ids.to_vec();
+        sorted.sort();
+        let set = sha2::Sha256::digest(sorted.join(",").as_bytes());
+        let set = hex::encode(&set[..6]);
+        Some(dir.join(format!("{}-{driver_version}-{set}.json", self.boot)))
     }
-    let mut sorted = ids.to_vec();
-    sorted.sort();
-    let set = sha2::Sha256::digest(sorted.join(",").as_bytes());
-    let set = hex::encode(&set[..6]);
-    Some(dir.join(format!("{}-{driver_version}-{set}.json", boot.trim())))
 }
 
 /// The fact kept in `file` while it still `holds`, else what `find` finds, kept there for the
@@ -271,20 +277,25 @@ where
     Ok(new)
 }
 
-/// A real directory (not a symlink) owned by `uid` that nobody else may write to.
-fn private_dir(dir: &Path, uid: u32) -> bool {
-    use std::os::unix::fs::MetadataExt;
+/// `dir`, made (mode 0700, parents too) if missing, is a real directory (not a symlink) owned by
+/// `uid` that nobody else may write to.
+fn private_dir_made(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
     std::fs::symlink_metadata(dir)
         .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
 }
 
-/// `driver::candidates` for driver `version`, kept (`facts_file`) while its sources are as they
+/// `driver::candidates` for driver `version`, kept (`Facts`) while its sources are as they
 /// were: the path, inode, size and change time of each are the key, so ldconfig, a driver
 /// installed or a library directory changed finds them anew. Finding them reads the host's
 /// ld.so.cache and looks at each of the driver's files: 0.64 ms of every `--nv` start on the
 /// H200 node.
 fn candidates_kept(
-    host_env: &[(String, String)],
+    facts: Option<&Facts>,
     sources: &[PathBuf],
     version: &str,
 ) -> Result<Vec<driver::Candidate>, GpuError> {
@@ -304,7 +315,7 @@ fn candidates_kept(
             Err(_) => format!("{}:-", s.display()),
         })
         .collect();
-    let file = facts_file(host_env, "driver-libs", version, &key);
+    let file = facts.and_then(|f| f.file("driver-libs", version, &key));
     kept(
         file.as_deref(),
         |_| true,
@@ -312,13 +323,13 @@ fn candidates_kept(
     )
 }
 
-/// `gpus_from_proc`, kept per boot (`facts_file`) for the GPUs listed in `proc_dir` now: the
+/// `gpus_from_proc`, kept per boot (`Facts`) for the GPUs listed in `proc_dir` now: the
 /// driver makes up each GPU's information file when it is read, ~0.18 ms per GPU on an H200
 /// node, and what it says does not change while the same GPUs sit in the same load of the
 /// driver. A GPU added again (hot plug, PCI remove and rescan) and a reloaded module get new
 /// sysfs inodes, which are part of the key.
 fn gpus_from_proc_kept(
-    host_env: &[(String, String)],
+    facts: Option<&Facts>,
     proc_dir: &Path,
     driver_version: &str,
 ) -> Option<nvml::NvmlInfo> {
@@ -340,7 +351,7 @@ fn gpus_from_proc_kept(
     key.push(format!("module:{}", ino(Path::new("/sys/module/nvidia"))));
     // The directory too: the test suite's drivers share the boot and the version.
     key.push(proc_dir.display().to_string());
-    let file = facts_file(host_env, "gpu-proc", driver_version, &key);
+    let file = facts.and_then(|f| f.file("gpu-proc", driver_version, &key));
     let listed_now = |i: &nvml::NvmlInfo| {
         let mut listed: Vec<&str> = i
             .gpus
@@ -493,7 +504,8 @@ pub fn prepare(
             unknown.join(", ")
         ));
     }
-    let cands = candidates_kept(host_env, &sources, &version)?;
+    let facts = Facts::open(host_env);
+    let cands = candidates_kept(facts.as_ref(), &sources, &version)?;
     let libs = driver::choose_libraries(&cands, &version, &groups);
     if libs.is_empty() {
         return Err(GpuError::NoLibraries {
@@ -515,7 +527,7 @@ pub fn prepare(
     let queried = match early_nvml {
         Some(n) => Ok(n),
         // /proc has them, unless the driver hides it; NVML is asked only for what /proc lacks.
-        None => match gpus_from_proc_kept(host_env, &proc_dir, &version) {
+        None => match gpus_from_proc_kept(facts.as_ref(), &proc_dir, &version) {
             None => fresh(),
             Some(info) => match nvml_use(&asked, requirements) {
                 NvmlUse::No => Ok(info),
@@ -527,7 +539,10 @@ pub fn prepare(
                         .filter(|g| g.minor.is_some_and(|m| open.contains(&m)))
                         .filter_map(|g| g.uuid)
                         .collect();
-                    match facts_file(host_env, "nvml", &version, &uuids) {
+                    match facts
+                        .as_ref()
+                        .and_then(|f| f.file("nvml", &version, &uuids))
+                    {
                         Some(file) => nvml::query_cached(&nvml_lib(&libs), &file, &uuids),
                         None => fresh(),
                     }
