@@ -261,12 +261,12 @@ pub fn remount_readonly(dst: &Path) -> Result<()> {
 }
 
 /// Make gpurun's own FUSE mount at `dst` read-only as a whole (its superblock, where
-/// `remount_readonly` makes one mount of it so), with the flags `mount_fuse` gave it (no statfs
-/// round trip to ask for them). This also stops the kernel from dropping every file's cached
+/// `remount_readonly` makes one mount of it so), with the flags `mount_fuse` gave it
+/// (`FUSE_FLAGS`: no statfs round trip to ask for them). This also stops the kernel from dropping every file's cached
 /// attributes after its first read (atime, on a writable superblock): each later stat was a
 /// GETATTR.
 pub fn remount_fuse_readonly(dst: &Path) -> Result<()> {
-    let flags = MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    let flags = FUSE_FLAGS | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
     nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
         .map_err(at("make read-only the image's file system at", dst))
 }
@@ -298,6 +298,9 @@ pub fn open_fuse() -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// The flags of gpurun's FUSE mount (`mount_fuse`), which `remount_fuse_readonly` repeats.
+const FUSE_FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
+
 /// Mount a FUSE connection whose server is gpurun itself (no fusermount: we are root in our own
 /// user namespace). No `default_permissions`: the image is immutable and already readable by the
 /// user as a file, so kernel permission checks would only hide root-owned 0700 dirs. No
@@ -314,7 +317,7 @@ pub fn mount_fuse(
     readonly: bool,
 ) -> Result<()> {
     let opts = format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid}");
-    let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    let mut flags = FUSE_FLAGS;
     flags.set(MsFlags::MS_RDONLY, readonly);
     nix::mount::mount(
         Some(source),
