@@ -647,8 +647,8 @@ impl Archive {
     fn data_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Vec<u8>>, SqfsError> {
         match self.claim(pos, Load::Needed) {
             Claim::Cached(b) => Ok(b),
-            Claim::Mine(_loading) => self.decompress_block(pos, word),
-            Claim::Taken => self.decompress_block(pos, word),
+            // Mine: the claim is held until the block is in the cache. Taken: unclaimed.
+            _claim => self.decompress_block(pos, word),
         }
     }
 
@@ -1008,8 +1008,17 @@ mod tests {
             "the read's claim gone, the warming's kept"
         );
 
-        // A read loading it beside the warming (that never finishes): the next read waits.
+        // The read claims it beside the warming, and drops its claim when done.
         lock(&ar.caches.data).clear();
+        let claim = ar.claim(pos, Load::Needed);
+        assert!(matches!(claim, Claim::Mine(_)), "the read did not claim it");
+        let mut both = loads();
+        both.sort_by_key(|&(_, l)| l == Load::Ahead);
+        assert_eq!(both, [(pos, Load::Needed), (pos, Load::Ahead)]);
+        drop(claim);
+        assert_eq!(loads(), [(pos, Load::Ahead)]);
+
+        // A read loading it beside the warming (that never finishes): the next read waits.
         lock(&ar.caches.loading).insert((pos, Load::Needed));
         assert!(read() >= LOAD_WAIT, "a read did not wait for a read");
 
