@@ -254,7 +254,7 @@ impl Facts {
 
 /// The fact kept in `file` while it still `holds`, else what `find` finds, kept there for the
 /// next start when it holds. A file that is missing, damaged or not writable just means `find`.
-pub(crate) fn kept<T, E>(
+fn kept<T, E>(
     file: Option<&Path>,
     holds: impl Fn(&T) -> bool,
     find: impl FnOnce() -> Result<T, E>,

@@ -53,7 +53,7 @@ impl StepAside {
         self.step_aside_with(sys::yield_cpu)
     }
 
-    /// `step_aside` with `yield_cpu` standing for the yield (tests).
+    /// `step_aside` with `yield_cpu` standing for the yield (Linger passes its own, for its tests).
     pub(crate) fn step_aside_with(&self, yield_cpu: impl FnOnce()) -> bool {
         if !self.on() {
             return false;
