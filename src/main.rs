@@ -1,3 +1,5 @@
+#![no_main]
+
 use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser};
@@ -81,7 +83,22 @@ fn go(l: Launch, ctx: &Ctx) -> i32 {
     }
 }
 
-fn main() {
+/// gpurun's entry point is C's `main`, not std's: std's start-up (the main thread's stack
+/// bounds, read from /proc/self/maps, and an alternate signal stack for a stack-overflow message)
+/// cost about 0.3 ms of CPU on every start, where `exec true` takes about 11 ms in all
+/// (benches/README.md, stop 16). What of it gpurun needs is `sys::process_start`. A panic still
+/// prints its message and exits 101, as under std's start-up.
+#[no_mangle]
+pub extern "C" fn main(
+    _argc: std::ffi::c_int,
+    _argv: *const *const std::ffi::c_char,
+) -> std::ffi::c_int {
+    gpurun::runtime::sys::process_start();
+    let code = std::panic::catch_unwind(run).unwrap_or(101);
+    std::process::exit(code)
+}
+
+fn run() -> i32 {
     // Before anything else, for every command: installed setuid-root by mistake, `pull -o` would
     // write (and read layouts and archives) as root wherever the caller names.
     if gpurun::runtime::sys::is_setuid() {
@@ -108,7 +125,7 @@ fn main() {
         verbose: cli.verbose,
         debug,
     };
-    let code = match cli.command {
+    match cli.command {
         Command::Exec(a) => go(
             launch(a.image, a.opts, Action::Exec(a.command), None, &ctx),
             &ctx,
@@ -173,8 +190,7 @@ fn main() {
             0
         }
         Command::Man(a) => done(man(&a.dir).map_err(anyhow::Error::from), debug),
-    };
-    std::process::exit(code);
+    }
 }
 
 /// The cache directory and the compressor from the config reach the modules through the

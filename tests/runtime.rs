@@ -236,6 +236,51 @@ fn exit_codes_and_errors() {
     assert!(stderr(&o).contains("garbage.sqsh"), "{}", stderr(&o));
 }
 
+/// SIGPIPE reaches the command as gpurun's caller left it: by default a writer to a closed pipe
+/// dies quietly (gpurun itself ignores SIGPIPE, and the command used to inherit that: `yes`
+/// printed "Broken pipe"); a caller that ignores it gets it ignored inside too.
+#[test]
+fn sigpipe_as_the_caller_left_it() {
+    use std::os::unix::process::CommandExt;
+    let s = Scratch::new();
+    let img = image(&s);
+    let probe = ["sh", "-c", "yes | head -1; grep SigIgn /proc/self/status"];
+    // SigIgn is a hex mask; SIGPIPE (13) is bit 12.
+    let pipe_ignored = |o: &std::process::Output| {
+        let line = stdout(o)
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:").map(str::trim).map(String::from));
+        let mask = u64::from_str_radix(&line.expect("SigIgn line"), 16).unwrap();
+        mask & (1 << 12) != 0
+    };
+    let o = exec(&img, &probe);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("y\n"), "{}", stdout(&o));
+    assert!(!stderr(&o).contains("Broken pipe"), "{}", stderr(&o));
+    assert!(
+        !pipe_ignored(&o),
+        "SIGPIPE ignored in the command: {}",
+        stdout(&o)
+    );
+    let mut a = vec!["exec", img.to_str().unwrap()];
+    a.extend_from_slice(&probe);
+    let mut c = gpurun(&a);
+    // SAFETY: only async-signal-safe work between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        pipe_ignored(&o),
+        "the caller's SIG_IGN was lost: {}",
+        stdout(&o)
+    );
+}
+
 #[test]
 fn environment_and_run() {
     let s = Scratch::new();

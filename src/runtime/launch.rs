@@ -316,6 +316,7 @@ fn child(
             for s in FORWARDED {
                 unsafe { libc::signal(s as i32, libc::SIG_DFL) };
             }
+            sys::restore_caller_sigpipe();
             let _ = old_mask.thread_set_mask();
             exec(prep)
         }

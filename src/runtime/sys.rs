@@ -452,6 +452,45 @@ pub fn block_signal(sig: i32, blocked: bool) {
     }
 }
 
+/// Whether gpurun's caller left SIGPIPE ignored (`process_start` notes it).
+static CALLER_IGNORED_SIGPIPE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// What std's own start-up did that gpurun needs, for an entry point without it (main.rs):
+/// fds 0-2 open (closed ones get /dev/null, so that no file gpurun opens lands on them), and
+/// SIGPIPE ignored in gpurun itself (a write to a pipe whose reader is gone is an error it
+/// handles), after noting how the caller had it.
+pub fn process_start() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: three valid pollfd entries; open and dup2 take a NUL-terminated path and fds.
+    unsafe {
+        if libc::poll(fds.as_mut_ptr(), 3, 0) != -1 {
+            for p in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if null >= 0 && null != p.fd {
+                    libc::dup2(null, p.fd);
+                    libc::close(null);
+                }
+            }
+        }
+        let old = libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        CALLER_IGNORED_SIGPIPE.store(old == libc::SIG_IGN, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// SIGPIPE back as gpurun's caller had it, for the command: with gpurun's SIG_IGN inherited
+/// through exec, `yes | head -1` in the container printed "Broken pipe" errors.
+pub fn restore_caller_sigpipe() {
+    if !CALLER_IGNORED_SIGPIPE.load(std::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: resetting a signal's disposition to its default.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+}
+
 pub fn set_no_new_privs() -> Result<()> {
     nix::sys::prctl::set_no_new_privs().map_err(call("PR_SET_NO_NEW_PRIVS"))
 }
