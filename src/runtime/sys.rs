@@ -576,6 +576,13 @@ pub fn read_ahead(path: &Path) {
     }
 }
 
+/// The calling thread to the lowest priority that keeps it runnable beside other work (nice 19;
+/// an unprivileged thread can never take it back). Best effort.
+pub fn lowest_priority() {
+    // SAFETY: setpriority on this thread's own id.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+}
+
 /// Give the CPU to any other runnable thread; returns at once when there is none.
 pub fn yield_cpu() {
     let _ = nix::sched::sched_yield();
