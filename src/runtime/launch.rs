@@ -310,18 +310,9 @@ fn child(
     }
     // C stays as a small init: it reaps, forwards signals, and takes the command's whole process
     // tree down with it, also when gpurun itself is killed (PDEATHSIG reaches C, which can act).
-    // SAFETY: C is single-threaded.
-    match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            for s in FORWARDED {
-                unsafe { libc::signal(s as i32, libc::SIG_DFL) };
-            }
-            sys::restore_caller_sigpipe();
-            let _ = old_mask.thread_set_mask();
-            exec(prep)
-        }
-        Ok(ForkResult::Parent { child }) => supervise(child),
-        Err(e) => (exit::GPURUN_FAILED, format!("fork: {e}")),
+    match spawn_command(prep, &old_mask) {
+        Ok(cmd) => supervise(cmd),
+        Err(e) => e,
     }
 }
 
@@ -605,34 +596,103 @@ impl Root {
     }
 }
 
-/// execve through the container's PATH (glibc's execvpe would search the host's PATH).
-fn exec(prep: &Prepared) -> (i32, String) {
+/// Start the command through the container's PATH (glibc's execvpe would search the host's
+/// PATH), in a process that shares C's memory until it execs (`sys::spawn_shared`). Its signals
+/// are the caller's again: default dispositions, SIGPIPE as the caller had it, the caller's mask.
+fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
     let Some(arg0) = prep.argv.first() else {
-        return (exit::GPURUN_FAILED, "no command given".into());
+        return Err((exit::GPURUN_FAILED, "no command given".into()));
     };
     let name = arg0.to_string_lossy().into_owned();
-    let candidates: Vec<PathBuf> = if name.contains('/') {
-        vec![PathBuf::from(&name)]
-    } else {
-        prep.path_dirs.iter().map(|d| d.join(&name)).collect()
+    let paths = command_candidates(&name, &prep.path_dirs);
+    let candidates: Vec<CString> = paths
+        .iter()
+        .filter_map(|p| CString::new(p.as_os_str().as_bytes()).ok())
+        .collect();
+    let pointers = |v: &[CString]| -> Vec<*const libc::c_char> {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
     };
-    let mut denied = None;
-    for cand in &candidates {
-        let Ok(c) = CString::new(cand.as_os_str().as_bytes()) else {
-            continue;
-        };
-        let e = nix::unistd::execve(&c, &prep.argv, &prep.envp).unwrap_err();
-        match e {
-            Errno::ENOENT | Errno::ENOTDIR => {}
-            Errno::EACCES | Errno::ENOEXEC | Errno::EISDIR => denied = Some((cand.clone(), e)),
-            other => {
-                return (
-                    exit::NOT_EXECUTABLE,
-                    format!("cannot execute {}: {other}", cand.display()),
-                )
+    let (argv, envp) = (pointers(&prep.argv), pointers(&prep.envp));
+    let mask: libc::sigset_t = *mask.as_ref();
+    // What each candidate's execve said (0: not tried), and whether none was exec'd: written by
+    // the child, which shares this memory.
+    let mut errnos = vec![0i32; candidates.len()];
+    let mut failed = false;
+    let mut stack = vec![0u8; 64 << 10];
+    let pid = sys::spawn_shared(&mut stack, &mut || {
+        // SAFETY: async-signal-safe calls on memory prepared above; nothing is allocated.
+        unsafe {
+            for s in FORWARDED {
+                libc::signal(s as i32, libc::SIG_DFL);
+            }
+            sys::restore_caller_sigpipe();
+            libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+            for (c, e) in candidates.iter().zip(errnos.iter_mut()) {
+                libc::execve(c.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                *e = Errno::last_raw();
+                if !next_candidate(Errno::from_raw(*e)) {
+                    break;
+                }
             }
         }
+        failed = true;
+        exit::NOT_FOUND
+    })
+    .map_err(|e| {
+        (
+            exit::GPURUN_FAILED,
+            format!("cannot start the command: {e}"),
+        )
+    })?;
+    if !failed {
+        return Ok(pid);
     }
+    let _ = waitpid(pid, None);
+    let attempts: Vec<(PathBuf, Errno)> = paths
+        .into_iter()
+        .zip(
+            errnos
+                .iter()
+                .take_while(|&&e| e != 0)
+                .map(|&e| Errno::from_raw(e)),
+        )
+        .collect();
+    Err(exec_failure(&name, &prep.path_dirs, &attempts))
+}
+
+/// Where the command may be: a name with a slash as it is, else each PATH directory's entry.
+fn command_candidates(name: &str, path_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    if name.contains('/') {
+        vec![PathBuf::from(name)]
+    } else {
+        path_dirs.iter().map(|d| d.join(name)).collect()
+    }
+}
+
+/// Whether a PATH search goes on after execve failed so: the name is not there, or is there but
+/// cannot be run (a later directory may hold one that can, as execvp does).
+fn next_candidate(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::ENOENT | Errno::ENOTDIR | Errno::EACCES | Errno::ENOEXEC | Errno::EISDIR
+    )
+}
+
+/// The exit status and the one line for a command that could not be exec'd, from what each
+/// candidate's execve said (in order; the search stops at an error `next_candidate` refuses).
+fn exec_failure(name: &str, path_dirs: &[PathBuf], attempts: &[(PathBuf, Errno)]) -> (i32, String) {
+    if let Some((p, e)) = attempts.iter().find(|(_, e)| !next_candidate(*e)) {
+        return (
+            exit::NOT_EXECUTABLE,
+            format!("cannot execute {}: {e}", p.display()),
+        );
+    }
+    let denied = attempts
+        .iter()
+        .rfind(|(_, e)| matches!(e, Errno::EACCES | Errno::ENOEXEC | Errno::EISDIR));
     match denied {
         Some((p, Errno::ENOEXEC)) => (
             exit::NOT_EXECUTABLE,
@@ -656,7 +716,7 @@ fn exec(prep: &Prepared) -> (i32, String) {
             exit::NOT_FOUND,
             format!(
                 "{name}: command not found in the container's PATH ({}); check the name, or give its full path",
-                prep.path_dirs
+                path_dirs
                     .iter()
                     .map(|p| p.display().to_string())
                     .collect::<Vec<_>>()
@@ -859,4 +919,92 @@ fn descendants_from_scan() -> Vec<i32> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_candidates_table() {
+        let dirs = [PathBuf::from("/usr/bin"), PathBuf::from("/bin")];
+        for (name, want) in [
+            ("ls", vec!["/usr/bin/ls", "/bin/ls"]),
+            ("/opt/x", vec!["/opt/x"]),
+            ("./run.sh", vec!["./run.sh"]),
+        ] {
+            let want: Vec<PathBuf> = want.into_iter().map(PathBuf::from).collect();
+            assert_eq!(command_candidates(name, &dirs), want, "{name}");
+        }
+        assert!(command_candidates("ls", &[]).is_empty());
+    }
+
+    #[test]
+    fn exec_failure_table() {
+        let dirs = [PathBuf::from("/a"), PathBuf::from("/b")];
+        let at = |p: &str, e| (PathBuf::from(p), e);
+        for (name, attempts, code, says) in [
+            // Nowhere on PATH: 127, and the PATH searched.
+            (
+                "x",
+                vec![at("/a/x", Errno::ENOENT), at("/b/x", Errno::ENOTDIR)],
+                127,
+                "not found in the container's PATH (/a:/b)",
+            ),
+            ("x", vec![], 127, "not found in the container's PATH"),
+            (
+                "/opt/x",
+                vec![at("/opt/x", Errno::ENOENT)],
+                127,
+                "/opt/x: no such file",
+            ),
+            // Found but not runnable: 126 for the last such candidate.
+            (
+                "x",
+                vec![at("/a/x", Errno::EACCES), at("/b/x", Errno::ENOENT)],
+                126,
+                "cannot execute /a/x: EACCES",
+            ),
+            (
+                "x",
+                vec![at("/a/x", Errno::EACCES), at("/b/x", Errno::EISDIR)],
+                126,
+                "cannot execute /b/x: EISDIR",
+            ),
+            (
+                "/opt/x",
+                vec![at("/opt/x", Errno::ENOEXEC)],
+                126,
+                "not a program for this machine",
+            ),
+            // Another error stops the search there.
+            (
+                "x",
+                vec![at("/a/x", Errno::EACCES), at("/b/x", Errno::E2BIG)],
+                126,
+                "cannot execute /b/x: E2BIG",
+            ),
+        ] {
+            let (c, msg) = exec_failure(name, &dirs, &attempts);
+            assert_eq!(c, code, "{attempts:?}: {msg}");
+            assert!(msg.contains(says), "{attempts:?}: {msg}");
+            assert!(!msg.contains('\n'), "one line: {msg}");
+        }
+    }
+
+    #[test]
+    fn the_search_goes_on_only_past_a_missing_or_unrunnable_name() {
+        for e in [
+            Errno::ENOENT,
+            Errno::ENOTDIR,
+            Errno::EACCES,
+            Errno::ENOEXEC,
+            Errno::EISDIR,
+        ] {
+            assert!(next_candidate(e), "{e}");
+        }
+        for e in [Errno::E2BIG, Errno::ENOMEM, Errno::ELOOP, Errno::ETXTBSY] {
+            assert!(!next_candidate(e), "{e}");
+        }
+    }
 }
