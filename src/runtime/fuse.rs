@@ -106,13 +106,14 @@ pub fn serve(
         source,
     })?;
     let notifier = session.notifier();
+    // The serving threads first: the container process waits for their first reply.
+    let session = session
+        .spawn()
+        .map_err(|source| FuseError::Spawn { image, source })?;
     // Without the thread, the queue's receiver is gone and scans read the normal way.
     let _ = std::thread::Builder::new()
         .name("gpurun-prefetch".into())
         .spawn(move || prefetch::run(archive, notifier, queue));
-    let session = session
-        .spawn()
-        .map_err(|source| FuseError::Spawn { image, source })?;
     Ok(Server { session, points })
 }
 
