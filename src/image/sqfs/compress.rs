@@ -38,47 +38,57 @@ impl Compressor {
 
     /// Decompress `input`, producing at most `limit` bytes; anything malformed or longer is an error.
     pub fn decompress(self, input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+        let mut out = vec![0u8; limit];
+        let n = self.decompress_into(input, &mut out)?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// Decompress `input` into `out`; returns the length of the data, which must fit in `out`.
+    pub fn decompress_into(self, input: &[u8], out: &mut [u8]) -> Result<usize, String> {
+        let limit = out.len();
         match self {
-            Compressor::Gzip => DEFLATE.with(|d| {
-                // squashfs "gzip" blocks are zlib streams (with the zlib header).
-                let mut out = vec![0u8; limit];
-                match d.borrow_mut().zlib_decompress(input, &mut out) {
-                    Ok(n) => {
-                        out.truncate(n);
-                        Ok(out)
-                    }
+            Compressor::Gzip => {
+                DEFLATE.with(|d| match d.borrow_mut().zlib_decompress(input, out) {
+                    Ok(n) => Ok(n),
                     Err(libdeflater::DecompressionError::InsufficientSpace) => {
                         Err(format!("zlib: data longer than {limit} bytes"))
                     }
                     Err(e) => Err(format!("zlib: {e}")),
-                }
-            }),
+                })
+            }
             Compressor::Zstd => ZSTD
                 .with(|d| match d.borrow_mut().as_mut() {
-                    Some(d) => d.decompress(input, limit),
-                    None => zstd::bulk::decompress(input, limit),
+                    Some(d) => d.decompress_to_buffer(input, out),
+                    None => zstd::bulk::decompress_to_buffer(input, out),
                 })
                 .map_err(|e| format!("zstd: {e}")),
-            Compressor::Lzo => super::lzo::decompress(input, limit),
+            Compressor::Lzo => copy_into(super::lzo::decompress(input, limit)?, out),
             Compressor::Xz => {
                 let mut s = liblzma::stream::Stream::new_stream_decoder(256 << 20, 0)
                     .map_err(|e| format!("xz: {e}"))?;
-                let mut out = Vec::with_capacity(limit);
-                match s.process_vec(input, &mut out, liblzma::stream::Action::Finish) {
-                    Ok(liblzma::stream::Status::StreamEnd) => Ok(out),
+                let mut v = Vec::with_capacity(limit);
+                match s.process_vec(input, &mut v, liblzma::stream::Action::Finish) {
+                    Ok(liblzma::stream::Status::StreamEnd) => copy_into(v, out),
                     Ok(_) => Err("xz stream does not end within the block".into()),
                     Err(e) => Err(format!("xz: {e}")),
                 }
             }
             Compressor::Lz4 => {
-                let mut out = vec![0u8; limit];
-                let n = lz4_flex::block::decompress_into(input, &mut out)
-                    .map_err(|e| format!("lz4: {e}"))?;
-                out.truncate(n);
-                Ok(out)
+                lz4_flex::block::decompress_into(input, out).map_err(|e| format!("lz4: {e}"))
             }
         }
     }
+}
+
+/// `data` into `out`, for the decompressors that make their own buffer.
+fn copy_into(data: Vec<u8>, out: &mut [u8]) -> Result<usize, String> {
+    let limit = out.len();
+    let dst = out
+        .get_mut(..data.len())
+        .ok_or_else(|| format!("data longer than {limit} bytes"))?;
+    dst.copy_from_slice(&data);
+    Ok(data.len())
 }
 
 impl fmt::Display for Compressor {

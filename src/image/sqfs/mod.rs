@@ -7,6 +7,7 @@
 //! Locks are held only around cache lookups and inserts, never across I/O or decompression.
 //! Anything malformed becomes `SqfsError::Corrupt`: no panics, no unbounded allocations.
 
+mod blocks;
 mod compress;
 mod format;
 pub mod lzo;
@@ -22,6 +23,7 @@ use crate::lock;
 use lru::LruCache;
 use sha2::{Digest, Sha256};
 
+use blocks::{Arena, Block};
 pub use compress::Compressor;
 use format::{BlockWord, Body, ByteSource, FormatResult, RawInode, Superblock, SuperblockError};
 pub use format::{DirEntry, Kind};
@@ -106,7 +108,7 @@ impl Inode {
 
 struct Caches {
     meta: Mutex<LruCache<u64, Arc<MetaBlock>>>,
-    data: Mutex<LruCache<u64, Arc<Vec<u8>>>>,
+    data: Mutex<LruCache<u64, Arc<Block>>>,
     /// Data blocks being decompressed, and for whom (see `Load`): a block can be both a read's
     /// and the warming's at once.
     loading: Mutex<HashSet<(u64, Load)>>,
@@ -178,7 +180,7 @@ enum Load {
 /// What a thread about to decompress a block is to do.
 enum Claim<'a> {
     /// The block is cached already.
-    Cached(Arc<Vec<u8>>),
+    Cached(Arc<Block>),
     /// It is this thread's to decompress; the guard wakes the waiters however that ends.
     Mine(Loading<'a>),
     /// Another thread decompresses it and this one does not wait: a read whose wait ran out
@@ -225,6 +227,8 @@ pub struct Archive {
     /// (start of the key/value area, lookup block pointers) when the image has xattrs.
     xattr: Option<(u64, Vec<u64>)>,
     caches: Caches,
+    /// Where decompressed data blocks live (`blocks`); None if it could not be mapped.
+    arena: Option<Arc<Arena>>,
     /// Upper bound of block words an inode can hold: the inode table's size decompressed.
     max_blocks: u64,
 }
@@ -299,6 +303,8 @@ impl Archive {
                 inodes: Mutex::new(Weighted::new(INODE_CACHE_BYTES)),
                 dirs: Mutex::new(Weighted::new(DIR_CACHE_BYTES)),
             },
+            // The cache's blocks, and some held by readers after their eviction.
+            arena: Arena::new(sb.block_size as usize, data_blocks.max(16) + 64),
             max_blocks,
             sb,
         };
@@ -644,7 +650,7 @@ impl Archive {
     }
 
     /// Decompressed data block (or fragment block) at image offset `pos`, cached.
-    fn data_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Vec<u8>>, SqfsError> {
+    fn data_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Block>, SqfsError> {
         match self.claim(pos, Load::Needed) {
             Claim::Cached(b) => Ok(b),
             // Mine: the claim is held until the block is in the cache. Taken: unclaimed.
@@ -688,19 +694,18 @@ impl Archive {
     }
 
     /// Read and decompress the block at `pos` into the cache.
-    fn decompress_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Vec<u8>>, SqfsError> {
+    fn decompress_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Block>, SqfsError> {
         let bs = self.sb.block_size as usize;
         if word.on_disk as usize > bs {
             return Err(self.corrupt(format!("data block of {} bytes at {pos}", word.on_disk)));
         }
         let raw = self.pread(pos, word.on_disk as usize)?;
-        let data = if word.compressed {
-            self.comp
-                .decompress(&raw, bs)
-                .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?
-        } else {
-            raw
-        };
+        let data = match &self.arena {
+            _ if !word.compressed => Ok(Block::from_vec(raw)),
+            Some(a) => a.block(bs, |out| self.comp.decompress_into(&raw, out)),
+            None => self.comp.decompress(&raw, bs).map(Block::from_vec),
+        }
+        .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?;
         let b = Arc::new(data);
         // An evicted block is freed after the lock is released: freeing 128 KiB can be a munmap.
         let evicted = lock(&self.caches.data).push(pos, b.clone());
@@ -1061,7 +1066,7 @@ mod tests {
                     // What the loader decompressed: marked, to tell it from a second load.
                     let mut block = vec![0u8; 131_072];
                     block[0] = 0xAB;
-                    lock(&ar.caches.data).put(pos, Arc::new(block));
+                    lock(&ar.caches.data).put(pos, Arc::new(Block::from_vec(block)));
                     drop(Loading(&ar.caches, pos, Load::Needed));
                 });
                 let mut b = [0u8; 1];
