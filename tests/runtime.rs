@@ -281,6 +281,52 @@ fn sigpipe_as_the_caller_left_it() {
     );
 }
 
+/// What the plan reads from a squashfs image (its metadata, passwd and group) is kept in the
+/// user's cache while the image file is the same: an edited kept file shows it was used, and the
+/// image changed on disk is read again.
+#[test]
+fn image_facts_are_kept_while_the_image_is_the_same() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let cache = s.join("cache");
+    s.chown_all();
+    let passwd = || {
+        let o = gpurun(&["exec", img.to_str().unwrap(), "cat", "/etc/passwd"])
+            .env("GPURUN_CACHE", &cache)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let kept = || -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(cache.join("image-facts"))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    assert!(!passwd().contains("kept-marker"));
+    let files = kept();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let mut facts: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    facts["passwd"] = "kept-marker:x:4242:4242::/:/bin/sh\n".into();
+    std::fs::write(&files[0], facts.to_string()).unwrap();
+    assert!(
+        passwd().contains("kept-marker"),
+        "the kept facts were not used"
+    );
+    // The image written to again (its change time moves): read anew, and kept under a new name.
+    let f = std::fs::File::options().append(true).open(&img).unwrap();
+    f.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(f);
+    assert!(
+        !passwd().contains("kept-marker"),
+        "a changed image's facts were reused"
+    );
+    assert_eq!(kept().len(), 2);
+}
+
 #[test]
 fn environment_and_run() {
     let s = Scratch::new();

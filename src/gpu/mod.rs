@@ -228,7 +228,7 @@ impl Facts {
             var(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
             uid,
         );
-        private_dir_made(&root, uid).then(|| Facts {
+        crate::image::cache::private_dir_made(&root, uid).then(|| Facts {
             root,
             boot: boot.trim().to_string(),
             uid,
@@ -241,7 +241,7 @@ impl Facts {
     fn file(&self, kind: &str, driver_version: &str, ids: &[String]) -> Option<PathBuf> {
         use sha2::Digest;
         let dir = self.root.join(kind);
-        if !private_dir_made(&dir, self.uid) {
+        if !crate::image::cache::private_dir_made(&dir, self.uid) {
             return None;
         }
         let mut sorted = ids.to_vec();
@@ -250,43 +250,6 @@ impl Facts {
         let set = hex::encode(&set[..6]);
         Some(dir.join(format!("{}-{driver_version}-{set}.json", self.boot)))
     }
-}
-
-/// The fact kept in `file` while it still `holds`, else what `find` finds, kept there for the
-/// next start when it holds. A file that is missing, damaged or not writable just means `find`.
-fn kept<T, E>(
-    file: Option<&Path>,
-    holds: impl Fn(&T) -> bool,
-    find: impl FnOnce() -> Result<T, E>,
-) -> Result<T, E>
-where
-    T: Serialize + serde::de::DeserializeOwned,
-{
-    let old = file
-        .and_then(|f| std::fs::read(f).ok())
-        .and_then(|b| serde_json::from_slice::<T>(&b).ok())
-        .filter(&holds);
-    if let Some(old) = old {
-        return Ok(old);
-    }
-    let new = find()?;
-    if let (Some(f), true) = (file, holds(&new)) {
-        let _ =
-            crate::image::cache::write_atomically(f, &serde_json::to_vec(&new).unwrap_or_default());
-    }
-    Ok(new)
-}
-
-/// `dir`, made (mode 0700, parents too) if missing, is a real directory (not a symlink) owned by
-/// `uid` that nobody else may write to.
-fn private_dir_made(dir: &Path, uid: u32) -> bool {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let _ = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir);
-    std::fs::symlink_metadata(dir)
-        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
 }
 
 /// `driver::candidates` for driver `version`, kept (`Facts`) while its sources are as they
@@ -316,7 +279,7 @@ fn candidates_kept(
         })
         .collect();
     let file = facts.and_then(|f| f.file("driver-libs", version, &key));
-    kept(
+    crate::image::cache::kept(
         file.as_deref(),
         |_| true,
         || driver::candidates(sources, Some(version)).map_err(GpuError::from),
@@ -361,7 +324,7 @@ fn gpus_from_proc_kept(
         listed.sort_unstable();
         listed == buses
     };
-    kept(file.as_deref(), listed_now, || {
+    crate::image::cache::kept(file.as_deref(), listed_now, || {
         gpus_from_proc(proc_dir).ok_or(())
     })
     .ok()

@@ -168,7 +168,7 @@ pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
 /// concurrent starts race harmlessly). MIG layouts change at run time: callers ask NVML afresh
 /// for MIG devices.
 pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<NvmlInfo, String> {
-    super::kept(
+    crate::image::cache::kept(
         Some(file),
         |i| same_gpus(i, proc_uuids),
         || query_in_child(lib, false),

@@ -177,6 +177,42 @@ pub fn write_atomically(file: &Path, bytes: &[u8]) -> io::Result<()> {
         })
 }
 
+/// The fact kept in `file` while it still `holds`, else what `find` finds, kept there for the
+/// next start when it holds. A file that is missing, damaged or not writable just means `find`.
+pub fn kept<T, E>(
+    file: Option<&Path>,
+    holds: impl Fn(&T) -> bool,
+    find: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let old = file
+        .and_then(|f| std::fs::read(f).ok())
+        .and_then(|b| serde_json::from_slice::<T>(&b).ok())
+        .filter(&holds);
+    if let Some(old) = old {
+        return Ok(old);
+    }
+    let new = find()?;
+    if let (Some(f), true) = (file, holds(&new)) {
+        let _ = write_atomically(f, &serde_json::to_vec(&new).unwrap_or_default());
+    }
+    Ok(new)
+}
+
+/// `dir`, made (mode 0700, parents too) if missing, is a real directory (not a symlink) owned by
+/// `uid` that nobody else may write to.
+pub fn private_dir_made(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir);
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -333,6 +333,23 @@ impl Archive {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The image file's identity while it is unchanged: device, inode, size, modification and
+    /// change times (any write to the file moves the change time).
+    pub fn identity(&self) -> std::io::Result<String> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.file.metadata()?;
+        Ok(format!(
+            "{}:{}:{}:{}.{}:{}.{}",
+            m.dev(),
+            m.ino(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec()
+        ))
+    }
     /// Whether the image has an xattr table at all (most have none).
     pub fn any_xattrs(&self) -> bool {
         self.xattr.is_some()
