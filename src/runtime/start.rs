@@ -137,15 +137,13 @@ impl Image {
         let Image::Squashfs { archive, .. } = self else {
             return find(String::new()); // a directory can change at any time
         };
-        let Ok(id) = archive.identity() else {
+        let Ok((file_key, id)) = archive.identity() else {
             return find(String::new());
         };
-        let id = format!(
-            "{id}:{}:{}",
-            crate::version::BUILD.version,
-            crate::version::BUILD.commit
-        );
-        let file = ImageFacts::file(&id);
+        let b = &crate::version::BUILD;
+        let id = format!("{id}:{}:{}:{IMAGE_FACTS_FORMAT}", b.version, b.commit);
+        let uid = nix::unistd::getuid().as_raw();
+        let file = ImageFacts::file(&cache_root(), uid, &file_key);
         crate::image::cache::kept(
             file.as_deref(),
             |f: &ImageFacts| f.id == id,
@@ -239,15 +237,21 @@ struct ImageFacts {
     group: Option<String>,
 }
 
+/// Bumped when what `ImageFacts` holds, or how it is read from an image, changes (a build from a
+/// modified tree keeps its commit).
+const IMAGE_FACTS_FORMAT: u32 = 1;
+
 impl ImageFacts {
-    /// Where the facts of the image `id` are kept; None unless the cache directory is the
-    /// caller's own and private.
-    fn file(id: &str) -> Option<PathBuf> {
+    /// Where the facts of the image file `file_key` (its device and inode: one file per image,
+    /// rewritten when the image changes) are kept under `root`; None unless `root` and the
+    /// directory in it are the caller's own and private (the default root in /var/tmp could
+    /// have been made by someone else, who could then plant facts).
+    fn file(root: &Path, uid: u32, file_key: &str) -> Option<PathBuf> {
+        use crate::image::cache::private_dir_made;
         use sha2::Digest;
-        let dir = cache_root().join("image-facts");
-        let uid = nix::unistd::getuid().as_raw();
-        crate::image::cache::private_dir_made(&dir, uid).then(|| {
-            let h = sha2::Sha256::digest(id.as_bytes());
+        let dir = root.join("image-facts");
+        (private_dir_made(root, uid) && private_dir_made(&dir, uid)).then(|| {
+            let h = sha2::Sha256::digest(file_key.as_bytes());
             dir.join(format!("{}.json", hex::encode(&h[..12])))
         })
     }
@@ -428,6 +432,30 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn image_facts_only_in_a_private_cache() {
+        use std::os::unix::fs::PermissionsExt;
+        let uid = nix::unistd::getuid().as_raw();
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("cache");
+        let f = ImageFacts::file(&root, uid, "1:2").unwrap();
+        assert!(f.starts_with(root.join("image-facts")));
+        assert_eq!(
+            ImageFacts::file(&root, uid, "1:2"),
+            Some(f.clone()),
+            "one file per image"
+        );
+        assert_ne!(ImageFacts::file(&root, uid, "1:3"), Some(f));
+        // A root others may write to, a symlink, or someone else's: no kept facts.
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(ImageFacts::file(&root, uid, "1:2"), None);
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&root, &link).unwrap();
+        assert_eq!(ImageFacts::file(&link, uid, "1:2"), None);
+        assert_eq!(ImageFacts::file(&root, uid + 1, "1:2"), None);
+    }
 
     #[test]
     fn warming_threads_per_cpu_count() {

@@ -334,21 +334,26 @@ impl Archive {
         &self.path
     }
 
-    /// The image file's identity while it is unchanged: device, inode, size, modification and
-    /// change times (any write to the file moves the change time).
-    pub fn identity(&self) -> std::io::Result<String> {
+    /// The image file (its device and inode), and its identity while it is unchanged: that,
+    /// its size, modification and change times (a write to the file moves the change time),
+    /// and the squashfs's own offset, size and creation time (for file systems whose times
+    /// are coarse).
+    pub fn identity(&self) -> std::io::Result<(String, String)> {
         use std::os::unix::fs::MetadataExt;
         let m = self.file.metadata()?;
-        Ok(format!(
-            "{}:{}:{}:{}.{}:{}.{}",
-            m.dev(),
-            m.ino(),
+        let file = format!("{}:{}", m.dev(), m.ino());
+        let id = format!(
+            "{file}:{}:{}.{}:{}.{}:{}:{}:{}",
             m.size(),
             m.mtime(),
             m.mtime_nsec(),
             m.ctime(),
-            m.ctime_nsec()
-        ))
+            m.ctime_nsec(),
+            self.base,
+            self.sb.bytes_used,
+            self.sb.mod_time
+        );
+        Ok((file, id))
     }
     /// Whether the image has an xattr table at all (most have none).
     pub fn any_xattrs(&self) -> bool {
@@ -724,7 +729,8 @@ impl Archive {
         }
         .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?;
         let b = Arc::new(data);
-        // An evicted block is freed after the lock is released: freeing 128 KiB can be a munmap.
+        // An evicted block is freed after the lock is released: its slot goes back to the
+        // region's free list (which takes that lock), a block outside it can be a munmap.
         let evicted = lock(&self.caches.data).push(pos, b.clone());
         drop(evicted);
         Ok(b)
