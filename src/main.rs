@@ -87,18 +87,23 @@ fn go(l: Launch, ctx: &Ctx) -> i32 {
 /// bounds, read from /proc/self/maps, and an alternate signal stack for a stack-overflow message)
 /// cost about 0.3 ms of CPU on every start, where `exec true` takes about 11 ms in all
 /// (benches/README.md, stop 16). What of it gpurun needs is `sys::process_start`. A panic still
-/// prints its message and exits 101, as under std's start-up.
+/// prints its message and exits 101, as under std's start-up (the thread is unnamed in it). The
+/// arguments are taken from `argv` here: std's own copy relies on glibc passing them to
+/// initialisers.
 #[no_mangle]
-pub extern "C" fn main(
-    _argc: std::ffi::c_int,
-    _argv: *const *const std::ffi::c_char,
-) -> std::ffi::c_int {
+extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
+    use std::os::unix::ffi::OsStrExt;
     gpurun::runtime::sys::process_start();
-    let code = std::panic::catch_unwind(run).unwrap_or(101);
+    // SAFETY: the kernel's argv: `argc` valid NUL-terminated strings.
+    let args: Vec<std::ffi::OsString> = (0..argc.max(0) as usize)
+        .map(|i| unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) })
+        .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_owned())
+        .collect();
+    let code = std::panic::catch_unwind(|| run(args)).unwrap_or(101);
     std::process::exit(code)
 }
 
-fn run() -> i32 {
+fn run(args: Vec<std::ffi::OsString>) -> i32 {
     // Before anything else, for every command: installed setuid-root by mistake, `pull -o` would
     // write (and read layouts and archives) as root wherever the caller names.
     if gpurun::runtime::sys::is_setuid() {
@@ -109,7 +114,7 @@ fn run() -> i32 {
         );
         std::process::exit(gpurun::exit::GPURUN_FAILED);
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args);
     let debug = cli.debug;
     let cfg = match Config::load() {
         Ok(c) => c,

@@ -236,30 +236,31 @@ fn exit_codes_and_errors() {
     assert!(stderr(&o).contains("garbage.sqsh"), "{}", stderr(&o));
 }
 
-/// SIGPIPE reaches the command as gpurun's caller left it: by default a writer to a closed pipe
-/// dies quietly (gpurun itself ignores SIGPIPE, and the command used to inherit that: `yes`
-/// printed "Broken pipe"); a caller that ignores it gets it ignored inside too.
+/// Signal dispositions reach the command as gpurun's caller left them: by default a writer to a
+/// closed pipe dies quietly (gpurun itself ignores SIGPIPE, and the command used to inherit that:
+/// `yes` printed "Broken pipe"); a caller that ignores SIGPIPE or SIGHUP (`nohup`) gets them
+/// ignored inside too (SIGHUP used to be reset to its default).
 #[test]
-fn sigpipe_as_the_caller_left_it() {
+fn signal_dispositions_as_the_caller_left_them() {
     use std::os::unix::process::CommandExt;
     let s = Scratch::new();
     let img = image(&s);
     let probe = ["sh", "-c", "yes | head -1; grep SigIgn /proc/self/status"];
-    // SigIgn is a hex mask; SIGPIPE (13) is bit 12.
-    let pipe_ignored = |o: &std::process::Output| {
+    // SigIgn is a hex mask of signal numbers minus one: SIGHUP (1) is bit 0, SIGPIPE (13) bit 12.
+    let ignored = |o: &std::process::Output| {
         let line = stdout(o)
             .lines()
             .find_map(|l| l.strip_prefix("SigIgn:").map(str::trim).map(String::from));
-        let mask = u64::from_str_radix(&line.expect("SigIgn line"), 16).unwrap();
-        mask & (1 << 12) != 0
+        u64::from_str_radix(&line.expect("SigIgn line"), 16).unwrap()
     };
     let o = exec(&img, &probe);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("y\n"), "{}", stdout(&o));
     assert!(!stderr(&o).contains("Broken pipe"), "{}", stderr(&o));
-    assert!(
-        !pipe_ignored(&o),
-        "SIGPIPE ignored in the command: {}",
+    assert_eq!(
+        ignored(&o) & (1 << 12 | 1),
+        0,
+        "SIGPIPE or SIGHUP ignored: {}",
         stdout(&o)
     );
     let mut a = vec!["exec", img.to_str().unwrap()];
@@ -269,13 +270,15 @@ fn sigpipe_as_the_caller_left_it() {
     unsafe {
         c.pre_exec(|| {
             libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
             Ok(())
         });
     }
     let o = c.output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        pipe_ignored(&o),
+    assert_eq!(
+        ignored(&o) & (1 << 12 | 1),
+        1 << 12 | 1,
         "the caller's SIG_IGN was lost: {}",
         stdout(&o)
     );
@@ -283,7 +286,7 @@ fn sigpipe_as_the_caller_left_it() {
 
 /// What the plan reads from a squashfs image (its metadata, passwd and group) is kept in the
 /// user's cache while the image file is the same: an edited kept file shows it was used, and the
-/// image changed on disk is read again.
+/// image changed on disk is read again (and its file rewritten).
 #[test]
 fn image_facts_are_kept_while_the_image_is_the_same() {
     let s = Scratch::new();

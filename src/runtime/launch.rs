@@ -168,7 +168,8 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
     }
     let parent = nix::unistd::getpid();
 
-    // SAFETY: P is single-threaded here (the FUSE server starts after fork).
+    // SAFETY: P is single-threaded here (the FUSE server starts after fork). C never reads the
+    // image's data blocks: their region is not in forks (image/sqfs/blocks.rs, MADV_DONTFORK).
     match unsafe { fork() }.map_err(|e| LaunchError::Setup(format!("fork: {e}")))? {
         ForkResult::Child => {
             drop(ready_r);
@@ -604,10 +605,10 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
         return Err((exit::GPURUN_FAILED, "no command given".into()));
     };
     let name = arg0.to_string_lossy().into_owned();
-    let paths = command_candidates(&name, &prep.path_dirs);
-    let candidates: Vec<CString> = paths
-        .iter()
-        .filter_map(|p| CString::new(p.as_os_str().as_bytes()).ok())
+    let candidates: Vec<(PathBuf, CString)> = command_candidates(&name, &prep.path_dirs)
+        .into_iter()
+        .filter_map(|p| Some((CString::new(p.as_os_str().as_bytes()).ok()?, p)))
+        .map(|(c, p)| (p, c))
         .collect();
     let pointers = |v: &[CString]| -> Vec<*const libc::c_char> {
         v.iter()
@@ -622,15 +623,18 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
     let mut errnos = vec![0i32; candidates.len()];
     let mut failed = false;
     let mut stack = vec![0u8; 64 << 10];
-    let pid = sys::spawn_shared(&mut stack, &mut || {
+    let mut child = || {
+        // The caller's signal dispositions, as exec keeps them: gpurun's handlers (none on this
+        // path, but a pull's runtime installs some) dropped before the mask is lifted, ignored
+        // signals left ignored (`nohup`), SIGPIPE as the caller had it.
+        for s in FORWARDED {
+            sys::drop_handler(s as i32);
+        }
+        sys::restore_caller_sigpipe();
         // SAFETY: async-signal-safe calls on memory prepared above; nothing is allocated.
         unsafe {
-            for s in FORWARDED {
-                libc::signal(s as i32, libc::SIG_DFL);
-            }
-            sys::restore_caller_sigpipe();
             libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
-            for (c, e) in candidates.iter().zip(errnos.iter_mut()) {
+            for ((_, c), e) in candidates.iter().zip(errnos.iter_mut()) {
                 libc::execve(c.as_ptr(), argv.as_ptr(), envp.as_ptr());
                 *e = Errno::last_raw();
                 if !next_candidate(Errno::from_raw(*e)) {
@@ -640,8 +644,10 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
         }
         failed = true;
         exit::NOT_FOUND
-    })
-    .map_err(|e| {
+    };
+    // SAFETY: a 64 KiB stack for a closure that only makes the async-signal-safe calls above
+    // (a few frames), allocates nothing and cannot panic.
+    let pid = unsafe { sys::spawn_shared(&mut stack, &mut child) }.map_err(|e| {
         (
             exit::GPURUN_FAILED,
             format!("cannot start the command: {e}"),
@@ -651,8 +657,9 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
         return Ok(pid);
     }
     let _ = waitpid(pid, None);
-    let attempts: Vec<(PathBuf, Errno)> = paths
+    let attempts: Vec<(PathBuf, Errno)> = candidates
         .into_iter()
+        .map(|(p, _)| p)
         .zip(
             errnos
                 .iter()
@@ -990,6 +997,32 @@ mod tests {
             assert!(msg.contains(says), "{attempts:?}: {msg}");
             assert!(!msg.contains('\n'), "one line: {msg}");
         }
+    }
+
+    #[test]
+    fn spawn_command_finds_runs_and_reports() {
+        let prep = |cmd: &str| Prepared {
+            argv: vec![CString::new(cmd).unwrap()],
+            envp: vec![],
+            path_dirs: vec![
+                PathBuf::from("/nonexistent"),
+                PathBuf::from("/usr/bin"),
+                PathBuf::from("/bin"),
+            ],
+        };
+        let pid = spawn_command(&prep("true"), &SigSet::empty()).unwrap();
+        assert_eq!(waitpid(pid, None), Ok(WaitStatus::Exited(pid, 0)));
+        let (code, msg) =
+            spawn_command(&prep("no-such-command-here"), &SigSet::empty()).unwrap_err();
+        assert_eq!(code, 127, "{msg}");
+        assert!(msg.contains("/nonexistent:/usr/bin:/bin"), "{msg}");
+        let (code, msg) = spawn_command(&prep("/etc/hostname"), &SigSet::empty()).unwrap_err();
+        assert_eq!(code, 126, "{msg}");
+        // No child is left: the failed ones were reaped.
+        assert_eq!(
+            waitpid(None, Some(WaitPidFlag::WNOHANG)),
+            Err(Errno::ECHILD)
+        );
     }
 
     #[test]

@@ -54,7 +54,8 @@ fn cstr(p: &Path) -> CString {
 /// Run `f` in a forked child and return the bytes it produced (empty if it panicked). For work
 /// that leaves threads behind, such as NVML's initialisation: a multi-threaded process can no
 /// longer enter a user namespace (unshare(CLONE_NEWUSER) answers EINVAL). Call it while this
-/// process is single-threaded.
+/// process is single-threaded. `f` must not read an image's data blocks: their region is not
+/// in forks (image/sqfs/blocks.rs, MADV_DONTFORK).
 pub fn in_child(f: impl FnOnce() -> Vec<u8>) -> Result<Vec<u8>> {
     use std::io::Read;
     let (r, w) = nix::unistd::pipe().map_err(call("pipe"))?;
@@ -456,10 +457,17 @@ pub fn block_signal(sig: i32, blocked: bool) {
 /// calling thread waits until that process has exec'd or exited (clone with CLONE_VM |
 /// CLONE_VFORK, as posix_spawn does). Nothing of this process's memory is copied, and exec has
 /// nothing to tear down: with fork, copying gpurun's address space and exec's tearing down the
-/// copy took ~0.5 ms of every start on the 2-vCPU VM. `child` must only make async-signal-safe
-/// calls and allocate nothing; what it returns is the process's exit status when it does not
-/// exec.
-pub fn spawn_shared(stack: &mut [u8], child: &mut dyn FnMut() -> i32) -> Result<nix::unistd::Pid> {
+/// copy took ~0.5 ms of every start on the 2-vCPU VM. What `child` returns is the process's exit
+/// status when it does not exec.
+///
+/// # Safety
+/// `child` runs in a process that shares this one's memory, and its thread-local state, with
+/// the calling thread: it must only make async-signal-safe calls, allocate nothing, never panic,
+/// and fit in `stack` (which has no guard page).
+pub unsafe fn spawn_shared(
+    stack: &mut [u8],
+    child: &mut dyn FnMut() -> i32,
+) -> Result<nix::unistd::Pid> {
     extern "C" fn entry(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` is the `&mut dyn FnMut` below, alive until clone returns, which is
         // after this process has exec'd or exited.
@@ -483,6 +491,22 @@ pub fn spawn_shared(stack: &mut [u8], child: &mut dyn FnMut() -> i32) -> Result<
         return Err(call("clone")(Errno::last()));
     }
     Ok(nix::unistd::Pid::from_raw(pid))
+}
+
+/// `sig` back to its default action if this process has a handler for it; an ignored signal
+/// stays ignored. This is what exec does itself; done before the signal mask is lifted in a
+/// child that shares this process's memory, it keeps gpurun's handlers from running there.
+pub fn drop_handler(sig: i32) {
+    // SAFETY: sigaction reads into a zeroed struct; signal() only for a handled signal.
+    unsafe {
+        let mut old = std::mem::zeroed::<libc::sigaction>();
+        if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction != libc::SIG_IGN
+            && old.sa_sigaction != libc::SIG_DFL
+        {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
 }
 
 /// Whether gpurun's caller left SIGPIPE ignored (`process_start` notes it).

@@ -220,6 +220,29 @@ mod tests {
     }
 
     #[test]
+    fn threads_taking_and_dropping_blocks_each_keep_their_own() {
+        let a = Arena::new(4096, 8).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u8 {
+                let a = &a;
+                s.spawn(move || {
+                    for i in 0..500u32 {
+                        let byte = t.wrapping_mul(61).wrapping_add(i as u8);
+                        let b = a.block(4096, fill_with(byte, 4096)).unwrap();
+                        std::thread::yield_now();
+                        assert!(b.iter().all(|&x| x == byte), "a slot was shared");
+                    }
+                });
+            }
+        });
+        // Every slot went back: all eight can be taken again.
+        let all: Vec<_> = (0..8)
+            .map(|_| a.block(4096, fill_with(1, 1)).unwrap())
+            .collect();
+        assert!(all.iter().all(|b| matches!(b.0, Memory::Slot(_))));
+    }
+
+    #[test]
     fn blocks_outlive_the_archive_handle() {
         let a = Arena::new(4096, 1).unwrap();
         let b = a.block(4096, fill_with(7, 8)).unwrap();
