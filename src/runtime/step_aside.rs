@@ -55,6 +55,9 @@ pub fn others_running(loadavg: &str) -> Option<u32> {
 /// Whether other work leaves one of gpurun's `cpus` CPUs free: fewer other tasks are running
 /// than there are CPUs. "None at all" was too strict: on the quiet 2-vCPU VM a freshly started
 /// process saw another one running in 93 of 200 reads (its parent, not yet asleep in wait).
+/// The count is the machine's and `cpus` gpurun's own (its affinity and quota), which errs
+/// towards the busy mode. It is read once: work that fills every CPU later in the start can
+/// preempt a nice-19 thread that holds a cache lock, and a server thread then waits for it.
 pub fn cpu_free(loadavg: &str, cpus: usize) -> bool {
     others_running(loadavg).is_some_and(|n| (n as usize) < cpus)
 }
