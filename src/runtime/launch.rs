@@ -1018,11 +1018,34 @@ mod tests {
         assert!(msg.contains("/nonexistent:/usr/bin:/bin"), "{msg}");
         let (code, msg) = spawn_command(&prep("/etc/hostname"), &SigSet::empty()).unwrap_err();
         assert_eq!(code, 126, "{msg}");
-        // No child is left: the failed ones were reaped.
+        // No child is left: the failed ones were reaped. Looked up in /proc rather than by
+        // waitpid(-1), which could reap another test's child in this process.
         assert_eq!(
-            waitpid(None, Some(WaitPidFlag::WNOHANG)),
-            Err(Errno::ECHILD)
+            zombie_children(),
+            0,
+            "a failed command's process was not reaped"
         );
+    }
+
+    /// Zombies among this process's children that this thread started (a child that did not
+    /// exec keeps its parent thread's name).
+    fn zombie_children() -> usize {
+        let me = std::process::id().to_string();
+        let name = std::fs::read_to_string("/proc/thread-self/comm").unwrap();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|stat| {
+                let Some((head, rest)) = stat.rsplit_once(')') else {
+                    return false;
+                };
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                head.split_once('(').map(|(_, c)| c) == Some(name.trim_end())
+                    && fields.first() == Some(&"Z")
+                    && fields.get(1) == Some(&me.as_str())
+            })
+            .count()
     }
 
     #[test]
