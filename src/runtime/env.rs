@@ -25,6 +25,16 @@ pub fn path_dirs(env: &[(String, String)]) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Where a command may be: a name with a slash as it is, else the name in each of `path_dirs`
+/// (`path_dirs`), in order.
+pub fn command_candidates(name: &str, path_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    if name.contains('/') {
+        vec![PathBuf::from(name)]
+    } else {
+        path_dirs.iter().map(|d| d.join(name)).collect()
+    }
+}
+
 /// Host variables that are not passed in: they describe the host's filesystem or shell, not the
 /// user's intent, and would break programs in the image (host library paths, host prompts).
 pub const DENY: &[&str] = &[
@@ -184,6 +194,20 @@ pub fn compose(inp: &EnvInputs) -> Result<Vec<(String, String)>, EnvError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_candidates_table() {
+        let dirs = [PathBuf::from("/usr/bin"), PathBuf::from("/bin")];
+        for (name, want) in [
+            ("ls", vec!["/usr/bin/ls", "/bin/ls"]),
+            ("/opt/x", vec!["/opt/x"]),
+            ("./run.sh", vec!["./run.sh"]),
+        ] {
+            let want: Vec<PathBuf> = want.into_iter().map(PathBuf::from).collect();
+            assert_eq!(command_candidates(name, &dirs), want, "{name}");
+        }
+        assert!(command_candidates("ls", &[]).is_empty());
+    }
 
     fn kv(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()

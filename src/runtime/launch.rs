@@ -605,11 +605,11 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
         return Err((exit::GPURUN_FAILED, "no command given".into()));
     };
     let name = arg0.to_string_lossy().into_owned();
-    let candidates: Vec<(PathBuf, CString)> = command_candidates(&name, &prep.path_dirs)
-        .into_iter()
-        .filter_map(|p| Some((CString::new(p.as_os_str().as_bytes()).ok()?, p)))
-        .map(|(c, p)| (p, c))
-        .collect();
+    let candidates: Vec<(PathBuf, CString)> =
+        super::env::command_candidates(&name, &prep.path_dirs)
+            .into_iter()
+            .filter_map(|p| CString::new(p.as_os_str().as_bytes()).ok().map(|c| (p, c)))
+            .collect();
     let pointers = |v: &[CString]| -> Vec<*const libc::c_char> {
         v.iter()
             .map(|c| c.as_ptr())
@@ -668,15 +668,6 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
         )
         .collect();
     Err(exec_failure(&name, &prep.path_dirs, &attempts))
-}
-
-/// Where the command may be: a name with a slash as it is, else each PATH directory's entry.
-fn command_candidates(name: &str, path_dirs: &[PathBuf]) -> Vec<PathBuf> {
-    if name.contains('/') {
-        vec![PathBuf::from(name)]
-    } else {
-        path_dirs.iter().map(|d| d.join(name)).collect()
-    }
 }
 
 /// Whether a PATH search goes on after execve failed so: the name is not there, or is there but
@@ -931,20 +922,6 @@ fn descendants_from_scan() -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn command_candidates_table() {
-        let dirs = [PathBuf::from("/usr/bin"), PathBuf::from("/bin")];
-        for (name, want) in [
-            ("ls", vec!["/usr/bin/ls", "/bin/ls"]),
-            ("/opt/x", vec!["/opt/x"]),
-            ("./run.sh", vec!["./run.sh"]),
-        ] {
-            let want: Vec<PathBuf> = want.into_iter().map(PathBuf::from).collect();
-            assert_eq!(command_candidates(name, &dirs), want, "{name}");
-        }
-        assert!(command_candidates("ls", &[]).is_empty());
-    }
 
     #[test]
     fn exec_failure_table() {

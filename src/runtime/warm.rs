@@ -219,19 +219,16 @@ const DEFAULT_LIB_DIRS: &[&str] = &[
     "/usr/lib/aarch64-linux-gnu",
 ];
 
-/// The command as the container will find it: a path with a slash (relative to `cwd`), else
-/// the first executable regular file of that name in `path_dirs` (as launch's exec searches).
+/// The command as the container will find it: the first executable regular file among its
+/// candidates (`env::command_candidates`, as launch's exec searches), relative ones from `cwd`.
 fn find_command(ar: &Archive, cmd: &str, path_dirs: &[PathBuf], cwd: &Path) -> Option<String> {
-    let candidates: Vec<PathBuf> = if cmd.contains('/') {
-        vec![cwd.join(cmd)]
-    } else {
-        path_dirs.iter().map(|d| cwd.join(d).join(cmd)).collect()
-    };
-    candidates.into_iter().find_map(|p| {
-        let p = p.to_string_lossy().into_owned();
-        let ino = ar.lookup(&p, true).ok()??;
-        (ino.kind == Kind::File && ino.mode() & 0o111 != 0).then_some(p)
-    })
+    super::env::command_candidates(cmd, path_dirs)
+        .into_iter()
+        .find_map(|p| {
+            let p = cwd.join(p).to_string_lossy().into_owned();
+            let ino = ar.lookup(&p, true).ok()??;
+            (ino.kind == Kind::File && ino.mode() & 0o111 != 0).then_some(p)
+        })
 }
 
 /// Decompress what `cmd` needs to start into the archive's block cache, up to `BUDGET` bytes:
