@@ -209,14 +209,12 @@ fn nvml_use(asked: &Request, requirements: bool) -> NvmlUse {
     }
 }
 
-/// Where facts about the GPUs and the driver are kept between starts: the user's gpurun cache,
-/// one file per boot, driver version and set of GPUs or sources (`file`). Opened once per start;
-/// `None` unless the cache directory is the caller's own and private (its default path in
-/// /var/tmp could be made by someone else).
+/// Where facts about the GPUs and the driver are kept between starts: the user's gpurun cache
+/// (`FactsDir`), one file per boot, driver version and set of GPUs or sources (`file`). Opened
+/// once per start; `None` unless the cache directory is the caller's own and private.
 struct Facts {
-    root: PathBuf,
+    dir: crate::image::cache::FactsDir,
     boot: String,
-    uid: u32,
 }
 
 impl Facts {
@@ -228,10 +226,9 @@ impl Facts {
             var(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
             uid,
         );
-        crate::image::cache::private_dir_made(&root, uid).then(|| Facts {
-            root,
+        Some(Facts {
+            dir: crate::image::cache::FactsDir::open(root, uid)?,
             boot: boot.trim().to_string(),
-            uid,
         })
     }
 
@@ -239,16 +236,11 @@ impl Facts {
     /// files, `driver-libs` for its libraries) about `driver_version` and `ids` (jobs on one node
     /// may see different GPUs).
     fn file(&self, kind: &str, driver_version: &str, ids: &[String]) -> Option<PathBuf> {
-        use sha2::Digest;
-        let dir = self.root.join(kind);
-        if !crate::image::cache::private_dir_made(&dir, self.uid) {
-            return None;
-        }
         let mut sorted = ids.to_vec();
         sorted.sort();
-        let set = sha2::Sha256::digest(sorted.join(",").as_bytes());
-        let set = hex::encode(&set[..6]);
-        Some(dir.join(format!("{}-{driver_version}-{set}.json", self.boot)))
+        let set = crate::image::cache::short_hash(&sorted.join(","));
+        self.dir
+            .file(kind, &format!("{}-{driver_version}-{set}.json", self.boot))
     }
 }
 

@@ -201,9 +201,36 @@ where
     Ok(new)
 }
 
+/// Where facts are kept between starts (`kept`): one directory per kind under a root, the user's
+/// gpurun cache. Only when the root and the kind's directory are the caller's own and private:
+/// the default root in /var/tmp could have been made by someone else, who could then plant facts.
+pub struct FactsDir {
+    root: PathBuf,
+    uid: u32,
+}
+
+impl FactsDir {
+    /// `root`, made if missing; None unless it is `uid`'s own and private.
+    pub fn open(root: PathBuf, uid: u32) -> Option<FactsDir> {
+        private_dir_made(&root, uid).then_some(FactsDir { root, uid })
+    }
+
+    /// The file `name` for facts of `kind`; None unless its directory is private too.
+    pub fn file(&self, kind: &str, name: &str) -> Option<PathBuf> {
+        let dir = self.root.join(kind);
+        private_dir_made(&dir, self.uid).then(|| dir.join(name))
+    }
+}
+
+/// A short name for `key` in a file name (the first 6 bytes of its SHA-256, in hex).
+pub fn short_hash(key: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(key.as_bytes())[..6])
+}
+
 /// `dir`, made (mode 0700, parents too) if missing, is a real directory (not a symlink) owned by
 /// `uid` that nobody else may write to.
-pub fn private_dir_made(dir: &Path, uid: u32) -> bool {
+fn private_dir_made(dir: &Path, uid: u32) -> bool {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let _ = std::fs::DirBuilder::new()
         .recursive(true)
@@ -216,6 +243,39 @@ pub fn private_dir_made(dir: &Path, uid: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn facts_only_in_a_private_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let uid = nix::unistd::getuid().as_raw();
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("cache");
+        let f = FactsDir::open(root.clone(), uid)
+            .unwrap()
+            .file("k", "x.json");
+        assert_eq!(f, Some(root.join("k/x.json")));
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!((mode(&root), mode(&root.join("k"))), (0o700, 0o700));
+        // A root others may write to, a symlink, or someone else's: no facts.
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(FactsDir::open(root.clone(), uid).is_none());
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&root, &link).unwrap();
+        assert!(FactsDir::open(link, uid).is_none());
+        assert!(FactsDir::open(root.clone(), uid + 1).is_none());
+        // Nor a kind's directory others may write to.
+        let d = FactsDir::open(root.clone(), uid).unwrap();
+        std::fs::set_permissions(root.join("k"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(d.file("k", "x.json"), None);
+    }
+
+    #[test]
+    fn short_hashes_are_stable_and_distinct() {
+        assert_eq!(short_hash("a"), short_hash("a"));
+        assert_eq!(short_hash("a").len(), 12);
+        assert_ne!(short_hash("1:2"), short_hash("1:3"));
+    }
 
     #[test]
     fn root_precedence() {

@@ -143,7 +143,7 @@ impl Image {
         let b = &crate::version::BUILD;
         let id = format!("{id}:{}:{}:{IMAGE_FACTS_FORMAT}", b.version, b.commit);
         let uid = nix::unistd::getuid().as_raw();
-        let file = ImageFacts::file(&cache_root(), uid, &file_key);
+        let file = ImageFacts::file(cache_root(), uid, &file_key);
         crate::image::cache::kept(
             file.as_deref(),
             |f: &ImageFacts| f.id == id,
@@ -243,17 +243,10 @@ const IMAGE_FACTS_FORMAT: u32 = 1;
 
 impl ImageFacts {
     /// Where the facts of the image file `file_key` (its device and inode: one file per image,
-    /// rewritten when the image changes) are kept under `root`; None unless `root` and the
-    /// directory in it are the caller's own and private (the default root in /var/tmp could
-    /// have been made by someone else, who could then plant facts).
-    fn file(root: &Path, uid: u32, file_key: &str) -> Option<PathBuf> {
-        use crate::image::cache::private_dir_made;
-        use sha2::Digest;
-        let dir = root.join("image-facts");
-        (private_dir_made(root, uid) && private_dir_made(&dir, uid)).then(|| {
-            let h = sha2::Sha256::digest(file_key.as_bytes());
-            dir.join(format!("{}.json", hex::encode(&h[..12])))
-        })
+    /// rewritten when the image changes) are kept under `root` (`FactsDir`).
+    fn file(root: PathBuf, uid: u32, file_key: &str) -> Option<PathBuf> {
+        use crate::image::cache::{short_hash, FactsDir};
+        FactsDir::open(root, uid)?.file("image-facts", &format!("{}.json", short_hash(file_key)))
     }
 }
 
@@ -434,27 +427,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn image_facts_only_in_a_private_cache() {
-        use std::os::unix::fs::PermissionsExt;
+    fn image_facts_one_file_per_image_file() {
         let uid = nix::unistd::getuid().as_raw();
         let t = tempfile::tempdir().unwrap();
-        let root = t.path().join("cache");
-        let f = ImageFacts::file(&root, uid, "1:2").unwrap();
-        assert!(f.starts_with(root.join("image-facts")));
-        assert_eq!(
-            ImageFacts::file(&root, uid, "1:2"),
-            Some(f.clone()),
-            "one file per image"
-        );
-        assert_ne!(ImageFacts::file(&root, uid, "1:3"), Some(f));
-        // A root others may write to, a symlink, or someone else's: no kept facts.
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert_eq!(ImageFacts::file(&root, uid, "1:2"), None);
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let link = t.path().join("link");
-        std::os::unix::fs::symlink(&root, &link).unwrap();
-        assert_eq!(ImageFacts::file(&link, uid, "1:2"), None);
-        assert_eq!(ImageFacts::file(&root, uid + 1, "1:2"), None);
+        let f = |key| ImageFacts::file(t.path().to_path_buf(), uid, key);
+        let one = f("1:2").unwrap();
+        assert!(one.starts_with(t.path().join("image-facts")), "{one:?}");
+        assert_eq!(f("1:2"), Some(one.clone()));
+        assert_ne!(f("1:3"), Some(one));
     }
 
     #[test]
