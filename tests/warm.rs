@@ -65,12 +65,12 @@ fn tree(root: &Path, progs: &[&str]) -> BTreeSet<String> {
     real
 }
 
-/// The paths the warming tells for `cmd`, in order (one worker: the decompression is beside
-/// the point here).
+/// The paths the warming tells for `cmd`, in order (2 CPUs, one worker: the decompression is
+/// beside the point here).
 fn found(ar: &Archive, cmd: &str, cwd: &str) -> Vec<String> {
     let path = [PathBuf::from("/usr/local/bin"), PathBuf::from("/usr/bin")];
     let mut told = Vec::new();
-    warm(ar, cmd, &path, Path::new(cwd), "", 1, &mut |p| {
+    warm(ar, cmd, &path, Path::new(cwd), "", 2, &mut |p| {
         told.push(p.to_string())
     });
     told
@@ -171,7 +171,7 @@ fn closure_is_what_the_loader_maps() {
             &path,
             Path::new("/"),
             "",
-            3,
+            4, // CPUs: 3 workers
             &mut |_| {},
         );
         let inode = |p: &str| fresh.lookup(p, true).unwrap().unwrap();

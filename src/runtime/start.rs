@@ -191,10 +191,9 @@ impl Image {
             Ok(_) => {
                 // The CPUs gpurun may use (its affinity and cgroup quota).
                 let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-                let warm = warm.and_then(|cmd| {
-                    let workers = warm_workers(cpus)?;
-                    Some(warm_command(&archive, plan, cmd, workers))
-                });
+                let warm = warm
+                    .filter(|_| warm::workers(cpus).is_some())
+                    .map(|cmd| warm_command(&archive, plan, cmd, cpus));
                 let serve: Serve = Box::new(move |fd| {
                     fuse::serve(archive, fd, cpus, owner)
                         .map(|s| Box::new(s) as Box<dyn launch::Served>)
@@ -250,25 +249,15 @@ impl ImageFacts {
     }
 }
 
-/// Decompressing threads for the start-up warming on `cpus` CPUs, besides the one that finds the
-/// files: one fewer than the CPUs, at most 4; none on one CPU. The warming is for CPU time the
-/// start leaves idle, and one CPU has none: there it only competed with the container's set-up
-/// (on one vCPU `exec true` 13.4 -> 14.6 ms, `apt-get --version` 42.3 -> 46.4 ms at normal
-/// priority; 12.7 and 41.3 ms without it).
-fn warm_workers(cpus: usize) -> Option<usize> {
-    (cpus >= 2).then(|| (cpus - 1).min(4))
-}
-
 /// Warming for `cmd` in the plan's container: what it needs to start, decompressed ahead of its
-/// exec by `workers` threads (they yield after each block while the CPUs are not contended,
-/// runtime/step_aside.rs).
-fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan, cmd: String, workers: usize) -> Warm {
+/// exec on gpurun's `cpus` CPUs (runtime/warm.rs).
+fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan, cmd: String, cpus: usize) -> Warm {
     let (ar, cwd) = (archive.clone(), plan.cwd.clone());
     let path_dirs = super::env::path_dirs(&plan.env);
     let ld_path = super::env::var(&plan.env, "LD_LIBRARY_PATH")
         .unwrap_or_default()
         .to_string();
-    Box::new(move |found| warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, workers, found))
+    Box::new(move |found| warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, cpus, found))
 }
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
@@ -435,18 +424,5 @@ mod tests {
         assert!(one.starts_with(t.path().join("image-facts")), "{one:?}");
         assert_eq!(f("1:2"), Some(one.clone()));
         assert_ne!(f("1:3"), Some(one));
-    }
-
-    #[test]
-    fn warming_threads_per_cpu_count() {
-        for (cpus, workers) in [
-            (1, None),
-            (2, Some(1)),
-            (3, Some(2)),
-            (5, Some(4)),
-            (64, Some(4)),
-        ] {
-            assert_eq!(warm_workers(cpus), workers, "{cpus} CPUs");
-        }
     }
 }

@@ -70,18 +70,20 @@ impl StepAside {
     /// does. Without this, on a quiet 2-vCPU VM, the first long yield turned yielding off and a
     /// warming thread then kept its CPU for a scheduler tick (4 ms) while the command, woken on
     /// that CPU, waited (benches/README.md, stop 16).
-    pub fn for_warming() -> StepAside {
+    pub fn for_warming(cpus: usize) -> StepAside {
         let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         StepAside {
             quiet: cpu_free(&loadavg, cpus),
             ..StepAside::default()
         }
     }
 
-    /// Other work left a CPU free when this was made (`for_warming`).
-    pub fn quiet(&self) -> bool {
-        self.quiet
+    /// For each thread that yields through this: where other work left a CPU free
+    /// (`for_warming`), the thread takes the lowest priority.
+    pub fn enlist(&self) {
+        if self.quiet {
+            sys::lowest_priority();
+        }
     }
 
     /// Whether yielding is on: the machine is quiet, or the CPUs were not found contended lately.
@@ -179,6 +181,28 @@ mod tests {
         let mut yields = 0;
         assert!(s.step_aside_with(|| yields += 1));
         assert_eq!(yields, 1, "stopped yielding on a quiet machine");
+    }
+
+    #[test]
+    fn enlisted_threads_take_the_lowest_priority_only_where_a_cpu_is_free() {
+        let nice_after = |quiet: bool| {
+            std::thread::spawn(move || {
+                let s = StepAside {
+                    quiet,
+                    ..StepAside::default()
+                };
+                // SAFETY: reading this thread's own priority.
+                let before = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as _) };
+                s.enlist();
+                let after = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as _) };
+                (before, after)
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(nice_after(true).1, 19);
+        let (before, after) = nice_after(false);
+        assert_eq!(after, before, "a busy machine's warming keeps its priority");
     }
 
     #[test]
