@@ -599,7 +599,7 @@ impl Root {
 
 /// Start the command through the container's PATH (glibc's execvpe would search the host's
 /// PATH), in a process that shares C's memory until it execs (`sys::spawn_shared`). Its signals
-/// are the caller's again: default dispositions, SIGPIPE as the caller had it, the caller's mask.
+/// are as the caller left them: dispositions (`sys::caller_dispositions`) and mask.
 fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
     let Some(arg0) = prep.argv.first() else {
         return Err((exit::GPURUN_FAILED, "no command given".into()));
@@ -624,13 +624,8 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
     let mut failed = false;
     let mut stack = vec![0u8; 64 << 10];
     let mut child = || {
-        // The caller's signal dispositions, as exec keeps them: gpurun's handlers (none on this
-        // path, but a pull's runtime installs some) dropped before the mask is lifted, ignored
-        // signals left ignored (`nohup`), SIGPIPE as the caller had it.
-        for s in FORWARDED {
-            sys::drop_handler(s as i32);
-        }
-        sys::restore_caller_sigpipe();
+        // gpurun has no handlers on this path, but a pull's runtime installs some.
+        sys::caller_dispositions(&FORWARDED);
         // SAFETY: async-signal-safe calls on memory prepared above; nothing is allocated.
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());

@@ -493,22 +493,6 @@ pub unsafe fn spawn_shared(
     Ok(nix::unistd::Pid::from_raw(pid))
 }
 
-/// `sig` back to its default action if this process has a handler for it; an ignored signal
-/// stays ignored. This is what exec does itself; done before the signal mask is lifted in a
-/// child that shares this process's memory, it keeps gpurun's handlers from running there.
-pub fn drop_handler(sig: i32) {
-    // SAFETY: sigaction reads into a zeroed struct; signal() only for a handled signal.
-    unsafe {
-        let mut old = std::mem::zeroed::<libc::sigaction>();
-        if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction != libc::SIG_IGN
-            && old.sa_sigaction != libc::SIG_DFL
-        {
-            libc::signal(sig, libc::SIG_DFL);
-        }
-    }
-}
-
 /// Whether gpurun's caller left SIGPIPE ignored (`process_start` notes it).
 static CALLER_IGNORED_SIGPIPE: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
@@ -539,12 +523,27 @@ pub fn process_start() {
     }
 }
 
-/// SIGPIPE back as gpurun's caller had it, for the command: with gpurun's SIG_IGN inherited
-/// through exec, `yes | head -1` in the container printed "Broken pipe" errors.
-pub fn restore_caller_sigpipe() {
-    if !CALLER_IGNORED_SIGPIPE.load(std::sync::atomic::Ordering::Relaxed) {
-        // SAFETY: resetting a signal's disposition to its default.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+/// For the command about to be exec'd: `signals`, and SIGPIPE, as gpurun's caller left them.
+/// A handler of gpurun's is dropped (exec would reset it to the default; done before the
+/// signal mask is lifted in a child that shares gpurun's memory, it keeps the handler from
+/// running there), an ignored signal stays ignored (`nohup`), and SIGPIPE, which gpurun itself
+/// ignores, gets the caller's disposition back: with gpurun's SIG_IGN inherited, `yes | head -1`
+/// in the container printed "Broken pipe". Async-signal-safe.
+pub fn caller_dispositions(signals: &[nix::sys::signal::Signal]) {
+    // SAFETY: sigaction reads into a zeroed struct; signal() sets a default disposition.
+    unsafe {
+        for &sig in signals {
+            let mut old = std::mem::zeroed::<libc::sigaction>();
+            if libc::sigaction(sig as i32, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_IGN
+                && old.sa_sigaction != libc::SIG_DFL
+            {
+                libc::signal(sig as i32, libc::SIG_DFL);
+            }
+        }
+        if !CALLER_IGNORED_SIGPIPE.load(std::sync::atomic::Ordering::Relaxed) {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
     }
 }
 
