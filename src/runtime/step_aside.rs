@@ -10,9 +10,10 @@
 //! Beside two CPU-bound processes on the 2-vCPU VM, `exec true` took 32.6 ms at the median while
 //! the warming always yielded (the server's poll backing off), against 25.6 ms with this for
 //! both (ch-run 28-29 ms); `apt-get --version` 80 against 72 ms (ch-run 111-115 ms), in two
-//! sessions. On a quiet 2-vCPU machine it fires too, about once per `exec true` (the container's
-//! own set-up or command keeps the CPU over 0.5 ms), and the rest of that start does not yield;
-//! the quiet timings are the same as with the yields always on (benches/README.md, stop 15).
+//! sessions. On a quiet 2-vCPU machine it fired too, about once per `exec true` (the container's
+//! own set-up or command kept the CPU over 0.5 ms), and a warming thread then kept its CPU for a
+//! scheduler tick while the command waited: the warming's `StepAside` never backs off where
+//! other work leaves a CPU free (`for_warming`; benches/README.md, stops 15 and 16).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

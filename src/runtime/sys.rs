@@ -263,9 +263,9 @@ pub fn remount_readonly(dst: &Path) -> Result<()> {
 
 /// Make gpurun's own FUSE mount at `dst` read-only as a whole (its superblock, where
 /// `remount_readonly` makes one mount of it so), with the flags `mount_fuse` gave it
-/// (`FUSE_FLAGS`: no statfs round trip to ask for them). This also stops the kernel from dropping every file's cached
-/// attributes after its first read (atime, on a writable superblock): each later stat was a
-/// GETATTR.
+/// (`FUSE_FLAGS`: no statfs round trip to ask for them). This also stops the kernel from
+/// dropping every file's cached attributes after its first read (atime, on a writable
+/// superblock): each later stat was a GETATTR.
 pub fn remount_fuse_readonly(dst: &Path) -> Result<()> {
     let flags = FUSE_FLAGS | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
     nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)

@@ -337,7 +337,8 @@ impl Archive {
     /// The image file (its device and inode), and its identity while it is unchanged: that,
     /// its size, modification and change times (a write to the file moves the change time),
     /// and the squashfs's own offset, size and creation time (for file systems whose times
-    /// are coarse).
+    /// are coarse). A few fields of one fstat, for every start: `content_key` reads the
+    /// image's metadata (megabytes) and is for what is made from an image once.
     pub fn identity(&self) -> std::io::Result<(String, String)> {
         use std::os::unix::fs::MetadataExt;
         let m = self.file.metadata()?;
