@@ -232,12 +232,16 @@ pub fn short_hash(key: &str) -> String {
 /// `uid` that nobody else may write to.
 fn private_dir_made(dir: &Path, uid: u32) -> bool {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let _ = std::fs::DirBuilder::new()
+    let private = |m: fs::Metadata| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0;
+    // Looked at first: on every start it is there already (one call, not a failed mkdir too).
+    if let Ok(m) = fs::symlink_metadata(dir) {
+        return private(m);
+    }
+    let _ = fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir);
-    std::fs::symlink_metadata(dir)
-        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+    fs::symlink_metadata(dir).is_ok_and(private)
 }
 
 #[cfg(test)]
