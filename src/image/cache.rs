@@ -10,9 +10,12 @@
 //!   locks/HEX.lock            flock(2) held while one process downloads HEX or builds image HEX
 //!   images/HEX.sqsh           image built from the manifest with digest sha256:HEX
 //!   rootfs/…                  the runtime's extraction fallback (not managed here)
+//!   image-blocks/HASH.blocks  an image's data blocks kept decompressed between starts
+//!                             (image/sqfs/kept.rs)
+//!   image-facts/, driver-libs/, gpu-proc/, nvml/   facts kept between starts (`FactsDir`)
 
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -165,16 +168,62 @@ impl FileLock {
     }
 }
 
-/// Write `file` whole or not at all: a reader sees the old contents or the new, never a part,
-/// and a failed write leaves no temporary file behind.
+/// Write `file` whole or not at all: a reader sees the old contents or the new, never a part.
 pub fn write_atomically(file: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_whole(file, |f| f.write_all(bytes))
+}
+
+/// Write `file` whole or not at all, by `write`. The new contents go to an unnamed file first
+/// (O_TMPFILE), named only once whole, so a writer that fails or is killed midway (a start's
+/// kept blocks are written while its command runs: image/sqfs/kept.rs) leaves nothing behind.
+/// Where the file system has no unnamed files, a named temporary file, removed on failure.
+pub fn write_whole(file: &Path, write: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = file.file_name().unwrap_or_default().to_string_lossy();
     let tmp = file.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    fs::write(&tmp, bytes)
-        .and_then(|_| fs::rename(&tmp, file))
-        .inspect_err(|_| {
-            let _ = fs::remove_file(&tmp);
-        })
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
+    let unnamed = OpenOptions::new()
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir.unwrap_or(Path::new(".")));
+    let done = match unnamed {
+        Ok(mut f) => {
+            write(&mut f)?;
+            // Named at once where there is no file yet; else under a temporary name, renamed
+            // over the old one.
+            match link_unnamed(&f, file) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => link_unnamed(&f, &tmp),
+                done => return done,
+            }
+        }
+        Err(_) => File::create(&tmp).and_then(|mut f| write(&mut f)),
+    };
+    done.and_then(|_| fs::rename(&tmp, file)).inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
+}
+
+/// Give the unnamed (O_TMPFILE) file `f` the name `to`.
+fn link_unnamed(f: &File, to: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    let to = std::ffi::CString::new(to.as_os_str().as_bytes())?;
+    // SAFETY: two NUL-terminated paths that outlive the call.
+    let rc = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// The fact kept in `file` while it still `holds`, else what `find` finds, kept there for the
