@@ -284,6 +284,79 @@ fn signal_dispositions_as_the_caller_left_them() {
     );
 }
 
+/// The blocks a start decompressed are kept decompressed in the user's cache (one private file
+/// per image, written whole) and serve the next start: an edit to the kept file shows in the
+/// container. A start that adds nothing leaves the file alone; a changed image is read anew.
+#[test]
+fn blocks_are_kept_between_starts_while_the_image_is_the_same() {
+    let s = Scratch::new();
+    let img = busybox_image(&s, "kb", |root| {
+        // A script is read by the start-up warming (its #! line), so its block is kept.
+        std::fs::write(root.join("say.sh"), "#!/bin/sh\necho said-by-the-image\n").unwrap();
+        std::fs::set_permissions(root.join("say.sh"), PermissionsExt::from_mode(0o755)).unwrap();
+    });
+    let cache = s.join("cache");
+    s.chown_all();
+    let say = || {
+        let o = gpurun(&["exec", img.to_str().unwrap(), "/say.sh"])
+            .env("GPURUN_CACHE", &cache)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let dir = cache.join("image-blocks");
+    let files = || -> Vec<std::path::PathBuf> {
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // A block the command reads before the warming is done is kept too; after a few starts
+    // nothing is new.
+    for _ in 0..3 {
+        assert_eq!(say(), "said-by-the-image\n");
+    }
+    let kept = files();
+    assert!(
+        kept.len() == 1 && kept[0].extension().is_some_and(|e| e == "blocks"),
+        "one kept file and nothing else: {kept:?}"
+    );
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(&dir), mode(&kept[0])), (0o700, 0o600));
+    let mut bytes = std::fs::read(&kept[0]).unwrap();
+    let at = bytes
+        .windows(17)
+        .position(|w| w == b"said-by-the-image")
+        .expect("the script's block is kept");
+    bytes[at..at + 17].copy_from_slice(b"said-by-the-kept!");
+    std::fs::write(&kept[0], &bytes).unwrap();
+    let written = std::fs::metadata(&kept[0]).unwrap().modified().unwrap();
+    assert_eq!(
+        say(),
+        "said-by-the-kept!\n",
+        "the kept blocks were not used"
+    );
+    assert_eq!(
+        std::fs::metadata(&kept[0]).unwrap().modified().unwrap(),
+        written,
+        "rewritten though the start added nothing"
+    );
+    // The image written to again (its change time moves): read anew, and kept anew.
+    let f = std::fs::File::options().append(true).open(&img).unwrap();
+    f.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(f);
+    assert_eq!(
+        say(),
+        "said-by-the-image\n",
+        "a changed image's blocks were reused"
+    );
+    assert_eq!(files(), kept, "not one file per image");
+    let bytes = std::fs::read(&kept[0]).unwrap();
+    assert!(bytes.windows(17).any(|w| w == b"said-by-the-image"));
+}
+
 /// What the plan reads from a squashfs image (its metadata, passwd and group) is kept in the
 /// user's cache while the image file is the same: an edited kept file shows it was used, and the
 /// image changed on disk is read again (and its file rewritten).

@@ -34,6 +34,8 @@ pub enum Kind {
     Partial,
     Image,
     Rootfs,
+    /// An image's blocks kept decompressed between starts (image/sqfs/kept.rs).
+    Blocks,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -283,6 +285,15 @@ pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
     for n in read("rootfs")? {
         // .tmp-* are extractions in progress (or abandoned): kept by the grace period.
         add(Kind::Rootfs, n.clone(), root.join("rootfs").join(&n), None);
+    }
+    for n in read("image-blocks")? {
+        // Removing one costs the next start of its image the decompression it saved.
+        add(
+            Kind::Blocks,
+            n.clone(),
+            root.join("image-blocks").join(&n),
+            None,
+        );
     }
     out.sort_by_key(|e| (e.last_used, e.path.clone()));
     Ok(out)

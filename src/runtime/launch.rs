@@ -71,6 +71,9 @@ pub type Serve = Box<dyn FnOnce(OwnedFd) -> Result<Box<dyn Served>, String>>;
 pub trait Served {
     /// The root is built: the image takes nothing new from now on.
     fn seal(&self);
+    /// The container has ended: keep for the next start what this one found, where that was
+    /// not done meanwhile (image/sqfs/kept.rs).
+    fn finish(&self) {}
 }
 
 /// Work for spare CPU time while C builds the root: the start-up warming (runtime/warm.rs),
@@ -802,6 +805,9 @@ fn parent_loop(
         }
     };
     kill_descendants();
+    if let Some(s) = &_server {
+        s.finish();
+    }
     if let Some(tmp) = &state_tmp {
         let _ = std::fs::remove_file(tmp);
     }

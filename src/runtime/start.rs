@@ -75,6 +75,8 @@ enum Image {
     Squashfs {
         path: PathBuf,
         archive: Arc<Archive>,
+        /// Where its blocks are kept between starts, and their id (`kept_blocks`).
+        keep: Option<(PathBuf, String)>,
     },
 }
 
@@ -103,9 +105,17 @@ impl Image {
                 OpenError::Sqfs(e) => e.to_string(),
             },
         })?;
+        // Blocks kept by earlier starts serve this one, from its first lookup; the blocks this
+        // one decompresses are noted for the next (image/sqfs/kept.rs).
+        let keep = kept_blocks(&archive);
+        if let Some((file, id)) = &keep {
+            archive.use_kept(file, id);
+            archive.record_blocks();
+        }
         Ok(Image::Squashfs {
             path,
             archive: Arc::new(archive),
+            keep,
         })
     }
 
@@ -137,11 +147,10 @@ impl Image {
         let Image::Squashfs { archive, .. } = self else {
             return find(String::new()); // a directory can change at any time
         };
-        let Ok((file_key, id)) = archive.identity() else {
+        let Some((file_key, id)) = kept_key(archive) else {
             return find(String::new());
         };
-        let b = &crate::version::BUILD;
-        let id = format!("{id}:{}:{}:{IMAGE_FACTS_FORMAT}", b.version, b.commit);
+        let id = format!("{id}:{IMAGE_FACTS_FORMAT}");
         let uid = nix::unistd::getuid().as_raw();
         let file = ImageFacts::file(cache_root(), uid, &file_key);
         crate::image::cache::kept(
@@ -182,9 +191,13 @@ impl Image {
     /// unusable (said on stderr, since it costs disk and time the first time).
     fn lower(self, plan: &plan::Plan, warm: Option<String>) -> Result<Lower, StartError> {
         let owner = (plan.uid.inside, plan.gid.inside);
-        let (path, archive) = match self {
+        let (path, archive, keep) = match self {
             Image::Dir(d) => return Ok(Lower::Dir(d)),
-            Image::Squashfs { path, archive } => (path, archive),
+            Image::Squashfs {
+                path,
+                archive,
+                keep,
+            } => (path, archive, keep),
         };
         // A probe: the fd the server uses is opened later, inside the user namespace.
         match sys::open_fuse() {
@@ -193,10 +206,17 @@ impl Image {
                 let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
                 let warm = warm
                     .filter(|_| warm::workers(cpus).is_some())
-                    .map(|cmd| warm_command(&archive, plan, cmd, cpus));
+                    .map(|cmd| warm_command(&archive, plan, cmd, cpus, keep.clone()));
                 let serve: Serve = Box::new(move |fd| {
-                    fuse::serve(archive, fd, cpus, owner)
-                        .map(|s| Box::new(s) as Box<dyn launch::Served>)
+                    let server = fuse::serve(archive.clone(), fd, cpus, owner);
+                    server
+                        .map(|server| {
+                            Box::new(Serving {
+                                server,
+                                archive,
+                                keep,
+                            }) as Box<dyn launch::Served>
+                        })
                         .map_err(|e| e.to_string())
                 });
                 Ok(Lower::Fuse {
@@ -249,15 +269,68 @@ impl ImageFacts {
     }
 }
 
+/// The image server of a start, which keeps the blocks the start decompressed for the next one
+/// when the container ends, unless the warming has kept them (on one CPU there is none).
+struct Serving {
+    server: fuse::Server,
+    archive: Arc<Archive>,
+    keep: Option<(PathBuf, String)>,
+}
+
+impl launch::Served for Serving {
+    fn seal(&self) {
+        self.server.seal();
+    }
+
+    fn finish(&self) {
+        if let Some((file, id)) = &self.keep {
+            let _ = self.archive.keep_blocks(file, id);
+        }
+    }
+}
+
+/// The image file's key (its device and inode) and the id of what is kept of it between starts:
+/// while the file is the same (`Archive::identity`) and gpurun is the same build.
+fn kept_key(archive: &Archive) -> Option<(String, String)> {
+    let (file_key, id) = archive.identity().ok()?;
+    let b = &crate::version::BUILD;
+    Some((file_key, format!("{id}:{}:{}", b.version, b.commit)))
+}
+
+/// Where the data blocks of `archive` are kept decompressed between starts, and their id
+/// (image/sqfs/kept.rs): one file per image in the user's cache, rewritten when it changes.
+fn kept_blocks(archive: &Archive) -> Option<(PathBuf, String)> {
+    use crate::image::cache::{short_hash, FactsDir};
+    let (file_key, id) = kept_key(archive)?;
+    let uid = nix::unistd::getuid().as_raw();
+    let name = format!("{}.blocks", short_hash(&file_key));
+    let file = FactsDir::open(cache_root(), uid)?.file("image-blocks", &name)?;
+    Some((file, id))
+}
+
 /// Warming for `cmd` in the plan's container: what it needs to start, decompressed ahead of its
-/// exec on gpurun's `cpus` CPUs (runtime/warm.rs).
-fn warm_command(archive: &Arc<Archive>, plan: &plan::Plan, cmd: String, cpus: usize) -> Warm {
+/// exec on gpurun's `cpus` CPUs (runtime/warm.rs); then the blocks the start decompressed are
+/// kept in `keep` for the next one (image/sqfs/kept.rs).
+fn warm_command(
+    archive: &Arc<Archive>,
+    plan: &plan::Plan,
+    cmd: String,
+    cpus: usize,
+    keep: Option<(PathBuf, String)>,
+) -> Warm {
     let (ar, cwd) = (archive.clone(), plan.cwd.clone());
     let path_dirs = super::env::path_dirs(&plan.env);
     let ld_path = super::env::var(&plan.env, "LD_LIBRARY_PATH")
         .unwrap_or_default()
         .to_string();
-    Box::new(move |found| warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, cpus, found))
+    Box::new(move |found| {
+        warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, cpus, found);
+        // Written while the command runs, at the warming's priority; a write cut short by
+        // gpurun's exit leaves nothing (`write_whole`), and the next start tries again.
+        if let Some((file, id)) = keep {
+            let _ = ar.keep_blocks(&file, &id);
+        }
+    })
 }
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
