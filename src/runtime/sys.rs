@@ -500,7 +500,7 @@ static CALLER_IGNORED_SIGPIPE: std::sync::atomic::AtomicBool =
 /// What std's own start-up did that gpurun needs, for an entry point without it (main.rs):
 /// fds 0-2 open (closed ones get /dev/null, so that no file gpurun opens lands on them), and
 /// SIGPIPE ignored in gpurun itself (a write to a pipe whose reader is gone is an error it
-/// handles), after noting how the caller had it.
+/// handles), after noting how the caller had it; and one setting of malloc's.
 pub fn process_start() {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
         fd,
@@ -520,8 +520,18 @@ pub fn process_start() {
         }
         let old = libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         CALLER_IGNORED_SIGPIPE.store(old == libc::SIG_IGN, std::sync::atomic::Ordering::Relaxed);
+        // A fixed threshold for glibc's mmap'd allocations. Its default moves up to the size of
+        // any mmap'd block freed, to 32 MiB at most; past 16 MiB, a FUSE server thread's
+        // zeroed 16 MiB request buffer came from memory malloc had used before, which calloc
+        // must clear: 9 ms before the server's first reply, in one `exec true` in eight on the
+        // 2-vCPU VM (benches/README.md, stop 17). Mapped afresh it comes zeroed by the kernel.
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
     }
 }
+
+/// Allocations this large or larger are mapped on their own (`process_start`): below the FUSE
+/// server's 16 MiB request buffers, above everything gpurun allocates often.
+const MMAP_THRESHOLD: i32 = 8 << 20;
 
 /// For the command about to be exec'd: `signals`, and SIGPIPE, as gpurun's caller left them.
 /// A handler of gpurun's is dropped (exec would reset it to the default; done before the
