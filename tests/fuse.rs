@@ -8,13 +8,14 @@ mod tree;
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirEntryExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gpurun::image::sqfs::Archive;
 use gpurun::runtime::fuse::serve;
 use gpurun::runtime::launch::Served;
+use gpurun::runtime::provide::Provided;
 
 fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
@@ -102,7 +103,14 @@ fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
 
 fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
     let fd = mount_fuse(mnt);
-    let _session = serve(Arc::new(Archive::open(img).unwrap()), fd, 2, (0, 0)).unwrap();
+    let _session = serve(
+        Arc::new(Archive::open(img).unwrap()),
+        fd,
+        2,
+        (0, 0),
+        Vec::new(),
+    )
+    .unwrap();
     let how = tree::Compare {
         owners: false,
         suid: true,
@@ -172,7 +180,14 @@ fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
 
     // a corrupt data block: EIO to the reader, the rest of the image still served
     let fd = mount_fuse(mnt2);
-    let _bad = serve(Arc::new(Archive::open(bad_img).unwrap()), fd, 1, (0, 0)).unwrap();
+    let _bad = serve(
+        Arc::new(Archive::open(bad_img).unwrap()),
+        fd,
+        1,
+        (0, 0),
+        Vec::new(),
+    )
+    .unwrap();
     let r = std::fs::read(mnt2.join("big")).map(|d| d.len());
     assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)));
     assert_eq!(std::fs::read(mnt2.join("small")).unwrap(), b"hello\n");
@@ -283,6 +298,74 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// Files provided in place of mounts (runtime/provide.rs): one takes the place of the image's
+/// entry of its name, in lookups, in listings (readdir and readdirplus, at the same place) and
+/// in reads; another is added where the image has none. The image's other entries are as ever.
+#[test]
+fn provided_files_take_the_place_of_the_images() {
+    let s = common::Scratch::new();
+    let src = s.join("src");
+    std::fs::create_dir_all(src.join("etc")).unwrap();
+    std::fs::write(src.join("etc/passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+    std::fs::write(src.join("etc/other"), "kept\n").unwrap();
+    let (img, mnt) = image_and_mount_point(&s, &src);
+    let provide = |name: &str, text: &str| Provided {
+        mount: 0,
+        dir: PathBuf::from("/etc"),
+        name: name.into(),
+        contents: Arc::from(text.as_bytes()),
+    };
+    in_namespaces(|| {
+        let fd = mount_fuse(&mnt);
+        let provided = vec![
+            provide("passwd", "me:x:1000:1000::/home/me:/bin/sh\n"),
+            provide("hosts", "127.0.0.1 localhost\n"),
+        ];
+        let _session = serve(
+            Arc::new(Archive::open(&img).unwrap()),
+            fd,
+            2,
+            (0, 0),
+            provided,
+        )
+        .unwrap();
+        let etc = mnt.join("etc");
+        // A listing first (readdirplus fills the kernel's entries), then lookups and reads.
+        let mut names: Vec<_> = std::fs::read_dir(&etc)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["hosts", "other", "passwd"]);
+        assert_eq!(
+            std::fs::read_to_string(etc.join("passwd")).unwrap(),
+            "me:x:1000:1000::/home/me:/bin/sh\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(etc.join("hosts")).unwrap(),
+            "127.0.0.1 localhost\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(etc.join("other")).unwrap(),
+            "kept\n"
+        );
+        let m = std::fs::metadata(etc.join("passwd")).unwrap();
+        assert!(m.is_file() && m.len() == 33 && m.permissions().mode() & 0o777 == 0o644);
+        let listed: Vec<u64> = std::fs::read_dir(&etc)
+            .unwrap()
+            .map(|e| e.unwrap().ino())
+            .collect();
+        assert!(
+            listed.contains(&m.ino()),
+            "the listing has the image's inode"
+        );
+        let e = std::fs::OpenOptions::new()
+            .write(true)
+            .open(etc.join("passwd"));
+        assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::EROFS));
+    });
+}
+
 /// Reading a directory's files in listing order makes the server push the next ones into the
 /// page cache before they are asked for; reads in any other order push nothing. Either way
 /// every byte read is the file's.
@@ -300,7 +383,14 @@ fn directory_scans_are_pushed_ahead() {
     let (img, mnt) = image_and_mount_point(&s, &src);
     in_namespaces(|| {
         let fd = mount_fuse(&mnt);
-        let _session = serve(Arc::new(Archive::open(&img).unwrap()), fd, 2, (0, 0)).unwrap();
+        let _session = serve(
+            Arc::new(Archive::open(&img).unwrap()),
+            fd,
+            2,
+            (0, 0),
+            Vec::new(),
+        )
+        .unwrap();
         let f = |d: &str, i: usize| mnt.join(d).join(format!("f{i:03}"));
         for d in ["scan", "random"] {
             assert_eq!(std::fs::read_dir(mnt.join(d)).unwrap().count(), 60);
@@ -361,7 +451,14 @@ fn mount_points_are_made_until_sealed() {
     let (img, mnt) = image_and_mount_point(&s, &src);
     in_namespaces(|| {
         let fd = mount_fuse_with(&mnt, 0);
-        let server = serve(Arc::new(Archive::open(&img).unwrap()), fd, 2, (0, 0)).unwrap();
+        let server = serve(
+            Arc::new(Archive::open(&img).unwrap()),
+            fd,
+            2,
+            (0, 0),
+            Vec::new(),
+        )
+        .unwrap();
         let names = |d: &str| -> Vec<String> {
             let mut v: Vec<String> = std::fs::read_dir(mnt.join(d))
                 .unwrap()

@@ -564,6 +564,38 @@ fn binds_contain_and_writable_tmpfs() {
 /// The mount points an image lacks are made by the image server: listed where they are, empty
 /// until mounted on, and the image is read-only again once the root is built (the file system
 /// as a whole, not only its mount), even for a --fakeroot user who remounts it read-write.
+/// /etc/hosts, resolv.conf and localtime (copies of the host's) and the generated passwd and
+/// group are provided by the image server, not mounted: their contents are there, listed in
+/// /etc, with no mount for them. With --writable-tmpfs (an overlay over the image) they are
+/// mounts, as before; a bind over /etc covers them as it would cover mounts.
+#[test]
+fn default_files_are_provided_by_the_image_server() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let data = data_dir(&s).display().to_string();
+    s.chown_all();
+    let script = "cat /etc/hosts; echo --; grep ^$(id -un): /etc/passwd | cut -d: -f3; \
+                  grep -c ^$(id -gn): /etc/group; ls /etc | grep -x -e hosts -e passwd; \
+                  grep -c -E ' /etc/(hosts|resolv.conf|localtime|passwd|group) ' /proc/self/mountinfo; true";
+    let o = exec(&img, &["sh", "-c", script]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap();
+    let (uid, _) = test_ids();
+    assert_eq!(
+        stdout(&o),
+        format!("{hosts}--\n{uid}\n1\nhosts\npasswd\n0\n")
+    );
+    let o = exec_with(&["--writable-tmpfs"], &img, &["sh", "-c", script]);
+    let mounts: u32 = stdout(&o).lines().last().unwrap().parse().unwrap();
+    assert!(mounts >= 2, "{}", stdout(&o));
+    let o = exec_with(&["--bind", &format!("{data}:/etc")], &img, &["ls", "/etc"]);
+    assert_eq!(
+        stdout(&o),
+        "in.txt\n",
+        "a bind over /etc covers the provided files"
+    );
+}
+
 #[test]
 fn mount_points_the_image_lacks() {
     let s = Scratch::new();

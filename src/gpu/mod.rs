@@ -589,6 +589,7 @@ pub fn prepare(
         source: MountSource::Tmpfs { mode: 0o755 },
         readonly: false,
         optional: false,
+        copy: false,
     });
     mounts.extend(linked(&libs));
     // A few files, found through PATH: bound one by one, not their whole directory.
@@ -615,6 +616,7 @@ pub fn prepare(
                 },
                 readonly: true,
                 optional: false,
+                copy: false,
             });
         }
     }
@@ -675,6 +677,7 @@ fn linked(libs: &[driver::Library]) -> Vec<Mount> {
             },
             readonly: false,
             optional: false,
+            copy: false,
         });
     }
     let binds = dirs
@@ -903,6 +906,7 @@ mod tests {
             },
             readonly: false,
             optional: false,
+            copy: false,
         };
         let cases: [(&str, Vec<driver::Library>, Vec<Mount>); 3] = [
             ("nothing", vec![], vec![]),

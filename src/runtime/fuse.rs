@@ -30,6 +30,7 @@ use crate::runtime::launch::Served;
 use crate::runtime::linger::{self, Linger};
 use crate::runtime::points::{self, Point, PointKind, Points, Refused};
 use crate::runtime::prefetch::{self, Job, ScanTracker};
+use crate::runtime::provide::Provided;
 use crate::runtime::sys;
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +83,7 @@ pub fn serve(
     fuse_fd: OwnedFd,
     cpus: usize,
     owner: (u32, u32),
+    provided: Vec<Provided>,
 ) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
     let threads = server_threads(cpus, sys::on_network_fs(archive.path()));
@@ -94,7 +96,7 @@ pub fn serve(
     config.clone_fd = threads > 1;
     // Bounded: when the pusher falls behind, scans just read the normal way.
     let (jobs, queue) = sync_channel(4 * prefetch::WINDOW as usize);
-    let points = Arc::new(Mutex::new(Points::default()));
+    let points = Arc::new(Mutex::new(provided_points(&archive, provided)));
     let session = Session::from_fd(
         SquashFs::new(archive.clone(), owner, jobs, linger, points.clone()),
         fuse_fd,
@@ -115,6 +117,23 @@ pub fn serve(
         .name("gpurun-prefetch".into())
         .spawn(move || prefetch::run(archive, notifier, queue));
     Ok(Server { session, points })
+}
+
+/// The points of the files provided in place of mounts (runtime/provide.rs), in the image
+/// directories `provide` found them to land in.
+fn provided_points(ar: &Archive, provided: Vec<Provided>) -> Points {
+    let mut points = Points::default();
+    let root = ar.root_ref();
+    for p in provided {
+        let dir = p
+            .dir
+            .to_str()
+            .and_then(|d| ar.lookup(d, false).ok().flatten());
+        if let Some(d) = dir.filter(|d| d.kind == Kind::Dir) {
+            let _ = points.provide(ino_of(root, d.r), &p.name, p.contents);
+        }
+    }
+    points
 }
 
 /// Server threads for `cpus` CPUs. Each polls for a moment after its replies (`linger`): one per
@@ -259,14 +278,15 @@ impl SquashFs {
         })
     }
 
-    /// A point is an empty directory or file of the user's, as mkdir or touch would make it.
+    /// A point is an empty directory or file of the user's, as mkdir or touch would make it, or
+    /// a provided file with its contents.
     fn point_attr(&self, p: Point) -> FileAttr {
         let t = UNIX_EPOCH + Duration::from_secs(self.points_mtime as u64);
         let dir = p.kind == PointKind::Dir;
         FileAttr {
             ino: INodeNo(p.ino),
-            size: 0,
-            blocks: 0,
+            size: p.size,
+            blocks: p.size.div_ceil(512),
             atime: t,
             mtime: t,
             ctime: t,
@@ -282,7 +302,8 @@ impl SquashFs {
         }
     }
 
-    /// The point called `name` in `parent`, when the image has no such entry.
+    /// The point called `name` in `parent`: where the image has no such entry, or a provided
+    /// file in its place.
     fn point_in(&self, parent: INodeNo, name: &OsStr) -> Option<FileAttr> {
         let p = lock(&self.points).lookup(parent.0, name)?;
         Some(self.point_attr(p))
@@ -356,7 +377,8 @@ impl SquashFs {
     }
 
     /// readdir and readdirplus share this: entry i of the stream is ".", "..", the image's
-    /// listing, then the points made in the directory.
+    /// listing (a provided file in the place of the entry it replaces), then the other points
+    /// made in the directory.
     fn list(
         &self,
         ino: INodeNo,
@@ -371,10 +393,16 @@ impl SquashFs {
             Node::Point(p) if p.kind == PointKind::Dir => (Arc::default(), p.parent),
             _ => return Err(Errno::ENOTDIR),
         };
-        let made: Vec<(Point, OsString)> = lock(&self.points)
+        let mut made: Vec<(Point, OsString)> = lock(&self.points)
             .children(ino.0)
             .map(|(p, n)| (p, n.to_owned()))
             .collect();
+        // Replaced entries keep their place in the stream (offsets stay stable).
+        let mut replaced = HashMap::new();
+        made.retain(|(p, n)| {
+            let at = entries.iter().position(|e| e.name == n.as_bytes());
+            at.map(|i| replaced.insert(i, *p)).is_none()
+        });
         let n = entries.len() as u64;
         let mut files = Vec::new();
         for i in offset..n + 2 + made.len() as u64 {
@@ -383,16 +411,20 @@ impl SquashFs {
                 1 => add(parent, i + 1, OsStr::new(".."), FileType::Directory),
                 _ if i - 2 < n => {
                     let e = &entries[(i - 2) as usize];
-                    if e.kind == Kind::File {
-                        let place = Place {
-                            dir: ino.0,
-                            idx: (i - 2) as u32,
-                            len: n as u32,
-                        };
-                        files.push((self.ino_of(e.inode), place));
-                    }
                     let name = OsStr::from_bytes(&e.name);
-                    add(self.ino_of(e.inode), i + 1, name, file_type(e.kind))
+                    if let Some(p) = replaced.get(&((i - 2) as usize)) {
+                        add(p.ino, i + 1, name, point_type(p.kind))
+                    } else {
+                        if e.kind == Kind::File {
+                            let place = Place {
+                                dir: ino.0,
+                                idx: (i - 2) as u32,
+                                len: n as u32,
+                            };
+                            files.push((self.ino_of(e.inode), place));
+                        }
+                        add(self.ino_of(e.inode), i + 1, name, file_type(e.kind))
+                    }
                 }
                 _ => {
                     let (p, name) = &made[(i - 2 - n) as usize];
@@ -532,8 +564,12 @@ impl Filesystem for SquashFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _poll = self.poll();
         let run = || -> Result<Option<FileAttr>, Errno> {
+            // Points first: a provided file takes the place of the image's entry.
+            if let Some(attr) = self.point_in(parent, name) {
+                return Ok(Some(attr));
+            }
             if points::is_point(parent.0) {
-                return Ok(self.point_in(parent, name));
+                return Ok(None);
             }
             let d = self.dir(parent)?;
             let Some(e) = self
@@ -541,7 +577,7 @@ impl Filesystem for SquashFs {
                 .lookup_in(&d, name.as_bytes())
                 .map_err(|e| self.errno(e))?
             else {
-                return Ok(self.point_in(parent, name));
+                return Ok(None);
             };
             let ino = self.ar.inode(e.inode).map_err(|e| self.errno(e))?;
             let attr = self.attr(&ino);
@@ -604,7 +640,12 @@ impl Filesystem for SquashFs {
         let _poll = self.poll();
         let i = match self.node(ino) {
             Ok(Node::Image(i)) => i,
-            Ok(Node::Point(_)) => return reply.data(&[]),
+            Ok(Node::Point(p)) => {
+                let contents = lock(&self.points).contents(p.ino).unwrap_or_default();
+                let from = (offset as usize).min(contents.len());
+                let to = from.saturating_add(size as usize).min(contents.len());
+                return reply.data(&contents[from..to]);
+            }
             Err(e) => return reply.error(e),
         };
         if offset == 0 {

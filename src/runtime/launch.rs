@@ -86,11 +86,13 @@ pub enum Lower {
     Dir(PathBuf),
     /// The image served over FUSE by P (`serve`) once C has mounted it. /dev/fuse is opened
     /// inside the new user namespace: the kernel only mounts a connection opened there.
-    /// `warm` runs on a thread of P meanwhile (runtime/warm.rs).
+    /// `warm` runs on a thread of P meanwhile (runtime/warm.rs). The plan's mounts numbered in
+    /// `provided` are files the server provides (runtime/provide.rs): C leaves them.
     Fuse {
         image: PathBuf,
         serve: Serve,
         warm: Option<Warm>,
+        provided: Vec<usize>,
     },
 }
 
@@ -413,9 +415,14 @@ fn setup_root(
 ) -> Result<PathBuf, String> {
     sys::enter_mount_namespace().map_err(|e| e.to_string())?;
     // Capture every host source before STAGE is mounted over /tmp.
+    let provided: &[usize] = match lower {
+        Lower::Fuse { provided, .. } => provided,
+        Lower::Dir(_) => &[],
+    };
     let mut srcs: Vec<Option<OwnedFd>> = Vec::with_capacity(plan.mounts.len());
-    for m in &plan.mounts {
+    for (i, m) in plan.mounts.iter().enumerate() {
         srcs.push(match &m.source {
+            _ if provided.contains(&i) => None,
             MountSource::Bind { src } => match sys::clone_tree(src) {
                 Ok(fd) => Some(fd),
                 Err(_) if m.optional => None,
@@ -481,6 +488,9 @@ fn setup_root(
     };
     let rootfd = Root::open(&root).map_err(|e| e.to_string())?;
     for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
+        if provided.contains(&i) {
+            continue;
+        }
         if let Err(e) = apply_mount(&rootfd, m, src.as_ref(), &files, i) {
             if m.optional {
                 continue;

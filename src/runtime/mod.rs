@@ -8,6 +8,7 @@ pub mod linger;
 pub mod plan;
 pub mod points;
 pub mod prefetch;
+pub mod provide;
 pub mod start;
 pub mod step_aside;
 pub mod sys;

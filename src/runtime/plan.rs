@@ -34,6 +34,10 @@ pub struct Mount {
     pub readonly: bool,
     /// Skip silently when the host source does not exist (host files that are only sometimes there).
     pub optional: bool,
+    /// A copy of the source taken at start serves as well as the mount: the image server then
+    /// provides the file instead, where that gives the same view (runtime/provide.rs).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub copy: bool,
 }
 
 impl Mount {
@@ -43,11 +47,17 @@ impl Mount {
             source: MountSource::Bind { src: src.into() },
             readonly,
             optional: false,
+            copy: false,
         }
     }
 
     pub fn optional(mut self) -> Mount {
         self.optional = true;
+        self
+    }
+
+    fn copied(mut self) -> Mount {
+        self.copy = true;
         self
     }
 }
@@ -59,6 +69,7 @@ impl Mount {
             source,
             readonly: false,
             optional: false,
+            copy: false,
         }
     }
 
@@ -328,8 +339,9 @@ pub fn plan(
         mounts.push(Mount::bind("/tmp", "/tmp", false));
         mounts.push(Mount::bind("/var/tmp", "/var/tmp", false).optional());
     }
+    // Copies will do, as Apptainer's are for hosts and resolv.conf: taken at start.
     for f in ["/etc/hosts", "/etc/resolv.conf", "/etc/localtime"] {
-        mounts.push(Mount::bind(f, f, true).optional());
+        mounts.push(Mount::bind(f, f, true).optional().copied());
     }
 
     let (uid, gid, home) = if req.fakeroot {
@@ -368,8 +380,16 @@ pub fn plan(
             ),
         )
     };
-    mounts.push(Mount::new("/etc/passwd", MountSource::File { contents: passwd }).ro());
-    mounts.push(Mount::new("/etc/group", MountSource::File { contents: group }).ro());
+    mounts.push(
+        Mount::new("/etc/passwd", MountSource::File { contents: passwd })
+            .ro()
+            .copied(),
+    );
+    mounts.push(
+        Mount::new("/etc/group", MountSource::File { contents: group })
+            .ro()
+            .copied(),
+    );
 
     for spec in req.binds.iter().flat_map(|b| b.split(',')) {
         if spec.is_empty() {

@@ -1,14 +1,17 @@
-//! The mount points an image lacks, made in the image server's memory while the root is built.
+//! The mount points an image lacks, made in the image server's memory while the root is built,
+//! and the files gpurun provides in place of mounts (runtime/provide.rs).
 //!
 //! The container's mounts (the home directory, the cwd, binds, the driver tmpfs) need a directory
 //! or an empty file at their destination. Rather than an overlay over the whole image, whose
 //! every lookup and open costs the container a second filesystem layer, the image server takes
 //! the set-up's mkdir and create itself and keeps the new entries here: empty directories and
 //! empty files, added to the image's listings. Once the root is built the table is sealed and the
-//! image is read-only again, whatever the container does to its mounts. Pure bookkeeping: the
-//! FUSE server (runtime/fuse.rs) asks, this answers.
+//! image is read-only again, whatever the container does to its mounts. A provided file is a
+//! point with contents, made before the set-up starts; it takes the place of any entry of its
+//! name in the image. Pure bookkeeping: the FUSE server (runtime/fuse.rs) asks, this answers.
 
 use std::ffi::{OsStr, OsString};
+use std::sync::Arc;
 
 /// FUSE inode numbers of the points start here: image inode numbers come from squashfs inode
 /// references (48 bits), so the two never meet.
@@ -32,6 +35,8 @@ pub struct Point {
     /// The FUSE inode number of its directory (the image's, or another point's).
     pub parent: u64,
     pub kind: PointKind,
+    /// The length of a provided file's contents; 0 for a mount point.
+    pub size: u64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -48,8 +53,15 @@ pub enum Refused {
 pub struct Points {
     /// Point `i` has the inode number `FIRST + i`. A handful per container: a scan is cheaper
     /// than any index.
-    entries: Vec<(Point, OsString)>,
+    entries: Vec<Entry>,
     sealed: bool,
+}
+
+struct Entry {
+    point: Point,
+    name: OsString,
+    /// A provided file's contents.
+    contents: Option<Arc<[u8]>>,
 }
 
 impl Points {
@@ -65,33 +77,73 @@ impl Points {
         if self.lookup(parent, name).is_some() {
             return Err(Refused::Exists);
         }
-        let p = Point {
+        Ok(self.push(parent, name, kind, None))
+    }
+
+    /// A file with `contents` at `name` in the image directory `parent`, in place of whatever
+    /// the image has there; made before the set-up, so sealing does not apply. Refused where a
+    /// point of that name was made already.
+    pub fn provide(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        contents: Arc<[u8]>,
+    ) -> Result<Point, Refused> {
+        if self.lookup(parent, name).is_some() {
+            return Err(Refused::Exists);
+        }
+        Ok(self.push(parent, name, PointKind::File, Some(contents)))
+    }
+
+    fn push(
+        &mut self,
+        parent: u64,
+        name: &OsStr,
+        kind: PointKind,
+        contents: Option<Arc<[u8]>>,
+    ) -> Point {
+        let point = Point {
             ino: FIRST + self.entries.len() as u64,
             parent,
             kind,
+            size: contents.as_ref().map_or(0, |c| c.len() as u64),
         };
-        self.entries.push((p, name.to_owned()));
-        Ok(p)
+        self.entries.push(Entry {
+            point,
+            name: name.to_owned(),
+            contents,
+        });
+        point
+    }
+
+    fn entry(&self, ino: u64) -> Option<&Entry> {
+        let i = usize::try_from(ino.checked_sub(FIRST)?).ok()?;
+        self.entries.get(i)
     }
 
     pub fn get(&self, ino: u64) -> Option<Point> {
-        let i = usize::try_from(ino.checked_sub(FIRST)?).ok()?;
-        self.entries.get(i).map(|(p, _)| *p)
+        self.entry(ino).map(|e| e.point)
+    }
+
+    /// A provided file's contents (empty for a mount point).
+    pub fn contents(&self, ino: u64) -> Option<Arc<[u8]>> {
+        self.entry(ino)?.contents.clone()
     }
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Option<Point> {
         self.entries
             .iter()
-            .find(|(p, n)| p.parent == parent && n == name)
-            .map(|(p, _)| *p)
+            .find(|e| e.point.parent == parent && e.name == name)
+            .map(|e| e.point)
     }
 
-    /// The points in `dir`, in the order they were made (listed after the image's entries).
+    /// The points in `dir`, in the order they were made (listed after the image's entries, or
+    /// in the place of the image's entry a provided file replaces).
     pub fn children(&self, dir: u64) -> impl Iterator<Item = (Point, &OsStr)> {
         self.entries
             .iter()
-            .filter(move |(p, _)| p.parent == dir)
-            .map(|(p, n)| (*p, n.as_os_str()))
+            .filter(move |e| e.point.parent == dir)
+            .map(|e| (e.point, e.name.as_os_str()))
     }
 
     /// The root is built: refuse every new point from now on.
@@ -126,6 +178,35 @@ mod tests {
             vec![(home.ino, name("home")), (hosts.ino, name("hosts"))]
         );
         assert_eq!(t.children(user.ino).count(), 0);
+    }
+
+    #[test]
+    fn provided_files_hold_their_contents() {
+        let mut t = Points::default();
+        let hosts = t
+            .provide(5, name("hosts"), Arc::from(&b"127.0.0.1 h\n"[..]))
+            .unwrap();
+        let mp = t.add(5, name("mnt"), PointKind::Dir).unwrap();
+        assert_eq!((hosts.kind, hosts.size, mp.size), (PointKind::File, 12, 0));
+        assert_eq!(
+            t.contents(hosts.ino).as_deref(),
+            Some(&b"127.0.0.1 h\n"[..])
+        );
+        assert_eq!(t.contents(mp.ino), None);
+        assert_eq!(t.lookup(5, name("hosts")), Some(hosts));
+        // Once per name, before or after sealing; a mount point cannot take its place either.
+        assert_eq!(
+            t.provide(5, name("hosts"), Arc::from(&b""[..])),
+            Err(Refused::Exists)
+        );
+        assert_eq!(
+            t.add(5, name("hosts"), PointKind::File),
+            Err(Refused::Exists)
+        );
+        assert_eq!(
+            t.add(hosts.ino, name("x"), PointKind::Dir),
+            Err(Refused::NotDir)
+        );
     }
 
     #[test]

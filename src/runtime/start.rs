@@ -12,7 +12,7 @@ use super::launch::{self, HoldState, LaunchError, Lower, Serve, Warm};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
-use super::{extract, fuse, sys, warm};
+use super::{extract, fuse, provide, sys, warm};
 use crate::exit;
 use crate::image::cache::cache_root;
 use crate::image::meta::MetaError;
@@ -207,8 +207,14 @@ impl Image {
                 let warm = warm
                     .filter(|_| warm::workers(cpus).is_some())
                     .map(|cmd| warm_command(&archive, plan, cmd, cpus, keep.clone()));
+                // What the server provides in place of mounts; not with an overlay on top.
+                let provided = match plan.writable {
+                    true => Vec::new(),
+                    false => provide::provided(&archive, &plan.mounts, provide::read_host_file),
+                };
+                let skip = provided.iter().map(|p| p.mount).collect();
                 let serve: Serve = Box::new(move |fd| {
-                    let server = fuse::serve(archive.clone(), fd, cpus, owner);
+                    let server = fuse::serve(archive.clone(), fd, cpus, owner, provided);
                     server
                         .map(|server| {
                             Box::new(Serving {
@@ -223,6 +229,7 @@ impl Image {
                     image: path,
                     warm,
                     serve,
+                    provided: skip,
                 })
             }
             Err(e) => {
