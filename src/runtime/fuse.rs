@@ -651,6 +651,13 @@ impl Filesystem for SquashFs {
         if offset == 0 {
             self.scan_read(ino);
         }
+        // A read within one block (a readahead window, a small file) is answered from the block
+        // itself: no copy (128 KiB, from a kept block's mapping) before the kernel's own.
+        match self.ar.bytes_in_block(&i, offset, size as usize) {
+            Ok(Some((block, range))) => return reply.data(&block[range]),
+            Ok(None) => {}
+            Err(e) => return reply.error(self.errno(e)),
+        }
         let want = (size as u64).min(i.size.saturating_sub(offset)) as usize;
         // A buffer per thread, reused: fresh ones cost page faults on every read.
         READ_BUF.with(|b| {

@@ -190,6 +190,15 @@ enum Claim<'a> {
     Taken,
 }
 
+/// A data block and the range of it a read wants (`Archive::bytes_in_block`).
+pub type BlockBytes = (Arc<Block>, std::ops::Range<usize>);
+
+/// Where a file's bytes are: a hole (zeros), or a data block from this offset in it.
+enum Piece {
+    Hole,
+    Data(Arc<Block>, usize),
+}
+
 /// Takes a load off the loading set and wakes its waiters, however it ended (a waiter finding no
 /// block in the cache then loads it itself, and meets the error on its own).
 struct Loading<'a>(&'a Caches, u64, Load);
@@ -846,57 +855,97 @@ impl Archive {
     /// Read file data at `offset` into `buf`; returns the byte count (0 at end of file).
     /// Reads up to the end of `buf` or the end of the file, whichever comes first.
     pub fn read_at(&self, ino: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize, SqfsError> {
-        let Body::File(f) = &ino.body else {
-            return Err(SqfsError::NotAFile {
-                path: self.path.clone(),
-                inner: format!("inode {:#x}", ino.r),
-            });
-        };
+        let f = self.file_body(ino)?;
         if offset >= ino.size {
             return Ok(0);
         }
         let end = ino.size.min(offset + buf.len() as u64);
-        let bs = self.sb.block_size as u64;
         let mut pos = offset;
         while pos < end {
-            let idx = pos / bs;
-            let in_block = (pos % bs) as usize;
-            let block_len = (ino.size - idx * bs).min(bs) as usize;
-            let n = ((end - pos) as usize).min(block_len - in_block);
+            let (piece, n) = self.piece(ino, f, pos, end)?;
             let dst = &mut buf[(pos - offset) as usize..][..n];
-            if let Some(&w) = f.block_words.get(idx as usize) {
-                let word = BlockWord::decode(w);
-                if word.is_sparse() {
-                    dst.fill(0);
-                } else {
-                    let data = self.data_block(ino.block_pos[idx as usize], word)?;
-                    if data.len() != block_len {
-                        return Err(self.corrupt(format!(
-                            "block {idx} of inode {:#x} is {} bytes, expected {block_len}",
-                            ino.r,
-                            data.len()
-                        )));
-                    }
-                    dst.copy_from_slice(&data[in_block..in_block + n]);
-                }
-            } else if let (Some((frag, frag_off)), true) =
-                (f.fragment, idx as usize == f.block_words.len())
-            {
-                let (start, word) = self.fragment(frag)?;
-                let data = self.data_block(start, word)?;
-                let from = frag_off as usize + in_block;
-                let Some(src) = data.get(from..from + n) else {
-                    return Err(
-                        self.corrupt(format!("fragment {frag} too short for inode {:#x}", ino.r))
-                    );
-                };
-                dst.copy_from_slice(src);
-            } else {
-                return Err(self.corrupt(format!("inode {:#x} has no block {idx}", ino.r)));
+            match piece {
+                Piece::Hole => dst.fill(0),
+                Piece::Data(b, from) => dst.copy_from_slice(&b[from..from + n]),
             }
             pos += n as u64;
         }
         Ok((end - offset) as usize)
+    }
+
+    /// The block holding all the file's bytes from `offset` up to `len` of them (fewer at its
+    /// end), and where they start in it: a read within one block is answered from the block
+    /// itself, not from a copy. None when they span blocks, are a hole, or lie past the end.
+    pub fn bytes_in_block(
+        &self,
+        ino: &Inode,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<BlockBytes>, SqfsError> {
+        let f = self.file_body(ino)?;
+        let end = ino.size.min(offset.saturating_add(len as u64));
+        if offset >= end {
+            return Ok(None);
+        }
+        Ok(match self.piece(ino, f, offset, end)? {
+            (Piece::Data(b, from), n) if n as u64 == end - offset => Some((b, from..from + n)),
+            _ => None,
+        })
+    }
+
+    fn file_body<'a>(&self, ino: &'a Inode) -> Result<&'a format::FileLoc, SqfsError> {
+        match &ino.body {
+            Body::File(f) => Ok(f),
+            _ => Err(SqfsError::NotAFile {
+                path: self.path.clone(),
+                inner: format!("inode {:#x}", ino.r),
+            }),
+        }
+    }
+
+    /// What holds the file's bytes from `pos` (before `end`, the end of the read) to the end of
+    /// their block, and how many of them the read takes.
+    fn piece(
+        &self,
+        ino: &Inode,
+        f: &format::FileLoc,
+        pos: u64,
+        end: u64,
+    ) -> Result<(Piece, usize), SqfsError> {
+        let bs = self.sb.block_size as u64;
+        let idx = pos / bs;
+        let in_block = (pos % bs) as usize;
+        let block_len = (ino.size - idx * bs).min(bs) as usize;
+        let n = ((end - pos) as usize).min(block_len - in_block);
+        if let Some(&w) = f.block_words.get(idx as usize) {
+            let word = BlockWord::decode(w);
+            if word.is_sparse() {
+                return Ok((Piece::Hole, n));
+            }
+            let data = self.data_block(ino.block_pos[idx as usize], word)?;
+            if data.len() != block_len {
+                return Err(self.corrupt(format!(
+                    "block {idx} of inode {:#x} is {} bytes, expected {block_len}",
+                    ino.r,
+                    data.len()
+                )));
+            }
+            Ok((Piece::Data(data, in_block), n))
+        } else if let (Some((frag, frag_off)), true) =
+            (f.fragment, idx as usize == f.block_words.len())
+        {
+            let (start, word) = self.fragment(frag)?;
+            let data = self.data_block(start, word)?;
+            let from = frag_off as usize + in_block;
+            if data.len() < from + n {
+                return Err(
+                    self.corrupt(format!("fragment {frag} too short for inode {:#x}", ino.r))
+                );
+            }
+            Ok((Piece::Data(data, from), n))
+        } else {
+            Err(self.corrupt(format!("inode {:#x} has no block {idx}", ino.r)))
+        }
     }
 
     /// How many data blocks a file's contents take, its tail fragment counted as one.
@@ -1081,6 +1130,29 @@ mod tests {
         assert!(st.success());
         let ar = Archive::open(&img).unwrap();
         (dir, ar, data)
+    }
+
+    /// A read within one block gets the block itself; one across blocks, or past the end, not.
+    #[test]
+    fn bytes_in_one_block() {
+        let (_dir, ar, data) = image_of_f();
+        let f = ar.lookup("/f", false).unwrap().unwrap();
+        let cases: [(u64, usize, Option<std::ops::Range<usize>>); 6] = [
+            (0, 131_072, Some(0..131_072)),
+            (100, 1000, Some(100..1100)),
+            (131_072, 131_072, Some(0..131_072)),
+            (131_000, 1000, None),
+            (299_990, 100, Some(37_846..37_856)),
+            (300_000, 10, None),
+        ];
+        for (offset, len, want) in cases {
+            let got = ar.bytes_in_block(&f, offset, len).unwrap();
+            assert_eq!(got.as_ref().map(|g| g.1.clone()), want, "{offset}+{len}");
+            if let Some((b, r)) = got {
+                let n = r.len();
+                assert_eq!(&b[r], &data[offset as usize..offset as usize + n]);
+            }
+        }
     }
 
     /// The blocks one start decompressed serve the next from the kept file, data and metadata
