@@ -9,6 +9,7 @@ pub mod plan;
 pub mod points;
 pub mod prefetch;
 pub mod provide;
+pub mod resolve;
 pub mod start;
 pub mod step_aside;
 pub mod sys;

@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::plan::{normalize, Mount, MountSource};
-use crate::image::sqfs::{Archive, Kind};
+use super::resolve::{found_in, Found};
+use crate::image::sqfs::Archive;
 
 /// A file the image server provides: the plan's mount number `mount`, as `name` in the image's
 /// directory `dir`.
@@ -29,16 +30,6 @@ pub struct Provided {
     pub dir: PathBuf,
     pub name: OsString,
     pub contents: Arc<[u8]>,
-}
-
-/// What the image has at a path, its last component not followed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
-    Missing,
-    Dir,
-    File,
-    Symlink(PathBuf),
-    Other,
 }
 
 /// Symlinks followed at most from a destination to the file a mount would land on.
@@ -72,26 +63,6 @@ pub fn resolve(
         }
     }
     None
-}
-
-/// What `ar` has at `p`.
-fn found_in(ar: &Archive, p: &Path) -> Found {
-    use std::os::unix::ffi::OsStrExt;
-    let Some(s) = p.to_str() else {
-        return Found::Other;
-    };
-    match ar.lookup(s, false) {
-        Ok(None) => Found::Missing,
-        Ok(Some(i)) => match i.kind {
-            Kind::Dir => Found::Dir,
-            Kind::File => Found::File,
-            Kind::Symlink => Found::Symlink(PathBuf::from(std::ffi::OsStr::from_bytes(
-                i.symlink_target().unwrap_or_default(),
-            ))),
-            _ => Found::Other,
-        },
-        Err(_) => Found::Other,
-    }
 }
 
 /// The mounts of `mounts` the image server provides instead, with their contents: read-only

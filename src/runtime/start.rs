@@ -12,7 +12,7 @@ use super::launch::{self, HoldState, LaunchError, Lower, Serve, Warm};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
-use super::{extract, fuse, provide, sys, warm};
+use super::{extract, fuse, provide, resolve, sys, warm};
 use crate::exit;
 use crate::image::cache::cache_root;
 use crate::image::meta::MetaError;
@@ -213,6 +213,7 @@ impl Image {
                     false => provide::provided(&archive, &plan.mounts, provide::read_host_file),
                 };
                 let skip = provided.iter().map(|p| p.mount).collect();
+                let absent = absent_candidates(&archive, plan);
                 let serve: Serve = Box::new(move |fd| {
                     let server = fuse::serve(archive.clone(), fd, cpus, owner, provided);
                     server
@@ -230,6 +231,7 @@ impl Image {
                     warm,
                     serve,
                     provided: skip,
+                    absent,
                 })
             }
             Err(e) => {
@@ -274,6 +276,21 @@ impl ImageFacts {
         use crate::image::cache::{short_hash, FactsDir};
         FactsDir::open(root, uid)?.file("image-facts", &format!("{}.json", short_hash(file_key)))
     }
+}
+
+/// The command's PATH candidates that cannot exist in the container (runtime/resolve.rs).
+fn absent_candidates(archive: &Archive, plan: &plan::Plan) -> Vec<PathBuf> {
+    let Some(name) = plan.argv.first() else {
+        return Vec::new();
+    };
+    let dsts: Vec<&Path> = plan.mounts.iter().map(|m| m.dst.as_path()).collect();
+    let found = |p: &Path| resolve::found_in(archive, p);
+    let path_dirs = super::env::path_dirs(&plan.env);
+    super::env::command_candidates(name, &path_dirs)
+        .into_iter()
+        .filter(|c| c.is_absolute() && *c == plan::normalize(c))
+        .filter(|c| resolve::absent(c, &dsts, &found))
+        .collect()
 }
 
 /// The image server of a start, which keeps the blocks the start decompressed for the next one
