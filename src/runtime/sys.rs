@@ -526,6 +526,10 @@ pub fn process_start() {
         // must clear: 9 ms before the server's first reply, in one `exec true` in eight on the
         // 2-vCPU VM (benches/README.md, stop 17). Mapped afresh it comes zeroed by the kernel.
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        // Fixing it also fixes the trim threshold at its 128 KiB default, where the dynamic
+        // rule would have moved it to twice the mmap threshold: keep that, so a thread's
+        // arena is not shrunk and faulted in again at every free of a block-sized buffer.
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD);
     }
 }
 
