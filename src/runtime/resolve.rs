@@ -6,9 +6,14 @@
 //! anything below it, and every directory on the way is the image's own (a symlinked directory
 //! could lead into a mount).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use super::plan::normalize;
 use crate::image::sqfs::{Archive, Kind};
+
+/// Symlinks followed at most from a destination to the file a mount would land on.
+const MAX_LINKS: usize = 8;
 
 /// What the image has at a path, its last component not followed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +45,34 @@ pub fn found_in(ar: &Archive, p: &Path) -> Found {
     }
 }
 
+/// Where a mount at `dst` lands in the image when the image alone decides it: the directory and
+/// name of a regular file, or of a name the directory lacks, after the image's symlinks at the
+/// last component. None when the way passes through anything else (a missing directory, a
+/// symlinked directory, a directory or device at the end) or through `covered`, the
+/// destinations of the mounts made before this one.
+pub fn landing(
+    dst: &Path,
+    covered: &[&Path],
+    found: &impl Fn(&Path) -> Found,
+) -> Option<(PathBuf, OsString)> {
+    let mut path = normalize(dst);
+    for _ in 0..=MAX_LINKS {
+        if covered.iter().any(|c| path.starts_with(c)) {
+            return None;
+        }
+        let (dir, name) = (path.parent()?.to_path_buf(), path.file_name()?.to_owned());
+        if !dir.ancestors().all(|a| found(a) == Found::Dir) {
+            return None;
+        }
+        match found(&path) {
+            Found::Missing | Found::File => return Some((dir, name)),
+            Found::Symlink(target) => path = normalize(&dir.join(target)),
+            Found::Dir | Found::Other => return None,
+        }
+    }
+    None
+}
+
 /// Whether `path` (absolute and normal) cannot exist in the container: no mount in `mounts`
 /// (their destinations) is at, above or below it, and the image lacks it or a directory on the
 /// way, every one before that being a real directory of the image's.
@@ -67,17 +100,37 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// A small image: /etc (with passwd, a symlinked localtime, a dangling resolv.conf), the
+    /// zoneinfo it points into, /usr/bin, a symlinked directory and a device.
     fn image() -> impl Fn(&Path) -> Found {
         let t: HashMap<&str, Found> = [
             ("/", Found::Dir),
+            ("/etc", Found::Dir),
+            ("/etc/passwd", Found::File),
+            (
+                "/etc/localtime",
+                Found::Symlink("../usr/share/zoneinfo/UTC".into()),
+            ),
+            (
+                "/etc/resolv.conf",
+                Found::Symlink("/run/resolv.conf".into()),
+            ),
+            ("/etc/loop", Found::Symlink("loop".into())),
+            ("/etc/abs", Found::Symlink("/etc/passwd".into())),
+            ("/etc/dir", Found::Dir),
+            ("/dev", Found::Dir),
+            ("/dev/null", Found::Other),
             ("/usr", Found::Dir),
             ("/usr/bin", Found::Dir),
             ("/usr/bin/true", Found::File),
             ("/usr/local", Found::Dir),
             ("/usr/local/bin", Found::Dir),
+            ("/usr/share", Found::Dir),
+            ("/usr/share/zoneinfo", Found::Dir),
+            ("/usr/share/zoneinfo/UTC", Found::File),
             ("/bin", Found::Symlink("usr/bin".into())),
-            ("/dev", Found::Dir),
-            ("/dev/null", Found::Other),
+            ("/lib", Found::Symlink("usr/lib".into())),
+            ("/usr/lib", Found::Dir),
         ]
         .into_iter()
         .collect();
@@ -110,6 +163,42 @@ mod tests {
                 absent(Path::new(path), &mounts, &found),
                 want,
                 "{path} {mounts:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn where_a_mount_lands_when_the_image_alone_decides() {
+        type Landing = Option<(PathBuf, OsString)>;
+        let at = |d: &str, n: &str| Some((PathBuf::from(d), OsString::from(n)));
+        let cases: Vec<(&str, Vec<&str>, Landing)> = vec![
+            ("/etc/passwd", vec![], at("/etc", "passwd")),
+            ("/etc/hosts", vec![], at("/etc", "hosts")),
+            ("/etc/localtime", vec![], at("/usr/share/zoneinfo", "UTC")),
+            ("/etc/abs", vec![], at("/etc", "passwd")),
+            ("/etc/./x/../group", vec![], at("/etc", "group")),
+            ("/etc/resolv.conf", vec![], None),
+            ("/etc/loop", vec![], None),
+            ("/etc/dir", vec![], None),
+            ("/dev/null", vec![], None),
+            ("/lib/libfoo.so", vec![], None),
+            ("/opt/missing/file", vec![], None),
+            ("/etc/passwd", vec!["/etc"], None),
+            ("/etc/localtime", vec!["/usr/share"], None),
+            ("/etc/localtime", vec!["/usr/share/zoneinfo/UTC"], None),
+            (
+                "/etc/passwd",
+                vec!["/tmp", "/etc/hosts", "/etcetera"],
+                at("/etc", "passwd"),
+            ),
+        ];
+        let found = image();
+        for (dst, covered, want) in cases {
+            let covered: Vec<&Path> = covered.iter().map(Path::new).collect();
+            assert_eq!(
+                landing(Path::new(dst), &covered, &found),
+                want,
+                "{dst} {covered:?}"
             );
         }
     }
