@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use super::env::{parse_env_file, EnvError};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::launch::{self, HoldState, LaunchError, Lower, Serve, Warm};
@@ -204,9 +205,10 @@ impl Image {
             Ok(_) => {
                 // The CPUs gpurun may use (its affinity and cgroup quota).
                 let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let kept = Arc::new(AtomicBool::new(false));
                 let warm = warm
                     .filter(|_| warm::workers(cpus).is_some())
-                    .map(|cmd| warm_command(&archive, plan, cmd, cpus, keep.clone()));
+                    .map(|cmd| warm_command(&archive, plan, cmd, cpus, keep.clone(), kept.clone()));
                 // What the server provides in place of mounts; not with an overlay on top.
                 let provided = match plan.writable {
                     true => Vec::new(),
@@ -222,6 +224,7 @@ impl Image {
                                 server,
                                 archive,
                                 keep,
+                                kept,
                             }) as Box<dyn launch::Served>
                         })
                         .map_err(|e| e.to_string())
@@ -299,6 +302,8 @@ struct Serving {
     server: fuse::Server,
     archive: Arc<Archive>,
     keep: Option<(PathBuf, String)>,
+    /// The warming wrote the kept blocks.
+    kept: Arc<AtomicBool>,
 }
 
 impl launch::Served for Serving {
@@ -307,8 +312,10 @@ impl launch::Served for Serving {
     }
 
     fn finish(&self) {
-        if let Some((file, id)) = &self.keep {
-            let _ = self.archive.keep_blocks(file, id);
+        let Some((file, id)) = &self.keep else { return };
+        let wrote = self.archive.keep_blocks(file, id).is_ok_and(|w| w);
+        if let (true, Some(dir)) = (wrote || self.kept.load(Relaxed), file.parent()) {
+            crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
         }
     }
 }
@@ -341,6 +348,7 @@ fn warm_command(
     cmd: String,
     cpus: usize,
     keep: Option<(PathBuf, String)>,
+    kept: Arc<AtomicBool>,
 ) -> Warm {
     let (ar, cwd) = (archive.clone(), plan.cwd.clone());
     let path_dirs = super::env::path_dirs(&plan.env);
@@ -352,10 +360,18 @@ fn warm_command(
         // Written while the command runs, at the warming's priority; a write cut short by
         // gpurun's exit leaves nothing (`write_whole`), and the next start tries again.
         if let Some((file, id)) = keep {
-            let _ = ar.keep_blocks(&file, &id);
+            if ar.keep_blocks(&file, &id).is_ok_and(|w| w) {
+                kept.store(true, Relaxed);
+            }
         }
     })
 }
+
+/// Image files' kept blocks at most (a file is 32 MiB at most, most are a few MiB). Each image
+/// file has its own, and images are replaced and removed: `Serving::finish` bounds them all
+/// (`prune`) after a start that wrote one.
+const KEPT_FILES: usize = 32;
+const KEPT_BYTES: u64 = 512 << 20;
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
 pub fn host_env() -> Vec<(String, String)> {
