@@ -10,7 +10,7 @@
 //!   locks/HEX.lock            flock(2) held while one process downloads HEX or builds image HEX
 //!   images/HEX.sqsh           image built from the manifest with digest sha256:HEX
 //!   rootfs/…                  the runtime's extraction fallback (not managed here)
-//!   image-blocks/HASH.blocks  an image's data blocks kept decompressed between starts
+//!   image-blocks/HASH.blocks  an image's blocks kept decompressed between starts
 //!                             (image/sqfs/kept.rs)
 //!   image-facts/, driver-libs/, gpu-proc/, nvml/   facts kept between starts (`FactsDir`)
 
@@ -175,31 +175,45 @@ pub fn write_atomically(file: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Write `file` whole or not at all, by `write`. The new contents go to an unnamed file first
 /// (O_TMPFILE), named only once whole, so a writer that fails or is killed midway (a start's
-/// kept blocks are written while its command runs: image/sqfs/kept.rs) leaves nothing behind.
-/// Where the file system has no unnamed files, a named temporary file, removed on failure.
-pub fn write_whole(file: &Path, write: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
+/// kept blocks are written while its command runs: image/sqfs/kept.rs) leaves no partial file.
+/// A replacement is linked under a temporary name and renamed over the old file: a kill in that
+/// instant leaves the temporary name (`prune` removes old ones). Where there are no unnamed
+/// files, or they cannot be named (no usable /proc/self/fd), a temporary file of this process's
+/// own, made new (never one left by another writer), removed on failure.
+pub fn write_whole(file: &Path, write: impl Fn(&mut File) -> io::Result<()>) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let name = file.file_name().unwrap_or_default().to_string_lossy();
     let tmp = file.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let renamed = || {
+        fs::rename(&tmp, file).inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })
+    };
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
     let unnamed = OpenOptions::new()
         .write(true)
         .mode(0o600)
         .custom_flags(libc::O_TMPFILE)
         .open(dir.unwrap_or(Path::new(".")));
-    let done = match unnamed {
-        Ok(mut f) => {
-            write(&mut f)?;
-            // Named at once where there is no file yet; else under a temporary name, renamed
-            // over the old one.
-            match link_unnamed(&f, file) {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => link_unnamed(&f, &tmp),
-                done => return done,
+    if let Ok(mut f) = unnamed {
+        write(&mut f)?;
+        // Named at once where there is no file yet.
+        let named = match link_unnamed(&f, file) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                link_unnamed(&f, &tmp).and_then(|_| renamed())
             }
+            named => named,
+        };
+        if named.is_ok() {
+            return Ok(());
         }
-        Err(_) => File::create(&tmp).and_then(|mut f| write(&mut f)),
-    };
-    done.and_then(|_| fs::rename(&tmp, file)).inspect_err(|_| {
+    }
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    write(&mut f).and_then(|_| renamed()).inspect_err(|_| {
         let _ = fs::remove_file(&tmp);
     })
 }
