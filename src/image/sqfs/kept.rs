@@ -32,6 +32,9 @@ const ENTRY: usize = 32;
 /// A file keeps at most this much block data: the warming's budget (runtime/warm.rs) twice over,
 /// for an image started with more than one command.
 pub const MAX_BYTES: usize = 32 << 20;
+/// A start notes at most this much of what it decompresses (the warming's budget,
+/// runtime/warm.rs): its start-up, not the job's own reads.
+pub const RECORD_BYTES: usize = 16 << 20;
 /// Larger files are not mapped: `MAX_BYTES` and an index of the smallest blocks (4 KiB) fit.
 const MAX_FILE: usize = MAX_BYTES * 2;
 

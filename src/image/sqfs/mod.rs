@@ -190,6 +190,9 @@ enum Claim<'a> {
     Taken,
 }
 
+/// Blocks decompressed while recording (image offset, whether metadata), and their bytes.
+type Recorded = (Vec<(u64, bool)>, usize);
+
 /// A data block and the range of it a read wants (`Archive::bytes_in_block`).
 pub type BlockBytes = (Arc<Block>, std::ops::Range<usize>);
 
@@ -245,8 +248,8 @@ pub struct Archive {
     /// Blocks kept decompressed by earlier starts (kept.rs): served instead of decompressed.
     kept: OnceLock<Arc<Kept>>,
     /// Image offsets of the blocks decompressed since `record_blocks` (and whether each is a
-    /// metadata block), while it records.
-    recorded: Mutex<Option<Vec<(u64, bool)>>>,
+    /// metadata block), and their bytes in all, while it records.
+    recorded: Mutex<Option<Recorded>>,
 }
 
 fn cache<K: std::hash::Hash + Eq, V>(n: usize) -> Mutex<LruCache<K, V>> {
@@ -476,7 +479,7 @@ impl Archive {
             next: pos + 2 + len as u64,
         });
         lock(&self.caches.meta).put(pos, b.clone());
-        self.record(pos, true);
+        self.record(pos, true, b.data.len());
         Ok(b)
     }
 
@@ -699,8 +702,8 @@ impl Archive {
         }
     }
 
-    /// Serve the data blocks kept in `file` for `id` by earlier starts (kept.rs), when it holds
-    /// any for this image.
+    /// Serve the blocks, data and metadata, kept in `file` for `id` by earlier starts (kept.rs),
+    /// when it holds any for this image.
     pub fn use_kept(&self, file: &Path, id: &str) {
         if let Some(k) = Kept::open(file, id, self.sb.block_size as usize) {
             let _ = self.kept.set(Arc::new(k));
@@ -709,14 +712,17 @@ impl Archive {
 
     /// Note from now on which blocks, data and metadata, are decompressed, for `keep_blocks`.
     pub fn record_blocks(&self) {
-        *lock(&self.recorded) = Some(Vec::new());
+        *lock(&self.recorded) = Some((Vec::new(), 0));
     }
 
-    /// Note a decompressed block while recording, up to a kept file's worth of metadata blocks.
-    fn record(&self, pos: u64, meta: bool) {
+    /// Note a decompressed block of `len` bytes while recording, up to `kept::RECORD_BYTES` in
+    /// all: without the warming (one CPU) recording goes on until the container ends, and a
+    /// job's own reads are not what the next start needs.
+    fn record(&self, pos: u64, meta: bool, len: usize) {
         if let Some(r) = lock(&self.recorded).as_mut() {
-            if r.len() < kept::MAX_BYTES / format::METADATA_SIZE {
-                r.push((pos, meta));
+            if r.1 + len <= kept::RECORD_BYTES && len > 0 {
+                r.1 += len;
+                r.0.push((pos, meta));
             }
         }
     }
@@ -725,7 +731,7 @@ impl Archive {
     /// with those kept already (`kept::merge`), and stop noting them. Ok(false) when there was
     /// nothing new to keep.
     pub fn keep_blocks(&self, file: &Path, id: &str) -> std::io::Result<bool> {
-        let Some(recorded) = lock(&self.recorded).take() else {
+        let Some((recorded, _)) = lock(&self.recorded).take() else {
             return Ok(false);
         };
         let cached = |meta: bool| -> Vec<_> {
@@ -743,16 +749,17 @@ impl Archive {
                 .filter_map(|p| Some((p, c.peek(&p)?.clone())))
                 .collect()
         };
-        let new: Vec<KeptBlock> = (data.iter())
+        // Metadata first: a start's lookups need it whatever the command reads.
+        let new: Vec<KeptBlock> = (meta.iter())
             .map(|(pos, b)| KeptBlock {
-                pos: *pos,
-                meta_next: None,
-                data: b,
-            })
-            .chain(meta.iter().map(|(pos, b)| KeptBlock {
                 pos: *pos,
                 meta_next: Some(b.next),
                 data: &b.data,
+            })
+            .chain(data.iter().map(|(pos, b)| KeptBlock {
+                pos: *pos,
+                meta_next: None,
+                data: b,
             }))
             .collect();
         let old = self.kept.get().into_iter().flat_map(|k| k.blocks());
@@ -830,7 +837,7 @@ impl Archive {
         }
         .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?;
         let b = Arc::new(data);
-        self.record(pos, false);
+        self.record(pos, false, b.len());
         // An evicted block is freed after the lock is released: its slot goes back to the
         // region's free list (which takes that lock), a block outside it can be a munmap.
         let evicted = lock(&self.caches.data).push(pos, b.clone());
@@ -1178,7 +1185,7 @@ mod tests {
         assert!(next.kept.get().is_some(), "the kept file was not taken");
         assert_eq!(read(&next), data);
         let decompressed = lock(&next.recorded).clone().unwrap();
-        assert_eq!(decompressed, [], "kept blocks were decompressed");
+        assert_eq!(decompressed, (vec![], 0), "kept blocks were decompressed");
         assert!(!next.keep_blocks(&kept, "id:1").unwrap());
 
         let other = Archive::open(&img).unwrap();
