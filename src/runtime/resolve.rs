@@ -6,8 +6,9 @@
 //! anything below it, and every directory on the way is the image's own (a symlinked directory
 //! could lead into a mount).
 
+use std::collections::HashSet;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use super::plan::normalize;
 use crate::image::sqfs::{Archive, Kind};
@@ -66,11 +67,71 @@ pub fn landing(
         }
         match found(&path) {
             Found::Missing | Found::File => return Some((dir, name)),
-            Found::Symlink(target) => path = normalize(&dir.join(target)),
+            Found::Symlink(target) => path = follow(&dir, &target, found)?,
             Found::Dir | Found::Other => return None,
         }
     }
     None
+}
+
+/// `target`, a symlink's in the image directory `dir`, as a path in the image. A component
+/// with more after it must be a real directory: the kernel takes `..` after the directory it
+/// resolved, so behind a symlinked one a textual `..` would go elsewhere.
+fn follow(dir: &Path, target: &Path, found: &impl Fn(&Path) -> Found) -> Option<PathBuf> {
+    let mut out = if target.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        dir.to_path_buf()
+    };
+    let parts: Vec<Component> = target.components().collect();
+    for (i, c) in parts.iter().enumerate() {
+        match c {
+            Component::Normal(n) => {
+                out.push(n);
+                if i + 1 < parts.len() && found(&out) != Found::Dir {
+                    return None;
+                }
+            }
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// Whether a mount at one of `dsts` could land where its path does not say: the path, or a
+/// directory on the way, is a symlink (or anything but a directory) in the image. Directories
+/// the image lacks are made as they are named. Then neither `landing` nor `absent` may judge by
+/// the paths alone.
+pub fn crosses_symlink(dsts: &[&Path], found: &impl Fn(&Path) -> Found) -> bool {
+    let (mut dirs, mut missing) = (HashSet::new(), HashSet::new());
+    for d in dsts {
+        let d = normalize(d);
+        let mut ancestors: Vec<&Path> = d.ancestors().collect();
+        ancestors.reverse();
+        for a in ancestors {
+            if dirs.contains(a) {
+                continue;
+            }
+            if missing.contains(a) {
+                break;
+            }
+            match found(a) {
+                Found::Dir => {
+                    dirs.insert(a.to_path_buf());
+                }
+                Found::Missing => {
+                    missing.insert(a.to_path_buf());
+                    break;
+                }
+                Found::File if a == d => break,
+                _ => return true,
+            }
+        }
+    }
+    false
 }
 
 /// Whether `path` (absolute and normal) cannot exist in the container: no mount in `mounts`
@@ -117,6 +178,9 @@ mod tests {
             ),
             ("/etc/loop", Found::Symlink("loop".into())),
             ("/etc/abs", Found::Symlink("/etc/passwd".into())),
+            ("/etc/updown", Found::Symlink("dir/../passwd".into())),
+            ("/etc/behind", Found::Symlink("link/../hosts".into())),
+            ("/etc/link", Found::Symlink("/opt".into())),
             ("/etc/dir", Found::Dir),
             ("/dev", Found::Dir),
             ("/dev/null", Found::Other),
@@ -168,6 +232,27 @@ mod tests {
     }
 
     #[test]
+    fn mounts_that_cross_a_symlink() {
+        let cases: [(&[&str], bool); 7] = [
+            (&[], false),
+            (
+                &["/proc", "/dev/nvidia0", "/home/u/x", "/.gpurun/lib/a"],
+                false,
+            ),
+            (&["/etc/passwd", "/usr/bin/tool"], false),
+            (&["/bin/tool"], true),
+            (&["/etc/link/x"], true),
+            (&["/etc/localtime"], true),
+            (&["/dev/null/x"], true),
+        ];
+        let found = image();
+        for (dsts, want) in cases {
+            let dsts: Vec<&Path> = dsts.iter().map(Path::new).collect();
+            assert_eq!(crosses_symlink(&dsts, &found), want, "{dsts:?}");
+        }
+    }
+
+    #[test]
     fn where_a_mount_lands_when_the_image_alone_decides() {
         type Landing = Option<(PathBuf, OsString)>;
         let at = |d: &str, n: &str| Some((PathBuf::from(d), OsString::from(n)));
@@ -191,6 +276,8 @@ mod tests {
                 vec!["/tmp", "/etc/hosts", "/etcetera"],
                 at("/etc", "passwd"),
             ),
+            ("/etc/updown", vec![], at("/etc", "passwd")),
+            ("/etc/behind", vec![], None),
         ];
         let found = image();
         for (dst, covered, want) in cases {

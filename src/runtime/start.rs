@@ -209,13 +209,27 @@ impl Image {
                 let warm = warm
                     .filter(|_| warm::workers(cpus).is_some())
                     .map(|cmd| warm_command(&archive, plan, cmd, cpus, keep.clone(), kept.clone()));
-                // What the server provides in place of mounts; not with an overlay on top.
-                let provided = match plan.writable {
+                // What the server provides in place of mounts (not with an overlay on top), and
+                // the command's PATH candidates that cannot exist: both judged from the image's
+                // paths, so neither where a mount lands somewhere its path does not say.
+                let mut provided = match plan.writable {
                     true => Vec::new(),
                     false => provide::provided(&archive, &plan.mounts, provide::read_host_file),
                 };
+                let mounted: Vec<&Path> = (plan.mounts.iter().enumerate())
+                    .filter(|(i, _)| !provided.iter().any(|p| p.mount == *i))
+                    .map(|(_, m)| m.dst.as_path())
+                    .collect();
+                let found = |p: &Path| resolve::found_in(&archive, p);
+                let crossing = resolve::crosses_symlink(&mounted, &found);
+                let absent = match crossing {
+                    true => Vec::new(),
+                    false => absent_candidates(&archive, plan),
+                };
+                if crossing {
+                    provided.clear();
+                }
                 let skip = provided.iter().map(|p| p.mount).collect();
-                let absent = absent_candidates(&archive, plan);
                 let serve: Serve = Box::new(move |fd| {
                     let server = fuse::serve(archive.clone(), fd, cpus, owner, provided);
                     server
@@ -328,14 +342,19 @@ fn kept_key(archive: &Archive) -> Option<(String, String)> {
     Some((file_key, format!("{id}:{}:{}", b.version, b.commit)))
 }
 
-/// Where the data blocks of `archive` are kept decompressed between starts, and their id
+/// Where the blocks of `archive` are kept decompressed between starts, and their id
 /// (image/sqfs/kept.rs): one file per image in the user's cache, rewritten when it changes.
+/// Not on a network file system: the file is mapped, and a page of it that another node's
+/// rewrite or prune took away would be a SIGBUS in the image server, mid-job.
 fn kept_blocks(archive: &Archive) -> Option<(PathBuf, String)> {
     use crate::image::cache::{short_hash, FactsDir};
     let (file_key, id) = kept_key(archive)?;
     let uid = nix::unistd::getuid().as_raw();
     let name = format!("{}.blocks", short_hash(&file_key));
     let file = FactsDir::open(cache_root(), uid)?.file("image-blocks", &name)?;
+    if sys::on_network_fs(file.parent()?) {
+        return None;
+    }
     Some((file, id))
 }
 
