@@ -357,8 +357,14 @@ fn provided_files_take_the_place_of_the_images() {
             .collect();
         assert!(
             listed.contains(&m.ino()),
-            "the listing has the image's inode"
+            "the listing has the provided file's inode"
         );
+        // In the image's place in the stream: passwd after other, as mksquashfs sorted them.
+        let order: Vec<String> = std::fs::read_dir(&etc)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(order, ["other", "passwd", "hosts"]);
         let e = std::fs::OpenOptions::new()
             .write(true)
             .open(etc.join("passwd"));
