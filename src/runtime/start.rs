@@ -76,8 +76,8 @@ enum Image {
     Squashfs {
         path: PathBuf,
         archive: Arc<Archive>,
-        /// Where its blocks are kept between starts, and their id (`kept_blocks`).
-        keep: Option<(PathBuf, String)>,
+        /// What is kept of it between starts, where (`KeptFiles`).
+        kept: Option<KeptFiles>,
     },
 }
 
@@ -108,15 +108,15 @@ impl Image {
         })?;
         // Blocks kept by earlier starts serve this one, from its first lookup; the blocks this
         // one decompresses are noted for the next (image/sqfs/kept.rs).
-        let keep = kept_blocks(&archive);
-        if let Some((file, id)) = &keep {
-            archive.use_kept(file, id);
+        let kept = KeptFiles::of(&archive, cache_root(), nix::unistd::getuid().as_raw());
+        if let Some((file, id)) = kept.as_ref().and_then(KeptFiles::blocks) {
+            archive.use_kept(&file, &id);
             archive.record_blocks();
         }
         Ok(Image::Squashfs {
             path,
             archive: Arc::new(archive),
-            keep,
+            kept,
         })
     }
 
@@ -145,17 +145,13 @@ impl Image {
                 group: self.text("/etc/group"),
             })
         };
-        let Image::Squashfs { archive, .. } = self else {
-            return find(String::new()); // a directory can change at any time
-        };
-        let Some((file_key, id)) = kept_key(archive) else {
+        // A directory can change at any time.
+        let Image::Squashfs { kept: Some(k), .. } = self else {
             return find(String::new());
         };
-        let id = format!("{id}:{IMAGE_FACTS_FORMAT}");
-        let uid = nix::unistd::getuid().as_raw();
-        let file = ImageFacts::file(cache_root(), uid, &file_key);
+        let id = format!("{}:{IMAGE_FACTS_FORMAT}", k.id);
         crate::image::cache::kept(
-            file.as_deref(),
+            k.facts.as_deref(),
             |f: &ImageFacts| f.id == id,
             || find(id.clone()),
         )
@@ -197,8 +193,8 @@ impl Image {
             Image::Squashfs {
                 path,
                 archive,
-                keep,
-            } => (path, archive, keep),
+                kept,
+            } => (path, archive, kept.as_ref().and_then(KeptFiles::blocks)),
         };
         // A probe: the fd the server uses is opened later, inside the user namespace.
         match sys::open_fuse() {
@@ -286,12 +282,45 @@ struct ImageFacts {
 /// modified tree keeps its commit).
 const IMAGE_FACTS_FORMAT: u32 = 1;
 
-impl ImageFacts {
-    /// Where the facts of the image file `file_key` (its device and inode: one file per image,
-    /// rewritten when the image changes) are kept under `root` (`FactsDir`).
-    fn file(root: PathBuf, uid: u32, file_key: &str) -> Option<PathBuf> {
+/// What is kept of a squashfs image between starts, in the user's cache (`FactsDir`): its facts
+/// (`ImageFacts`) and its decompressed blocks (image/sqfs/kept.rs), one file of each per image
+/// file (its device and inode), rewritten when the image changes. Worked out once per start.
+struct KeptFiles {
+    /// Valid while the image file is the same (`Archive::identity`) and gpurun the same build.
+    id: String,
+    facts: Option<PathBuf>,
+    /// Not on a network file system: the file is mapped, and a page of it that another node's
+    /// rewrite or prune took away would be a SIGBUS in the image server, mid-job.
+    blocks: Option<PathBuf>,
+}
+
+impl KeptFiles {
+    fn of(archive: &Archive, root: PathBuf, uid: u32) -> Option<KeptFiles> {
+        let (file_key, id) = archive.identity().ok()?;
+        let b = &crate::version::BUILD;
+        KeptFiles::at(
+            root,
+            uid,
+            &file_key,
+            format!("{id}:{}:{}", b.version, b.commit),
+        )
+    }
+
+    fn at(root: PathBuf, uid: u32, file_key: &str, id: String) -> Option<KeptFiles> {
         use crate::image::cache::{short_hash, FactsDir};
-        FactsDir::open(root, uid)?.file("image-facts", &format!("{}.json", short_hash(file_key)))
+        let dir = FactsDir::open(root, uid)?;
+        let name = short_hash(file_key);
+        let blocks = dir.file("image-blocks", &format!("{name}.blocks"));
+        Some(KeptFiles {
+            facts: dir.file("image-facts", &format!("{name}.json")),
+            blocks: blocks.filter(|f| f.parent().is_some_and(|d| !sys::on_network_fs(d))),
+            id,
+        })
+    }
+
+    /// The blocks' file and id, where blocks are kept.
+    fn blocks(&self) -> Option<(PathBuf, String)> {
+        Some((self.blocks.clone()?, self.id.clone()))
     }
 }
 
@@ -332,30 +361,6 @@ impl launch::Served for Serving {
             crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
         }
     }
-}
-
-/// The image file's key (its device and inode) and the id of what is kept of it between starts:
-/// while the file is the same (`Archive::identity`) and gpurun is the same build.
-fn kept_key(archive: &Archive) -> Option<(String, String)> {
-    let (file_key, id) = archive.identity().ok()?;
-    let b = &crate::version::BUILD;
-    Some((file_key, format!("{id}:{}:{}", b.version, b.commit)))
-}
-
-/// Where the blocks of `archive` are kept decompressed between starts, and their id
-/// (image/sqfs/kept.rs): one file per image in the user's cache, rewritten when it changes.
-/// Not on a network file system: the file is mapped, and a page of it that another node's
-/// rewrite or prune took away would be a SIGBUS in the image server, mid-job.
-fn kept_blocks(archive: &Archive) -> Option<(PathBuf, String)> {
-    use crate::image::cache::{short_hash, FactsDir};
-    let (file_key, id) = kept_key(archive)?;
-    let uid = nix::unistd::getuid().as_raw();
-    let name = format!("{}.blocks", short_hash(&file_key));
-    let file = FactsDir::open(cache_root(), uid)?.file("image-blocks", &name)?;
-    if sys::on_network_fs(file.parent()?) {
-        return None;
-    }
-    Some((file, id))
 }
 
 /// Warming for `cmd` in the plan's container: what it needs to start, decompressed ahead of its
@@ -548,13 +553,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn image_facts_one_file_per_image_file() {
+    fn kept_files_one_of_each_per_image_file() {
         let uid = nix::unistd::getuid().as_raw();
         let t = tempfile::tempdir().unwrap();
-        let f = |key| ImageFacts::file(t.path().to_path_buf(), uid, key);
-        let one = f("1:2").unwrap();
-        assert!(one.starts_with(t.path().join("image-facts")), "{one:?}");
-        assert_eq!(f("1:2"), Some(one.clone()));
-        assert_ne!(f("1:3"), Some(one));
+        let f = |key| KeptFiles::at(t.path().to_path_buf(), uid, key, "id".into()).unwrap();
+        let one = f("1:2");
+        let (facts, blocks) = (one.facts.unwrap(), one.blocks.unwrap());
+        assert!(facts.starts_with(t.path().join("image-facts")), "{facts:?}");
+        assert!(
+            blocks.starts_with(t.path().join("image-blocks")),
+            "{blocks:?}"
+        );
+        assert_eq!(f("1:2").facts, Some(facts.clone()));
+        assert_ne!(f("1:3").facts, Some(facts));
+        assert_ne!(f("1:3").blocks, Some(blocks));
+        assert!(KeptFiles::at(t.path().into(), uid + 1, "1:2", "id".into()).is_none());
     }
 }
