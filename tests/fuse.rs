@@ -309,9 +309,14 @@ fn provided_files_take_the_place_of_the_images() {
     std::fs::write(src.join("etc/passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
     std::fs::write(src.join("etc/other"), "kept\n").unwrap();
     let (img, mnt) = image_and_mount_point(&s, &src);
+    let etc = Archive::open(&img)
+        .unwrap()
+        .lookup("/etc", false)
+        .unwrap()
+        .unwrap();
     let provide = |name: &str, text: &str| Provided {
         mount: 0,
-        dir: PathBuf::from("/etc"),
+        dir: etc.r,
         name: name.into(),
         contents: Arc::from(text.as_bytes()),
     };

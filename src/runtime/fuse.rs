@@ -119,19 +119,12 @@ pub fn serve(
     Ok(Server { session, points })
 }
 
-/// The points of the files provided in place of mounts (runtime/provide.rs), in the image
-/// directories `provide` found them to land in.
+/// The points of the files provided in place of mounts (runtime/provide.rs).
 fn provided_points(ar: &Archive, provided: Vec<Provided>) -> Points {
     let mut points = Points::default();
-    let root = ar.root_ref();
     for p in provided {
-        let dir = p
-            .dir
-            .to_str()
-            .and_then(|d| ar.lookup(d, false).ok().flatten());
-        if let Some(d) = dir.filter(|d| d.kind == Kind::Dir) {
-            let _ = points.provide(ino_of(root, d.r), &p.name, p.contents);
-        }
+        // `provide` made each name once per directory.
+        let _ = points.provide(ino_of(ar.root_ref(), p.dir), &p.name, p.contents);
     }
     points
 }

@@ -15,19 +15,20 @@
 //! image server's mount (--writable-tmpfs, an extracted image), it stays a mount.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::plan::{Mount, MountSource};
 use super::resolve::{found_in, landing};
-use crate::image::sqfs::Archive;
+use crate::image::sqfs::{Archive, Kind};
 
-/// A file the image server provides: the plan's mount number `mount`, as `name` in the image's
-/// directory `dir`.
+/// A file the image server provides: the plan's mount number `mount`, as `name` in the image
+/// directory whose inode reference is `dir` (found here, so the server has nothing to look up
+/// and no way to miss what C then leaves unmounted).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provided {
     pub mount: usize,
-    pub dir: PathBuf,
+    pub dir: u64,
     pub name: OsString,
     pub contents: Arc<[u8]>,
 }
@@ -36,14 +37,10 @@ pub struct Provided {
 const MAX_COPY: u64 = 1 << 20;
 
 /// The mounts of `mounts` the image server provides instead, with their contents: read-only
-/// mounts a copy will do for (`Mount::copy`) that `resolve::landing` places in the image `ar`. A generated
-/// file's contents are its own; a host file's are read now (`read_host`: None keeps the mount).
-/// Of two onto one file the later stays a mount, over the first.
-pub fn provided(
-    ar: &Archive,
-    mounts: &[Mount],
-    read_host: impl Fn(&Path) -> Option<Vec<u8>>,
-) -> Vec<Provided> {
+/// mounts a copy will do for (`Mount::copy`) that `resolve::landing` places in the image `ar`.
+/// A generated file's contents are its own; a host file's are read now (`read_host_file`: a
+/// file it refuses stays a mount). Of two onto one file the later stays a mount, over the first.
+pub fn provided(ar: &Archive, mounts: &[Mount]) -> Vec<Provided> {
     let found = |p: &Path| found_in(ar, p);
     let mut out: Vec<Provided> = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
@@ -57,12 +54,18 @@ pub fn provided(
         let Some((dir, name)) = landing(&m.dst, &covered, &found) else {
             continue;
         };
+        let dir = dir
+            .to_str()
+            .and_then(|d| ar.lookup(d, false).ok().flatten());
+        let Some(dir) = dir.filter(|d| d.kind == Kind::Dir).map(|d| d.r) else {
+            continue;
+        };
         if out.iter().any(|p| p.dir == dir && p.name == name) {
             continue;
         }
         let contents = match &m.source {
             MountSource::File { contents } => contents.as_bytes().to_vec(),
-            MountSource::Bind { src } => match read_host(src) {
+            MountSource::Bind { src } => match read_host_file(src) {
                 Some(c) => c,
                 None => continue,
             },
@@ -80,7 +83,7 @@ pub fn provided(
 
 /// A host file's contents for a copy: a regular file (after symlinks, as a bind takes it) of at
 /// most `MAX_COPY` bytes.
-pub fn read_host_file(src: &Path) -> Option<Vec<u8>> {
+fn read_host_file(src: &Path) -> Option<Vec<u8>> {
     let m = std::fs::metadata(src).ok()?;
     if !m.is_file() || m.len() > MAX_COPY {
         return None;

@@ -210,7 +210,7 @@ impl Image {
                 // paths, so neither where a mount lands somewhere its path does not say.
                 let mut provided = match plan.writable {
                     true => Vec::new(),
-                    false => provide::provided(&archive, &plan.mounts, provide::read_host_file),
+                    false => provide::provided(&archive, &plan.mounts),
                 };
                 let mounted: Vec<&Path> = (plan.mounts.iter().enumerate())
                     .filter(|(i, _)| !provided.iter().any(|p| p.mount == *i))
