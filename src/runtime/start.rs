@@ -220,7 +220,7 @@ impl Image {
                 let crossing = resolve::crosses_symlink(&mounted, &found);
                 let absent = match crossing {
                     true => Vec::new(),
-                    false => absent_candidates(&archive, plan),
+                    false => absent_candidates(plan, &found),
                 };
                 if crossing {
                     provided.clear();
@@ -324,18 +324,18 @@ impl KeptFiles {
     }
 }
 
-/// The command's PATH candidates that cannot exist in the container (runtime/resolve.rs).
-fn absent_candidates(archive: &Archive, plan: &plan::Plan) -> Vec<PathBuf> {
+/// The command's PATH candidates that cannot exist in the container (runtime/resolve.rs),
+/// from what the image has (`found`).
+fn absent_candidates(plan: &plan::Plan, found: &impl Fn(&Path) -> resolve::Found) -> Vec<PathBuf> {
     let Some(name) = plan.argv.first() else {
         return Vec::new();
     };
     let dsts: Vec<&Path> = plan.mounts.iter().map(|m| m.dst.as_path()).collect();
-    let found = |p: &Path| resolve::found_in(archive, p);
     let path_dirs = super::env::path_dirs(&plan.env);
     super::env::command_candidates(name, &path_dirs)
         .into_iter()
         .filter(|c| c.is_absolute() && *c == plan::normalize(c))
-        .filter(|c| resolve::absent(c, &dsts, &found))
+        .filter(|c| resolve::absent(c, &dsts, found))
         .collect()
 }
 
