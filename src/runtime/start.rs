@@ -6,7 +6,6 @@ use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use super::env::{parse_env_file, EnvError};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::launch::{self, HoldState, LaunchError, Lower, Serve, Warm};
@@ -201,10 +200,9 @@ impl Image {
             Ok(_) => {
                 // The CPUs gpurun may use (its affinity and cgroup quota).
                 let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-                let kept = Arc::new(AtomicBool::new(false));
                 let warm = warm
                     .filter(|_| warm::workers(cpus).is_some())
-                    .map(|cmd| warm_command(&archive, plan, cmd, cpus, keep.clone(), kept.clone()));
+                    .map(|cmd| warm_command(&archive, plan, cmd, cpus, keep.clone()));
                 // What the server provides in place of mounts (not with an overlay on top), and
                 // the command's PATH candidates that cannot exist: both judged from the image's
                 // paths, so neither where a mount lands somewhere its path does not say.
@@ -234,7 +232,6 @@ impl Image {
                                 server,
                                 archive,
                                 keep,
-                                kept,
                             }) as Box<dyn launch::Served>
                         })
                         .map_err(|e| e.to_string())
@@ -345,8 +342,6 @@ struct Serving {
     server: fuse::Server,
     archive: Arc<Archive>,
     keep: Option<(PathBuf, String)>,
-    /// The warming wrote the kept blocks.
-    kept: Arc<AtomicBool>,
 }
 
 impl launch::Served for Serving {
@@ -356,8 +351,9 @@ impl launch::Served for Serving {
 
     fn finish(&self) {
         let Some((file, id)) = &self.keep else { return };
+        // Waits for the warming's write, if one is under way.
         let wrote = self.archive.keep_blocks(file, id).is_ok_and(|w| w);
-        if let (true, Some(dir)) = (wrote || self.kept.load(Relaxed), file.parent()) {
+        if let (true, Some(dir)) = (wrote, file.parent()) {
             crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
         }
     }
@@ -372,7 +368,6 @@ fn warm_command(
     cmd: String,
     cpus: usize,
     keep: Option<(PathBuf, String)>,
-    kept: Arc<AtomicBool>,
 ) -> Warm {
     let (ar, cwd) = (archive.clone(), plan.cwd.clone());
     let path_dirs = super::env::path_dirs(&plan.env);
@@ -381,12 +376,11 @@ fn warm_command(
         .to_string();
     Box::new(move |found| {
         warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, cpus, found);
-        // Written while the command runs, at the warming's priority; a write cut short by
-        // gpurun's exit leaves nothing (`write_whole`), and the next start tries again.
+        // Written while the command runs, at the warming's priority. The container's end waits
+        // for it (`Serving::finish`); one cut short otherwise (gpurun killed) leaves nothing
+        // (`write_whole`), and the next start tries again.
         if let Some((file, id)) = keep {
-            if ar.keep_blocks(&file, &id).is_ok_and(|w| w) {
-                kept.store(true, Relaxed);
-            }
+            let _ = ar.keep_blocks(&file, &id);
         }
     })
 }

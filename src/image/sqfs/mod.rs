@@ -250,6 +250,10 @@ pub struct Archive {
     /// Image offsets of the blocks decompressed since `record_blocks` (and whether each is a
     /// metadata block), and their bytes in all, while it records.
     recorded: Mutex<Option<Recorded>>,
+    /// Whether `keep_blocks` wrote the file; held while it writes, so that the container's end
+    /// waits for the warming's write in flight rather than find nothing to write and exit
+    /// under it.
+    kept_written: Mutex<bool>,
 }
 
 fn cache<K: std::hash::Hash + Eq, V>(n: usize) -> Mutex<LruCache<K, V>> {
@@ -327,6 +331,7 @@ impl Archive {
             max_blocks,
             kept: OnceLock::new(),
             recorded: Mutex::new(None),
+            kept_written: Mutex::new(false),
             sb,
         };
         let id_ptrs = ar.read_u64s(ar.sb.id_table, (ar.sb.id_count as u64).div_ceil(2048))?;
@@ -728,11 +733,12 @@ impl Archive {
     }
 
     /// Write to `file` for `id` the blocks decompressed since `record_blocks` and still cached,
-    /// with those kept already (`kept::merge`), and stop noting them. Ok(false) when there was
-    /// nothing new to keep.
+    /// with those kept already (`kept::merge`), and stop noting them. Ok(true) when the file
+    /// was written, by this call or an earlier one.
     pub fn keep_blocks(&self, file: &Path, id: &str) -> std::io::Result<bool> {
+        let mut written = lock(&self.kept_written);
         let Some((recorded, _)) = lock(&self.recorded).take() else {
-            return Ok(false);
+            return Ok(*written);
         };
         let cached = |meta: bool| -> Vec<_> {
             (recorded.iter().filter(|r| r.1 == meta).map(|r| r.0)).collect()
@@ -767,6 +773,7 @@ impl Archive {
             return Ok(false);
         };
         crate::image::cache::write_whole(file, |f| kept::write(f, id, &blocks))?;
+        *written = true;
         Ok(true)
     }
 
@@ -1178,6 +1185,10 @@ mod tests {
         first.record_blocks();
         assert_eq!(read(&first), data);
         assert!(first.keep_blocks(&kept, "id:1").unwrap(), "nothing kept");
+        assert!(
+            first.keep_blocks(&kept, "id:1").unwrap(),
+            "the write is forgotten"
+        );
 
         let next = Archive::open(&img).unwrap();
         next.use_kept(&kept, "id:1");
