@@ -1032,12 +1032,11 @@ async fn cleanup_on_signal() {
     }
     let guard = crate::lock(&IN_FLIGHT);
     for pid in &guard.1 {
-        // SAFETY: signalling and reaping our own child. Reaped before the temp files go, so a
-        // create it was still making cannot land after their removal.
-        unsafe {
-            libc::kill(*pid as libc::pid_t, libc::SIGKILL);
-            libc::waitpid(*pid as libc::pid_t, std::ptr::null_mut(), 0);
-        }
+        // Our own child, reaped before the temp files go, so a create it was still making
+        // cannot land after their removal.
+        let pid = nix::unistd::Pid::from_raw(*pid as libc::pid_t);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
     }
     for p in &guard.0 {
         let _ = fs::remove_file(p);

@@ -9,7 +9,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -157,12 +157,7 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
         .map_err(|e| LaunchError::Setup(format!("sigprocmask: {e}")))?;
 
     // Blocked too, so C can wait for it; the command gets the caller's original mask back.
-    let mut rt = unsafe { std::mem::zeroed::<libc::sigset_t>() };
-    unsafe {
-        libc::sigemptyset(&mut rt);
-        libc::sigaddset(&mut rt, parent_death_signal());
-        libc::pthread_sigmask(libc::SIG_BLOCK, &rt, std::ptr::null_mut());
-    }
+    sys::block_signal(parent_death_signal(), true);
     sys::enter_user_namespace(plan.uid.inside, plan.gid.inside)
         .map_err(LaunchError::UserNamespace)?;
     let fuse_fd = match &lower {
@@ -200,7 +195,7 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
             let (code, msg) = e;
             let mut w = File::from(err_w);
             let _ = write!(w, "{code} {msg}");
-            unsafe { libc::_exit(code) };
+            sys::exit_now(code);
         }
         ForkResult::Parent { child } => {
             drop(ready_w);
@@ -357,27 +352,18 @@ fn read_ahead_found(found: Option<OwnedFd>, wait: bool) {
 /// C's loop once the command runs: forward, reap, and on the end of either the command or
 /// gpurun, kill everything left and leave with the command's status.
 fn supervise(cmd: Pid) -> ! {
-    let mut set = unsafe { std::mem::zeroed::<libc::sigset_t>() };
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for s in FORWARDED {
-            libc::sigaddset(&mut set, s as i32);
-        }
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        libc::sigaddset(&mut set, parent_death_signal());
-    }
+    let mut waited: Vec<i32> = FORWARDED.iter().map(|&s| s as i32).collect();
+    waited.extend([libc::SIGCHLD, parent_death_signal()]);
     loop {
-        let mut info = unsafe { std::mem::zeroed::<libc::siginfo_t>() };
-        let signo = unsafe { libc::sigwaitinfo(&set, &mut info) };
-        if signo < 0 {
+        let Some((signo, from_kernel)) = sys::wait_signal(&waited) else {
             continue;
-        }
+        };
         if signo == parent_death_signal() {
             kill_descendants();
-            unsafe { libc::_exit(exit::GPURUN_FAILED) };
+            sys::exit_now(exit::GPURUN_FAILED);
         }
         if signo != libc::SIGCHLD {
-            if info.si_code != libc::SI_KERNEL {
+            if !from_kernel {
                 let _ = nix::sys::signal::kill(cmd, Signal::try_from(signo).ok());
             }
             continue;
@@ -386,7 +372,7 @@ fn supervise(cmd: Pid) -> ! {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == cmd => {
                     kill_descendants();
-                    unsafe { libc::_exit(code) };
+                    sys::exit_now(code);
                 }
                 Ok(WaitStatus::Signaled(pid, sig, core)) if pid == cmd => {
                     kill_descendants();
@@ -407,13 +393,13 @@ fn parent_death_signal() -> i32 {
 /// Leave by `sig`, as the command did, so callers see a signal and not a number.
 fn die_by(sig: Signal, core: bool) -> ! {
     if !core {
-        unsafe { libc::signal(sig as i32, libc::SIG_DFL) };
+        sys::default_action(sig as i32);
         let mut m = SigSet::empty();
         m.add(sig);
         let _ = m.thread_unblock();
         let _ = nix::sys::signal::raise(sig);
     }
-    unsafe { libc::_exit(128 + sig as i32) }
+    sys::exit_now(128 + sig as i32)
 }
 
 /// Build the container root in C's private mount namespace; returns its path.
@@ -468,7 +454,7 @@ fn setup_root(
             // connection alive when gpurun (its server) dies, and any request then in flight
             // (C's own mounts, or the command's reads) would wait forever in D state.
             // SAFETY: C's copy from fork; nothing in C uses it after the mount.
-            unsafe { libc::close(fd) };
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
             ready
                 .write_all(b"M")
                 .map_err(|e| format!("gpurun exited during start-up: {e}"))?;
@@ -652,15 +638,12 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
     let mut child = || {
         // gpurun has no handlers on this path, but a pull's runtime installs some.
         sys::caller_dispositions(&FORWARDED);
-        // SAFETY: async-signal-safe calls on memory prepared above; nothing is allocated.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
-            for ((_, c), e) in candidates.iter().zip(errnos.iter_mut()) {
-                libc::execve(c.as_ptr(), argv.as_ptr(), envp.as_ptr());
-                *e = Errno::last_raw();
-                if !next_candidate(Errno::from_raw(*e)) {
-                    break;
-                }
+        sys::set_signal_mask(&mask);
+        for ((_, c), e) in candidates.iter().zip(errnos.iter_mut()) {
+            // SAFETY: null-terminated arrays of the strings prepared above, alive meanwhile.
+            *e = unsafe { sys::exec_raw(c, &argv, &envp) };
+            if !next_candidate(Errno::from_raw(*e)) {
+                break;
             }
         }
         failed = true;

@@ -437,20 +437,74 @@ pub fn fstat(fd: &OwnedFd) -> Result<nix::sys::stat::FileStat> {
     nix::sys::stat::fstat(fd).map_err(call("fstat"))
 }
 
-/// Block or unblock one signal (any number, real-time ones too) for the calling thread.
-pub fn block_signal(sig: i32, blocked: bool) {
+/// The set of `signals`, by number: real-time ones have no name in nix. Async-signal-safe.
+fn sigset(signals: &[i32]) -> libc::sigset_t {
     // SAFETY: a local sigset_t, initialised by sigemptyset before use.
     unsafe {
         let mut set = std::mem::zeroed::<libc::sigset_t>();
         libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        let how = if blocked {
-            libc::SIG_BLOCK
-        } else {
-            libc::SIG_UNBLOCK
-        };
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        set
     }
+}
+
+/// Block or unblock one signal (any number, real-time ones too) for the calling thread.
+pub fn block_signal(sig: i32, blocked: bool) {
+    let how = if blocked {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // SAFETY: a valid set; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(how, &sigset(&[sig]), std::ptr::null_mut()) };
+}
+
+/// Set the calling thread's signal mask to `mask`. Async-signal-safe.
+pub fn set_signal_mask(mask: &libc::sigset_t) {
+    // SAFETY: a valid set; the old mask is not asked for.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
+}
+
+/// Wait for one of `signals`, which the caller has blocked: its number, and whether the kernel
+/// sent it (a terminal's SIGWINCH, a child's SIGCHLD) rather than a process. None when the wait
+/// was interrupted.
+pub fn wait_signal(signals: &[i32]) -> Option<(i32, bool)> {
+    // SAFETY: a valid set, and a zeroed siginfo_t for the kernel to fill.
+    unsafe {
+        let mut info = std::mem::zeroed::<libc::siginfo_t>();
+        let signo = libc::sigwaitinfo(&sigset(signals), &mut info);
+        (signo >= 0).then_some((signo, info.si_code == libc::SI_KERNEL))
+    }
+}
+
+/// Give `sig` its default action back.
+pub fn default_action(sig: i32) {
+    // SAFETY: SIG_DFL installs no handler.
+    unsafe { libc::signal(sig, libc::SIG_DFL) };
+}
+
+/// Leave this process now with `code`: no destructors or atexit handlers, which in a forked
+/// child are the parent's. Async-signal-safe.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit only ends the process.
+    unsafe { libc::_exit(code) }
+}
+
+/// Exec `path` with `argv` and `envp` (null-terminated pointer arrays); returns the errno when
+/// it fails. Async-signal-safe: for a child that shares its parent's memory (`spawn_shared`).
+///
+/// # Safety
+/// `argv` and `envp` must end in a null pointer, and every other pointer in them must point
+/// to a NUL-terminated string that outlives the call.
+pub unsafe fn exec_raw(
+    path: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> i32 {
+    libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    Errno::last_raw()
 }
 
 /// Run `child` in a new process that shares this one's memory, on its own `stack`, while the
