@@ -155,14 +155,11 @@ impl FileLock {
             .open(path)
             .map_err(err)?;
         loop {
-            // SAFETY: flock on a file descriptor we own.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-            if rc == 0 {
-                return Ok(FileLock { _file: file });
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(err(e));
+            // flock(2): released when the file is closed, also by a killed process.
+            match file.lock() {
+                Ok(()) => return Ok(FileLock { _file: file }),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(err(e)),
             }
         }
     }

@@ -15,7 +15,6 @@
 //! reads (relatime: at least daily), so it tracks when a cached image was last run.
 
 use std::fs::{self, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -141,9 +140,8 @@ fn locked(lock: &Path) -> bool {
     let Ok(f) = OpenOptions::new().read(true).open(lock) else {
         return false;
     };
-    // SAFETY: flock on a file descriptor we own; closing it releases our lock.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    rc != 0
+    // flock(2), as the holders take it; closing `f` releases ours.
+    f.try_lock().is_err()
 }
 
 /// What this user's processes have open, and whether a gpurun pull or launch that uses this
