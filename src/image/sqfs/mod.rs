@@ -770,7 +770,7 @@ impl Archive {
             .collect();
         let old = self.kept.get().into_iter().flat_map(|k| k.blocks());
         let Some(blocks) = kept::merge(&new, old, kept::MAX_BYTES) else {
-            return Ok(false);
+            return Ok(*written);
         };
         crate::image::cache::write_whole(file, |f| kept::write(f, id, &blocks))?;
         *written = true;
