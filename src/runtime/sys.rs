@@ -468,8 +468,8 @@ pub fn set_signal_mask(mask: &libc::sigset_t) {
 }
 
 /// Wait for one of `signals`, which the caller has blocked: its number, and whether the kernel
-/// sent it (a terminal's SIGWINCH, a child's SIGCHLD) rather than a process. None when the wait
-/// was interrupted.
+/// raised it itself (SI_KERNEL: a terminal's SIGINT or SIGWINCH) rather than a process sending
+/// it. None when the wait was interrupted.
 pub fn wait_signal(signals: &[i32]) -> Option<(i32, bool)> {
     // SAFETY: a valid set, and a zeroed siginfo_t for the kernel to fill.
     unsafe {
