@@ -175,12 +175,15 @@ pub fn write_atomically(file: &Path, bytes: &[u8]) -> io::Result<()> {
 /// kept blocks are written while its command runs: image/sqfs/kept.rs) leaves no partial file.
 /// A replacement is linked under a temporary name and renamed over the old file: a kill in that
 /// instant leaves the temporary name (`prune` removes old ones). Where there are no unnamed
-/// files, or they cannot be named (no usable /proc/self/fd), a temporary file of this process's
-/// own, made new (never one left by another writer), removed on failure.
+/// files, or they cannot be named (no usable /proc/self/fd), a temporary file of this call's
+/// own, made new (never one left by another writer), removed on failure. Two threads may write
+/// the same file at once (a start's warming and its end): each temporary name is its own.
 pub fn write_whole(file: &Path, write: impl Fn(&mut File) -> io::Result<()>) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let name = file.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = file.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let tmp = file.with_file_name(format!(".{name}.{}.{call}.tmp", std::process::id()));
     let renamed = || {
         fs::rename(&tmp, file).inspect_err(|_| {
             let _ = fs::remove_file(&tmp);

@@ -351,7 +351,8 @@ impl launch::Served for Serving {
 
     fn finish(&self) {
         let Some((file, id)) = &self.keep else { return };
-        // Waits for the warming's write, if one is under way.
+        // Writes them itself unless the warming's write is done: one under way, at the
+        // lowest priority, could take seconds on a busy machine.
         let wrote = self.archive.keep_blocks(file, id).is_ok_and(|w| w);
         if let (true, Some(dir)) = (wrote, file.parent()) {
             crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
@@ -376,9 +377,9 @@ fn warm_command(
         .to_string();
     Box::new(move |found| {
         warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, cpus, found);
-        // Written while the command runs, at the warming's priority. The container's end waits
-        // for it (`Serving::finish`); one cut short otherwise (gpurun killed) leaves nothing
-        // (`write_whole`), and the next start tries again.
+        // Written while the command runs, at the warming's priority. One cut short by gpurun's
+        // exit leaves nothing (`write_whole`), and the container's end writes them instead
+        // (`Serving::finish`).
         if let Some((file, id)) = keep {
             let _ = ar.keep_blocks(&file, &id);
         }

@@ -17,6 +17,7 @@ use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -250,10 +251,8 @@ pub struct Archive {
     /// Image offsets of the blocks decompressed since `record_blocks` (and whether each is a
     /// metadata block), and their bytes in all, while it records.
     recorded: Mutex<Option<Recorded>>,
-    /// Whether `keep_blocks` wrote the file; held while it writes, so that the container's end
-    /// waits for the warming's write in flight rather than find nothing to write and exit
-    /// under it.
-    kept_written: Mutex<bool>,
+    /// Whether `keep_blocks` has written the file in this start.
+    kept_written: AtomicBool,
 }
 
 fn cache<K: std::hash::Hash + Eq, V>(n: usize) -> Mutex<LruCache<K, V>> {
@@ -331,7 +330,7 @@ impl Archive {
             max_blocks,
             kept: OnceLock::new(),
             recorded: Mutex::new(None),
-            kept_written: Mutex::new(false),
+            kept_written: AtomicBool::new(false),
             sb,
         };
         let id_ptrs = ar.read_u64s(ar.sb.id_table, (ar.sb.id_count as u64).div_ceil(2048))?;
@@ -734,11 +733,17 @@ impl Archive {
 
     /// Write to `file` for `id` the blocks decompressed since `record_blocks` and still cached,
     /// with those kept already (`kept::merge`), and stop noting them. Ok(true) when the file
-    /// was written, by this call or an earlier one.
+    /// has been written in this start, by this call or an earlier one.
+    ///
+    /// Noting stops only once a call has done its work: a write still under way (the warming's,
+    /// at the lowest priority, when the container ends) leaves the blocks for another call,
+    /// which writes a whole file of its own rather than wait for it.
     pub fn keep_blocks(&self, file: &Path, id: &str) -> std::io::Result<bool> {
-        let mut written = lock(&self.kept_written);
-        let Some((recorded, _)) = lock(&self.recorded).take() else {
-            return Ok(*written);
+        if self.kept_written.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let Some((recorded, _)) = lock(&self.recorded).clone() else {
+            return Ok(false);
         };
         let cached = |meta: bool| -> Vec<_> {
             (recorded.iter().filter(|r| r.1 == meta).map(|r| r.0)).collect()
@@ -770,10 +775,12 @@ impl Archive {
             .collect();
         let old = self.kept.get().into_iter().flat_map(|k| k.blocks());
         let Some(blocks) = kept::merge(&new, old, kept::MAX_BYTES) else {
-            return Ok(*written);
+            *lock(&self.recorded) = None;
+            return Ok(false);
         };
         crate::image::cache::write_whole(file, |f| kept::write(f, id, &blocks))?;
-        *written = true;
+        self.kept_written.store(true, Ordering::Release);
+        *lock(&self.recorded) = None;
         Ok(true)
     }
 
@@ -1184,6 +1191,9 @@ mod tests {
         };
         first.record_blocks();
         assert_eq!(read(&first), data);
+        // A write that fails (or is cut short) leaves the blocks for the next call.
+        let nowhere = dir.path().join("missing").join("kept");
+        assert!(first.keep_blocks(&nowhere, "id:1").is_err());
         assert!(first.keep_blocks(&kept, "id:1").unwrap(), "nothing kept");
         assert!(
             first.keep_blocks(&kept, "id:1").unwrap(),
