@@ -9,7 +9,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -186,7 +186,7 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
                 plan,
                 &prepared,
                 &lower,
-                fuse_fd.as_ref().map(|fd| fd.as_raw_fd()),
+                fuse_fd,
                 (ready_w, found_r),
                 parent,
                 state_tmp.map(|(f, _)| f),
@@ -259,7 +259,7 @@ fn child(
     plan: &Plan,
     prep: &Prepared,
     lower: &Lower,
-    fuse_fd: Option<i32>,
+    fuse_fd: Option<OwnedFd>,
     (ready_w, found): (OwnedFd, Option<OwnedFd>),
     parent: Pid,
     state: Option<File>,
@@ -352,8 +352,11 @@ fn read_ahead_found(found: Option<OwnedFd>, wait: bool) {
 /// C's loop once the command runs: forward, reap, and on the end of either the command or
 /// gpurun, kill everything left and leave with the command's status.
 fn supervise(cmd: Pid) -> ! {
-    let mut waited: Vec<i32> = FORWARDED.iter().map(|&s| s as i32).collect();
-    waited.extend([libc::SIGCHLD, parent_death_signal()]);
+    let mut waited = [libc::SIGCHLD; FORWARDED.len() + 2];
+    for (w, s) in waited.iter_mut().zip(FORWARDED) {
+        *w = s as i32;
+    }
+    waited[FORWARDED.len() + 1] = parent_death_signal();
     loop {
         let Some((signo, from_kernel)) = sys::wait_signal(&waited) else {
             continue;
@@ -406,7 +409,7 @@ fn die_by(sig: Signal, core: bool) -> ! {
 fn setup_root(
     plan: &Plan,
     lower: &Lower,
-    fuse_fd: Option<i32>,
+    fuse_fd: Option<OwnedFd>,
     ready: &mut File,
 ) -> Result<PathBuf, String> {
     sys::enter_mount_namespace().map_err(|e| e.to_string())?;
@@ -448,13 +451,12 @@ fn setup_root(
     match (lower, fuse_fd, &lower_dir_fd) {
         (Lower::Fuse { image, .. }, Some(fd), _) => {
             let (uid, gid) = (plan.uid.inside, plan.gid.inside);
-            sys::mount_fuse(fd, image, &lower_p, uid, gid, !fuse_root)
+            sys::mount_fuse(fd.as_raw_fd(), image, &lower_p, uid, gid, !fuse_root)
                 .map_err(|e| format!("cannot mount image {}: {e}", image.display()))?;
             // The mount holds the connection now. Keeping C's copy of /dev/fuse would keep the
             // connection alive when gpurun (its server) dies, and any request then in flight
             // (C's own mounts, or the command's reads) would wait forever in D state.
-            // SAFETY: C's copy from fork; nothing in C uses it after the mount.
-            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            drop(fd);
             ready
                 .write_all(b"M")
                 .map_err(|e| format!("gpurun exited during start-up: {e}"))?;
