@@ -137,7 +137,10 @@ fn dir_size(p: &Path) -> u64 {
 
 /// Is the flock on `lock` held by someone else?
 fn locked(lock: &Path) -> bool {
-    let Ok(f) = OpenOptions::new().read(true).open(lock) else {
+    // Opened for writing where it can be, as the holders open it: on NFS flock(2) is a POSIX
+    // lock, and an exclusive one on a file opened read-only fails whether or not it is held.
+    let opened = OpenOptions::new().write(true).open(lock);
+    let Ok(f) = opened.or_else(|_| OpenOptions::new().read(true).open(lock)) else {
         return false;
     };
     // flock(2), as the holders take it; closing `f` releases ours.
