@@ -118,13 +118,14 @@ impl Kept {
         Some((e.off, e.len))
     }
 
-    /// The kept metadata block at image offset `pos`, and where the next one starts.
-    pub fn find_meta(&self, pos: u64) -> Option<(&[u8], u64)> {
+    /// The kept metadata block at image offset `pos`, as `find` locates a data block, and where
+    /// the next one starts.
+    pub fn find_meta(&self, pos: u64) -> Option<((usize, usize), u64)> {
         let e = self.entry(pos).filter(|e| e.next != 0)?;
-        Some((self.bytes_at(e.off, e.len), e.next))
+        Some(((e.off, e.len), e.next))
     }
 
-    /// The bytes `find` located.
+    /// The bytes `find` or `find_meta` located.
     pub fn bytes_at(&self, off: usize, len: usize) -> &[u8] {
         &self.bytes()[off..off + len]
     }
@@ -458,7 +459,8 @@ mod tests {
         let k = Kept::open(&p, "img:1", 8192).unwrap();
         let (off, len) = k.find(7).unwrap();
         assert_eq!(k.bytes_at(off, len), &d[..]);
-        assert_eq!(k.find_meta(100), Some((&b"dir"[..], 150)));
+        let (at, next) = k.find_meta(100).unwrap();
+        assert_eq!((k.bytes_at(at.0, at.1), next), (&b"dir"[..], 150));
         // A data block is not metadata, nor the other way round.
         assert_eq!((k.find_meta(7), k.find(100), k.find(8)), (None, None, None));
         assert_eq!(k.blocks().collect::<Vec<_>>(), blocks);

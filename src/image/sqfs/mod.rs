@@ -215,7 +215,8 @@ impl Drop for Loading<'_> {
 }
 
 struct MetaBlock {
-    data: Vec<u8>,
+    /// Decompressed, or served from a kept-blocks file (kept.rs) without a copy.
+    data: Block,
     /// Image offset of the following metadata block.
     next: u64,
 }
@@ -452,13 +453,15 @@ impl Archive {
         if let Some(b) = lock(&self.caches.meta).get(&pos) {
             return Ok(b.clone());
         }
-        if let Some((data, next)) = self.kept.get().and_then(|k| k.find_meta(pos)) {
-            let b = Arc::new(MetaBlock {
-                data: data.to_vec(),
-                next,
-            });
-            lock(&self.caches.meta).put(pos, b.clone());
-            return Ok(b);
+        if let Some(k) = self.kept.get() {
+            if let Some((at, next)) = k.find_meta(pos) {
+                let b = Arc::new(MetaBlock {
+                    data: Block::kept(k.clone(), at),
+                    next,
+                });
+                lock(&self.caches.meta).put(pos, b.clone());
+                return Ok(b);
+            }
         }
         // One read for header and block (a block is at most 2 + 8192 bytes on disk).
         let want = (2 + format::METADATA_SIZE as u64).min(self.sb.bytes_used.saturating_sub(pos));
@@ -479,7 +482,7 @@ impl Archive {
             raw
         };
         let b = Arc::new(MetaBlock {
-            data,
+            data: Block::from_vec(data),
             next: pos + 2 + len as u64,
         });
         lock(&self.caches.meta).put(pos, b.clone());
@@ -765,7 +768,7 @@ impl Archive {
             .map(|(pos, b)| KeptBlock {
                 pos: *pos,
                 meta_next: Some(b.next),
-                data: &b.data,
+                data: &b.data[..],
             })
             .chain(data.iter().map(|(pos, b)| KeptBlock {
                 pos: *pos,
