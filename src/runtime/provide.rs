@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::plan::{Mount, MountSource};
-use super::resolve::{found_in, landing};
+use super::resolve::{landing, Found};
 use crate::image::sqfs::{Archive, Kind};
 
 /// A file the image server provides: the plan's mount number `mount`, as `name` in the image
@@ -37,11 +37,11 @@ pub struct Provided {
 const MAX_COPY: u64 = 1 << 20;
 
 /// The mounts of `mounts` the image server provides instead, with their contents: read-only
-/// mounts a copy will do for (`Mount::copy`) that `resolve::landing` places in the image `ar`.
+/// mounts a copy will do for (`Mount::copy`) that `resolve::landing` places in the image `ar`
+/// (what it has at a path: `found`).
 /// A generated file's contents are its own; a host file's are read now (`read_host_file`: a
 /// file it refuses stays a mount). Of two onto one file the later stays a mount, over the first.
-pub fn provided(ar: &Archive, mounts: &[Mount]) -> Vec<Provided> {
-    let found = |p: &Path| found_in(ar, p);
+pub fn provided(ar: &Archive, mounts: &[Mount], found: &impl Fn(&Path) -> Found) -> Vec<Provided> {
     let mut out: Vec<Provided> = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
         if !(m.copy && m.readonly) {
@@ -51,7 +51,7 @@ pub fn provided(ar: &Archive, mounts: &[Mount]) -> Vec<Provided> {
             .filter(|(j, _)| !out.iter().any(|p| p.mount == *j))
             .map(|(_, m)| m.dst.as_path())
             .collect();
-        let Some((dir, name)) = landing(&m.dst, &covered, &found) else {
+        let Some((dir, name)) = landing(&m.dst, &covered, found) else {
             continue;
         };
         let dir = dir

@@ -6,7 +6,6 @@
 //! anything below it, and every directory on the way is the image's own (a symlinked directory
 //! could lead into a mount).
 
-use std::collections::HashSet;
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
@@ -26,8 +25,22 @@ pub enum Found {
     Other,
 }
 
+/// What `ar` has at a path, each path looked up once: a start asks about the same directories
+/// for every mount and PATH candidate.
+pub fn found_in(ar: &Archive) -> impl Fn(&Path) -> Found + '_ {
+    let seen = std::cell::RefCell::new(std::collections::HashMap::new());
+    move |p: &Path| {
+        if let Some(f) = seen.borrow().get(p) {
+            return Found::clone(f);
+        }
+        let f = look_up(ar, p);
+        seen.borrow_mut().insert(p.to_path_buf(), f.clone());
+        f
+    }
+}
+
 /// What `ar` has at `p`.
-pub fn found_in(ar: &Archive, p: &Path) -> Found {
+fn look_up(ar: &Archive, p: &Path) -> Found {
     use std::os::unix::ffi::OsStrExt;
     let Some(s) = p.to_str() else {
         return Found::Other;
@@ -62,7 +75,7 @@ pub fn landing(
             return None;
         }
         let (dir, name) = (path.parent()?.to_path_buf(), path.file_name()?.to_owned());
-        if !dir.ancestors().all(|a| found(a) == Found::Dir) {
+        if first_non_dir(&dir, found).is_some() {
             return None;
         }
         match found(&path) {
@@ -106,32 +119,14 @@ fn follow(dir: &Path, target: &Path, found: &impl Fn(&Path) -> Found) -> Option<
 /// the image lacks are made as they are named. Then neither `landing` nor `absent` may judge by
 /// the paths alone.
 pub fn crosses_symlink(dsts: &[&Path], found: &impl Fn(&Path) -> Found) -> bool {
-    let (mut dirs, mut missing) = (HashSet::new(), HashSet::new());
-    for d in dsts {
+    dsts.iter().any(|d| {
         let d = normalize(d);
-        let mut ancestors: Vec<&Path> = d.ancestors().collect();
-        ancestors.reverse();
-        for a in ancestors {
-            if dirs.contains(a) {
-                continue;
-            }
-            if missing.contains(a) {
-                break;
-            }
-            match found(a) {
-                Found::Dir => {
-                    dirs.insert(a.to_path_buf());
-                }
-                Found::Missing => {
-                    missing.insert(a.to_path_buf());
-                    break;
-                }
-                Found::File if a == d => break,
-                _ => return true,
-            }
+        match first_non_dir(&d, found) {
+            None | Some((_, Found::Missing)) => false,
+            Some((a, Found::File)) => a != d,
+            Some(_) => true,
         }
-    }
-    false
+    })
 }
 
 /// Whether `path` (absolute and normal) cannot exist in the container: no mount in `mounts`
@@ -144,16 +139,17 @@ pub fn absent(path: &Path, mounts: &[&Path], found: &impl Fn(&Path) -> Found) ->
     {
         return false;
     }
-    let mut ancestors: Vec<&Path> = path.ancestors().collect();
-    ancestors.reverse();
-    for p in ancestors {
-        match found(p) {
-            Found::Missing => return true,
-            Found::Dir => {}
-            _ => return false,
-        }
-    }
-    false
+    matches!(first_non_dir(path, found), Some((_, Found::Missing)))
+}
+
+/// The first path on the way to `path` (from the root, `path` itself last) that is not a
+/// directory in the image, and what the image has there; None when every one is.
+fn first_non_dir<'a>(path: &'a Path, found: &impl Fn(&Path) -> Found) -> Option<(&'a Path, Found)> {
+    let ancestors: Vec<&Path> = path.ancestors().collect();
+    ancestors.into_iter().rev().find_map(|a| match found(a) {
+        Found::Dir => None,
+        f => Some((a, f)),
+    })
 }
 
 #[cfg(test)]

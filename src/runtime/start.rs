@@ -206,20 +206,21 @@ impl Image {
                 // What the server provides in place of mounts (not with an overlay on top), and
                 // the command's PATH candidates that cannot exist: both judged from the image's
                 // paths, so neither where a mount lands somewhere its path does not say.
+                let found = resolve::found_in(&archive);
                 let mut provided = match plan.writable {
                     true => Vec::new(),
-                    false => provide::provided(&archive, &plan.mounts),
+                    false => provide::provided(&archive, &plan.mounts, &found),
                 };
                 let mounted: Vec<&Path> = (plan.mounts.iter().enumerate())
                     .filter(|(i, _)| !provided.iter().any(|p| p.mount == *i))
                     .map(|(_, m)| m.dst.as_path())
                     .collect();
-                let found = |p: &Path| resolve::found_in(&archive, p);
                 let crossing = resolve::crosses_symlink(&mounted, &found);
                 let absent = match crossing {
                     true => Vec::new(),
                     false => absent_candidates(plan, &found),
                 };
+                drop(found);
                 if crossing {
                     provided.clear();
                 }
