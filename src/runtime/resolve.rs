@@ -201,6 +201,10 @@ mod tests {
         }
     }
 
+    fn paths<'a>(v: &[&'a str]) -> Vec<&'a Path> {
+        v.iter().map(|s| Path::new(*s)).collect()
+    }
+
     #[test]
     fn which_paths_the_image_alone_rules_out() {
         let cases: [(&str, &[&str], bool); 11] = [
@@ -218,7 +222,7 @@ mod tests {
         ];
         let found = image();
         for (path, mounts, want) in cases {
-            let mounts: Vec<&Path> = mounts.iter().map(Path::new).collect();
+            let mounts = paths(mounts);
             assert_eq!(
                 absent(Path::new(path), &mounts, &found),
                 want,
@@ -243,7 +247,7 @@ mod tests {
         ];
         let found = image();
         for (dsts, want) in cases {
-            let dsts: Vec<&Path> = dsts.iter().map(Path::new).collect();
+            let dsts = paths(dsts);
             assert_eq!(crosses_symlink(&dsts, &found), want, "{dsts:?}");
         }
     }
@@ -277,7 +281,7 @@ mod tests {
         ];
         let found = image();
         for (dst, covered, want) in cases {
-            let covered: Vec<&Path> = covered.iter().map(Path::new).collect();
+            let covered = paths(&covered);
             assert_eq!(
                 landing(Path::new(dst), &covered, &found),
                 want,
