@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use gpurun::image::sqfs::Archive;
-use gpurun::runtime::fuse::serve;
+use gpurun::runtime::fuse::{serve, Server};
 use gpurun::runtime::launch::Served;
 use gpurun::runtime::provide::Provided;
 
@@ -101,16 +101,21 @@ fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
     Ok(v)
 }
 
-fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
-    let fd = mount_fuse(mnt);
-    let _session = serve(
+/// The image server of `img` on `fd`, with `cpus` CPUs, owner (0, 0), providing `provided`.
+fn serve_image(img: &Path, fd: OwnedFd, cpus: usize, provided: Vec<Provided>) -> Server {
+    serve(
         Arc::new(Archive::open(img).unwrap()),
         fd,
-        2,
+        cpus,
         (0, 0),
-        Vec::new(),
+        provided,
     )
-    .unwrap();
+    .unwrap()
+}
+
+fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
+    let fd = mount_fuse(mnt);
+    let _session = serve_image(img, fd, 2, Vec::new());
     let how = tree::Compare {
         owners: false,
         suid: true,
@@ -180,14 +185,7 @@ fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
 
     // a corrupt data block: EIO to the reader, the rest of the image still served
     let fd = mount_fuse(mnt2);
-    let _bad = serve(
-        Arc::new(Archive::open(bad_img).unwrap()),
-        fd,
-        1,
-        (0, 0),
-        Vec::new(),
-    )
-    .unwrap();
+    let _bad = serve_image(bad_img, fd, 1, Vec::new());
     let r = std::fs::read(mnt2.join("big")).map(|d| d.len());
     assert_eq!(r.map_err(|e| e.raw_os_error()), Err(Some(libc::EIO)));
     assert_eq!(std::fs::read(mnt2.join("small")).unwrap(), b"hello\n");
@@ -326,14 +324,7 @@ fn provided_files_take_the_place_of_the_images() {
             provide("passwd", "me:x:1000:1000::/home/me:/bin/sh\n"),
             provide("hosts", "127.0.0.1 localhost\n"),
         ];
-        let _session = serve(
-            Arc::new(Archive::open(&img).unwrap()),
-            fd,
-            2,
-            (0, 0),
-            provided,
-        )
-        .unwrap();
+        let _session = serve_image(&img, fd, 2, provided);
         let etc = mnt.join("etc");
         // A listing first (readdirplus fills the kernel's entries), then lookups and reads.
         let mut names: Vec<_> = std::fs::read_dir(&etc)
@@ -394,14 +385,7 @@ fn directory_scans_are_pushed_ahead() {
     let (img, mnt) = image_and_mount_point(&s, &src);
     in_namespaces(|| {
         let fd = mount_fuse(&mnt);
-        let _session = serve(
-            Arc::new(Archive::open(&img).unwrap()),
-            fd,
-            2,
-            (0, 0),
-            Vec::new(),
-        )
-        .unwrap();
+        let _session = serve_image(&img, fd, 2, Vec::new());
         let f = |d: &str, i: usize| mnt.join(d).join(format!("f{i:03}"));
         for d in ["scan", "random"] {
             assert_eq!(std::fs::read_dir(mnt.join(d)).unwrap().count(), 60);
@@ -462,14 +446,7 @@ fn mount_points_are_made_until_sealed() {
     let (img, mnt) = image_and_mount_point(&s, &src);
     in_namespaces(|| {
         let fd = mount_fuse_with(&mnt, 0);
-        let server = serve(
-            Arc::new(Archive::open(&img).unwrap()),
-            fd,
-            2,
-            (0, 0),
-            Vec::new(),
-        )
-        .unwrap();
+        let server = serve_image(&img, fd, 2, Vec::new());
         let names = |d: &str| -> Vec<String> {
             let mut v: Vec<String> = std::fs::read_dir(mnt.join(d))
                 .unwrap()
