@@ -414,14 +414,17 @@ fn setup_root(
 ) -> Result<PathBuf, String> {
     sys::enter_mount_namespace().map_err(|e| e.to_string())?;
     // Capture every host source before STAGE is mounted over /tmp.
+    // The mounts C makes (with their numbers in the plan): not those the server provides.
     let provided: &[usize] = match lower {
         Lower::Fuse { provided, .. } => provided,
         Lower::Dir(_) => &[],
     };
-    let mut srcs: Vec<Option<OwnedFd>> = Vec::with_capacity(plan.mounts.len());
-    for (i, m) in plan.mounts.iter().enumerate() {
+    let mounts: Vec<(usize, &Mount)> = (plan.mounts.iter().enumerate())
+        .filter(|(i, _)| !provided.contains(i))
+        .collect();
+    let mut srcs: Vec<Option<OwnedFd>> = Vec::with_capacity(mounts.len());
+    for (_, m) in &mounts {
         srcs.push(match &m.source {
-            _ if provided.contains(&i) => None,
             MountSource::Bind { src } => match sys::clone_tree(src) {
                 Ok(fd) => Some(fd),
                 Err(_) if m.optional => None,
@@ -485,10 +488,7 @@ fn setup_root(
         }
     };
     let rootfd = Root::open(&root).map_err(|e| e.to_string())?;
-    for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
-        if provided.contains(&i) {
-            continue;
-        }
+    for (&(i, m), src) in mounts.iter().zip(srcs.iter()) {
         if let Err(e) = apply_mount(&rootfd, m, src.as_ref(), &files, i) {
             if m.optional {
                 continue;
