@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use gpurun::image::sqfs::Archive;
 use gpurun::runtime::fuse::{serve, Server};
+use gpurun::runtime::kept_reads::KeptReads;
 use gpurun::runtime::launch::Served;
 use gpurun::runtime::provide::Provided;
 
@@ -103,12 +104,23 @@ fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
 
 /// The image server of `img` on `fd`, with `cpus` CPUs, owner (0, 0), providing `provided`.
 fn serve_image(img: &Path, fd: OwnedFd, cpus: usize, provided: Vec<Provided>) -> Server {
+    serve_with_reads(img, fd, cpus, provided, Arc::new(KeptReads::load(None)))
+}
+
+fn serve_with_reads(
+    img: &Path,
+    fd: OwnedFd,
+    cpus: usize,
+    provided: Vec<Provided>,
+    reads: Arc<KeptReads>,
+) -> Server {
     serve(
         Arc::new(Archive::open(img).unwrap()),
         fd,
         cpus,
         (0, 0),
         provided,
+        reads,
     )
     .unwrap()
 }
@@ -268,6 +280,11 @@ fn image_and_mount_point(s: &common::Scratch, src: &Path) -> (PathBuf, PathBuf) 
 
 /// Whether the first page of `p` is in the page cache, asked without reading it (mincore).
 fn cached(p: &Path) -> bool {
+    cached_at(p, 0)
+}
+
+/// Whether the page of `p` at `off` is in the page cache.
+fn cached_at(p: &Path, off: i64) -> bool {
     let f = std::fs::File::open(p).unwrap();
     unsafe {
         use std::os::fd::AsRawFd;
@@ -277,7 +294,7 @@ fn cached(p: &Path) -> bool {
             libc::PROT_READ,
             libc::MAP_SHARED,
             f.as_raw_fd(),
-            0,
+            off,
         );
         assert_ne!(a, libc::MAP_FAILED, "mmap {}", p.display());
         let mut v = 0u8;
@@ -418,6 +435,69 @@ fn directory_scans_are_pushed_ahead() {
                 content("scan", i)
             );
         }
+    });
+}
+
+/// What a start reads is kept (runtime/kept_reads.rs), and the next start with the same id
+/// pushes it into the page cache on the file's first read, with the file's own bytes; a start
+/// with another id pushes nothing.
+#[test]
+fn a_starts_reads_are_pushed_at_the_next_start() {
+    let s = common::Scratch::new();
+    let src = s.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // Distinct bytes in every page, so a page pushed from the wrong place shows.
+    let lib: Vec<u8> = (0..1u32 << 20)
+        .map(|i| (i / 4096 + i % 251) as u8)
+        .collect();
+    std::fs::write(src.join("lib"), &lib).unwrap();
+    std::fs::write(src.join("other"), vec![7u8; 64 << 10]).unwrap();
+    let (img, mnt) = image_and_mount_point(&s, &src);
+    let kept = s.join("x.reads");
+    let pread = |p: &Path, off: u64, len: usize| {
+        use std::os::unix::fs::FileExt;
+        let mut b = vec![0u8; len];
+        std::fs::File::open(p)
+            .unwrap()
+            .read_exact_at(&mut b, off)
+            .unwrap();
+        b
+    };
+    let far = 600 << 10;
+    let start = |id: &str, check: &dyn Fn(&KeptReads)| {
+        let reads = Arc::new(KeptReads::load(Some((kept.clone(), id.to_string()))));
+        in_namespaces(|| {
+            let fd = mount_fuse(&mnt);
+            let _session = serve_with_reads(&img, fd, 2, Vec::new(), reads.clone());
+            check(&reads);
+        });
+    };
+    // The first start reads the head of `lib` and a page far into it.
+    start("img:1", &|reads| {
+        let lib_path = mnt.join("lib");
+        assert_eq!(pread(&lib_path, far, 4096), lib[far as usize..][..4096]);
+        assert_eq!(pread(&lib_path, 0, 4096), lib[..4096]);
+        assert!(reads.keep().unwrap(), "what it read is kept");
+    });
+    assert!(kept.exists());
+    start("img:1", &|_| {
+        let lib_path = mnt.join("lib");
+        assert!(!cached_at(&lib_path, far as i64), "pushed before any read");
+        assert_eq!(pread(&lib_path, 0, 4096), lib[..4096]);
+        eventually("the far page pushed after the first read", || {
+            cached_at(&lib_path, far as i64)
+        });
+        assert_eq!(pread(&lib_path, far, 4096), lib[far as usize..][..4096]);
+        assert!(!cached(&mnt.join("other")), "a file nobody read pushed");
+    });
+    start("img:2", &|_| {
+        let lib_path = mnt.join("lib");
+        assert_eq!(pread(&lib_path, 0, 4096), lib[..4096]);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            !cached_at(&lib_path, far as i64),
+            "pushed for another image or build"
+        );
     });
 }
 

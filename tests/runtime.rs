@@ -355,6 +355,69 @@ fn blocks_are_kept_between_starts_while_the_image_is_the_same() {
     assert!(bytes.windows(17).any(|w| w == b"said-by-the-image"));
 }
 
+/// The ranges of the image's files a start read are kept in the user's cache (one private file
+/// per image, `runtime/kept_reads.rs`), for the image and build they were read from: a changed
+/// image's are read anew. (tests/fuse.rs shows the next start pushing them.)
+#[test]
+fn reads_are_kept_between_starts_while_the_image_is_the_same() {
+    let s = Scratch::new();
+    let img = busybox_image(&s, "kr", |_| {});
+    let cache = s.join("cache");
+    s.chown_all();
+    let run = || {
+        let o = gpurun(&["exec", img.to_str().unwrap(), "true"])
+            .env("GPURUN_CACHE", &cache)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    let dir = cache.join("image-reads");
+    let kept = || -> Vec<(std::path::PathBuf, String)> {
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v.into_iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(&p).unwrap();
+                (p, text)
+            })
+            .collect()
+    };
+    run();
+    let first = kept();
+    assert_eq!(first.len(), 1, "one file per image: {first:?}");
+    let (file, text) = &first[0];
+    assert!(file.extension().is_some_and(|e| e == "reads"), "{file:?}");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(&dir), mode(file)), (0o700, 0o600));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "gpurun-kept-reads 1");
+    // busybox itself was read: its exec, then its pages as it ran
+    let ranges: Vec<Vec<u64>> = lines[2..]
+        .iter()
+        .map(|l| l.split(' ').map(|n| n.parse().unwrap()).collect())
+        .collect();
+    assert!(
+        !ranges.is_empty() && ranges.iter().all(|r| r.len() == 3 && r[2] > 0),
+        "{text}"
+    );
+    // The image written to again (its change time moves): its reads are kept anew, in the
+    // same file, for the image as it is now.
+    let f = std::fs::File::options().append(true).open(&img).unwrap();
+    f.set_modified(std::time::SystemTime::now()).unwrap();
+    drop(f);
+    run();
+    let second = kept();
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_eq!(second[0].0, *file, "not one file per image file");
+    assert_ne!(
+        second[0].1.lines().nth(1),
+        Some(lines[1]),
+        "kept for the old image"
+    );
+}
+
 /// What the plan reads from a squashfs image (its metadata, passwd and group) is kept in the
 /// user's cache while the image file is the same: an edited kept file shows it was used, and the
 /// image changed on disk is read again (and its file rewritten).

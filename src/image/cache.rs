@@ -12,7 +12,8 @@
 //!   rootfs/…                  the runtime's extraction fallback (not managed here)
 //!   image-blocks/HASH.blocks  an image's blocks kept decompressed between starts
 //!                             (image/sqfs/kept.rs)
-//!   image-facts/, driver-libs/, gpu-proc/, nvml/   facts kept between starts (`FactsDir`)
+//!   image-facts/, image-reads/, driver-libs/, gpu-proc/, nvml/   facts kept between starts
+//!                             (`FactsDir`; image-reads/: runtime/kept_reads.rs)
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};

@@ -26,10 +26,11 @@ use fuser::{
 
 use crate::image::sqfs::{Archive, Inode, Kind, SqfsError, Xattr};
 use crate::lock;
+use crate::runtime::kept_reads::KeptReads;
 use crate::runtime::launch::Served;
 use crate::runtime::linger::{self, Linger};
 use crate::runtime::points::{self, Point, PointKind, Points, Refused};
-use crate::runtime::prefetch::{self, Job, ScanTracker};
+use crate::runtime::prefetch::{self, Job, Part, ScanTracker};
 use crate::runtime::provide::Provided;
 use crate::runtime::sys;
 
@@ -78,12 +79,15 @@ impl Served for Server {
 /// user owns all of their container, as with enroot and Charliecloud. Image owners such as root
 /// are not mapped in the user namespace, and the kernel would otherwise refuse to create mount
 /// points under root-owned directories or let the user change their own --writable-tmpfs root.
+///
+/// `reads`: what earlier starts read, to push, and where this one's reads are noted.
 pub fn serve(
     archive: Arc<Archive>,
     fuse_fd: OwnedFd,
     cpus: usize,
     owner: (u32, u32),
     provided: Vec<Provided>,
+    reads: Arc<KeptReads>,
 ) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
     let threads = server_threads(cpus, sys::on_network_fs(archive.path()));
@@ -98,7 +102,7 @@ pub fn serve(
     let (jobs, queue) = sync_channel(4 * prefetch::WINDOW as usize);
     let points = Arc::new(Mutex::new(provided_points(&archive, provided)));
     let session = Session::from_fd(
-        SquashFs::new(archive.clone(), owner, jobs, linger, points.clone()),
+        SquashFs::new(archive.clone(), owner, jobs, reads, linger, points.clone()),
         fuse_fd,
         SessionACL::All,
         config,
@@ -161,6 +165,8 @@ struct SquashFs {
     /// Directory scans in progress, and the pusher they feed (see `prefetch`).
     scans: Mutex<Scans>,
     prefetch: SyncSender<Job>,
+    /// What earlier starts read, pushed on each file's first read; what this one reads.
+    reads: Arc<KeptReads>,
     /// Polling between back-to-back requests (see `linger`); `None` on one CPU.
     linger: Option<Linger>,
     /// The mount points made in the image during set-up, and their time stamp (the root's).
@@ -205,6 +211,7 @@ impl SquashFs {
         ar: Arc<Archive>,
         owner: (u32, u32),
         prefetch: SyncSender<Job>,
+        reads: Arc<KeptReads>,
         linger: Option<Linger>,
         points: Arc<Mutex<Points>>,
     ) -> SquashFs {
@@ -220,6 +227,7 @@ impl SquashFs {
             owner,
             scans: Mutex::new(Scans::default()),
             prefetch,
+            reads,
             linger,
             points,
             points_mtime,
@@ -439,6 +447,21 @@ impl SquashFs {
 
     /// A read from the start of a file: when it continues a scan of its directory in listing
     /// order, queue the next files for the pusher.
+    /// Note a read (runtime/kept_reads.rs); on a file's first one, push what earlier starts
+    /// read of it.
+    fn kept_reads(&self, ino: INodeNo, i: &Inode, offset: u64, len: u64) {
+        let ranges = self.reads.on_read(i.r, offset, len);
+        if !ranges.is_empty() {
+            let part = Part::Ranges(ranges);
+            // Full: the pusher is behind, the reader will ask for these itself.
+            let _ = self.prefetch.try_send(Job {
+                ino: ino.0,
+                inode_ref: i.r,
+                part,
+            });
+        }
+    }
+
     fn scan_read(&self, ino: INodeNo) {
         // One lock and one map lookup for every read from a file's start; the listing is
         // fetched (from the archive's cache: it was just listed) only when there is a push.
@@ -468,6 +491,7 @@ impl SquashFs {
             let job = Job {
                 ino: self.ino_of(e.inode),
                 inode_ref: e.inode,
+                part: Part::Whole,
             };
             // Full: the pusher is behind, the reader will ask for these itself.
             if self.prefetch.try_send(job).is_err() {
@@ -644,6 +668,8 @@ impl Filesystem for SquashFs {
         if offset == 0 {
             self.scan_read(ino);
         }
+        let want = (size as u64).min(i.size.saturating_sub(offset));
+        self.kept_reads(ino, &i, offset, want);
         // A read within one block (a readahead window, a small file) is answered from the block
         // itself: no copy (128 KiB, from a kept block's mapping) before the kernel's own.
         match self.ar.bytes_in_block(&i, offset, size as usize) {
@@ -651,7 +677,7 @@ impl Filesystem for SquashFs {
             Ok(None) => {}
             Err(e) => return reply.error(self.errno(e)),
         }
-        let want = (size as u64).min(i.size.saturating_sub(offset)) as usize;
+        let want = want as usize;
         // A buffer per thread, reused: fresh ones cost page faults on every read.
         READ_BUF.with(|b| {
             let mut buf = b.borrow_mut();

@@ -7,6 +7,9 @@
 //! (FUSE_NOTIFY_STORE), so the program finds them there. The kernel's own readahead cannot do
 //! this: it never crosses from one file to the next. Random access (imports, library loads)
 //! never looks like a scan and pays nothing but one map lookup per read.
+//!
+//! The same thread pushes the ranges of a file that earlier starts read (runtime/kept_reads.rs),
+//! once the file is first read.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -58,13 +61,21 @@ impl ScanTracker {
     }
 }
 
-/// A file to push: its FUSE inode number and its squashfs inode reference.
+/// A file to push: its FUSE inode number, its squashfs inode reference, and what of it.
 pub struct Job {
     pub ino: u64,
     pub inode_ref: u64,
+    pub part: Part,
 }
 
-/// Push the files sent on `jobs` into the page cache until every sender is gone (the FUSE
+pub enum Part {
+    /// All of a file of at most `MAX_FILE` bytes (a scan).
+    Whole,
+    /// These byte ranges (kept reads).
+    Ranges(Vec<Range<u64>>),
+}
+
+/// Push what is sent on `jobs` into the page cache until every sender is gone (the FUSE
 /// session ended) or the mount is.
 pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
     let mut buf = Vec::new();
@@ -72,18 +83,29 @@ pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
         let Ok(ino) = ar.inode(job.inode_ref) else {
             continue;
         };
-        if ino.kind != Kind::File || ino.size == 0 || ino.size > MAX_FILE {
+        if ino.kind != Kind::File {
             continue;
         }
-        buf.resize(ino.size as usize, 0);
-        // A damaged block is reported by the read that needs it, not here.
-        let Ok(n) = ar.read_at(&ino, 0, &mut buf) else {
-            continue;
+        let ranges = match job.part {
+            Part::Whole if ino.size <= MAX_FILE => std::iter::once(0..ino.size).collect(),
+            Part::Whole => continue,
+            Part::Ranges(r) => r,
         };
-        // ENOENT: the kernel has forgotten the inode, nothing to do. ENODEV: unmounted.
-        if let Err(e) = notifier.store(INodeNo(job.ino), 0, &buf[..n]) {
-            if e.raw_os_error() == Some(libc::ENODEV) {
-                return;
+        for r in ranges {
+            let end = r.end.min(ino.size);
+            if r.start >= end {
+                continue;
+            }
+            buf.resize((end - r.start) as usize, 0);
+            // A damaged block is reported by the read that needs it, not here.
+            let Ok(n) = ar.read_at(&ino, r.start, &mut buf) else {
+                continue;
+            };
+            // ENOENT: the kernel has forgotten the inode, nothing to do. ENODEV: unmounted.
+            if let Err(e) = notifier.store(INodeNo(job.ino), r.start, &buf[..n]) {
+                if e.raw_os_error() == Some(libc::ENODEV) {
+                    return;
+                }
             }
         }
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use super::env::{parse_env_file, EnvError};
 use std::sync::Arc;
 
+use super::kept_reads::KeptReads;
 use super::launch::{self, HoldState, LaunchError, Lower, Serve, Warm};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
@@ -187,13 +188,18 @@ impl Image {
     /// unusable (said on stderr, since it costs disk and time the first time).
     fn lower(self, plan: &plan::Plan, warm: Option<String>) -> Result<Lower, StartError> {
         let owner = (plan.uid.inside, plan.gid.inside);
-        let (path, archive, keep) = match self {
+        let (path, archive, keep, reads) = match self {
             Image::Dir(d) => return Ok(Lower::Dir(d)),
             Image::Squashfs {
                 path,
                 archive,
                 kept,
-            } => (path, archive, kept.as_ref().and_then(KeptFiles::blocks)),
+            } => (
+                path,
+                archive,
+                kept.as_ref().and_then(KeptFiles::blocks),
+                kept.as_ref().and_then(KeptFiles::reads),
+            ),
         };
         // A probe: the fd the server uses is opened later, inside the user namespace.
         match sys::open_fuse() {
@@ -225,14 +231,17 @@ impl Image {
                     provided.clear();
                 }
                 let skip = provided.iter().map(|p| p.mount).collect();
+                let reads = Arc::new(KeptReads::load(reads));
                 let serve: Serve = Box::new(move |fd| {
-                    let server = fuse::serve(archive.clone(), fd, cpus, owner, provided);
+                    let server =
+                        fuse::serve(archive.clone(), fd, cpus, owner, provided, reads.clone());
                     server
                         .map(|server| {
                             Box::new(Serving {
                                 server,
                                 archive,
                                 keep,
+                                reads,
                             }) as Box<dyn launch::Served>
                         })
                         .map_err(|e| e.to_string())
@@ -281,8 +290,9 @@ struct ImageFacts {
 const IMAGE_FACTS_FORMAT: u32 = 1;
 
 /// What is kept of a squashfs image between starts, in the user's cache (`FactsDir`): its facts
-/// (`ImageFacts`) and its decompressed blocks (image/sqfs/kept.rs), one file of each per image
-/// file (its device and inode), rewritten when the image changes. Worked out once per start.
+/// (`ImageFacts`), its decompressed blocks (image/sqfs/kept.rs) and the ranges of its files that
+/// starts read (runtime/kept_reads.rs), one file of each per image file (its device and inode),
+/// rewritten when the image changes. Worked out once per start.
 struct KeptFiles {
     /// Valid while the image file is the same (`Archive::identity`) and gpurun the same build.
     id: String,
@@ -290,6 +300,7 @@ struct KeptFiles {
     /// Not on a network file system: the file is mapped, and a page of it that another node's
     /// rewrite or prune took away would be a SIGBUS in the image server, mid-job.
     blocks: Option<PathBuf>,
+    reads: Option<PathBuf>,
 }
 
 impl KeptFiles {
@@ -312,6 +323,7 @@ impl KeptFiles {
         Some(KeptFiles {
             facts: dir.file("image-facts", &format!("{name}.json")),
             blocks: blocks.filter(|f| f.parent().is_some_and(|d| !sys::on_network_fs(d))),
+            reads: dir.file("image-reads", &format!("{name}.reads")),
             id,
         })
     }
@@ -319,6 +331,11 @@ impl KeptFiles {
     /// The blocks' file and id, where blocks are kept.
     fn blocks(&self) -> Option<(PathBuf, String)> {
         Some((self.blocks.clone()?, self.id.clone()))
+    }
+
+    /// The kept reads' file and id.
+    fn reads(&self) -> Option<(PathBuf, String)> {
+        Some((self.reads.clone()?, self.id.clone()))
     }
 }
 
@@ -338,11 +355,13 @@ fn absent_candidates(plan: &plan::Plan, found: &impl Fn(&Path) -> resolve::Found
 }
 
 /// The image server of a start, which keeps the blocks the start decompressed for the next one
-/// when the container ends, unless the warming has kept them (on one CPU there is none).
+/// when the container ends, unless the warming has kept them (on one CPU there is none), and
+/// what it read when that was anything new.
 struct Serving {
     server: fuse::Server,
     archive: Arc<Archive>,
     keep: Option<(PathBuf, String)>,
+    reads: Arc<KeptReads>,
 }
 
 impl launch::Served for Serving {
@@ -351,13 +370,18 @@ impl launch::Served for Serving {
     }
 
     fn finish(&self) {
+        let prune = |wrote: bool, file: &Path| {
+            if let (true, Some(dir)) = (wrote, file.parent()) {
+                crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
+            }
+        };
+        if let Some((file, _)) = &self.reads.file() {
+            prune(self.reads.keep().is_ok_and(|w| w), file);
+        }
         let Some((file, id)) = &self.keep else { return };
         // Writes them itself unless the warming's write is done: one under way, at the
         // lowest priority, could take seconds on a busy machine.
-        let wrote = self.archive.keep_blocks(file, id).is_ok_and(|w| w);
-        if let (true, Some(dir)) = (wrote, file.parent()) {
-            crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
-        }
+        prune(self.archive.keep_blocks(file, id).is_ok_and(|w| w), file);
     }
 }
 
@@ -563,6 +587,8 @@ mod tests {
         assert_eq!(f("1:2").facts, Some(facts.clone()));
         assert_ne!(f("1:3").facts, Some(facts));
         assert_ne!(f("1:3").blocks, Some(blocks));
+        let reads = one.reads.unwrap();
+        assert!(reads.starts_with(t.path().join("image-reads")), "{reads:?}");
         assert!(KeptFiles::at(t.path().into(), uid + 1, "1:2", "id".into()).is_none());
     }
 }
