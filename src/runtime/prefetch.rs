@@ -24,6 +24,11 @@ use crate::image::sqfs::{Archive, Kind};
 pub const WINDOW: u32 = 32;
 /// Larger files are left to the kernel's readahead, which handles one big file well.
 pub const MAX_FILE: u64 = 1 << 20;
+/// Bytes stored in one go. A store is one syscall that copies page after page; while a long one
+/// runs, a request the server's thread on this CPU must answer waits (kept reads of `exec true`
+/// stored a range at a time, up to 315 KB: 6.65 against 6.35 ms in 128 KiB steps, interleaved
+/// on the 2-vCPU VM).
+const STORE_BYTES: u64 = 128 << 10;
 
 /// Where each scan of a directory has got to. Pure bookkeeping, no I/O.
 #[derive(Default)]
@@ -91,12 +96,14 @@ pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
             Part::Whole => continue,
             Part::Ranges(r) => r,
         };
-        for r in ranges {
+        let steps = ranges.into_iter().flat_map(|r| {
             let end = r.end.min(ino.size);
-            if r.start >= end {
-                continue;
-            }
-            buf.resize((end - r.start) as usize, 0);
+            (r.start..end)
+                .step_by(STORE_BYTES as usize)
+                .map(move |at| at..(at + STORE_BYTES).min(end))
+        });
+        for r in steps {
+            buf.resize((r.end - r.start) as usize, 0);
             // A damaged block is reported by the read that needs it, not here.
             let Ok(n) = ar.read_at(&ino, r.start, &mut buf) else {
                 continue;
