@@ -440,14 +440,16 @@ fn directory_scans_are_pushed_ahead() {
 
 /// What a start reads is kept (runtime/kept_reads.rs), and the next start with the same id
 /// pushes it into the page cache on the file's first read, with the file's own bytes; a start
-/// with another id pushes nothing.
+/// with another id pushes nothing; a kept range past the end of the file pushes up to its end
+/// and no further.
 #[test]
 fn a_starts_reads_are_pushed_at_the_next_start() {
     let s = common::Scratch::new();
     let src = s.join("src");
     std::fs::create_dir_all(&src).unwrap();
-    // Distinct bytes in every page, so a page pushed from the wrong place shows.
-    let lib: Vec<u8> = (0..1u32 << 20)
+    // Distinct bytes in every page, so a page pushed from the wrong place shows; a last page
+    // that is not whole.
+    let lib: Vec<u8> = (0..(1u32 << 20) + 1234)
         .map(|i| (i / 4096 + i % 251) as u8)
         .collect();
     std::fs::write(src.join("lib"), &lib).unwrap();
@@ -506,6 +508,31 @@ fn a_starts_reads_are_pushed_at_the_next_start() {
             far_pages.iter().all(|&p| !cached_at(&lib_path, p as i64)),
             "pushed for another image or build"
         );
+    });
+    let lib_ref = Archive::open(&img)
+        .unwrap()
+        .lookup("/lib", false)
+        .unwrap()
+        .unwrap()
+        .r;
+    // A range of 4 MiB: past the file's end, within what a kept file may hold.
+    let last = (lib.len() as u64 - 1) & !4095;
+    std::fs::write(
+        &kept,
+        format!("gpurun-kept-reads 1\nimg:3\n{lib_ref} 0 {}\n", 4u64 << 20),
+    )
+    .unwrap();
+    start("img:3", &|_| {
+        let lib_path = mnt.join("lib");
+        assert_eq!(pread(&lib_path, 0, 4096), lib[..4096]);
+        eventually("the last page pushed", || cached_at(&lib_path, last as i64));
+        assert_eq!(
+            std::fs::metadata(&lib_path).unwrap().len(),
+            lib.len() as u64,
+            "a push changed the file's size"
+        );
+        let tail = lib.len() - last as usize;
+        assert_eq!(pread(&lib_path, last, tail), lib[last as usize..]);
     });
 }
 

@@ -402,6 +402,25 @@ fn reads_are_kept_between_starts_while_the_image_is_the_same() {
         !ranges.is_empty() && ranges.iter().all(|r| r.len() == 3 && r[2] > 0),
         "{text}"
     );
+    // The same image again: kept for the same image and build, and what was kept stays.
+    run();
+    let again = kept();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(
+        again[0].1.lines().nth(1),
+        Some(lines[1]),
+        "a new id each start"
+    );
+    for l in &lines[2..] {
+        let [inode, off, len] = [0, 1, 2].map(|i| l.split(' ').nth(i).unwrap());
+        let (off, len): (u64, u64) = (off.parse().unwrap(), len.parse().unwrap());
+        let covered = again[0].1.lines().skip(2).any(|k| {
+            let v: Vec<&str> = k.split(' ').collect();
+            let (o, n): (u64, u64) = (v[1].parse().unwrap(), v[2].parse().unwrap());
+            v[0] == inode && o <= off && off + len <= o + n
+        });
+        assert!(covered, "{l} no longer kept: {}", again[0].1);
+    }
     // The image written to again (its change time moves): its reads are kept anew, in the
     // same file, for the image as it is now.
     let f = std::fs::File::options().append(true).open(&img).unwrap();

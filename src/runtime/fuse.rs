@@ -174,6 +174,19 @@ struct SquashFs {
     points_mtime: u32,
 }
 
+/// A job for the pusher, handed over when this is dropped: after the reply, so that waking the
+/// pusher is not on the way of the read being answered.
+struct PushAfterReply<'a>(&'a SyncSender<Job>, Option<Job>);
+
+impl Drop for PushAfterReply<'_> {
+    fn drop(&mut self) {
+        if let Some(job) = self.1.take() {
+            // Full: the pusher is behind, the reader will ask for these itself.
+            let _ = self.0.try_send(job);
+        }
+    }
+}
+
 /// What a FUSE inode number stands for.
 enum Node {
     Image(Arc<Inode>),
@@ -445,23 +458,20 @@ impl SquashFs {
         Ok(())
     }
 
-    /// A read from the start of a file: when it continues a scan of its directory in listing
-    /// order, queue the next files for the pusher.
-    /// Note a read (runtime/kept_reads.rs); on a file's first one, push what earlier starts
-    /// read of it.
-    fn kept_reads(&self, ino: INodeNo, i: &Inode, offset: u64, len: u64) {
+    /// Note a read (runtime/kept_reads.rs); on a file's first one, what earlier starts read of
+    /// it, to push once the read is answered.
+    fn kept_reads(&self, ino: INodeNo, i: &Inode, offset: u64, len: u64) -> PushAfterReply<'_> {
         let ranges = self.reads.on_read(i.r, offset, len);
-        if !ranges.is_empty() {
-            let part = Part::Ranges(ranges);
-            // Full: the pusher is behind, the reader will ask for these itself.
-            let _ = self.prefetch.try_send(Job {
-                ino: ino.0,
-                inode_ref: i.r,
-                part,
-            });
-        }
+        let job = (!ranges.is_empty()).then_some(Job {
+            ino: ino.0,
+            inode_ref: i.r,
+            part: Part::Ranges(ranges),
+        });
+        PushAfterReply(&self.prefetch, job)
     }
 
+    /// A read from the start of a file: when it continues a scan of its directory in listing
+    /// order, queue the next files for the pusher.
     fn scan_read(&self, ino: INodeNo) {
         // One lock and one map lookup for every read from a file's start; the listing is
         // fetched (from the archive's cache: it was just listed) only when there is a push.
@@ -669,7 +679,8 @@ impl Filesystem for SquashFs {
             self.scan_read(ino);
         }
         let want = (size as u64).min(i.size.saturating_sub(offset));
-        self.kept_reads(ino, &i, offset, want);
+        // Dropped before `_poll`: right after the reply, before any polling.
+        let _push = self.kept_reads(ino, &i, offset, want);
         // A read within one block (a readahead window, a small file) is answered from the block
         // itself: no copy (128 KiB, from a kept block's mapping) before the kernel's own.
         match self.ar.bytes_in_block(&i, offset, size as usize) {

@@ -14,27 +14,32 @@
 //! The file is rewritten only when a start reads something not kept yet, up to `MAX_BYTES`.
 
 use std::collections::HashMap;
-use std::ops::Range as Span;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+
+use crate::lock;
 
 const HEAD: &str = "gpurun-kept-reads 1";
 /// What a start notes at most: its start-up, not all of a job's reads.
 const RECORD_BYTES: u64 = 16 << 20;
 const RECORD_READS: usize = 4096;
-/// What a file keeps at most; a start that would grow it beyond stays with what is kept.
-pub const MAX_BYTES: u64 = 32 << 20;
+/// What a file keeps at most (`union`), and what a kept file may hold to be used at all: a
+/// damaged or edited one must not make a start push gigabytes or parse megabytes.
+const MAX_BYTES: u64 = 32 << 20;
+const MAX_RANGES: usize = 2 * RECORD_READS;
+const MAX_FILE: u64 = 1 << 20;
 
 /// A range of an image file read by a start: the file's squashfs inode reference, then bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Read {
-    pub inode: u64,
-    pub off: u64,
-    pub len: u64,
+struct FileRange {
+    inode: u64,
+    off: u64,
+    len: u64,
 }
 
-impl Read {
+impl FileRange {
     fn end(&self) -> u64 {
         self.off.saturating_add(self.len)
     }
@@ -45,11 +50,11 @@ pub struct KeptReads {
     /// The file and the id it must hold (the image's identity and gpurun's build); None where
     /// nothing is kept (no private cache).
     file: Option<(PathBuf, String)>,
-    kept: Vec<Read>,
+    kept: Vec<FileRange>,
     /// What is still to be pushed, by inode reference: taken on the file's first read.
-    due: Mutex<HashMap<u64, Vec<Span<u64>>>>,
+    due: Mutex<HashMap<u64, Vec<Range<u64>>>>,
     /// This start's reads, and their bytes.
-    seen: Mutex<(Vec<Read>, u64)>,
+    seen: Mutex<(Vec<FileRange>, u64)>,
     recording: AtomicBool,
 }
 
@@ -57,9 +62,16 @@ impl KeptReads {
     /// The ranges kept in `file` for its id; none when it is missing, damaged or another's.
     pub fn load(file: Option<(PathBuf, String)>) -> KeptReads {
         let kept = (file.as_ref())
-            .and_then(|(f, id)| parse(&std::fs::read_to_string(f).ok()?, id))
+            .and_then(|(f, id)| {
+                use std::io::Read;
+                let mut text = String::new();
+                let f = std::fs::File::open(f).ok()?;
+                // One byte more than allowed: a longer file is refused, not cut.
+                f.take(MAX_FILE + 1).read_to_string(&mut text).ok()?;
+                (text.len() as u64 <= MAX_FILE).then(|| parse(&text, id))?
+            })
             .unwrap_or_default();
-        let mut due: HashMap<u64, Vec<Span<u64>>> = HashMap::new();
+        let mut due: HashMap<u64, Vec<Range<u64>>> = HashMap::new();
         for r in &kept {
             due.entry(r.inode).or_default().push(r.off..r.end());
         }
@@ -74,11 +86,11 @@ impl KeptReads {
 
     /// A READ of `len` bytes at `off` in the file of inode reference `inode`: noted, and on
     /// the file's first read, what is kept of it and not read now, to push.
-    pub fn on_read(&self, inode: u64, off: u64, len: u64) -> Vec<Span<u64>> {
+    pub fn on_read(&self, inode: u64, off: u64, len: u64) -> Vec<Range<u64>> {
         if self.recording.load(Ordering::Relaxed) && len > 0 {
             let (seen, total) = &mut *lock(&self.seen);
             if seen.len() < RECORD_READS && *total + len <= RECORD_BYTES {
-                seen.push(Read { inode, off, len });
+                seen.push(FileRange { inode, off, len });
                 *total += len;
             } else {
                 self.recording.store(false, Ordering::Relaxed);
@@ -115,22 +127,18 @@ impl KeptReads {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// `s` without `hole`: none, one or two spans.
-fn minus(s: Span<u64>, hole: Span<u64>) -> impl Iterator<Item = Span<u64>> {
+fn minus(s: Range<u64>, hole: Range<u64>) -> impl Iterator<Item = Range<u64>> {
     let before = s.start..s.end.min(hole.start);
     let after = s.start.max(hole.end)..s.end;
     [before, after].into_iter().filter(|x| x.start < x.end)
 }
 
 /// Sorted, with the ranges of a file that overlap or touch made one.
-fn normalize(mut v: Vec<Read>) -> Vec<Read> {
+fn normalize(mut v: Vec<FileRange>) -> Vec<FileRange> {
     v.retain(|r| r.len > 0);
     v.sort();
-    let mut out: Vec<Read> = Vec::with_capacity(v.len());
+    let mut out: Vec<FileRange> = Vec::with_capacity(v.len());
     for r in v {
         match out.last_mut() {
             Some(l) if l.inode == r.inode && r.off <= l.end() => {
@@ -142,27 +150,40 @@ fn normalize(mut v: Vec<Read>) -> Vec<Read> {
     out
 }
 
-fn bytes(v: &[Read]) -> u64 {
-    v.iter().map(|r| r.len).sum()
+/// Their bytes in all; None past u64 (a damaged file).
+fn bytes(v: &[FileRange]) -> Option<u64> {
+    v.iter().try_fold(0u64, |t, r| t.checked_add(r.len))
 }
 
-/// What to keep: `kept` with `new` added. None when `new` adds nothing, or would take the file
-/// past `MAX_BYTES` (then it stays as it is, as the kept blocks do). Of a file read in a single
-/// READ nothing is added: at the next start that READ is the first, and nothing is left to push
-/// (most files a job reads are small ones, read whole at once).
-fn union(kept: &[Read], new: &[Read]) -> Option<Vec<Read>> {
+/// What to keep: `kept` with `new` added; None when `new` adds nothing. Past `MAX_BYTES`, this
+/// start's reads alone: what is kept follows what the image is used for now, rather than stay
+/// with the first starts for good. Of a file read in a single READ nothing is added: at the next
+/// start that READ is the first, and nothing is left to push (most files a job reads are small
+/// ones, read whole at once).
+fn union(kept: &[FileRange], new: &[FileRange]) -> Option<Vec<FileRange>> {
     let mut reads_of: HashMap<u64, usize> = HashMap::new();
     for r in new {
         *reads_of.entry(r.inode).or_default() += 1;
     }
-    let new = new.iter().filter(|r| reads_of[&r.inode] > 1);
-    let before = bytes(&normalize(kept.to_vec()));
-    let all = normalize(kept.iter().chain(new).copied().collect());
-    let after = bytes(&all);
-    (after > before && after <= MAX_BYTES).then_some(all)
+    let new: Vec<FileRange> = new
+        .iter()
+        .filter(|r| reads_of[&r.inode] > 1)
+        .copied()
+        .collect();
+    let before = bytes(&normalize(kept.to_vec()))?;
+    let all = normalize(kept.iter().chain(&new).copied().collect());
+    let after = bytes(&all)?;
+    if after <= before {
+        return None;
+    }
+    if after <= MAX_BYTES {
+        return Some(all);
+    }
+    let new = normalize(new);
+    (bytes(&new)? <= MAX_BYTES).then_some(new)
 }
 
-fn encode(id: &str, reads: &[Read]) -> String {
+fn encode(id: &str, reads: &[FileRange]) -> String {
     let mut s = format!("{HEAD}\n{id}\n");
     for r in reads {
         s.push_str(&format!("{} {} {}\n", r.inode, r.off, r.len));
@@ -170,37 +191,43 @@ fn encode(id: &str, reads: &[Read]) -> String {
     s
 }
 
-/// The ranges of a kept file's `text` when it is whole and was written for `id`.
-fn parse(text: &str, id: &str) -> Option<Vec<Read>> {
+/// The ranges of a kept file's `text` when it is whole, was written for `id`, and is as `encode`
+/// writes them (`normalize`d: sorted, apart) and no larger than what a start may keep.
+fn parse(text: &str, id: &str) -> Option<Vec<FileRange>> {
     let mut lines = text.strip_suffix('\n')?.split('\n');
     if lines.next()? != HEAD || lines.next()? != id {
         return None;
     }
     let reads = lines
+        .take(MAX_RANGES + 1)
         .map(|l| {
             let mut n = l.split(' ').map(|x| x.parse::<u64>().ok());
-            let r = Read {
+            let r = FileRange {
                 inode: n.next()??,
                 off: n.next()??,
                 len: n.next()??,
             };
             (n.next().is_none() && r.len > 0 && r.off.checked_add(r.len).is_some()).then_some(r)
         })
-        .collect::<Option<Vec<Read>>>()?;
-    (bytes(&reads) <= MAX_BYTES).then_some(reads)
+        .collect::<Option<Vec<FileRange>>>()?;
+    let apart = reads.windows(2).all(|w| {
+        (w[0].inode, w[0].off) < (w[1].inode, w[1].off)
+            && (w[0].inode != w[1].inode || w[0].end() < w[1].off)
+    });
+    (apart && reads.len() <= MAX_RANGES && bytes(&reads)? <= MAX_BYTES).then_some(reads)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn r(inode: u64, off: u64, len: u64) -> Read {
-        Read { inode, off, len }
+    fn r(inode: u64, off: u64, len: u64) -> FileRange {
+        FileRange { inode, off, len }
     }
 
     #[test]
     fn ranges_merge_per_file() {
-        let cases: &[(&str, Vec<Read>, Vec<Read>)] = &[
+        let cases: &[(&str, Vec<FileRange>, Vec<FileRange>)] = &[
             ("empty", vec![], vec![]),
             (
                 "touching ranges become one",
@@ -232,7 +259,7 @@ mod tests {
     #[test]
     fn a_start_adds_what_it_read_anew_while_it_fits() {
         let kept = vec![r(1, 0, 8192)];
-        type Case = (&'static str, Vec<Read>, Option<Vec<Read>>);
+        type Case = (&'static str, Vec<FileRange>, Option<Vec<FileRange>>);
         let cases: &[Case] = &[
             ("nothing read", vec![], None),
             ("only what is kept", vec![r(1, 4096, 4096)], None),
@@ -248,7 +275,12 @@ mod tests {
             ),
             ("a file read in one READ", vec![r(7, 0, 100)], None),
             (
-                "past the limit: kept as it is",
+                "past the limit: this start's reads alone",
+                vec![r(9, 0, MAX_BYTES - 4096), r(9, MAX_BYTES - 4096, 4096)],
+                Some(vec![r(9, 0, MAX_BYTES)]),
+            ),
+            (
+                "and those past it too: kept as it is",
                 vec![r(9, 0, MAX_BYTES), r(9, MAX_BYTES, 1)],
                 None,
             ),
@@ -273,6 +305,20 @@ mod tests {
             text.replace("8192 100", "x 100"),
             text.trim_end().to_string(),
             format!("{HEAD}\nimg:1\n1 0 {}\n", MAX_BYTES + 1),
+            // lengths that wrap around when added
+            format!(
+                "{HEAD}\nimg:1\n1 0 {0}\n2 0 {0}\n3 0 {0}\n4 0 {0}\n",
+                1u64 << 63
+            ),
+            format!("{HEAD}\nimg:1\n1 0 4096\n1 0 4096\n"),
+            format!("{HEAD}\nimg:1\n1 0 4096\n1 4096 4096\n"),
+            format!("{HEAD}\nimg:1\n2 0 4096\n1 0 4096\n"),
+            format!(
+                "{HEAD}\nimg:1\n{}",
+                (0..=MAX_RANGES as u64)
+                    .map(|i| format!("1 {} 1\n", 2 * i))
+                    .collect::<String>()
+            ),
         ] {
             assert_eq!(parse(&bad, "img:1"), None, "{bad:?}");
         }

@@ -100,7 +100,7 @@ pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
             let end = r.end.min(ino.size);
             (r.start..end)
                 .step_by(STORE_BYTES as usize)
-                .map(move |at| at..(at + STORE_BYTES).min(end))
+                .map(move |at| at..at.saturating_add(STORE_BYTES).min(end))
         });
         for r in steps {
             buf.resize((r.end - r.start) as usize, 0);
@@ -108,7 +108,8 @@ pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
             let Ok(n) = ar.read_at(&ino, r.start, &mut buf) else {
                 continue;
             };
-            // ENOENT: the kernel has forgotten the inode, nothing to do. ENODEV: unmounted.
+            // ENODEV: unmounted. (A store to an inode the kernel has forgotten is no error: fuser
+            // takes ENOENT as done.)
             if let Err(e) = notifier.store(INodeNo(job.ino), r.start, &buf[..n]) {
                 if e.raw_os_error() == Some(libc::ENODEV) {
                     return;

@@ -375,7 +375,7 @@ impl launch::Served for Serving {
                 crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
             }
         };
-        if let Some((file, _)) = &self.reads.file() {
+        if let Some((file, _)) = self.reads.file() {
             prune(self.reads.keep().is_ok_and(|w| w), file);
         }
         let Some((file, id)) = &self.keep else { return };
