@@ -284,6 +284,31 @@ fn signal_dispositions_as_the_caller_left_them() {
     );
 }
 
+/// `gpurun exec IMG ARGS…` with its cache in `cache`: the command's stdout; fails the test
+/// unless it succeeded.
+fn exec_cached(img: &Path, cache: &Path, args: &[&str]) -> String {
+    let mut a = vec!["exec", img.to_str().unwrap()];
+    a.extend_from_slice(args);
+    let o = gpurun(&a).env("GPURUN_CACHE", cache).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+}
+
+/// The files in `dir`, sorted; none when it is missing.
+fn files_in(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Write to the image file again: its change time moves, so nothing kept of it applies.
+fn touch(img: &Path) {
+    let f = std::fs::File::options().append(true).open(img).unwrap();
+    f.set_modified(std::time::SystemTime::now()).unwrap();
+}
+
 /// The blocks a start decompressed are kept decompressed in the user's cache (one private file
 /// per image, written whole) and serve the next start: an edit to the kept file shows in the
 /// container, and stays. A changed image is read anew.
@@ -297,22 +322,9 @@ fn blocks_are_kept_between_starts_while_the_image_is_the_same() {
     });
     let cache = s.join("cache");
     s.chown_all();
-    let say = || {
-        let o = gpurun(&["exec", img.to_str().unwrap(), "/say.sh"])
-            .env("GPURUN_CACHE", &cache)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        stdout(&o)
-    };
+    let say = || exec_cached(&img, &cache, &["/say.sh"]);
     let dir = cache.join("image-blocks");
-    let files = || -> Vec<std::path::PathBuf> {
-        let mut v: Vec<_> = std::fs::read_dir(&dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
+    let files = || files_in(&dir);
     // A block the command reads before the warming is done is kept too; after a few starts
     // nothing is new.
     for _ in 0..3 {
@@ -342,9 +354,7 @@ fn blocks_are_kept_between_starts_while_the_image_is_the_same() {
     let bytes = std::fs::read(&kept[0]).unwrap();
     assert!(bytes.windows(17).any(|w| w == b"said-by-the-kept!"));
     // The image written to again (its change time moves): read anew, and kept anew.
-    let f = std::fs::File::options().append(true).open(&img).unwrap();
-    f.set_modified(std::time::SystemTime::now()).unwrap();
-    drop(f);
+    touch(&img);
     assert_eq!(
         say(),
         "said-by-the-image\n",
@@ -364,20 +374,10 @@ fn reads_are_kept_between_starts_while_the_image_is_the_same() {
     let img = busybox_image(&s, "kr", |_| {});
     let cache = s.join("cache");
     s.chown_all();
-    let run = || {
-        let o = gpurun(&["exec", img.to_str().unwrap(), "true"])
-            .env("GPURUN_CACHE", &cache)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-    };
+    let run = || exec_cached(&img, &cache, &["true"]);
     let dir = cache.join("image-reads");
     let kept = || -> Vec<(std::path::PathBuf, String)> {
-        let mut v: Vec<_> = std::fs::read_dir(&dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        v.sort();
-        v.into_iter()
+        (files_in(&dir).into_iter())
             .map(|p| {
                 let text = std::fs::read_to_string(&p).unwrap();
                 (p, text)
@@ -423,9 +423,7 @@ fn reads_are_kept_between_starts_while_the_image_is_the_same() {
     }
     // The image written to again (its change time moves): its reads are kept anew, in the
     // same file, for the image as it is now.
-    let f = std::fs::File::options().append(true).open(&img).unwrap();
-    f.set_modified(std::time::SystemTime::now()).unwrap();
-    drop(f);
+    touch(&img);
     run();
     let second = kept();
     assert_eq!(second.len(), 1, "{second:?}");
@@ -446,21 +444,8 @@ fn image_facts_are_kept_while_the_image_is_the_same() {
     let img = image(&s);
     let cache = s.join("cache");
     s.chown_all();
-    let passwd = || {
-        let o = gpurun(&["exec", img.to_str().unwrap(), "cat", "/etc/passwd"])
-            .env("GPURUN_CACHE", &cache)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        stdout(&o)
-    };
-    let kept = || -> Vec<std::path::PathBuf> {
-        let mut v: Vec<_> = std::fs::read_dir(cache.join("image-facts"))
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        v.sort();
-        v
-    };
+    let passwd = || exec_cached(&img, &cache, &["cat", "/etc/passwd"]);
+    let kept = || files_in(&cache.join("image-facts"));
     assert!(!passwd().contains("kept-marker"));
     let files = kept();
     assert_eq!(files.len(), 1, "{files:?}");
@@ -473,9 +458,7 @@ fn image_facts_are_kept_while_the_image_is_the_same() {
         "the kept facts were not used"
     );
     // The image written to again (its change time moves): read anew.
-    let f = std::fs::File::options().append(true).open(&img).unwrap();
-    f.set_modified(std::time::SystemTime::now()).unwrap();
-    drop(f);
+    touch(&img);
     assert!(
         !passwd().contains("kept-marker"),
         "a changed image's facts were reused"
