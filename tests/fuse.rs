@@ -574,32 +574,6 @@ fn small_files_are_stored_after_their_lookup() {
     });
 }
 
-/// What the container process does with the image's connection when gpurun dies (launch.rs,
-/// `fail_requests_until_gone`): with no server left, every request waiting on the mount is
-/// answered with an error, so nothing stays blocked on it.
-#[test]
-fn waiting_requests_fail_when_no_server_is_left() {
-    let s = common::Scratch::new();
-    let src = s.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("x"), "x").unwrap();
-    let (_, mnt) = image_and_mount_point(&s, &src);
-    in_namespaces(|| {
-        // Mounted, and no server: a lookup waits (on the kernel's INIT, then on itself).
-        let fd = mount_fuse(&mnt);
-        let x = mnt.join("x");
-        let waiting = std::thread::spawn(move || std::fs::metadata(x).map(|_| ()));
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!waiting.is_finished(), "answered with no server");
-        gpurun::runtime::sys::set_nonblocking(&fd).unwrap();
-        eventually("the waiting lookup answered", || {
-            gpurun::runtime::fuse::fail_pending(&fd);
-            waiting.is_finished()
-        });
-        assert!(waiting.join().unwrap().is_err(), "it did not fail");
-    });
-}
-
 fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> Option<i32> {
     r.unwrap_err().raw_os_error()
 }

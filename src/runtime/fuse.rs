@@ -2,8 +2,7 @@
 //!
 //! The caller opens /dev/fuse and mounts it (fd=N,rootmode=40000,...) inside its user and mount
 //! namespace; `serve` does the INIT handshake on that fd and answers requests on up to four
-//! threads that poll for the next request for a moment after each reply (`linger`), and one
-//! that never polls. FUSE
+//! threads, which poll for the next request for a moment after each reply (`linger`). FUSE
 //! inode numbers come from squashfs inode references, so hard links share one number and
 //! `st_ino` is stable across mounts of the same image. The image is immutable, so every reply
 //! is cached by the kernel for a long time. While the container's root is built, the server
@@ -129,37 +128,6 @@ pub fn serve(
     Ok(Server { session, points })
 }
 
-/// Answer every request waiting on `fd`, a non-blocking /dev/fuse descriptor, with EIO (forgets
-/// and interrupts take no answer), for when gpurun's server is gone. False once the connection
-/// is (or the descriptor is no FUSE device).
-pub fn fail_pending(fd: &OwnedFd) -> bool {
-    const FORGET: u32 = 2;
-    const INTERRUPT: u32 = 36;
-    const BATCH_FORGET: u32 = 42;
-    // The kernel takes no read shorter than a whole write request of the largest size.
-    let mut buf = vec![0u8; (16 << 20) + (64 << 10)];
-    loop {
-        match nix::unistd::read(fd, &mut buf) {
-            // fuse_in_header: len, opcode, unique, ...
-            Ok(n) if n >= 16 => {
-                let opcode = u32::from_le_bytes(buf[4..8].try_into().unwrap_or_default());
-                if matches!(opcode, FORGET | INTERRUPT | BATCH_FORGET) {
-                    continue;
-                }
-                // fuse_out_header: len, error, unique.
-                let mut out = [0u8; 16];
-                out[..4].copy_from_slice(&16u32.to_le_bytes());
-                out[4..8].copy_from_slice(&(-libc::EIO).to_le_bytes());
-                out[8..].copy_from_slice(&buf[8..16]);
-                let _ = nix::unistd::write(fd, &out);
-            }
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(nix::errno::Errno::EAGAIN) => return true,
-            Err(_) => return false,
-        }
-    }
-}
-
 /// The points of the files provided in place of mounts (runtime/provide.rs).
 fn provided_points(ar: &Archive, provided: Vec<Provided>) -> Points {
     let mut points = Points::default();
@@ -170,8 +138,7 @@ fn provided_points(ar: &Archive, provided: Vec<Provided>) -> Points {
     points
 }
 
-/// Server threads that poll for `cpus` CPUs (`serve` adds one that does not). Each polls for a
-/// moment after its replies (`linger`): one per
+/// Server threads for `cpus` CPUs. Each polls for a moment after its replies (`linger`): one per
 /// CPU left the command (and the scan pusher) a CPU shared with a poller (2 vCPUs, interleaved
 /// medians of 6-10: 4,000 random files 581 -> 532 ms, tar of /usr 559 -> 485 ms with one thread
 /// instead of two). An image on a network or parallel file system keeps two at least: there a

@@ -269,10 +269,6 @@ fn child(
         return (exit::GPURUN_FAILED, "gpurun exited during start-up".into());
     }
     let mut ready = File::from(ready_w);
-    // Kept until the container ends, to fail what gpurun's server leaves waiting if it dies
-    // (`fail_requests_until_gone`); gpurun itself, to know when it is gone.
-    let server = fuse_fd.as_ref().and_then(|fd| sys::dup(fd).ok());
-    let gpurun = sys::pidfd_open(parent).ok();
     // During set-up the death signal must kill C outright: if gpurun dies while C's mount(2)
     // waits on the FUSE server gpurun was, C holds the /dev/fuse fd, so the request never fails,
     // and a blocked death signal left C (and its namespace and FUSE connection) there for good.
@@ -304,8 +300,6 @@ fn child(
             return (exit::GPURUN_FAILED, "cannot write the holder state".into());
         }
         drop(ready);
-        // The holder ends by P's signal, not by supervise: as before, nothing kept open.
-        drop(server);
         let _ = old_mask.thread_set_mask();
         // The tasks exec the step's program once they join: read its files ahead meanwhile.
         read_ahead_found(found, true);
@@ -328,30 +322,8 @@ fn child(
     // C stays as a small init: it reaps, forwards signals, and takes the command's whole process
     // tree down with it, also when gpurun itself is killed (PDEATHSIG reaches C, which can act).
     match spawn_command(prep, &old_mask) {
-        Ok(cmd) => supervise(cmd, server.map(|fd| (fd, gpurun))),
+        Ok(cmd) => supervise(cmd),
         Err(e) => e,
-    }
-}
-
-/// When gpurun dies: answer with EIO every request still waiting on its FUSE connection, until
-/// its last thread is gone (at most 2 s), then let the connection go. A store into the page
-/// cache (FUSE_NOTIFY_STORE: kept reads, scans, small files after their LOOKUP) waits,
-/// uninterruptibly, for a page that a READ in flight holds locked; if gpurun is killed then, no
-/// thread of its is left to answer that READ, and the stuck one keeps /dev/fuse open, so the
-/// kernel never aborts the connection: gpurun and the container would stay in D state until
-/// root aborted it through fusectl.
-fn fail_requests_until_gone(server: &OwnedFd, gpurun: Option<&OwnedFd>) {
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    while super::fuse::fail_pending(server) && std::time::Instant::now() < end {
-        let Some(g) = gpurun else {
-            // No pidfd (Linux < 5.3): a moment for a READ being queued, then go.
-            sys::readable_within(&[server], 20);
-            let _ = super::fuse::fail_pending(server);
-            return;
-        };
-        if sys::readable_within(&[server, g], 10)[1] {
-            return;
-        }
     }
 }
 
@@ -378,9 +350,8 @@ fn read_ahead_found(found: Option<OwnedFd>, wait: bool) {
 }
 
 /// C's loop once the command runs: forward, reap, and on the end of either the command or
-/// gpurun, kill everything left and leave with the command's status. `server`: C's descriptor
-/// of the image's FUSE connection, and gpurun's pidfd (`fail_requests_until_gone`).
-fn supervise(cmd: Pid, server: Option<(OwnedFd, Option<OwnedFd>)>) -> ! {
+/// gpurun, kill everything left and leave with the command's status.
+fn supervise(cmd: Pid) -> ! {
     let mut waited = [libc::SIGCHLD; FORWARDED.len() + 2];
     for (w, s) in waited.iter_mut().zip(FORWARDED) {
         *w = s as i32;
@@ -391,12 +362,6 @@ fn supervise(cmd: Pid, server: Option<(OwnedFd, Option<OwnedFd>)>) -> ! {
             continue;
         };
         if signo == parent_death_signal() {
-            if let Some((fd, gpurun)) = server.filter(|(fd, _)| sys::set_nonblocking(fd).is_ok()) {
-                // Before and after the kill: a READ the kill leaves queued is answered too.
-                let _ = super::fuse::fail_pending(&fd);
-                kill_descendants();
-                fail_requests_until_gone(&fd, gpurun.as_ref());
-            }
             kill_descendants();
             sys::exit_now(exit::GPURUN_FAILED);
         }

@@ -651,31 +651,6 @@ pub fn readable_now(fd: &OwnedFd) -> bool {
     matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
-/// Which of `fds` have data to read (or, for a pidfd, whose process is gone) within `ms`.
-pub fn readable_within(fds: &[&OwnedFd], ms: u16) -> Vec<bool> {
-    use std::os::fd::AsFd;
-    let mut p: Vec<_> = (fds.iter())
-        .map(|fd| nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN))
-        .collect();
-    let _ = nix::poll::poll(&mut p, nix::poll::PollTimeout::from(ms));
-    p.iter()
-        .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
-        .collect()
-}
-
-/// A descriptor of process `pid` that polls readable once all its threads are gone
-/// (pidfd_open(2), Linux 5.3+).
-pub fn pidfd_open(pid: nix::unistd::Pid) -> Result<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd, or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
-    if fd < 0 {
-        return Err(call("pidfd_open")(Errno::last()));
-    }
-    // SAFETY: a fresh fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 /// A second descriptor for the same open file (shares its queue and flags).
 pub fn dup(fd: &OwnedFd) -> Result<OwnedFd> {
     fd.try_clone().map_err(|e| call("dup")(io_errno(&e)))
