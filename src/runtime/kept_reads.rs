@@ -170,7 +170,8 @@ fn union(kept: &[FileRange], new: &[FileRange]) -> Option<Vec<FileRange>> {
         .filter(|r| reads_of[&r.inode] > 1)
         .copied()
         .collect();
-    let before = bytes(&normalize(kept.to_vec()))?;
+    // `kept` is as `parse` took it: normalized already.
+    let before = bytes(kept)?;
     let all = normalize(kept.iter().chain(&new).copied().collect());
     let after = bytes(&all)?;
     if after <= before {
