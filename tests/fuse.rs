@@ -104,15 +104,17 @@ fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
 
 /// The image server of `img` on `fd`, with `cpus` CPUs, owner (0, 0), providing `provided`.
 fn serve_image(img: &Path, fd: OwnedFd, cpus: usize, provided: Vec<Provided>) -> Server {
-    serve_with_reads(img, fd, cpus, provided, Arc::new(KeptReads::load(None)))
+    serve_with_reads(img, fd, cpus, provided, Arc::new(KeptReads::load(None)), true)
 }
 
+/// `stores`: whether the server may store into the page cache (`serve`).
 fn serve_with_reads(
     img: &Path,
     fd: OwnedFd,
     cpus: usize,
     provided: Vec<Provided>,
     reads: Arc<KeptReads>,
+    stores: bool,
 ) -> Server {
     serve(
         Arc::new(Archive::open(img).unwrap()),
@@ -121,6 +123,7 @@ fn serve_with_reads(
         (0, 0),
         provided,
         reads,
+        stores,
     )
     .unwrap()
 }
@@ -468,14 +471,15 @@ fn a_starts_reads_are_pushed_at_the_next_start() {
     // Far into it, and more than one store (runtime/prefetch.rs stores 128 KiB at a time).
     let (far, far_len): (u64, usize) = (256 << 10, 512 << 10);
     let far_pages = [far, far + (200 << 10), far + far_len as u64 - 4096];
-    let start = |id: &str, check: &dyn Fn(&KeptReads)| {
+    let start_storing = |id: &str, stores: bool, check: &dyn Fn(&KeptReads)| {
         let reads = Arc::new(KeptReads::load(Some((kept.clone(), id.to_string()))));
         in_namespaces(|| {
             let fd = mount_fuse(&mnt);
-            let _session = serve_with_reads(&img, fd, 2, Vec::new(), reads.clone());
+            let _session = serve_with_reads(&img, fd, 2, Vec::new(), reads.clone(), stores);
             check(&reads);
         });
     };
+    let start = |id: &str, check: &dyn Fn(&KeptReads)| start_storing(id, true, check);
     // The first start reads the head of `lib` and a range far into it.
     start("img:1", &|reads| {
         let lib_path = mnt.join("lib");
@@ -487,6 +491,16 @@ fn a_starts_reads_are_pushed_at_the_next_start() {
         assert!(reads.keep().unwrap(), "what it read is kept");
     });
     assert!(kept.exists());
+    // Where the container cannot abort the connection, the server stores nothing.
+    start_storing("img:1", false, &|_| {
+        let lib_path = mnt.join("lib");
+        assert_eq!(pread(&lib_path, 0, 4096), lib[..4096]);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            far_pages.iter().all(|&p| !cached_at(&lib_path, p as i64)),
+            "pushed by a server that may not store"
+        );
+    });
     start("img:1", &|_| {
         let lib_path = mnt.join("lib");
         assert!(!cached_at(&lib_path, far as i64), "pushed before any read");

@@ -269,3 +269,151 @@ fn interrupted_execs_leave_nothing() {
     assert!(fuse() <= fuse_before + 5, "{fuse_before} -> {}", fuse());
     eprintln!("exec: {i} runs interrupted in {:?}", t0.elapsed());
 }
+
+/// A server thread left waiting in the kernel when gpurun dies must not strand the container.
+/// gpurun's page-cache stores (runtime/prefetch.rs) wait, unkillably, for a page that a READ
+/// holds; once gpurun's threads are gone nothing answers that READ, and the waiting thread keeps
+/// the connection open. The container's exit then waits on that store (the mount's teardown
+/// takes the lock the store holds), and both stay in D state for good unless the container
+/// process aborts the connection. Made here on purpose: gpurun stopped, the container's shell
+/// waits on a READ of /data, this test stores into the page that READ holds through gpurun's
+/// own /dev/fuse (pidfd_getfd, as root), and gpurun is killed.
+#[test]
+fn a_store_waiting_when_gpurun_dies_does_not_strand_the_container() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::sync::atomic::{AtomicI32, Ordering};
+    use std::sync::Arc;
+    if !common::is_root() || !common::fusectl() {
+        eprintln!("skipped: needs root (pidfd_getfd on gpurun) and fusectl");
+        return;
+    }
+    let s = Scratch::new();
+    let img = busybox_image(&s, "stranded", |root| {
+        std::fs::write(root.join("data"), vec![7u8; 1 << 20]).unwrap();
+        std::fs::write(root.join("warm"), "x\n").unwrap();
+    });
+    let img = img.to_str().unwrap().to_string();
+    // The shell's own `read` reads /data: no exec whose pages would need the stopped server,
+    // and its code was paged in by reading /warm.
+    let mut c = gpurun(&[
+        "exec",
+        &img,
+        "sh",
+        "-c",
+        "read -r z < /warm; stat -c %i /data; read x; read -r y < /data; sleep 1000",
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let gpurun_pid = nix::unistd::Pid::from_raw(c.id() as i32);
+    let _reaper = Reaper(gpurun_pid);
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let nodeid: u64 = line.trim().parse().expect("the inode number of /data");
+
+    // gpurun's connection, held here as a thread of gpurun would hold it.
+    let p = gpurun_pid.as_raw();
+    let fd = std::fs::read_dir(format!("/proc/{p}/fd"))
+        .unwrap()
+        .flatten()
+        .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse")))
+        .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .expect("gpurun has /dev/fuse open");
+    let conn = unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, p, 0) as i32;
+        assert!(
+            pidfd >= 0,
+            "pidfd_open: {}",
+            std::io::Error::last_os_error()
+        );
+        let got = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        assert!(got >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
+        libc::close(pidfd);
+        OwnedFd::from_raw_fd(got)
+    };
+
+    // Nothing answers now: the shell waits on a READ of /data, its first page locked.
+    nix::sys::signal::kill(gpurun_pid, Signal::SIGSTOP).unwrap();
+    c.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+
+    // A store into that page waits for the READ.
+    let tid = Arc::new(AtomicI32::new(0));
+    let (tid2, raw) = (tid.clone(), conn.as_raw_fd());
+    let store = std::thread::spawn(move || {
+        tid2.store(nix::unistd::gettid().as_raw(), Ordering::SeqCst);
+        // fuse_out_header (len, error = FUSE_NOTIFY_STORE, unique 0), fuse_notify_store_out
+        // (nodeid, offset, size, padding), then the data.
+        let mut msg = Vec::new();
+        msg.extend_from_slice(&(16u32 + 24 + 4096).to_ne_bytes());
+        msg.extend_from_slice(&4i32.to_ne_bytes());
+        msg.extend_from_slice(&0u64.to_ne_bytes());
+        msg.extend_from_slice(&nodeid.to_ne_bytes());
+        msg.extend_from_slice(&0u64.to_ne_bytes());
+        msg.extend_from_slice(&4096u32.to_ne_bytes());
+        msg.extend_from_slice(&0u32.to_ne_bytes());
+        msg.extend_from_slice(&[7u8; 4096]);
+        unsafe { libc::write(raw, msg.as_ptr().cast(), msg.len()) }
+    });
+    let state = |tid: i32| {
+        let st = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+        let fields = st.rsplit(')').next().unwrap_or_default().to_string();
+        fields.split_whitespace().next().map(str::to_string)
+    };
+    let t0 = Instant::now();
+    while state(tid.load(Ordering::SeqCst)).as_deref() != Some("D") {
+        assert!(
+            !store.is_finished() && t0.elapsed() < Duration::from_secs(5),
+            "the store did not wait for the READ: the test no longer makes the hazard"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    nix::sys::signal::kill(gpurun_pid, Signal::SIGKILL).unwrap();
+    let left = procs_left(&img);
+    let t0 = Instant::now();
+    while !store.is_finished() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stranded = !store.is_finished();
+    if stranded {
+        abort_test_users_connections();
+    }
+    let _ = store.join();
+    drop(conn);
+    let _ = c.wait();
+    assert!(
+        !stranded && left.is_empty(),
+        "the store still waited: {stranded}; left behind: {left:?}"
+    );
+}
+
+/// Kills gpurun when a test ends, however it ends, and frees what a failure left waiting.
+struct Reaper(nix::unistd::Pid);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, Signal::SIGKILL);
+        if std::thread::panicking() {
+            abort_test_users_connections();
+        }
+    }
+}
+
+/// Abort the test user's FUSE connections (fusectl; only their owner, or root, may).
+fn abort_test_users_connections() {
+    let (uid, _) = test_ids();
+    for e in std::fs::read_dir("/sys/fs/fuse/connections")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.metadata().is_ok_and(|m| m.uid() == uid) {
+            let _ = std::fs::write(e.path().join("abort"), "1");
+        }
+    }
+}

@@ -81,6 +81,12 @@ impl Served for Server {
 /// points under root-owned directories or let the user change their own --writable-tmpfs root.
 ///
 /// `reads`: what earlier starts read, to push, and where this one's reads are noted.
+///
+/// `stores`: whether the server may store data into the page cache (the pusher). A store waits,
+/// unkillably, for a page a READ holds; should gpurun die then, only an abort of the connection
+/// from outside ends the wait, so stores are made only where the container process can abort it
+/// (runtime/launch.rs, `gpurun_died`).
+#[allow(clippy::too_many_arguments)]
 pub fn serve(
     archive: Arc<Archive>,
     fuse_fd: OwnedFd,
@@ -88,6 +94,7 @@ pub fn serve(
     owner: (u32, u32),
     provided: Vec<Provided>,
     reads: Arc<KeptReads>,
+    stores: bool,
 ) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
     let threads = server_threads(cpus, sys::on_network_fs(archive.path()));
@@ -117,9 +124,11 @@ pub fn serve(
         .spawn()
         .map_err(|source| FuseError::Spawn { image, source })?;
     // Without the thread, the queue's receiver is gone and scans read the normal way.
-    let _ = std::thread::Builder::new()
-        .name("gpurun-prefetch".into())
-        .spawn(move || prefetch::run(archive, notifier, queue));
+    if stores {
+        let _ = std::thread::Builder::new()
+            .name("gpurun-prefetch".into())
+            .spawn(move || prefetch::run(archive, notifier, queue));
+    }
     Ok(Server { session, points })
 }
 

@@ -64,7 +64,8 @@ const FORWARDED: [Signal; 7] = [
 ];
 
 /// Starts serving an image on a mounted /dev/fuse fd; what it returns keeps the server alive.
-pub type Serve = Box<dyn FnOnce(OwnedFd) -> Result<Box<dyn Served>, String>>;
+/// The flag: whether it may store into the page cache (`fuse::serve`).
+pub type Serve = Box<dyn FnOnce(OwnedFd, bool) -> Result<Box<dyn Served>, String>>;
 
 /// A running image server. Until it is sealed it makes the mount points C creates in the image
 /// (runtime/points.rs), so that a read-only root needs no overlay.
@@ -276,7 +277,7 @@ fn child(
     let root = setup_root(plan, lower, fuse_fd, &mut ready);
     // From here C handles it itself (supervise waits for it).
     sys::block_signal(parent_death_signal(), true);
-    let root = match root {
+    let (root, abort) = match root {
         Ok(r) => r,
         Err(e) => return (exit::GPURUN_FAILED, e),
     };
@@ -300,13 +301,9 @@ fn child(
             return (exit::GPURUN_FAILED, "cannot write the holder state".into());
         }
         drop(ready);
-        let _ = old_mask.thread_set_mask();
         // The tasks exec the step's program once they join: read its files ahead meanwhile.
         read_ahead_found(found, true);
-        // Hold the namespace until P forwards a signal (SIGTERM from the SPANK plugin).
-        loop {
-            nix::unistd::pause();
-        }
+        hold(abort.as_ref());
     }
     drop(ready);
     if nix::unistd::chdir(&plan.cwd).is_err() {
@@ -322,7 +319,7 @@ fn child(
     // C stays as a small init: it reaps, forwards signals, and takes the command's whole process
     // tree down with it, also when gpurun itself is killed (PDEATHSIG reaches C, which can act).
     match spawn_command(prep, &old_mask) {
-        Ok(cmd) => supervise(cmd),
+        Ok(cmd) => supervise(cmd, abort.as_ref()),
         Err(e) => e,
     }
 }
@@ -349,9 +346,42 @@ fn read_ahead_found(found: Option<OwnedFd>, wait: bool) {
     }
 }
 
+/// The holder's C keeps the namespace until P forwards a signal (SIGTERM from the SPANK plugin),
+/// which ends it as it would a command, or until gpurun dies.
+fn hold(abort: Option<&OwnedFd>) -> ! {
+    let mut waited = [0; FORWARDED.len() + 1];
+    for (w, s) in waited.iter_mut().zip(FORWARDED) {
+        *w = s as i32;
+    }
+    waited[FORWARDED.len()] = parent_death_signal();
+    loop {
+        match sys::wait_signal(&waited) {
+            Some((signo, _)) if signo == parent_death_signal() => gpurun_died(abort),
+            Some((signo, _)) if signo != libc::SIGWINCH => {
+                if let Ok(sig) = Signal::try_from(signo) {
+                    die_by(sig, false);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// gpurun is gone, and nothing serves the image any more. Its connection is aborted first: a
+/// thread of gpurun may still be waiting in the kernel for a READ that no thread is left to
+/// answer (a page-cache store, runtime/prefetch.rs), holding the connection open, and every
+/// process reading the image would wait with it. Then the command's tree ends.
+fn gpurun_died(abort: Option<&OwnedFd>) -> ! {
+    if let Some(a) = abort {
+        sys::abort_fuse(a);
+    }
+    kill_descendants();
+    sys::exit_now(exit::GPURUN_FAILED)
+}
+
 /// C's loop once the command runs: forward, reap, and on the end of either the command or
 /// gpurun, kill everything left and leave with the command's status.
-fn supervise(cmd: Pid) -> ! {
+fn supervise(cmd: Pid, abort: Option<&OwnedFd>) -> ! {
     let mut waited = [libc::SIGCHLD; FORWARDED.len() + 2];
     for (w, s) in waited.iter_mut().zip(FORWARDED) {
         *w = s as i32;
@@ -362,8 +392,7 @@ fn supervise(cmd: Pid) -> ! {
             continue;
         };
         if signo == parent_death_signal() {
-            kill_descendants();
-            sys::exit_now(exit::GPURUN_FAILED);
+            gpurun_died(abort);
         }
         if signo != libc::SIGCHLD {
             if !from_kernel {
@@ -405,13 +434,14 @@ fn die_by(sig: Signal, core: bool) -> ! {
     sys::exit_now(128 + sig as i32)
 }
 
-/// Build the container root in C's private mount namespace; returns its path.
+/// Build the container root in C's private mount namespace; returns its path, and the image's
+/// FUSE connection's abort file where there is one (`sys::open_fuse_abort`).
 fn setup_root(
     plan: &Plan,
     lower: &Lower,
     fuse_fd: Option<OwnedFd>,
     ready: &mut File,
-) -> Result<PathBuf, String> {
+) -> Result<(PathBuf, Option<OwnedFd>), String> {
     sys::enter_mount_namespace().map_err(|e| e.to_string())?;
     // Capture every host source before STAGE is mounted over /tmp.
     // The mounts C makes (with their numbers in the plan): not those the server provides.
@@ -451,6 +481,7 @@ fn setup_root(
     // (Served), and the mount turns read-only once they are made. The overlay's second layer
     // cost every lookup and open in the container (4,000 small files: 0.55 -> 0.48 s).
     let fuse_root = matches!(lower, Lower::Fuse { .. }) && !plan.writable;
+    let mut abort = None;
     match (lower, fuse_fd, &lower_dir_fd) {
         (Lower::Fuse { image, .. }, Some(fd), _) => {
             let (uid, gid) = (plan.uid.inside, plan.gid.inside);
@@ -460,8 +491,12 @@ fn setup_root(
             // connection alive when gpurun (its server) dies, and any request then in flight
             // (C's own mounts, or the command's reads) would wait forever in D state.
             drop(fd);
+            // What lets C end the connection if gpurun dies (`supervise`). With it the server
+            // may store into the page cache (M); without it, it must not (m).
+            abort = sys::open_fuse_abort(&lower_p);
+            let said: &[u8] = if abort.is_some() { b"M" } else { b"m" };
             ready
-                .write_all(b"M")
+                .write_all(said)
                 .map_err(|e| format!("gpurun exited during start-up: {e}"))?;
         }
         (_, _, Some(tree)) => {
@@ -511,7 +546,7 @@ fn setup_root(
     if !whole && !plan.writable {
         sys::remount_readonly(&root).map_err(|e| e.to_string())?;
     }
-    Ok(root)
+    Ok((root, abort))
 }
 
 /// How the kernel refuses a mount point in a directory image it cannot overlay or write: owned
@@ -758,7 +793,7 @@ fn parent_loop(
         }
         let mut b = [0u8; 1];
         if ready.read_exact(&mut b).is_ok() {
-            match serve(fd) {
+            match serve(fd, b[0] == b'M') {
                 Ok(s) => _server = Some(s),
                 Err(e) => {
                     let _ = nix::sys::signal::kill(child, Signal::SIGKILL);

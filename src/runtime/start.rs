@@ -232,9 +232,16 @@ impl Image {
                 }
                 let skip = provided.iter().map(|p| p.mount).collect();
                 let reads = Arc::new(KeptReads::load(reads));
-                let serve: Serve = Box::new(move |fd| {
-                    let server =
-                        fuse::serve(archive.clone(), fd, cpus, owner, provided, reads.clone());
+                let serve: Serve = Box::new(move |fd, stores| {
+                    let server = fuse::serve(
+                        archive.clone(),
+                        fd,
+                        cpus,
+                        owner,
+                        provided,
+                        reads.clone(),
+                        stores,
+                    );
                     server
                         .map(|server| {
                             Box::new(Serving {

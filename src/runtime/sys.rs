@@ -330,6 +330,36 @@ pub fn mount_fuse(
     .map_err(at("mount FUSE on", target))
 }
 
+/// The fusectl `abort` file of the FUSE connection mounted at `mountpoint`, open for writing.
+/// The kernel makes it owned by the mount's owner, the caller, and its fd does not keep the
+/// connection alive. None where fusectl is not mounted on /sys/fs/fuse/connections.
+pub fn open_fuse_abort(mountpoint: &Path) -> Option<OwnedFd> {
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let path = cstr(mountpoint);
+    // DONT_SYNC: the device number is the superblock's; no request to the server for it.
+    let flags = libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW;
+    if unsafe { libc::statx(libc::AT_FDCWD, path.as_ptr(), flags, 0, &mut stx) } != 0 {
+        return None;
+    }
+    let file = format!(
+        "/sys/fs/fuse/connections/{}/abort",
+        fusectl_name(stx.stx_dev_major, stx.stx_dev_minor)
+    );
+    let flags = nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC;
+    nix::fcntl::open(file.as_str(), flags, nix::sys::stat::Mode::empty()).ok()
+}
+
+/// fusectl names a connection by the kernel's own encoding of its device number.
+fn fusectl_name(major: u32, minor: u32) -> u32 {
+    (major << 20) | minor
+}
+
+/// Abort a FUSE connection: every request on it fails at once, and a server thread waiting in
+/// the kernel for one of them (a page-cache store) goes on.
+pub fn abort_fuse(abort: &OwnedFd) {
+    let _ = nix::unistd::write(abort, b"1");
+}
+
 /// Make `root` the root of this mount namespace (runc's trick: no put_old directory needed, so it
 /// works on a read-only root).
 pub fn pivot_root(root: &Path) -> Result<()> {
