@@ -104,7 +104,14 @@ fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
 
 /// The image server of `img` on `fd`, with `cpus` CPUs, owner (0, 0), providing `provided`.
 fn serve_image(img: &Path, fd: OwnedFd, cpus: usize, provided: Vec<Provided>) -> Server {
-    serve_with_reads(img, fd, cpus, provided, Arc::new(KeptReads::load(None)), true)
+    serve_with_reads(
+        img,
+        fd,
+        cpus,
+        provided,
+        Arc::new(KeptReads::load(None)),
+        true,
+    )
 }
 
 /// `stores`: whether the server may store into the page cache (`serve`).

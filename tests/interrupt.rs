@@ -417,3 +417,64 @@ fn abort_test_users_connections() {
         }
     }
 }
+
+/// The pusher holds descriptors of its own: the image and a /dev/fuse of its own
+/// (runtime/prefetch.rs). Then the serving threads' descriptors close when they die, and a READ
+/// one of them took ends, whatever the pusher waits on, even when nothing is left to abort the
+/// connection (a SIGKILL of the container and gpurun at once).
+#[test]
+fn the_pusher_holds_only_the_image_and_its_own_fuse_descriptor() {
+    if !common::is_root() || !common::fusectl() {
+        eprintln!("skipped: needs root (another user's /proc fd lists) and fusectl");
+        return;
+    }
+    let s = Scratch::new();
+    let img = busybox_image(&s, "pusher", |_| {});
+    let imgs = img.to_str().unwrap().to_string();
+    let mut c = gpurun(&["exec", &imgs, "sleep", "30"]).spawn().unwrap();
+    let _reaper = Reaper(nix::unistd::Pid::from_raw(c.id() as i32));
+    let p = c.id();
+    let targets = |dir: String| -> Vec<String> {
+        let mut t: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| std::fs::read_link(e.path()).unwrap_or_default())
+            .map(|l| l.display().to_string())
+            .collect();
+        t.sort();
+        t
+    };
+    let pusher = {
+        let t0 = Instant::now();
+        loop {
+            let found = std::fs::read_dir(format!("/proc/{p}/task"))
+                .unwrap()
+                .flatten()
+                .find(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "gpurun-prefetch")
+                });
+            if let Some(t) = found {
+                break t.path();
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no pusher thread");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // It takes its own table at its start: wait for it.
+    let want = vec!["/dev/fuse".to_string(), img.display().to_string()];
+    let t0 = Instant::now();
+    while targets(format!("{}/fd", pusher.display())) != want
+        && t0.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(targets(format!("{}/fd", pusher.display())), want);
+    let main = targets(format!("/proc/{p}/fd"));
+    assert!(
+        main.contains(&want[0]) && main.len() > want.len(),
+        "the server's own table: {main:?}"
+    );
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), Signal::SIGTERM);
+    let _ = c.wait();
+}

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -108,6 +108,7 @@ pub fn serve(
     // Bounded: when the pusher falls behind, scans just read the normal way.
     let (jobs, queue) = sync_channel(4 * prefetch::WINDOW as usize);
     let points = Arc::new(Mutex::new(provided_points(&archive, provided)));
+    let session_fd = fuse_fd.as_raw_fd();
     let session = Session::from_fd(
         SquashFs::new(archive.clone(), owner, jobs, reads, linger, points.clone()),
         fuse_fd,
@@ -118,7 +119,6 @@ pub fn serve(
         image: image.clone(),
         source,
     })?;
-    let notifier = session.notifier();
     // The serving threads first: the container process waits for their first reply.
     let session = session
         .spawn()
@@ -127,7 +127,7 @@ pub fn serve(
     if stores {
         let _ = std::thread::Builder::new()
             .name("gpurun-prefetch".into())
-            .spawn(move || prefetch::run(archive, notifier, queue));
+            .spawn(move || prefetch::run(archive, session_fd, queue));
     }
     Ok(Server { session, points })
 }

@@ -10,15 +10,23 @@
 //!
 //! The same thread pushes the ranges of a file that earlier starts read (runtime/kept_reads.rs),
 //! once the file is first read.
+//!
+//! A store waits, unkillably, for a page that a READ holds. Should gpurun be killed then, the
+//! READ must still end: it ends when the descriptor of the thread that took it is closed (or
+//! when the connection is aborted, runtime/launch.rs). So the pusher holds descriptors of its
+//! own only (`sys::own_fd_table`): the image, and a /dev/fuse of its own to store through; the
+//! serving threads' descriptors then close with them, whatever the pusher waits on.
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
-use fuser::{INodeNo, Notifier};
+use nix::errno::Errno;
 
 use crate::image::sqfs::{Archive, Kind};
+use crate::runtime::sys;
 
 /// Entries pushed ahead of the reader when a scan is seen (or catches up with the pushes).
 pub const WINDOW: u32 = 32;
@@ -80,9 +88,13 @@ pub enum Part {
     Ranges(Vec<Range<u64>>),
 }
 
-/// Push what is sent on `jobs` into the page cache until every sender is gone (the FUSE
-/// session ended) or the mount is.
-pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
+/// Push what is sent on `jobs` into the page cache of the connection of `session` until every
+/// sender is gone (the FUSE session ended) or the mount is. Run on a thread of its own: it
+/// takes a table of descriptors of its own first, and pushes nothing where it cannot.
+pub fn run(ar: Arc<Archive>, session: RawFd, jobs: Receiver<Job>) {
+    let Ok(fuse) = own_descriptors(&ar, session) else {
+        return;
+    };
     let mut buf = Vec::new();
     for job in jobs {
         let Ok(ino) = ar.inode(job.inode_ref) else {
@@ -108,15 +120,26 @@ pub fn run(ar: Arc<Archive>, notifier: Notifier, jobs: Receiver<Job>) {
             let Ok(n) = ar.read_at(&ino, r.start, &mut buf) else {
                 continue;
             };
-            // ENODEV: unmounted. (A store to an inode the kernel has forgotten is no error: fuser
-            // takes ENOENT as done.)
-            if let Err(e) = notifier.store(INodeNo(job.ino), r.start, &buf[..n]) {
-                if e.raw_os_error() == Some(libc::ENODEV) {
+            // ENODEV: unmounted. ENOENT: an inode the kernel has forgotten, which is fine.
+            if let Err(e) = sys::notify_store(&fuse, job.ino, r.start, &buf[..n]) {
+                if e.errno() == Errno::ENODEV {
                     return;
                 }
             }
         }
     }
+}
+
+/// This thread's own table of descriptors: the image's, and a clone of `session` to store
+/// through.
+fn own_descriptors(ar: &Archive, session: RawFd) -> Result<OwnedFd, sys::SysError> {
+    sys::own_fd_table(&[ar.raw_fd(), session])?;
+    let fuse = sys::clone_fuse(session);
+    // Not the session's own: a READ taken through it must end when the server's threads do.
+    let _ = nix::unistd::close(session);
+    let fuse = fuse?;
+    debug_assert_ne!(fuse.as_raw_fd(), session);
+    Ok(fuse)
 }
 
 #[cfg(test)]

@@ -360,6 +360,51 @@ pub fn abort_fuse(abort: &OwnedFd) {
     let _ = nix::unistd::write(abort, b"1");
 }
 
+/// A /dev/fuse descriptor of its own on the connection of `session` (FUSE_DEV_IOC_CLONE): the
+/// kernel releases it, and ends what was read through it, apart from the others.
+pub fn clone_fuse(session: RawFd) -> Result<OwnedFd> {
+    nix::ioctl_read!(fuse_dev_ioc_clone, 229, 0, u32);
+    let fd = open_fuse().map_err(|e| call("open /dev/fuse")(io_errno(&e)))?;
+    let mut from = session as u32;
+    unsafe { fuse_dev_ioc_clone(fd.as_raw_fd(), &mut from) }.map_err(call("FUSE_DEV_IOC_CLONE"))?;
+    Ok(fd)
+}
+
+/// Give the calling thread a table of descriptors of its own, holding only `keep`: the
+/// process's table, with everything in it, then closes when the process's other threads end,
+/// whatever this thread is waiting on.
+pub fn own_fd_table(keep: &[RawFd]) -> Result<()> {
+    nix::sched::unshare(CloneFlags::CLONE_FILES).map_err(call("unshare(CLONE_FILES)"))?;
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/thread-self/fd")
+        .map_err(|e| call("list /proc/thread-self/fd")(io_errno(&e)))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds.into_iter().filter(|fd| !keep.contains(fd)) {
+        // The listing's own descriptor is among them, closed already: EBADF.
+        let _ = nix::unistd::close(fd);
+    }
+    Ok(())
+}
+
+/// Store `data` into the page cache of FUSE inode `ino` at `offset` (FUSE_NOTIFY_STORE).
+pub fn notify_store(fuse: &OwnedFd, ino: u64, offset: u64, data: &[u8]) -> Result<()> {
+    const FUSE_NOTIFY_STORE: i32 = 4;
+    // fuse_out_header (len, error: the notification's code, unique 0), then
+    // fuse_notify_store_out (nodeid, offset, size, padding).
+    let mut head = [0u8; 40];
+    let len = (head.len() + data.len()) as u32;
+    head[..4].copy_from_slice(&len.to_ne_bytes());
+    head[4..8].copy_from_slice(&FUSE_NOTIFY_STORE.to_ne_bytes());
+    head[16..24].copy_from_slice(&ino.to_ne_bytes());
+    head[24..32].copy_from_slice(&offset.to_ne_bytes());
+    head[32..36].copy_from_slice(&(data.len() as u32).to_ne_bytes());
+    let iov = [std::io::IoSlice::new(&head), std::io::IoSlice::new(data)];
+    nix::sys::uio::writev(fuse, &iov)
+        .map(|_| ())
+        .map_err(call("FUSE_NOTIFY_STORE"))
+}
+
 /// Make `root` the root of this mount namespace (runc's trick: no put_old directory needed, so it
 /// works on a read-only root).
 pub fn pivot_root(root: &Path) -> Result<()> {

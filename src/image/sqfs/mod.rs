@@ -360,6 +360,11 @@ impl Archive {
         &self.path
     }
 
+    /// The descriptor every read of the image goes through.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.file)
+    }
+
     /// The image file (its device and inode), and its identity while it is unchanged: that,
     /// its size, modification and change times (a write to the file moves the change time),
     /// and the squashfs's own offset, size and creation time (for file systems whose times
