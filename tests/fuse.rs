@@ -557,6 +557,44 @@ fn a_starts_reads_are_pushed_at_the_next_start() {
     });
 }
 
+/// A small file's LOOKUP makes the polling server thread store its data into the page cache
+/// (runtime/linger.rs), so a read right after finds it there: the bytes are the file's. A file
+/// larger than that is not stored. The store races the caller's wake-up (it must land between
+/// the kernel making the inode and the read), so the test asks it of at least one of many files.
+#[test]
+fn small_files_are_stored_after_their_lookup() {
+    let s = common::Scratch::new();
+    let src = s.join("src");
+    std::fs::create_dir_all(src.join("small")).unwrap();
+    let content = |i: usize| format!("small file {i}\n").repeat(50 + i * 7);
+    for i in 0..100 {
+        std::fs::write(src.join("small").join(format!("f{i:03}")), content(i)).unwrap();
+    }
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(src.join("big"), &big).unwrap();
+    let (img, mnt) = image_and_mount_point(&s, &src);
+    in_namespaces(|| {
+        let fd = mount_fuse(&mnt);
+        let _session = serve_image(&img, fd, 2, Vec::new());
+        let mut stored = 0;
+        for i in 0..100 {
+            let f = mnt.join("small").join(format!("f{i:03}"));
+            // A LOOKUP, and no read.
+            assert!(std::fs::metadata(&f).unwrap().is_file());
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            if cached(&f) {
+                stored += 1;
+                assert_eq!(std::fs::read_to_string(&f).unwrap(), content(i), "f{i:03}");
+            }
+        }
+        assert!(stored > 0, "no small file stored after its lookup");
+        assert!(std::fs::metadata(mnt.join("big")).unwrap().is_file());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!cached(&mnt.join("big")), "a large file stored on lookup");
+        assert_eq!(std::fs::read(mnt.join("big")).unwrap(), big);
+    });
+}
+
 fn errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> Option<i32> {
     r.unwrap_err().raw_os_error()
 }

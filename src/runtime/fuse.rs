@@ -28,7 +28,7 @@ use crate::image::sqfs::{Archive, Inode, Kind, SqfsError, Xattr};
 use crate::lock;
 use crate::runtime::kept_reads::KeptReads;
 use crate::runtime::launch::Served;
-use crate::runtime::linger::{self, Linger};
+use crate::runtime::linger::{self, Linger, Store, STORE_MAX};
 use crate::runtime::points::{self, Point, PointKind, Points, Refused};
 use crate::runtime::prefetch::{self, Job, Part, ScanTracker};
 use crate::runtime::provide::Provided;
@@ -97,9 +97,14 @@ pub fn serve(
     stores: bool,
 ) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
-    let threads = server_threads(cpus, sys::on_network_fs(archive.path()));
+    // One more than poll: it sleeps in read(2), to answer while a poller waits on a store
+    // (runtime/linger.rs). On one CPU nobody polls.
+    let pollers = server_threads(cpus, sys::on_network_fs(archive.path()));
+    let threads = if cpus >= 2 { pollers + 1 } else { pollers };
     // Without a second fd the threads just sleep between requests.
-    let linger = sys::dup(&fuse_fd).ok().and_then(|fd| Linger::new(fd, cpus));
+    let linger = sys::dup(&fuse_fd)
+        .ok()
+        .and_then(|fd| Linger::new(fd, cpus, threads));
     let mut config = Config::default();
     config.acl = SessionACL::All;
     config.n_threads = Some(threads);
@@ -598,11 +603,13 @@ impl Filesystem for SquashFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _poll = self.poll();
-        let run = || -> Result<Option<FileAttr>, Errno> {
+        let mut poll = self.poll();
+        // The entry, and the image's inode when it is one.
+        type Entry = (FileAttr, Option<Arc<Inode>>);
+        let run = || -> Result<Option<Entry>, Errno> {
             // Points first: a provided file takes the place of the image's entry.
             if let Some(attr) = self.point_in(parent, name) {
-                return Ok(Some(attr));
+                return Ok(Some((attr, None)));
             }
             if points::is_point(parent.0) {
                 return Ok(None);
@@ -620,10 +627,25 @@ impl Filesystem for SquashFs {
             if ino.kind == Kind::Dir {
                 lock(&self.parents).insert(attr.ino.0, parent.0);
             }
-            Ok(Some(attr))
+            Ok(Some((attr, Some(ino))))
         };
         match run() {
-            Ok(Some(attr)) => reply.entry(&TTL, &attr, Generation(0)),
+            Ok(Some((attr, inode))) => {
+                reply.entry(&TTL, &attr, Generation(0));
+                // A small file is most likely read next: stored while polling (linger.rs).
+                let small = |i: &Inode| i.kind == Kind::File && (1..=STORE_MAX).contains(&i.size);
+                if let (Some(p), Some(i)) = (poll.as_mut(), inode.filter(|i| small(i))) {
+                    p.store(Store {
+                        ino: attr.ino.0,
+                        read: Box::new(move || {
+                            let mut data = vec![0; i.size as usize];
+                            let n = self.ar.read_at(&i, 0, &mut data).ok()?;
+                            data.truncate(n);
+                            Some(data)
+                        }),
+                    });
+                }
+            }
             Ok(None) => reply.entry(&TTL, &negative(), Generation(0)),
             Err(e) => reply.error(e),
         }
