@@ -559,8 +559,9 @@ fn a_starts_reads_are_pushed_at_the_next_start() {
 
 /// A small file's LOOKUP makes the polling server thread store its data into the page cache
 /// (runtime/linger.rs), so a read right after finds it there: the bytes are the file's. A file
-/// larger than that is not stored. The store races the caller's wake-up (it must land between
-/// the kernel making the inode and the read), so the test asks it of at least one of many files.
+/// larger than that is not stored, nor is anything by a server told not to store. The store
+/// races the caller's wake-up (it must land between the kernel making the inode and the read),
+/// so the test asks it of at least one of many files.
 #[test]
 fn small_files_are_stored_after_their_lookup() {
     let s = common::Scratch::new();
@@ -573,6 +574,18 @@ fn small_files_are_stored_after_their_lookup() {
     let big: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
     std::fs::write(src.join("big"), &big).unwrap();
     let (img, mnt) = image_and_mount_point(&s, &src);
+    // Where the container could not abort the connection, nothing is stored.
+    in_namespaces(|| {
+        let fd = mount_fuse(&mnt);
+        let reads = Arc::new(KeptReads::load(None));
+        let _session = serve_with_reads(&img, fd, 2, Vec::new(), reads, false);
+        for i in 0..20 {
+            let f = mnt.join("small").join(format!("f{i:03}"));
+            assert!(std::fs::metadata(&f).unwrap().is_file());
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            assert!(!cached(&f), "f{i:03} stored by a server that may not store");
+        }
+    });
     in_namespaces(|| {
         let fd = mount_fuse(&mnt);
         let _session = serve_image(&img, fd, 2, Vec::new());

@@ -104,7 +104,7 @@ pub fn serve(
     // Without a second fd the threads just sleep between requests.
     let linger = sys::dup(&fuse_fd)
         .ok()
-        .and_then(|fd| Linger::new(fd, cpus, threads));
+        .and_then(|fd| Linger::new(fd, cpus, threads, stores));
     let mut config = Config::default();
     config.acl = SessionACL::All;
     config.n_threads = Some(threads);

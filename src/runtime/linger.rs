@@ -33,10 +33,13 @@
 //! VM, interleaved, benches/README.md stop 19). A store waits for a page that a READ in flight
 //! holds locked; the server therefore keeps one thread that never polls (`Linger::new`), asleep
 //! in read(2), which answers that READ while a poller waits: without it, the only thread could
-//! wait on a READ that only it would answer.
+//! wait on a READ that only it would answer. Should gpurun die while a poller waits so, nothing
+//! answers that READ: the container process then aborts the connection (runtime/launch.rs,
+//! `gpurun_died`), and where it cannot, no store is made. Reverted in stop 19 for that hang
+//! (1 of 27 SIGKILLs of gpurun), back in stop 20 with the abort (0 of 40; docs/security.md,
+//! known gaps, for the kill of gpurun and its container at once).
 
 use std::cell::Cell;
-use std::io::IoSlice;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -69,6 +72,9 @@ pub struct Linger {
     pollers: usize,
     /// Threads that have taken their part so far.
     parts: AtomicUsize,
+    /// Whether a poll may store a file (`fuse::serve`: only where the container can abort the
+    /// connection).
+    stores: bool,
 }
 
 /// A file to store into the page cache while polling: its FUSE inode number, and how to read it.
@@ -81,12 +87,13 @@ impl Linger {
     /// For a server of `threads` threads: all but one poll. `None` when polling would take a CPU
     /// from the command (`cpus` < 2), or no thread would be left to answer while a poller waits
     /// on a store.
-    pub fn new(fd: OwnedFd, cpus: usize, threads: usize) -> Option<Linger> {
+    pub fn new(fd: OwnedFd, cpus: usize, threads: usize, stores: bool) -> Option<Linger> {
         (cpus >= 2 && threads >= 2).then(|| Linger {
             fd,
             aside: StepAside::default(),
             pollers: threads - 1,
             parts: AtomicUsize::new(0),
+            stores,
         })
     }
 
@@ -115,8 +122,9 @@ impl Linger {
         // A poll must not slow the command, or the pusher of a directory scan, on this CPU: with
         // any of them runnable this thread steps aside.
         self.poll(sys::yield_cpu, || {
-            let again =
-                (store.as_mut()).is_some_and(|s| s.turn(|ino, d| notify_store(&self.fd, ino, d)));
+            let again = (store.as_mut()).is_some_and(|s| {
+                s.turn(|ino, d| sys::notify_store(&self.fd, ino, 0, d).map_err(|e| e.errno()))
+            });
             if !again {
                 store = None;
             }
@@ -172,27 +180,14 @@ impl<'a> Pending<'a> {
     }
 }
 
-/// FUSE_NOTIFY_STORE of `data` at the start of inode `ino`, written as the protocol lays it out
-/// (fuser's `Notifier::store` takes ENOENT for success, and that is the answer to wait out).
-fn notify_store(fd: &OwnedFd, ino: u64, data: &[u8]) -> Result<(), Errno> {
-    const FUSE_NOTIFY_STORE: i32 = 4;
-    // fuse_out_header (len, error: the notification's code, unique 0), then
-    // fuse_notify_store_out (nodeid, offset, size, padding).
-    let mut head = [0u8; 40];
-    let len = (head.len() + data.len()) as u32;
-    head[..4].copy_from_slice(&len.to_le_bytes());
-    head[4..8].copy_from_slice(&FUSE_NOTIFY_STORE.to_le_bytes());
-    head[16..24].copy_from_slice(&ino.to_le_bytes());
-    head[32..36].copy_from_slice(&(data.len() as u32).to_le_bytes());
-    nix::sys::uio::writev(fd, &[IoSlice::new(&head), IoSlice::new(data)]).map(|_| ())
-}
-
 pub struct Poll<'a>(&'a Linger, Option<Store<'a>>);
 
 impl<'a> Poll<'a> {
-    /// After the reply, store this file while polling.
+    /// After the reply, store this file while polling (where stores are made at all).
     pub fn store(&mut self, store: Store<'a>) {
-        self.1 = Some(store);
+        if self.0.stores {
+            self.1 = Some(store);
+        }
     }
 }
 
@@ -209,10 +204,10 @@ mod tests {
     #[test]
     fn one_cpu_never_polls() {
         let fd = || std::fs::File::open("/dev/null").unwrap().into();
-        assert!(Linger::new(fd(), 1, 2).is_none());
-        assert!(Linger::new(fd(), 2, 2).is_some());
+        assert!(Linger::new(fd(), 1, 2, true).is_none());
+        assert!(Linger::new(fd(), 2, 2, true).is_some());
         assert!(
-            Linger::new(fd(), 2, 1).is_none(),
+            Linger::new(fd(), 2, 1, true).is_none(),
             "no thread left to answer"
         );
     }
@@ -223,12 +218,12 @@ mod tests {
         // No real yield: on a busy test machine one could take long enough to back off. And a
         // fresh Linger for each half, in case being preempted did that.
         let (r, _w) = nix::unistd::pipe().unwrap();
-        let l = Linger::new(r, 2, 2).unwrap();
+        let l = Linger::new(r, 2, 2, true).unwrap();
         let t = Instant::now();
         assert!(!l.poll(|| {}, || {}));
         assert!(t.elapsed() >= WINDOW, "gave up before the window");
         let (r, w) = nix::unistd::pipe().unwrap();
-        let l = Linger::new(r, 2, 2).unwrap();
+        let l = Linger::new(r, 2, 2, true).unwrap();
         nix::unistd::write(&w, b"x").unwrap();
         assert!(l.poll(|| {}, || {}));
     }
@@ -268,7 +263,7 @@ mod tests {
     #[test]
     fn contended_cpus_stop_the_polling() {
         let (r, _w) = nix::unistd::pipe().unwrap();
-        let l = Linger::new(r, 2, 2).unwrap();
+        let l = Linger::new(r, 2, 2, true).unwrap();
         let mut yields = 0;
         assert!(!l.poll(
             || {
