@@ -82,10 +82,11 @@ impl Served for Server {
 ///
 /// `reads`: what earlier starts read, to push, and where this one's reads are noted.
 ///
-/// `stores`: whether the server may store data into the page cache (the pusher). A store waits,
-/// unkillably, for a page a READ holds; should gpurun die then, only an abort of the connection
-/// from outside ends the wait, so stores are made only where the container process can abort it
-/// (runtime/launch.rs, `gpurun_died`).
+/// `abortable`: whether the container process can abort the connection should gpurun die
+/// (runtime/launch.rs, `gpurun_died`). A page-cache store waits, unkillably, for a page a READ
+/// holds; the serving threads store a small file after its LOOKUP (runtime/linger.rs) only where
+/// that abort can end such a wait. The pusher stores in any case: it holds descriptors of its
+/// own, and a READ a dead serving thread took ends with that thread (runtime/prefetch.rs).
 #[allow(clippy::too_many_arguments)]
 pub fn serve(
     archive: Arc<Archive>,
@@ -94,7 +95,7 @@ pub fn serve(
     owner: (u32, u32),
     provided: Vec<Provided>,
     reads: Arc<KeptReads>,
-    stores: bool,
+    abortable: bool,
 ) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
     // One more than poll: it sleeps in read(2), to answer while a poller waits on a store
@@ -104,7 +105,7 @@ pub fn serve(
     // Without a second fd the threads just sleep between requests.
     let linger = sys::dup(&fuse_fd)
         .ok()
-        .and_then(|fd| Linger::new(fd, cpus, threads, stores));
+        .and_then(|fd| Linger::new(fd, cpus, threads, abortable));
     let mut config = Config::default();
     config.acl = SessionACL::All;
     config.n_threads = Some(threads);
@@ -129,11 +130,9 @@ pub fn serve(
         .spawn()
         .map_err(|source| FuseError::Spawn { image, source })?;
     // Without the thread, the queue's receiver is gone and scans read the normal way.
-    if stores {
-        let _ = std::thread::Builder::new()
-            .name("gpurun-prefetch".into())
-            .spawn(move || prefetch::run(archive, session_fd, queue));
-    }
+    let _ = std::thread::Builder::new()
+        .name("gpurun-prefetch".into())
+        .spawn(move || prefetch::run(archive, session_fd, queue));
     Ok(Server { session, points })
 }
 

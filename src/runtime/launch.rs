@@ -64,7 +64,7 @@ const FORWARDED: [Signal; 7] = [
 ];
 
 /// Starts serving an image on a mounted /dev/fuse fd; what it returns keeps the server alive.
-/// The flag: whether it may store into the page cache (`fuse::serve`).
+/// The flag: whether C can abort the connection should gpurun die (`fuse::serve`).
 pub type Serve = Box<dyn FnOnce(OwnedFd, bool) -> Result<Box<dyn Served>, String>>;
 
 /// A running image server. Until it is sealed it makes the mount points C creates in the image
@@ -491,8 +491,8 @@ fn setup_root(
             // connection alive when gpurun (its server) dies, and any request then in flight
             // (C's own mounts, or the command's reads) would wait forever in D state.
             drop(fd);
-            // What lets C end the connection if gpurun dies (`supervise`). With it the server
-            // may store into the page cache (M); without it, it must not (m).
+            // What lets C end the connection if gpurun dies (`gpurun_died`): with it (M) the
+            // serving threads may store into the page cache, without it (m) only the pusher.
             abort = sys::open_fuse_abort(&lower_p);
             let said: &[u8] = if abort.is_some() { b"M" } else { b"m" };
             ready

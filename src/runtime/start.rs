@@ -232,7 +232,7 @@ impl Image {
                 }
                 let skip = provided.iter().map(|p| p.mount).collect();
                 let reads = Arc::new(KeptReads::load(reads));
-                let serve: Serve = Box::new(move |fd, stores| {
+                let serve: Serve = Box::new(move |fd, abortable| {
                     let server = fuse::serve(
                         archive.clone(),
                         fd,
@@ -240,7 +240,7 @@ impl Image {
                         owner,
                         provided,
                         reads.clone(),
-                        stores,
+                        abortable,
                     );
                     server
                         .map(|server| {
