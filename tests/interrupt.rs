@@ -271,17 +271,18 @@ fn interrupted_execs_leave_nothing() {
 }
 
 /// A server thread left waiting in the kernel when gpurun dies must not strand the container.
-/// gpurun's page-cache stores (runtime/prefetch.rs) wait, unkillably, for a page that a READ
-/// holds; once gpurun's threads are gone nothing answers that READ, and the waiting thread keeps
-/// the connection open. The container's exit then waits on that store (the mount's teardown
-/// takes the lock the store holds), and both stay in D state for good unless the container
-/// process aborts the connection. Made here on purpose: gpurun stopped, the container's shell
-/// waits on a READ of /data, this test stores into the page that READ holds through gpurun's
-/// own /dev/fuse (pidfd_getfd, as root), and gpurun is killed.
+/// gpurun's page-cache stores (runtime/linger.rs, runtime/prefetch.rs) wait, unkillably, for a
+/// page that a READ holds; once gpurun's threads are gone nothing answers that READ, and a
+/// serving thread waiting so keeps the connection open. The container's exit then waits on that
+/// store (the mount's teardown takes the lock the store holds), and both stay in D state for
+/// good unless the container process aborts the connection. Made here on purpose: gpurun
+/// stopped, the container's shell waits on a READ of /data (a readahead READ: one a killed
+/// reader made itself would be dropped from the queue), this test stores into the page that READ
+/// holds through gpurun's own /dev/fuse (pidfd_getfd, as root), and gpurun is killed.
 #[test]
 fn a_store_waiting_when_gpurun_dies_does_not_strand_the_container() {
     use std::io::{BufRead, BufReader, Write};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::{FromRawFd, OwnedFd};
     use std::sync::atomic::{AtomicI32, Ordering};
     use std::sync::Arc;
     if !common::is_root() || !common::fusectl() {
@@ -308,22 +309,24 @@ fn a_store_waiting_when_gpurun_dies_does_not_strand_the_container() {
     .spawn()
     .unwrap();
     let gpurun_pid = nix::unistd::Pid::from_raw(c.id() as i32);
-    let _reaper = Reaper(gpurun_pid);
+    let mut reaper = Reaper(gpurun_pid, None);
     let mut line = String::new();
     BufReader::new(c.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let nodeid: u64 = line.trim().parse().expect("the inode number of /data");
+    let p = gpurun_pid.as_raw();
+    let conn = connection_of(p).expect("the image's FUSE connection");
+    reaper.1 = Some(conn.clone());
 
     // gpurun's connection, held here as a thread of gpurun would hold it.
-    let p = gpurun_pid.as_raw();
     let fd = std::fs::read_dir(format!("/proc/{p}/fd"))
         .unwrap()
         .flatten()
         .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse")))
         .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .expect("gpurun has /dev/fuse open");
-    let conn = unsafe {
+    let held = unsafe {
         let pidfd = libc::syscall(libc::SYS_pidfd_open, p, 0) as i32;
         assert!(
             pidfd >= 0,
@@ -339,39 +342,51 @@ fn a_store_waiting_when_gpurun_dies_does_not_strand_the_container() {
     // Nothing answers now: the shell waits on a READ of /data, its first page locked.
     nix::sys::signal::kill(gpurun_pid, Signal::SIGSTOP).unwrap();
     c.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let waiting = || {
+        std::fs::read_to_string(conn.join("waiting"))
+            .ok()
+            .and_then(|w| w.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let t0 = Instant::now();
+    while waiting() == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no request waits");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The readahead READ that follows: a store waiting on a READ its killed reader made itself
+    // would be freed by that kill, and prove nothing.
     std::thread::sleep(Duration::from_millis(500));
 
     // A store into that page waits for the READ.
     let tid = Arc::new(AtomicI32::new(0));
-    let (tid2, raw) = (tid.clone(), conn.as_raw_fd());
+    let tid2 = tid.clone();
     let store = std::thread::spawn(move || {
         tid2.store(nix::unistd::gettid().as_raw(), Ordering::SeqCst);
-        // fuse_out_header (len, error = FUSE_NOTIFY_STORE, unique 0), fuse_notify_store_out
-        // (nodeid, offset, size, padding), then the data.
-        let mut msg = Vec::new();
-        msg.extend_from_slice(&(16u32 + 24 + 4096).to_ne_bytes());
-        msg.extend_from_slice(&4i32.to_ne_bytes());
-        msg.extend_from_slice(&0u64.to_ne_bytes());
-        msg.extend_from_slice(&nodeid.to_ne_bytes());
-        msg.extend_from_slice(&0u64.to_ne_bytes());
-        msg.extend_from_slice(&4096u32.to_ne_bytes());
-        msg.extend_from_slice(&0u32.to_ne_bytes());
-        msg.extend_from_slice(&[7u8; 4096]);
-        unsafe { libc::write(raw, msg.as_ptr().cast(), msg.len()) }
+        gpurun::runtime::sys::notify_store(&held, nodeid, 0, &[7u8; 4096])
     });
     let state = |tid: i32| {
         let st = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
         let fields = st.rsplit(')').next().unwrap_or_default().to_string();
         fields.split_whitespace().next().map(str::to_string)
     };
-    let t0 = Instant::now();
-    while state(tid.load(Ordering::SeqCst)).as_deref() != Some("D") {
+    // Waiting, not just passing through a short uninterruptible sleep: D on 10 samples in a row.
+    let (t0, mut in_d) = (Instant::now(), 0);
+    while in_d < 10 {
         assert!(
             !store.is_finished() && t0.elapsed() < Duration::from_secs(5),
             "the store did not wait for the READ: the test no longer makes the hazard"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        in_d = if state(tid.load(Ordering::SeqCst)).as_deref() == Some("D") {
+            in_d + 1
+        } else {
+            0
+        };
+        std::thread::sleep(Duration::from_millis(10));
     }
+    assert!(
+        !store.is_finished(),
+        "the store ended before gpurun was killed"
+    );
 
     nix::sys::signal::kill(gpurun_pid, Signal::SIGKILL).unwrap();
     let left = procs_left(&img);
@@ -381,10 +396,9 @@ fn a_store_waiting_when_gpurun_dies_does_not_strand_the_container() {
     }
     let stranded = !store.is_finished();
     if stranded {
-        abort_test_users_connections();
+        let _ = std::fs::write(conn.join("abort"), "1");
     }
     let _ = store.join();
-    drop(conn);
     let _ = c.wait();
     assert!(
         !stranded && left.is_empty(),
@@ -392,33 +406,36 @@ fn a_store_waiting_when_gpurun_dies_does_not_strand_the_container() {
     );
 }
 
-/// Kills gpurun when a test ends, however it ends, and frees what a failure left waiting.
-struct Reaper(nix::unistd::Pid);
+/// The fusectl directory of the image connection of the gpurun process `p`: from its container
+/// process's mountinfo (the FUSE mount's device number).
+fn connection_of(p: i32) -> Option<std::path::PathBuf> {
+    let children = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).ok()?;
+    let c = children.split_whitespace().next()?;
+    let info = std::fs::read_to_string(format!("/proc/{c}/mountinfo")).ok()?;
+    let dev = info
+        .lines()
+        .find(|l| l.contains(" - fuse.gpurun "))?
+        .split(' ')
+        .nth(2)?;
+    let (major, minor) = dev.split_once(':')?;
+    let n = (major.parse::<u32>().ok()? << 20) | minor.parse::<u32>().ok()?;
+    Some(Path::new("/sys/fs/fuse/connections").join(n.to_string()))
+}
+
+/// Kills gpurun when a test ends, however it ends, and on a failure aborts its connection (when
+/// known), so that nothing is left waiting on this machine.
+struct Reaper(nix::unistd::Pid, Option<std::path::PathBuf>);
 
 impl Drop for Reaper {
     fn drop(&mut self) {
         let _ = nix::sys::signal::kill(self.0, Signal::SIGKILL);
-        if std::thread::panicking() {
-            abort_test_users_connections();
+        if let (true, Some(conn)) = (std::thread::panicking(), &self.1) {
+            let _ = std::fs::write(conn.join("abort"), "1");
         }
     }
 }
 
-/// Abort the test user's FUSE connections (fusectl; only their owner, or root, may).
-fn abort_test_users_connections() {
-    let (uid, _) = test_ids();
-    for e in std::fs::read_dir("/sys/fs/fuse/connections")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if e.metadata().is_ok_and(|m| m.uid() == uid) {
-            let _ = std::fs::write(e.path().join("abort"), "1");
-        }
-    }
-}
-
-/// The pusher holds descriptors of its own: the image and a /dev/fuse of its own
+/// The pusher holds descriptors of its own: besides 0-2, the image and a /dev/fuse of its own
 /// (runtime/prefetch.rs). Then the serving threads' descriptors close when they die, and a READ
 /// one of them took ends, whatever the pusher waits on, even when nothing is left to abort the
 /// connection (a SIGKILL of the container and gpurun at once).
@@ -432,12 +449,14 @@ fn the_pusher_holds_only_the_image_and_its_own_fuse_descriptor() {
     let img = busybox_image(&s, "pusher", |_| {});
     let imgs = img.to_str().unwrap().to_string();
     let mut c = gpurun(&["exec", &imgs, "sleep", "30"]).spawn().unwrap();
-    let _reaper = Reaper(nix::unistd::Pid::from_raw(c.id() as i32));
+    let _reaper = Reaper(nix::unistd::Pid::from_raw(c.id() as i32), None);
     let p = c.id();
+    // What the descriptors above 0-2 are (the pusher keeps those three for its messages).
     let targets = |dir: String| -> Vec<String> {
         let mut t: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .flatten()
+            .filter(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) > Some(2))
             .map(|e| std::fs::read_link(e.path()).unwrap_or_default())
             .map(|l| l.display().to_string())
             .collect();

@@ -98,10 +98,14 @@ pub fn serve(
     abortable: bool,
 ) -> Result<Server, FuseError> {
     let image = archive.path().display().to_string();
-    // One more than poll: it sleeps in read(2), to answer while a poller waits on a store
-    // (runtime/linger.rs). On one CPU nobody polls.
+    // Where pollers store, one more than poll: it sleeps in read(2), to answer while a poller
+    // waits on a store (runtime/linger.rs). On one CPU nobody polls.
     let pollers = server_threads(cpus, sys::on_network_fs(archive.path()));
-    let threads = if cpus >= 2 { pollers + 1 } else { pollers };
+    let threads = if cpus >= 2 && abortable {
+        pollers + 1
+    } else {
+        pollers
+    };
     // Without a second fd the threads just sleep between requests.
     let linger = sys::dup(&fuse_fd)
         .ok()

@@ -275,8 +275,12 @@ fn child(
     // and a blocked death signal left C (and its namespace and FUSE connection) there for good.
     sys::block_signal(parent_death_signal(), false);
     let root = setup_root(plan, lower, fuse_fd, &mut ready);
-    // From here C handles it itself (supervise waits for it).
-    sys::block_signal(parent_death_signal(), true);
+    // From here C handles it itself (supervise waits for it). Where C can abort the image's
+    // connection, the signal's handler does that at once meanwhile (`setup_root`): C may be
+    // waiting on the image, and that wait may itself wait on a store the abort ends.
+    if !matches!(root, Ok((_, Some(_)))) {
+        sys::block_signal(parent_death_signal(), true);
+    }
     let (root, abort) = match root {
         Ok(r) => r,
         Err(e) => return (exit::GPURUN_FAILED, e),
@@ -302,7 +306,10 @@ fn child(
         }
         drop(ready);
         // The tasks exec the step's program once they join: read its files ahead meanwhile.
+        // A signal P forwards (SIGTERM from the SPANK plugin) ends the holder meanwhile too.
+        let _ = old_mask.thread_set_mask();
         read_ahead_found(found, true);
+        wait_from_here(abort.as_ref());
         hold(abort.as_ref());
     }
     drop(ready);
@@ -318,9 +325,25 @@ fn child(
     }
     // C stays as a small init: it reaps, forwards signals, and takes the command's whole process
     // tree down with it, also when gpurun itself is killed (PDEATHSIG reaches C, which can act).
-    match spawn_command(prep, &old_mask) {
+    let cmd = spawn_command(prep, &old_mask);
+    wait_from_here(abort.as_ref());
+    match cmd {
         Ok(cmd) => supervise(cmd, abort.as_ref()),
         Err(e) => e,
+    }
+}
+
+/// Block the signals C waits for from here on. If gpurun died meanwhile (the connection is
+/// aborted already, `sys::abort_fuse_on`), C ends here.
+fn wait_from_here(abort: Option<&OwnedFd>) {
+    let mut waited = SigSet::empty();
+    for s in FORWARDED {
+        waited.add(s);
+    }
+    let _ = waited.thread_block();
+    sys::block_signal(parent_death_signal(), true);
+    if sys::abort_signal_seen() {
+        gpurun_died(abort);
     }
 }
 
@@ -372,6 +395,9 @@ fn hold(abort: Option<&OwnedFd>) -> ! {
 /// answer (a page-cache store, runtime/prefetch.rs), holding the connection open, and every
 /// process reading the image would wait with it. Then the command's tree ends.
 fn gpurun_died(abort: Option<&OwnedFd>) -> ! {
+    // Killed before the abort: after it their reads fail, and they would run on (error paths,
+    // writes to binds) until killed. One waiting on the image dies once the abort ends the wait.
+    sigkill_descendants();
     if let Some(a) = abort {
         sys::abort_fuse(a);
     }
@@ -494,6 +520,11 @@ fn setup_root(
             // What lets C end the connection if gpurun dies (`gpurun_died`): with it (M) the
             // serving threads may store into the page cache, without it (m) only the pusher.
             abort = sys::open_fuse_abort(&lower_p);
+            // From here gpurun's death aborts the connection instead of killing C: C's set-up
+            // then fails at once, and a store gpurun left waiting cannot hold C's exit.
+            if abort.is_some() {
+                sys::abort_fuse_on(parent_death_signal(), abort.as_ref());
+            }
             let said: &[u8] = if abort.is_some() { b"M" } else { b"m" };
             ready
                 .write_all(said)
@@ -882,16 +913,13 @@ fn kill_descendants() {
         if waitpid(None, Some(WaitPidFlag::WNOHANG)) == Err(Errno::ECHILD) {
             return;
         }
-        let found = descendants_from_children_files().unwrap_or_else(descendants_from_scan);
-        for &p in &found {
-            let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
-        }
+        let any = sigkill_descendants();
         while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             if st == WaitStatus::StillAlive {
                 break;
             }
         }
-        if found.is_empty() {
+        if !any {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
@@ -901,6 +929,15 @@ fn kill_descendants() {
 /// Our descendants through /proc/PID/task/TID/children: reads only our own subtree, where a
 /// scan of /proc reads every process on the node (costly on the exit path of every run). None
 /// when the kernel has no such files (CONFIG_PROC_CHILDREN) or our own cannot be read.
+/// SIGKILL every descendant found now; whether there was any.
+fn sigkill_descendants() -> bool {
+    let found = descendants_from_children_files().unwrap_or_else(descendants_from_scan);
+    for &p in &found {
+        let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
+    !found.is_empty()
+}
+
 fn descendants_from_children_files() -> Option<Vec<i32>> {
     let me = std::process::id() as i32;
     let mut out = Vec::new();

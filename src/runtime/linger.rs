@@ -84,14 +84,14 @@ pub struct Store<'a> {
 }
 
 impl Linger {
-    /// For a server of `threads` threads: all but one poll. `None` when polling would take a CPU
-    /// from the command (`cpus` < 2), or no thread would be left to answer while a poller waits
-    /// on a store.
+    /// For a server of `threads` threads: all poll, or, where they store (`stores`), all but
+    /// one. `None` when polling would take a CPU from the command (`cpus` < 2), or no thread
+    /// would be left to answer while a poller waits on a store.
     pub fn new(fd: OwnedFd, cpus: usize, threads: usize, stores: bool) -> Option<Linger> {
-        (cpus >= 2 && threads >= 2).then(|| Linger {
+        (cpus >= 2 && threads > usize::from(stores)).then(|| Linger {
             fd,
             aside: StepAside::default(),
-            pollers: threads - 1,
+            pollers: threads - usize::from(stores),
             parts: AtomicUsize::new(0),
             stores,
         })
@@ -210,6 +210,9 @@ mod tests {
             Linger::new(fd(), 2, 1, true).is_none(),
             "no thread left to answer"
         );
+        let l = Linger::new(fd(), 2, 1, false).expect("one thread polls where none stores");
+        assert_eq!(l.pollers, 1);
+        assert_eq!(Linger::new(fd(), 2, 3, true).unwrap().pollers, 2);
     }
 
     #[test]

@@ -19,11 +19,9 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
-
-use nix::errno::Errno;
 
 use crate::image::sqfs::{Archive, Kind};
 use crate::runtime::sys;
@@ -120,26 +118,21 @@ pub fn run(ar: Arc<Archive>, session: RawFd, jobs: Receiver<Job>) {
             let Ok(n) = ar.read_at(&ino, r.start, &mut buf) else {
                 continue;
             };
-            // ENODEV: unmounted. ENOENT: an inode the kernel has forgotten, which is fine.
-            if let Err(e) = sys::notify_store(&fuse, job.ino, r.start, &buf[..n]) {
-                if e.errno() == Errno::ENODEV {
-                    return;
-                }
-            }
+            // An inode the kernel has forgotten (ENOENT, also once unmounted) is no error.
+            let _ = sys::notify_store(&fuse, job.ino, r.start, &buf[..n]);
         }
     }
 }
 
 /// This thread's own table of descriptors: the image's, and a clone of `session` to store
-/// through.
+/// through. (Should this thread drop the last reference to the archive, the image's descriptor
+/// in the process's table stays open: the session is over by then.)
 fn own_descriptors(ar: &Archive, session: RawFd) -> Result<OwnedFd, sys::SysError> {
     sys::own_fd_table(&[ar.raw_fd(), session])?;
     let fuse = sys::clone_fuse(session);
     // Not the session's own: a READ taken through it must end when the server's threads do.
     let _ = nix::unistd::close(session);
-    let fuse = fuse?;
-    debug_assert_ne!(fuse.as_raw_fd(), session);
-    Ok(fuse)
+    fuse
 }
 
 #[cfg(test)]

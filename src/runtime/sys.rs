@@ -12,6 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
 use nix::sched::CloneFlags;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SysError {
@@ -334,19 +335,32 @@ pub fn mount_fuse(
 /// The kernel makes it owned by the mount's owner, the caller, and its fd does not keep the
 /// connection alive. None where fusectl is not mounted on /sys/fs/fuse/connections.
 pub fn open_fuse_abort(mountpoint: &Path) -> Option<OwnedFd> {
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let path = cstr(mountpoint);
-    // DONT_SYNC: the device number is the superblock's; no request to the server for it.
-    let flags = libc::AT_STATX_DONT_SYNC | libc::AT_SYMLINK_NOFOLLOW;
-    if unsafe { libc::statx(libc::AT_FDCWD, path.as_ptr(), flags, 0, &mut stx) } != 0 {
-        return None;
-    }
+    // From mountinfo, not stat: a stat could wait on the server, which is not serving yet.
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (major, minor) = mount_device(&info, mountpoint)?;
     let file = format!(
         "/sys/fs/fuse/connections/{}/abort",
-        fusectl_name(stx.stx_dev_major, stx.stx_dev_minor)
+        fusectl_name(major, minor)
     );
     let flags = nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC;
     nix::fcntl::open(file.as_str(), flags, nix::sys::stat::Mode::empty()).ok()
+}
+
+/// The device (major, minor) of the mount at `mountpoint` in a mountinfo text: the last one
+/// there, the one on top. A mount point with characters mountinfo escapes is not found.
+fn mount_device(mountinfo: &str, mountpoint: &Path) -> Option<(u32, u32)> {
+    let want = mountpoint.to_str()?;
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.get(4) == Some(&want)).then_some(*f.get(2)?)
+        })
+        .next_back()
+        .and_then(|dev| {
+            let (major, minor) = dev.split_once(':')?;
+            Some((major.parse().ok()?, minor.parse().ok()?))
+        })
 }
 
 /// fusectl names a connection by the kernel's own encoding of its device number.
@@ -357,7 +371,42 @@ fn fusectl_name(major: u32, minor: u32) -> u32 {
 /// Abort a FUSE connection: every request on it fails at once, and a server thread waiting in
 /// the kernel for one of them (a page-cache store) goes on.
 pub fn abort_fuse(abort: &OwnedFd) {
-    let _ = nix::unistd::write(abort, b"1");
+    if let Err(e) = nix::unistd::write(abort, b"1") {
+        eprintln!("gpurun: cannot abort the image's FUSE connection: {e}");
+    }
+}
+
+/// The abort file `abort_fuse_on` writes, and whether its signal came.
+static ABORT_ON_SIGNAL: AtomicI32 = AtomicI32::new(-1);
+static ABORT_SIGNAL_SEEN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn abort_fuse_now(_: libc::c_int) {
+    let fd = ABORT_ON_SIGNAL.load(Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: write(2) is async-signal-safe; the fd stays open for the process's life.
+        unsafe { libc::write(fd, b"1".as_ptr().cast(), 1) };
+    }
+    ABORT_SIGNAL_SEEN.store(true, Ordering::SeqCst);
+}
+
+/// From now on `sig` aborts the FUSE connection of `abort` (`open_fuse_abort`) the moment it
+/// comes, whatever this process is waiting on (a request to that very connection, say), and is
+/// noted for `abort_signal_seen`. Unblocks `sig`; block it again to wait for it.
+pub fn abort_fuse_on(sig: i32, abort: Option<&OwnedFd>) {
+    ABORT_ON_SIGNAL.store(abort.map_or(-1, |a| a.as_raw_fd()), Ordering::SeqCst);
+    // SAFETY: a handler that only writes to a descriptor and stores to an atomic.
+    unsafe {
+        let mut act = std::mem::zeroed::<libc::sigaction>();
+        act.sa_sigaction = abort_fuse_now as extern "C" fn(libc::c_int) as usize;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigaction(sig, &act, std::ptr::null_mut());
+    }
+    block_signal(sig, false);
+}
+
+/// Whether the signal of `abort_fuse_on` has come.
+pub fn abort_signal_seen() -> bool {
+    ABORT_SIGNAL_SEEN.load(Ordering::SeqCst)
 }
 
 /// A /dev/fuse descriptor of its own on the connection of `session` (FUSE_DEV_IOC_CLONE): the
@@ -370,19 +419,34 @@ pub fn clone_fuse(session: RawFd) -> Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Give the calling thread a table of descriptors of its own, holding only `keep`: the
+/// Give the calling thread a table of descriptors of its own, holding only 0-2 and `keep`: the
 /// process's table, with everything in it, then closes when the process's other threads end,
 /// whatever this thread is waiting on.
 pub fn own_fd_table(keep: &[RawFd]) -> Result<()> {
-    nix::sched::unshare(CloneFlags::CLONE_FILES).map_err(call("unshare(CLONE_FILES)"))?;
-    let fds: Vec<RawFd> = std::fs::read_dir("/proc/thread-self/fd")
-        .map_err(|e| call("list /proc/thread-self/fd")(io_errno(&e)))?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    for fd in fds.into_iter().filter(|fd| !keep.contains(fd)) {
-        // The listing's own descriptor is among them, closed already: EBADF.
-        let _ = nix::unistd::close(fd);
+    let mut keep: Vec<u32> = keep.iter().filter_map(|&k| u32::try_from(k).ok()).collect();
+    keep.extend([0, 1, 2]);
+    keep.sort_unstable();
+    keep.dedup();
+    // close_range with CLOSE_RANGE_UNSHARE unshares the table and closes in one call (Linux
+    // ≥ 5.9): the gaps between the kept descriptors, the first gap doing the unshare.
+    let mut from = 0u32;
+    let mut unshared = false;
+    for to in keep.iter().map(|&k| Some(k)).chain([None]) {
+        let last = to.map_or(u32::MAX, |k| k.saturating_sub(1));
+        if to.is_none_or(|k| k > from) {
+            let flags = if unshared {
+                0
+            } else {
+                libc::CLOSE_RANGE_UNSHARE
+            };
+            // SAFETY: closes descriptors of this thread's own table only (unshared first).
+            let r = unsafe { libc::syscall(libc::SYS_close_range, from, last, flags) };
+            if r != 0 {
+                return Err(call("close_range(CLOSE_RANGE_UNSHARE)")(Errno::last()));
+            }
+            unshared = true;
+        }
+        from = to.map_or(u32::MAX, |k| k.saturating_add(1));
     }
     Ok(())
 }
@@ -785,4 +849,70 @@ pub fn lowest_priority() {
 /// Give the CPU to any other runnable thread; returns at once when there is none.
 pub fn yield_cpu() {
     let _ = nix::sched::sched_yield();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_of_a_mount_point_is_that_of_its_top_mount() {
+        let info = "\
+22 1 0:21 / /tmp rw,nosuid shared:5 - tmpfs tmpfs rw
+35 22 0:41 / /tmp/lower ro,nosuid,nodev - fuse.gpurun /img.sqsh rw,user_id=0,group_id=0
+36 22 0:44 / /tmp/lowerx rw - tmpfs tmpfs rw
+37 35 0:45 / /tmp/lower rw - fuse.gpurun /other.sqsh rw
+38 22 259:3 / /tmp/upper rw - ext4 /dev/nvme0n1p3 rw
+";
+        let cases: &[(&str, Option<(u32, u32)>)] = &[
+            ("/tmp/lower", Some((0, 45))),
+            ("/tmp/upper", Some((259, 3))),
+            ("/tmp", Some((0, 21))),
+            ("/tmp/low", None),
+            ("/nowhere", None),
+        ];
+        for (mp, want) in cases {
+            assert_eq!(mount_device(info, Path::new(mp)), *want, "{mp}");
+        }
+        assert_eq!(
+            mount_device("garbage\n35 22 x / /m -\n", Path::new("/m")),
+            None
+        );
+        assert_eq!(fusectl_name(0, 45), 45);
+        assert_eq!(fusectl_name(259, 3), (259 << 20) | 3);
+    }
+
+    #[test]
+    fn a_store_is_laid_out_as_the_fuse_protocol_says() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        notify_store(&w, 0x1122, 0x3344_5566, b"abc").unwrap();
+        let mut got = [0u8; 64];
+        let n = nix::unistd::read(&r, &mut got).unwrap();
+        let u32_at = |i: usize| u32::from_ne_bytes(got[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_ne_bytes(got[i..i + 8].try_into().unwrap());
+        assert_eq!(n, 43);
+        // fuse_out_header: len, error (FUSE_NOTIFY_STORE = 4), unique 0
+        assert_eq!((u32_at(0), u32_at(4), u64_at(8)), (43, 4, 0));
+        // fuse_notify_store_out: nodeid, offset, size, padding; then the data
+        assert_eq!((u64_at(16), u64_at(24)), (0x1122, 0x3344_5566));
+        assert_eq!((u32_at(32), u32_at(36)), (3, 0));
+        assert_eq!(&got[40..43], b"abc");
+    }
+
+    #[test]
+    fn a_thread_s_own_table_holds_only_what_it_keeps() {
+        let keep = std::fs::File::open("/dev/null").unwrap();
+        let gone = std::fs::File::open("/dev/null").unwrap();
+        let (k, g) = (keep.as_raw_fd(), gone.as_raw_fd());
+        let t = std::thread::spawn(move || {
+            own_fd_table(&[k]).unwrap();
+            // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+            let open = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+            (open(k), open(g), open(2))
+        });
+        assert_eq!(t.join().unwrap(), (true, false, true));
+        // The process's table is untouched.
+        assert!(nix::fcntl::fcntl(&gone, nix::fcntl::FcntlArg::F_GETFD).is_ok());
+        drop(keep);
+    }
 }
