@@ -285,8 +285,7 @@ fn a_store_waiting_when_gpurun_dies_does_not_strand_the_container() {
     use std::os::fd::{FromRawFd, OwnedFd};
     use std::sync::atomic::{AtomicI32, Ordering};
     use std::sync::Arc;
-    if !common::is_root() || !common::fusectl() {
-        eprintln!("skipped: needs root (pidfd_getfd on gpurun) and fusectl");
+    if !root_and_fusectl("pidfd_getfd on gpurun") {
         return;
     }
     let s = Scratch::new();
@@ -441,8 +440,7 @@ impl Drop for Reaper {
 /// connection (a SIGKILL of the container and gpurun at once).
 #[test]
 fn the_pusher_holds_only_the_image_and_its_own_fuse_descriptor() {
-    if !common::is_root() || !common::fusectl() {
-        eprintln!("skipped: needs root (another user's /proc fd lists) and fusectl");
+    if !root_and_fusectl("another user's /proc fd lists") {
         return;
     }
     let s = Scratch::new();
@@ -496,4 +494,13 @@ fn the_pusher_holds_only_the_image_and_its_own_fuse_descriptor() {
     );
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), Signal::SIGTERM);
     let _ = c.wait();
+}
+
+/// Whether a test that needs root (for `why`) and fusectl can run here; says so when not.
+fn root_and_fusectl(why: &str) -> bool {
+    let can = common::is_root() && common::fusectl();
+    if !can {
+        eprintln!("skipped: needs root ({why}) and fusectl");
+    }
+    can
 }
