@@ -36,7 +36,7 @@
 //! wait on a READ that only it would answer. Should gpurun die while a poller waits so, nothing
 //! answers that READ: the container process then aborts the connection (runtime/launch.rs,
 //! `gpurun_died`), and where it cannot, no store is made. Reverted in stop 19 for that hang
-//! (1 of 27 SIGKILLs of gpurun), back in stop 20 with the abort (0 of 40; docs/security.md,
+//! (1 of 27 SIGKILLs of gpurun), back in stop 20 with the abort (0 of 80; docs/security.md,
 //! known gaps, for the kill of gpurun and its container at once).
 
 use std::cell::Cell;
