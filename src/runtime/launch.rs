@@ -336,12 +336,9 @@ fn child(
 /// Block the signals C waits for from here on. If gpurun died meanwhile (the connection is
 /// aborted already, `sys::abort_fuse_on`), C ends here.
 fn wait_from_here(abort: Option<&OwnedFd>) {
-    let mut waited = SigSet::empty();
-    for s in FORWARDED {
-        waited.add(s);
+    for sig in forwarded_and(&[parent_death_signal()]) {
+        sys::block_signal(sig, true);
     }
-    let _ = waited.thread_block();
-    sys::block_signal(parent_death_signal(), true);
     if sys::abort_signal_seen() {
         gpurun_died(abort);
     }
@@ -372,11 +369,7 @@ fn read_ahead_found(found: Option<OwnedFd>, wait: bool) {
 /// The holder's C keeps the namespace until P forwards a signal (SIGTERM from the SPANK plugin),
 /// which ends it as it would a command, or until gpurun dies.
 fn hold(abort: Option<&OwnedFd>) -> ! {
-    let mut waited = [0; FORWARDED.len() + 1];
-    for (w, s) in waited.iter_mut().zip(FORWARDED) {
-        *w = s as i32;
-    }
-    waited[FORWARDED.len()] = parent_death_signal();
+    let waited = forwarded_and(&[parent_death_signal()]);
     loop {
         match sys::wait_signal(&waited) {
             Some((signo, _)) if signo == parent_death_signal() => gpurun_died(abort),
@@ -408,11 +401,7 @@ fn gpurun_died(abort: Option<&OwnedFd>) -> ! {
 /// C's loop once the command runs: forward, reap, and on the end of either the command or
 /// gpurun, kill everything left and leave with the command's status.
 fn supervise(cmd: Pid, abort: Option<&OwnedFd>) -> ! {
-    let mut waited = [libc::SIGCHLD; FORWARDED.len() + 2];
-    for (w, s) in waited.iter_mut().zip(FORWARDED) {
-        *w = s as i32;
-    }
-    waited[FORWARDED.len() + 1] = parent_death_signal();
+    let waited = forwarded_and(&[libc::SIGCHLD, parent_death_signal()]);
     loop {
         let Some((signo, from_kernel)) = sys::wait_signal(&waited) else {
             continue;
@@ -441,6 +430,15 @@ fn supervise(cmd: Pid, abort: Option<&OwnedFd>) -> ! {
             }
         }
     }
+}
+
+/// The signals C forwards or acts on, and `also`.
+fn forwarded_and(also: &[i32]) -> Vec<i32> {
+    FORWARDED
+        .iter()
+        .map(|&s| s as i32)
+        .chain(also.iter().copied())
+        .collect()
 }
 
 /// Sent to C when gpurun dies: a real-time signal, so it never collides with one a user sends.
@@ -522,8 +520,8 @@ fn setup_root(
             abort = sys::open_fuse_abort(&lower_p);
             // From here gpurun's death aborts the connection instead of killing C: C's set-up
             // then fails at once, and a store gpurun left waiting cannot hold C's exit.
-            if abort.is_some() {
-                sys::abort_fuse_on(parent_death_signal(), abort.as_ref());
+            if let Some(a) = &abort {
+                sys::abort_fuse_on(parent_death_signal(), a);
             }
             let said: &[u8] = if abort.is_some() { b"M" } else { b"m" };
             ready
@@ -926,9 +924,6 @@ fn kill_descendants() {
     }
 }
 
-/// Our descendants through /proc/PID/task/TID/children: reads only our own subtree, where a
-/// scan of /proc reads every process on the node (costly on the exit path of every run). None
-/// when the kernel has no such files (CONFIG_PROC_CHILDREN) or our own cannot be read.
 /// SIGKILL every descendant found now; whether there was any.
 fn sigkill_descendants() -> bool {
     let found = descendants_from_children_files().unwrap_or_else(descendants_from_scan);
@@ -938,6 +933,9 @@ fn sigkill_descendants() -> bool {
     !found.is_empty()
 }
 
+/// Our descendants through /proc/PID/task/TID/children: reads only our own subtree, where a
+/// scan of /proc reads every process on the node (costly on the exit path of every run). None
+/// when the kernel has no such files (CONFIG_PROC_CHILDREN) or our own cannot be read.
 fn descendants_from_children_files() -> Option<Vec<i32>> {
     let me = std::process::id() as i32;
     let mut out = Vec::new();

@@ -392,8 +392,8 @@ extern "C" fn abort_fuse_now(_: libc::c_int) {
 /// From now on `sig` aborts the FUSE connection of `abort` (`open_fuse_abort`) the moment it
 /// comes, whatever this process is waiting on (a request to that very connection, say), and is
 /// noted for `abort_signal_seen`. Unblocks `sig`; block it again to wait for it.
-pub fn abort_fuse_on(sig: i32, abort: Option<&OwnedFd>) {
-    ABORT_ON_SIGNAL.store(abort.map_or(-1, |a| a.as_raw_fd()), Ordering::SeqCst);
+pub fn abort_fuse_on(sig: i32, abort: &OwnedFd) {
+    ABORT_ON_SIGNAL.store(abort.as_raw_fd(), Ordering::SeqCst);
     // SAFETY: a handler that only writes to a descriptor and stores to an atomic.
     unsafe {
         let mut act = std::mem::zeroed::<libc::sigaction>();
