@@ -423,32 +423,32 @@ pub fn clone_fuse(session: RawFd) -> Result<OwnedFd> {
 /// process's table, with everything in it, then closes when the process's other threads end,
 /// whatever this thread is waiting on.
 pub fn own_fd_table(keep: &[RawFd]) -> Result<()> {
+    nix::sched::unshare(CloneFlags::CLONE_FILES).map_err(call("unshare(CLONE_FILES)"))?;
     let mut keep: Vec<u32> = keep.iter().filter_map(|&k| u32::try_from(k).ok()).collect();
     keep.extend([0, 1, 2]);
-    keep.sort_unstable();
-    keep.dedup();
-    // close_range with CLOSE_RANGE_UNSHARE unshares the table and closes in one call (Linux
-    // ≥ 5.9): the gaps between the kept descriptors, the first gap doing the unshare.
-    let mut from = 0u32;
-    let mut unshared = false;
-    for to in keep.iter().map(|&k| Some(k)).chain([None]) {
-        let last = to.map_or(u32::MAX, |k| k.saturating_sub(1));
-        if to.is_none_or(|k| k > from) {
-            let flags = if unshared {
-                0
-            } else {
-                libc::CLOSE_RANGE_UNSHARE
-            };
-            // SAFETY: closes descriptors of this thread's own table only (unshared first).
-            let r = unsafe { libc::syscall(libc::SYS_close_range, from, last, flags) };
-            if r != 0 {
-                return Err(call("close_range(CLOSE_RANGE_UNSHARE)")(Errno::last()));
-            }
-            unshared = true;
+    for (first, last) in gaps(keep) {
+        // SAFETY: closes descriptors of this thread's own table only (unshared above).
+        if unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) } != 0 {
+            return Err(call("close_range")(Errno::last()));
         }
-        from = to.map_or(u32::MAX, |k| k.saturating_add(1));
     }
     Ok(())
+}
+
+/// The ranges of descriptor numbers (first, last) outside `keep`, up to the highest.
+fn gaps(mut keep: Vec<u32>) -> Vec<(u32, u32)> {
+    keep.sort_unstable();
+    keep.dedup();
+    let mut out = Vec::new();
+    let mut from = 0u32;
+    for k in keep {
+        if k > from {
+            out.push((from, k - 1));
+        }
+        from = k.saturating_add(1);
+    }
+    out.push((from, u32::MAX));
+    out
 }
 
 /// Store `data` into the page cache of FUSE inode `ino` at `offset` (FUSE_NOTIFY_STORE).
@@ -897,6 +897,20 @@ mod tests {
         assert_eq!((u64_at(16), u64_at(24)), (0x1122, 0x3344_5566));
         assert_eq!((u32_at(32), u32_at(36)), (3, 0));
         assert_eq!(&got[40..43], b"abc");
+    }
+
+    #[test]
+    fn the_gaps_between_kept_descriptors() {
+        type Case<'a> = (&'a [u32], &'a [(u32, u32)]);
+        let cases: &[Case] = &[
+            (&[0, 1, 2], &[(3, u32::MAX)]),
+            (&[2, 0, 1, 7, 5], &[(3, 4), (6, 6), (8, u32::MAX)]),
+            (&[0, 1, 2, 3, 3], &[(4, u32::MAX)]),
+            (&[4], &[(0, 3), (5, u32::MAX)]),
+        ];
+        for (keep, want) in cases {
+            assert_eq!(gaps(keep.to_vec()), *want, "{keep:?}");
+        }
     }
 
     #[test]
