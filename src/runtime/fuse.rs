@@ -28,7 +28,7 @@ use crate::image::sqfs::{Archive, Inode, Kind, SqfsError, Xattr};
 use crate::lock;
 use crate::runtime::kept_reads::KeptReads;
 use crate::runtime::launch::Served;
-use crate::runtime::linger::{self, Linger, Store, STORE_MAX};
+use crate::runtime::linger::{self, Linger, STORE_MAX};
 use crate::runtime::points::{self, Point, PointKind, Points, Refused};
 use crate::runtime::prefetch::{self, Job, Part, ScanTracker};
 use crate::runtime::provide::Provided;
@@ -638,14 +638,11 @@ impl Filesystem for SquashFs {
                 // A small file is most likely read next: stored while polling (linger.rs).
                 let small = |i: &Inode| i.kind == Kind::File && (1..=STORE_MAX).contains(&i.size);
                 if let (Some(p), Some(i)) = (poll.as_mut(), inode.filter(|i| small(i))) {
-                    p.store(Store {
-                        ino: attr.ino.0,
-                        read: Box::new(move || {
-                            let mut data = vec![0; i.size as usize];
-                            let n = self.ar.read_at(&i, 0, &mut data).ok()?;
-                            data.truncate(n);
-                            Some(data)
-                        }),
+                    p.store(attr.ino.0, move || {
+                        let mut data = vec![0; i.size as usize];
+                        let n = self.ar.read_at(&i, 0, &mut data).ok()?;
+                        data.truncate(n);
+                        Some(data)
                     });
                 }
             }

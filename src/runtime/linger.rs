@@ -77,12 +77,6 @@ pub struct Linger {
     stores: bool,
 }
 
-/// A file to store into the page cache while polling: its FUSE inode number, and how to read it.
-pub struct Store<'a> {
-    pub ino: u64,
-    pub read: Box<dyn FnOnce() -> Option<Vec<u8>> + 'a>,
-}
-
 impl Linger {
     /// For a server of `threads` threads: all poll, or, where they store (`stores`), all but
     /// one. `None` when polling would take a CPU from the command (`cpus` < 2), or no thread
@@ -114,11 +108,10 @@ impl Linger {
     }
 
     /// Poll for up to `WINDOW`, storing `store` meanwhile; whether a request is waiting.
-    fn wait_for_request(&self, store: Option<Store>) -> bool {
+    fn wait_for_request(&self, mut store: Option<Pending>) -> bool {
         if !self.polls() {
             return false;
         }
-        let mut store = store.map(Pending::new);
         // A poll must not slow the command, or the pusher of a directory scan, on this CPU: with
         // any of them runnable this thread steps aside.
         self.poll(sys::yield_cpu, || {
@@ -159,10 +152,11 @@ struct Pending<'a> {
 }
 
 impl<'a> Pending<'a> {
-    fn new(s: Store<'a>) -> Pending<'a> {
+    /// FUSE inode `ino`, whose data `read` gives.
+    fn new(ino: u64, read: impl FnOnce() -> Option<Vec<u8>> + 'a) -> Pending<'a> {
         Pending {
-            ino: s.ino,
-            read: Some(s.read),
+            ino,
+            read: Some(Box::new(read)),
             data: Vec::new(),
         }
     }
@@ -180,13 +174,14 @@ impl<'a> Pending<'a> {
     }
 }
 
-pub struct Poll<'a>(&'a Linger, Option<Store<'a>>);
+pub struct Poll<'a>(&'a Linger, Option<Pending<'a>>);
 
 impl<'a> Poll<'a> {
-    /// After the reply, store this file while polling (where stores are made at all).
-    pub fn store(&mut self, store: Store<'a>) {
-        if self.0.stores {
-            self.1 = Some(store);
+    /// After the reply, store the data `read` gives into FUSE inode `ino` while polling, where
+    /// this thread polls and stores are made at all (else nothing is boxed or read).
+    pub fn store(&mut self, ino: u64, read: impl FnOnce() -> Option<Vec<u8>> + 'a) {
+        if self.0.stores && self.0.polls() {
+            self.1 = Some(Pending::new(ino, read));
         }
     }
 }
@@ -234,15 +229,14 @@ mod tests {
     #[test]
     fn a_store_is_tried_until_the_inode_exists_and_no_longer() {
         let reads = std::cell::Cell::new(0);
-        let store = || Store {
-            ino: 7,
-            read: Box::new(|| {
+        let store = || {
+            Pending::new(7, || {
                 reads.set(reads.get() + 1);
                 Some(b"data".to_vec())
-            }),
+            })
         };
         // ENOENT twice, then stored: three turns, the file read once, each with the data.
-        let mut p = Pending::new(store());
+        let mut p = store();
         let mut answers = [Err(Errno::ENOENT), Err(Errno::ENOENT), Ok(())].into_iter();
         let mut turns = 0;
         while p.turn(|ino, d| {
@@ -253,13 +247,10 @@ mod tests {
         }
         assert_eq!((turns, reads.get()), (2, 1));
         // Any other answer ends it at once.
-        let mut p = Pending::new(store());
+        let mut p = store();
         assert!(!p.turn(|_, _| Err(Errno::ENODEV)));
         // A file that cannot be read is never stored.
-        let mut p = Pending::new(Store {
-            ino: 8,
-            read: Box::new(|| None),
-        });
+        let mut p = Pending::new(8, || None);
         assert!(!p.turn(|_, _| panic!("stored what could not be read")));
     }
 
