@@ -87,7 +87,6 @@ impl Served for Server {
 /// holds; the serving threads store a small file after its LOOKUP (runtime/linger.rs) only where
 /// that abort can end such a wait. The pusher stores in any case: it holds descriptors of its
 /// own, and a READ a dead serving thread took ends with that thread (runtime/prefetch.rs).
-#[allow(clippy::too_many_arguments)]
 pub fn serve(
     archive: Arc<Archive>,
     fuse_fd: OwnedFd,
