@@ -86,7 +86,7 @@ fn go(l: Launch, ctx: &Ctx) -> i32 {
 /// gpurun's entry point is C's `main`, not std's: std's start-up (the main thread's stack
 /// bounds, read from /proc/self/maps, and an alternate signal stack for a stack-overflow message)
 /// cost about 0.3 ms of CPU on every start, where `exec true` takes about 11 ms in all
-/// (benches/README.md, stop 16). What of it gpurun needs is `sys::process_start`. A panic still
+/// on a 2-CPU machine. What of it gpurun needs is `sys::process_start`. A panic still
 /// prints its message and exits 101, as under std's start-up (the thread is unnamed in it). The
 /// arguments are taken from `argv` here: std's own copy relies on glibc passing them to
 /// initialisers.

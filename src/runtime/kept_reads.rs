@@ -4,8 +4,8 @@
 //! With its blocks kept (image/sqfs/kept.rs) a start decompresses nothing, but its command still
 //! waits on FUSE round trips: the loader and the libraries fault their pages in one READ at a
 //! time. `exec true` from a Debian image made 18 READs after its exec, each a wake-up of the
-//! server and then of the command: 1.6 ms of a 6.2 ms start on the 2-vCPU VM (benches/README.md,
-//! stop 19). The pages a command needs are the same from one start to the next. So the server
+//! server and then of the command: 1.6 ms of a 6.2 ms start on a 2-CPU
+//! machine. The pages a command needs are the same from one start to the next. So the server
 //! notes the ranges a start reads (file, offset, length), they are kept in the user's cache
 //! (`image-reads/`, one small file per image file, beside the kept blocks), and at the next
 //! start, on the first READ of a file (the proof that the kernel has its inode: a push before

@@ -12,9 +12,9 @@
 //! On a machine busy with other work the poll stops for a while (runtime/step_aside.rs): there a
 //! yield can hand the CPU to another process for a whole time slice, and a request that arrives
 //! meanwhile waits, since nothing wakes a thread that is runnable already; and no CPU halts there,
-//! so polling has nothing to win (benches/README.md, stop 15).
+//! so polling has nothing to win.
 //!
-//! Measured on the 2-vCPU VM (benches/runtime.sh workloads, interleaved, medians of 8): 4,000
+//! Measured on a 2-CPU machine (benches/runtime.sh workloads, interleaved, medians of 8): 4,000
 //! random small files 0.71 → 0.55 s, tar of /usr 0.56 → 0.51 s. Busy-waiting without yielding
 //! slowed the tar instead (0.56 → 0.62 s: it took the CPU from the scan pusher). Deciding per
 //! request whether a burst is on, by the time since the previous reply, was tried and dropped: a
@@ -29,14 +29,14 @@
 //! trip. The store can only succeed once the caller, woken by the reply, has made the inode
 //! (before, the kernel answers ENOENT), and it must come before the caller's read a few µs later:
 //! a polling thread, awake on its own CPU, retries it on every turn of its poll and mostly wins.
-//! 4,000 random small files, 4,004 READs → 622, 0.43 → 0.33 s (extracted tree 0.36 s; the 2-vCPU
-//! VM, interleaved, benches/README.md stop 19). A store waits for a page that a READ in flight
+//! 4,000 random small files, 4,004 READs → 622, 0.43 → 0.33 s (extracted tree 0.36 s; a 2-CPU
+//! machine, interleaved). A store waits for a page that a READ in flight
 //! holds locked; the server therefore keeps one thread that never polls (`Linger::new`), asleep
 //! in read(2), which answers that READ while a poller waits: without it, the only thread could
 //! wait on a READ that only it would answer. Should gpurun die while a poller waits so, nothing
 //! answers that READ: the container process then aborts the connection (runtime/launch.rs,
-//! `gpurun_died`), and where it cannot, no store is made. Reverted in stop 19 for that hang
-//! (1 of 27 SIGKILLs of gpurun), back in stop 20 with the abort (0 of 80; docs/security.md,
+//! `gpurun_died`), and where it cannot, no store is made. Without the abort
+//! 1 of 27 SIGKILLs of gpurun hung so, with it 0 of 80 (docs/security.md,
 //! known gaps, for the kill of gpurun and its container at once).
 
 use std::cell::Cell;

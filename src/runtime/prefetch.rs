@@ -33,7 +33,7 @@ pub const MAX_FILE: u64 = 1 << 20;
 /// Bytes stored in one go. A store is one syscall that copies page after page; while a long one
 /// runs, a request the server's thread on this CPU must answer waits (kept reads of `exec true`
 /// stored a range at a time, up to 315 KB: 6.65 against 6.35 ms in 128 KiB steps, interleaved
-/// on the 2-vCPU VM).
+/// on a 2-CPU machine).
 const STORE_BYTES: u64 = 128 << 10;
 
 /// Where each scan of a directory has got to. Pure bookkeeping, no I/O.

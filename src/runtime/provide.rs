@@ -3,8 +3,8 @@
 //! A container gets a few files of gpurun's: /etc/hosts, /etc/resolv.conf and /etc/localtime
 //! from the host, and /etc/passwd and /etc/group with the caller's entries. As bind mounts they
 //! cost the container process a detached copy of each source, the lookups of each destination,
-//! a mount point where the image has none, and a mount: 0.8 ms of an `exec true` on the 2-vCPU
-//! VM (benches/README.md, stop 17). Copies taken at start do as well (Apptainer gives copies of
+//! a mount point where the image has none, and a mount: 0.8 ms of an `exec true` on a 2-CPU
+//! machine. Copies taken at start do as well (Apptainer gives copies of
 //! hosts and resolv.conf too), and the image server can provide those from memory at no cost
 //! until they are read (runtime/points.rs).
 //!

@@ -7,13 +7,13 @@
 //! thread off the CPU longer than `CONTENDED` turns yielding off for `BACK_OFF`, for every thread
 //! that shares the `StepAside`: the CPUs are the machine's, not one thread's.
 //!
-//! Beside two CPU-bound processes on the 2-vCPU VM, `exec true` took 32.6 ms at the median while
+//! Beside two CPU-bound processes on a 2-CPU machine, `exec true` took 32.6 ms at the median while
 //! the warming always yielded (the server's poll backing off), against 25.6 ms with this for
 //! both (ch-run 28-29 ms); `apt-get --version` 80 against 72 ms (ch-run 111-115 ms), in two
-//! sessions. On a quiet 2-vCPU machine it fired too, about once per `exec true` (the container's
+//! runs. On a quiet 2-CPU machine it fired too, about once per `exec true` (the container's
 //! own set-up or command kept the CPU over 0.5 ms), and a warming thread then kept its CPU for a
 //! scheduler tick while the command waited: the warming's `StepAside` never backs off where
-//! other work leaves a CPU free (`for_warming`; benches/README.md, stops 15 and 16).
+//! other work leaves a CPU free (`for_warming`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -54,7 +54,7 @@ pub fn others_running(loadavg: &str) -> Option<u32> {
 }
 
 /// Whether other work leaves one of gpurun's `cpus` CPUs free: fewer other tasks are running
-/// than there are CPUs. "None at all" was too strict: on the quiet 2-vCPU VM a freshly started
+/// than there are CPUs. "None at all" was too strict: on a quiet 2-CPU machine a freshly started
 /// process saw another one running in 93 of 200 reads (its parent, not yet asleep in wait).
 /// The count is the machine's and `cpus` gpurun's own (its affinity and quota), which errs
 /// towards the busy mode. It is read once: work that fills every CPU later in the start can
@@ -68,9 +68,9 @@ impl StepAside {
     /// only means that the container's own set-up or command took the CPU, which is what the
     /// yield is for: there it always yields, and the warming's threads take the lowest priority
     /// (`quiet`), which the free CPU keeps from starving. Elsewhere it backs off as `default`
-    /// does. Without this, on a quiet 2-vCPU VM, the first long yield turned yielding off and a
+    /// does. Without this, on a quiet 2-CPU machine, the first long yield turned yielding off and a
     /// warming thread then kept its CPU for a scheduler tick (4 ms) while the command, woken on
-    /// that CPU, waited (benches/README.md, stop 16).
+    /// that CPU, waited.
     pub fn for_warming(cpus: usize) -> StepAside {
         let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         StepAside {

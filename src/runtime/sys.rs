@@ -650,7 +650,7 @@ pub unsafe fn exec_raw(
 /// calling thread waits until that process has exec'd or exited (clone with CLONE_VM |
 /// CLONE_VFORK, as posix_spawn does). Nothing of this process's memory is copied, and exec has
 /// nothing to tear down: with fork, copying gpurun's address space and exec's tearing down the
-/// copy took ~0.5 ms of every start on the 2-vCPU VM. What `child` returns is the process's exit
+/// copy took ~0.5 ms of every start on a 2-CPU machine. What `child` returns is the process's exit
 /// status when it does not exec.
 ///
 /// # Safety
@@ -716,8 +716,8 @@ pub fn process_start() {
         // A fixed threshold for glibc's mmap'd allocations. Its default moves up to the size of
         // any mmap'd block freed, to 32 MiB at most; past 16 MiB, a FUSE server thread's
         // zeroed 16 MiB request buffer came from memory malloc had used before, which calloc
-        // must clear: 9 ms before the server's first reply, in one `exec true` in eight on the
-        // 2-vCPU VM (benches/README.md, stop 17). Mapped afresh it comes zeroed by the kernel.
+        // must clear: 9 ms before the server's first reply, in one `exec true` in eight on a
+        // 2-CPU machine. Mapped afresh it comes zeroed by the kernel.
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
         // Fixing it also fixes the trim threshold at its 128 KiB default, where the dynamic
         // rule would have moved it to twice the mmap threshold: keep that, so a thread's

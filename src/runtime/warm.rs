@@ -10,11 +10,11 @@
 //! ever waits for them (`Archive::claim`). Where other work leaves a CPU free they take the
 //! lowest priority (nice 19) and always yield, so that the container's set-up and command,
 //! woken on their CPU, go first (`StepAside::for_warming`). Elsewhere they run at normal
-//! priority: at idle priority (SCHED_IDLE, until stop 15) a machine busy with other work starved
+//! priority: at idle priority (SCHED_IDLE) a machine busy with other work starved
 //! them, and then gpurun's exit waited until each got a CPU to die, and a server thread could
-//! wait on a lock one held. Beside two CPU-bound processes on the 2-vCPU VM `exec true` took
-//! 115 ms on average and up to 664 ms then, 29 and 39 ms now, as ch-run (`benches/load.sh`;
-//! benches/README.md, stop 15). Work that fills every CPU during the few milliseconds of a
+//! wait on a lock one held. Beside two CPU-bound processes on a 2-CPU machine `exec true` took
+//! 115 ms on average and up to 664 ms then, 29 and 39 ms now, as ch-run (`benches/load.sh`).
+//! Work that fills every CPU during the few milliseconds of a
 //! start that found one free can still starve them.
 //! There is no warming on one CPU (`workers`). What the warming finds is a guess: a
 //! wrong one costs some CPU, nothing else.

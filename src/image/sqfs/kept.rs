@@ -2,8 +2,8 @@
 //!
 //! Every start of a container decompresses the same blocks again: its program, the loader and
 //! the libraries they need. For `exec true` from a Debian image that is ~2.2 MB of zstd, about
-//! 2 ms of CPU on the 2-vCPU VM, a fifth of the start; the same start from an uncompressed
-//! image took 9.1 against 11.2 ms (benches/README.md, stop 17). The FUSE mount is new on each
+//! 2 ms of CPU on a 2-CPU machine, a fifth of the start; the same start from an uncompressed
+//! image took 9.1 against 11.2 ms. The FUSE mount is new on each
 //! start, so nothing the kernel cached of the last one serves the next.
 //!
 //! So the blocks a start decompressed until its warming was done (runtime/warm.rs), data and

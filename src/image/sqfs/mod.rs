@@ -175,8 +175,8 @@ enum Load {
     Needed,
     /// The start-up warming, ahead of any read (runtime/warm.rs): a read does not wait for it.
     /// On a busy machine the warming's thread can lose its CPU mid-block for a whole time slice,
-    /// and reads waiting on it made a start there several times slower (benches/README.md, stop
-    /// 15); decompressing the block a second time costs a fraction of a millisecond.
+    /// and reads waiting on it made a start there several times slower;
+    /// decompressing the block a second time costs a fraction of a millisecond.
     Ahead,
 }
 
