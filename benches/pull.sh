@@ -3,7 +3,7 @@
 #
 #   benches/pull.sh [REPS] [medium|large|all]        (default: 1 all)
 #   TOOLS="gpurun podman" benches/pull.sh 1 medium   (a subset of the tools)
-#   SUMMARY_FROM=results/…/pull.log benches/pull.sh    (the summary of a kept log again)
+#   SUMMARY_FROM=benches/results/latest/pull.log benches/pull.sh   (a kept log's summary again)
 #
 # Builds two test images from this machine's own files (no network), pushes them to a local
 # docker-registry on loopback, then runs, interleaved per repetition, each with an empty cache:
@@ -45,26 +45,7 @@
 # gpurun wall < podman's; gpurun's peak extra <= 1.1x the compressed layers; a second pull of an
 # image sharing layers downloads nothing (of those layers).
 #
-# Seen here (2026-11-29, results/pull-2026-11-29/; `benches/pull.sh 2 all` as root, gpurun 43bca1c
-# release; 2 vCPUs shared: load average 2.5-4 during the run, about 2 of it ours; best of 2 by wall;
-# cpu = user+sys; extra = peak disk - .sqsh; xL = extra / compressed layers (79.8 / 641.5 MB)):
-#   image   tool       wall s   cpu s  peak MB  extra MB  sqsh MB    xL   wall/gpurun  cpu/gpurun
-#   medium  gpurun        1.5     1.9      159        80       79  1.00           1.0         1.0
-#   medium  gpurun15     10.9    20.1      149        80       69  1.00           7.1        10.5
-#   medium  umoci        15.1    26.3      375       306       69  3.84           9.8        13.7
-#   medium  podman        2.5     4.1      305       305        -  3.83           1.6         2.1
-#   medium  ch           17.7    29.0      607       531       76  6.65          11.5        15.1
-#   large   gpurun        9.2    12.0     1267       642      626  1.00           1.0         1.0
-#   large   gpurun15     76.2   145.9     1202       642      560  1.00           8.3        12.1
-#   large   umoci        92.1   166.5     2790      2230      560  3.48          10.0        13.8
-#   large   podman       13.7    22.5     2229      2229        -  3.48           1.5         1.9
-#   large   ch          142.5   194.7     4431      3813      619  5.94          15.5        16.2
-# Targets: all met here. gpurun = 1/9.8 (medium) and 1/10.0 (large) of the fastest squashfs peer
-# (umoci); below podman (0.61x, 0.67x); peak extra 1.00x the compressed layers (the cache's blobs).
-# Layer sharing: large after medium in one cache fetched 3 blobs, 561.8 MB (its 2 own layers +
-# config, none of medium's); large again fetched nothing.
-# At equal compression (gpurun15 vs umoci) gpurun needs 0.76-0.88x the CPU and 0.26-0.29x the
-# extra disk; most of the wall-time gap is zstd level 3 against mksquashfs's level 15.
+# The latest results and what they mean: benches/README.md (raw output in results/latest/).
 #
 # Needs: root (loop mount), docker-registry, skopeo, umoci, squashfs-tools, podman, e2fsprogs,
 # openssl, curl, bc; charliecloud (+ python3-lark) optional. Build gpurun first: cargo build --release.
