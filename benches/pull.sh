@@ -213,8 +213,8 @@ run() {
     local env=(HOME="$t/home" TMPDIR="$t/tmp" GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@localhost
                GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@localhost) cmd
     case $tool in
-        gpurun) cmd="GPURUN_CACHE=$t/cache $GPURUN pull -q docker://$REG/bench/$img:latest -o $t/out.sqsh" ;;
-        gpurun15) cmd="GPURUN_ZSTD_LEVEL=15 GPURUN_CACHE=$t/cache $GPURUN pull -q docker://$REG/bench/$img:latest -o $t/out.sqsh" ;;
+        gpurun) cmd="GPURUN_CACHEDIR=$t/cache $GPURUN pull -q docker://$REG/bench/$img:latest -o $t/out.sqsh" ;;
+        gpurun15) cmd="GPURUN_ZSTD_LEVEL=15 GPURUN_CACHEDIR=$t/cache $GPURUN pull -q docker://$REG/bench/$img:latest -o $t/out.sqsh" ;;
         umoci) cmd="skopeo --insecure-policy copy --quiet --src-tls-verify=false docker://$REG/bench/$img:latest oci:$t/oci:t \
                  && umoci unpack --rootless --image $t/oci:t $t/bundle > /dev/null \
                  && mksquashfs $t/bundle/rootfs $t/out.sqsh -comp zstd -noappend -quiet -no-progress" ;;
@@ -272,11 +272,11 @@ if [ ${#IMAGES[@]} = 2 ]; then
     c=$M/share
     mkdir -p "$c"
     l0=$(lines)
-    GPURUN_CACHE=$c/cache "$GPURUN" pull -q "docker://$REG/bench/medium:latest" -o "$c/m.sqsh"
+    GPURUN_CACHEDIR=$c/cache "$GPURUN" pull -q "docker://$REG/bench/medium:latest" -o "$c/m.sqsh"
     l1=$(lines)
-    GPURUN_CACHE=$c/cache "$GPURUN" pull -q "docker://$REG/bench/large:latest" -o "$c/l.sqsh"
+    GPURUN_CACHEDIR=$c/cache "$GPURUN" pull -q "docker://$REG/bench/large:latest" -o "$c/l.sqsh"
     l2=$(lines)
-    GPURUN_CACHE=$c/cache "$GPURUN" pull -q "docker://$REG/bench/large:latest" -o "$c/l2.sqsh"
+    GPURUN_CACHEDIR=$c/cache "$GPURUN" pull -q "docker://$REG/bench/large:latest" -o "$c/l2.sqsh"
     l3=$(lines)
     own=$(awk -v a="$(cat "$W/clayers-large")" -v b="$(cat "$W/clayers-medium")" 'BEGIN { printf "%.1f", (a - b) / 1e6 }')
     SHARE="gpurun, one cache: medium fetched $(blobs "$l0" "$l1"); then large $(blobs "$l1" "$l2") (its 2 own layers: $own MB, + config); then large again $(blobs "$l2" "$l3")"

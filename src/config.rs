@@ -67,6 +67,8 @@ pub struct FileLayer {
     pub binds: Option<Vec<String>>,
     pub nv_driver_paths: Option<Vec<PathBuf>>,
     pub cache_dir: Option<PathBuf>,
+    /// Site file only: a cache a site account fills and every user reads (image/cache.rs).
+    pub shared_cache: Option<PathBuf>,
     pub allowed_registries: Option<Vec<String>>,
     pub compression: Option<String>,
 }
@@ -78,6 +80,7 @@ pub struct Config {
     pub binds: Vec<Sourced<String>>,
     pub nv_driver_paths: Sourced<Vec<PathBuf>>,
     pub cache_dir: Sourced<Option<PathBuf>>,
+    pub shared_cache: Sourced<Option<PathBuf>>,
     /// Empty: every registry is allowed.
     pub allowed_registries: Sourced<Vec<String>>,
     pub compression: Sourced<Option<String>>,
@@ -116,6 +119,12 @@ impl Config {
         }
         if let Some(v) = layer.cache_dir {
             self.cache_dir = Sourced {
+                value: Some(v),
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.shared_cache {
+            self.shared_cache = Sourced {
                 value: Some(v),
                 from: s(from),
             };
@@ -164,14 +173,11 @@ impl Config {
                 from: origin("GPURUN_NV_DRIVER_PATH"),
             };
         }
-        // GPURUN_CACHE is the pull module's older name; GPURUN_CACHEDIR (as APPTAINER_CACHEDIR) wins.
-        for var in ["GPURUN_CACHE", "GPURUN_CACHEDIR"] {
-            if let Some(v) = get(var) {
-                self.cache_dir = Sourced {
-                    value: Some(absolute(var, &v)?),
-                    from: origin(var),
-                };
-            }
+        if let Some(v) = get("GPURUN_CACHEDIR") {
+            self.cache_dir = Sourced {
+                value: Some(absolute("GPURUN_CACHEDIR", &v)?),
+                from: origin("GPURUN_CACHEDIR"),
+            };
         }
         if let Some(v) = get("GPURUN_ALLOWED_REGISTRIES") {
             self.allowed_registries = Sourced {
@@ -229,9 +235,14 @@ impl Config {
                 _ => PathBuf::new(),
             };
             let layer: FileLayer = toml::from_str(text).map_err(|e| ConfigError::File {
-                path,
+                path: path.clone(),
                 detail: e.message().to_string(),
             })?;
+            // Only the site may name a cache that every user trusts.
+            if matches!(origin, Origin::User(_)) && layer.shared_cache.is_some() {
+                let detail = format!("shared_cache is a site setting; set it in {SITE_FILE}");
+                return Err(ConfigError::File { path, detail });
+            }
             c.apply_file(layer, origin);
         }
         c.apply_env(env)?;
@@ -321,6 +332,11 @@ impl Config {
                 crate::image::cache::cache_root().display().to_string(),
             ),
             &self.cache_dir.from,
+        );
+        row(
+            "shared_cache",
+            opt(&self.shared_cache.value, "(none)".into()),
+            &self.shared_cache.from,
         );
         row(
             "allowed_registries",
@@ -424,13 +440,13 @@ mod tests {
                 "env",
                 Some("lz4"),
             ),
-            // The newer name wins over the older one.
+            // GPURUN_CACHEDIR is the one name.
             (
                 vec![],
-                env(&[("GPURUN_CACHEDIR", "/new"), ("GPURUN_CACHE", "/old")]),
+                env(&[("GPURUN_CACHE", "/old")]),
                 vec![],
-                Some("/new"),
-                "env",
+                None,
+                "default",
                 None,
             ),
             // Empty variables are unset.
@@ -504,5 +520,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("GPURUN_CACHEDIR=rel"), "{e}");
+    }
+
+    #[test]
+    fn only_the_site_names_a_shared_cache() {
+        let c = Config::merge(&[site("shared_cache = \"/sw/cache\"")], &[]).unwrap();
+        assert_eq!(c.shared_cache.value, Some(PathBuf::from("/sw/cache")));
+        let e = Config::merge(&[user("shared_cache = \"/tmp/x\"")], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("site setting"), "{e}");
     }
 }

@@ -305,6 +305,15 @@ const LOW_SPACE: u64 = 20 << 30;
 
 fn cache_check(root: &Path) -> Check {
     use crate::image::inspect::human_size;
+    use crate::store::private_dir::{own_dir, Visibility};
+    // One that is there already must be the caller's own and private (made by nobody else).
+    if root.symlink_metadata().is_ok() {
+        let fix = crate::image::cache::CACHE_FIX;
+        if let Err(e) = own_dir(root, Visibility::Private, fix) {
+            let detail = format!("{}: {}", e.path.display(), e.problem);
+            return check("cache", Status::Fail, detail, fix);
+        }
+    }
     let Some((at, free, total)) = space(root) else {
         return check(
             "cache",

@@ -11,6 +11,7 @@ pub mod help;
 pub mod image;
 pub mod ps;
 pub mod runtime;
+pub mod store;
 pub mod version;
 
 /// Lock a mutex even when a thread panicked while holding it. Every mutex gpurun shares

@@ -51,6 +51,7 @@ fn launch(
         dry_run: o.dry_run,
         state,
         gpu,
+        compression: ctx.cfg.compression.value.clone(),
         quiet: ctx.quiet,
         log: if ctx.debug { 2 } else { u8::from(ctx.verbose) },
     }
@@ -123,7 +124,10 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
             std::process::exit(FAILED);
         }
     };
-    apply_paths(&cfg);
+    gpurun::image::cache::configure(gpurun::image::cache::Settings {
+        dir: cfg.cache_dir.value.clone(),
+        shared: cfg.shared_cache.value.clone(),
+    });
     let ctx = Ctx {
         cfg,
         quiet: cli.quiet,
@@ -198,18 +202,6 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
     }
 }
 
-/// The cache directory and the compressor from the config reach the modules through the
-/// variables they read (cache.rs reads GPURUN_CACHE, squash.rs GPURUN_COMPRESSION). Set before
-/// any thread starts, so the environment is not raced.
-fn apply_paths(cfg: &Config) {
-    if let Some(c) = &cfg.compression.value {
-        std::env::set_var("GPURUN_COMPRESSION", c);
-    }
-    if let Some(dir) = &cfg.cache_dir.value {
-        std::env::set_var("GPURUN_CACHE", dir);
-    }
-}
-
 fn done(r: anyhow::Result<()>, debug: bool) -> i32 {
     match r {
         Ok(()) => 0,
@@ -237,6 +229,7 @@ fn pull_options(
         force: false,
         jobs: None,
         cache: None,
+        compression: ctx.cfg.compression.value.clone(),
         handle_signals: true,
     }
 }

@@ -59,6 +59,11 @@ pub struct GpuOpts {
     #[command(flatten)]
     #[serde(flatten)]
     pub driver: DriverPaths,
+    /// Where facts about the driver and GPUs are kept between starts (the user's cache); none:
+    /// nothing is kept.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub kept_facts: Option<PathBuf>,
 }
 
 /// `--nv-driver-path`, for the GPU options of exec/run/shell and for `gpurun gpus`.
@@ -218,16 +223,10 @@ struct Facts {
 }
 
 impl Facts {
-    fn open(host_env: &[(String, String)]) -> Option<Facts> {
+    fn open(root: Option<&Path>) -> Option<Facts> {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-        let uid = nix::unistd::getuid().as_raw();
-        let root = crate::image::cache::cache_root_from(
-            var(host_env, "GPURUN_CACHE").map(PathBuf::from),
-            var(host_env, "XDG_CACHE_HOME").map(PathBuf::from),
-            uid,
-        );
         Some(Facts {
-            dir: crate::image::cache::FactsDir::open(root, uid)?,
+            dir: crate::image::cache::FactsDir::open(root?.to_path_buf())?,
             boot: boot.trim().to_string(),
         })
     }
@@ -459,7 +458,7 @@ pub fn prepare(
             unknown.join(", ")
         ));
     }
-    let facts = Facts::open(host_env);
+    let facts = Facts::open(opts.kept_facts.as_deref());
     let cands = candidates_kept(facts.as_ref(), &sources, &version)?;
     let libs = driver::choose_libraries(&cands, &version, &groups);
     if libs.is_empty() {

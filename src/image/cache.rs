@@ -1,41 +1,77 @@
 //! The per-user cache: blobs stored once by digest, and whole images for `ensure_local`.
 //!
-//! Root: `$GPURUN_CACHE`, else `$XDG_CACHE_HOME/gpurun`, else `/var/tmp/gpurun-$UID`. The default is
-//! deliberately not under `$HOME`: HPC home directories have small quotas and are often on a slow
-//! shared filesystem, while `/var/tmp` is node-local, large and survives reboots.
+//! Root: `GPURUN_CACHEDIR` / `cache_dir` (see config.rs), else `$XDG_CACHE_HOME/gpurun`, else
+//! `/var/tmp/gpurun-$UID`. The default is deliberately not under `$HOME`: HPC home directories
+//! have small quotas and are often on a slow shared filesystem, while `/var/tmp` is node-local,
+//! large and survives reboots. Every directory of it is the caller's own and private, checked
+//! before use (store/private_dir.rs): another user who made `/var/tmp/gpurun-$UID` first gets it
+//! refused, never used.
 //!
 //! Layout:
 //!   blobs/sha256/HEX          complete blob, verified against its digest (never modified)
 //!   blobs/sha256/HEX.partial  download in progress; an interrupted pull resumes from its length
 //!   locks/HEX.lock            flock(2) held while one process downloads HEX or builds image HEX
 //!   images/HEX.sqsh           image built from the manifest with digest sha256:HEX
-//!   rootfs/…                  the runtime's extraction fallback (not managed here)
+//!   refs/HASH                 the digest a reference last resolved to (offline fallback)
+//!   rootfs/…                  the runtime's extraction fallback (runtime/extract.rs)
 //!   image-blocks/HASH.blocks  an image's blocks kept decompressed between starts
 //!                             (image/sqfs/kept.rs)
 //!   image-facts/, image-reads/, driver-libs/, gpu-proc/, nvml/   facts kept between starts
 //!                             (`FactsDir`; image-reads/: runtime/kept_reads.rs)
+//!
+//! A site may name a shared cache (`shared_cache` in the site file) that a site account fills
+//! and every user reads: its blobs and images are used without downloading, never written.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use super::reference::valid_digest;
+use crate::store::private_dir::{self, PlaceError, Visibility};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("cache directory {path}: {source}; set GPURUN_CACHE to a writable directory")]
-    Dir { path: PathBuf, source: io::Error },
+    #[error("cache directory {0}")]
+    Place(#[from] PlaceError),
+    #[error("shared cache {0}")]
+    Shared(PlaceError),
     #[error("lock {path}: {source}")]
     Lock { path: PathBuf, source: io::Error },
     #[error("'{0}' is not a sha256 digest")]
     BadDigest(String),
 }
 
+/// What the user can do when the cache directory is refused.
+pub const CACHE_FIX: &str =
+    "set GPURUN_CACHEDIR (or cache_dir in ~/.config/gpurun/config.toml) to a directory of your own";
+
+/// The cache settings of this process, from the config (set once by the command line's entry).
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// `cache_dir` / `GPURUN_CACHEDIR`.
+    pub dir: Option<PathBuf>,
+    /// The site's shared read-only cache.
+    pub shared: Option<PathBuf>,
+}
+
+static SETTINGS: OnceLock<Settings> = OnceLock::new();
+
+/// Take the config's cache settings for this process (before any cache is opened).
+pub fn configure(s: Settings) {
+    let _ = SETTINGS.set(s);
+}
+
+fn settings() -> &'static Settings {
+    SETTINGS.get_or_init(Settings::default)
+}
+
 /// The cache root (see the module comment for the order of precedence).
 pub fn cache_root() -> PathBuf {
     cache_root_from(
-        std::env::var_os("GPURUN_CACHE").map(PathBuf::from),
+        settings().dir.clone(),
         std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from),
         nix::unistd::getuid().as_raw(),
     )
@@ -43,10 +79,10 @@ pub fn cache_root() -> PathBuf {
 
 /// [`cache_root`] from given values (also for `gpurun cache gc`, which works out the roots of
 /// other gpurun processes).
-pub fn cache_root_from(gpurun: Option<PathBuf>, xdg: Option<PathBuf>, uid: u32) -> PathBuf {
+pub fn cache_root_from(configured: Option<PathBuf>, xdg: Option<PathBuf>, uid: u32) -> PathBuf {
     // Empty or relative values are ignored, as the XDG spec asks.
     let usable = |p: &PathBuf| p.is_absolute();
-    if let Some(p) = gpurun.filter(usable) {
+    if let Some(p) = configured.filter(usable) {
         return p;
     }
     if let Some(p) = xdg.filter(usable) {
@@ -58,25 +94,56 @@ pub fn cache_root_from(gpurun: Option<PathBuf>, xdg: Option<PathBuf>, uid: u32) 
 #[derive(Debug, Clone)]
 pub struct Cache {
     root: PathBuf,
+    /// The site's shared read-only cache, checked (none where this cache is it).
+    shared: Option<PathBuf>,
+    vis: Visibility,
 }
 
 impl Cache {
-    /// Open (creating if needed, mode 0700) the cache at `root`.
+    /// Open the cache at `root`, made if missing, checked as the caller's own (private, or
+    /// readable by all where it is the site's shared cache and the caller its owner); the
+    /// site's shared cache, if any, beside it for reading.
     pub fn open(root: &Path) -> Result<Cache, CacheError> {
-        for sub in ["blobs/sha256", "locks", "images", "refs"] {
-            let p = root.join(sub);
-            fs::create_dir_all(&p).map_err(|source| CacheError::Dir { path: p, source })?;
+        let shared = match &settings().shared {
+            Some(s) => Some(
+                private_dir::shared_dir(s, "fix or remove shared_cache in the site file")
+                    .map_err(CacheError::Shared)?,
+            ),
+            None => None,
+        };
+        let vis = visibility(root);
+        let publish = vis == Visibility::Readable;
+        let root = private_dir::own_dir(root, vis, CACHE_FIX)?;
+        let blobs = private_dir::own_subdir(&root, "blobs", vis, CACHE_FIX)?;
+        private_dir::own_subdir(&blobs, "sha256", vis, CACHE_FIX)?;
+        for sub in ["locks", "images", "refs"] {
+            private_dir::own_subdir(&root, sub, vis, CACHE_FIX)?;
         }
-        // Private: pulled images may come from registries that needed credentials.
-        use std::os::unix::fs::PermissionsExt;
-        let _ = fs::set_permissions(root, fs::Permissions::from_mode(0o700));
         Ok(Cache {
-            root: root.to_path_buf(),
+            root,
+            shared: shared.filter(|_| !publish),
+            vis,
         })
     }
 
+    /// The resolved root, checked: every path under it is where the check looked.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Mode for files this cache makes: private, or readable by all in a published cache.
+    pub fn file_mode(&self) -> u32 {
+        match self.vis {
+            Visibility::Private => 0o600,
+            Visibility::Readable => 0o644,
+        }
+    }
+
+    /// The directory `name` of this cache (made if missing, checked like the root).
+    pub fn subdir(&self, name: &str) -> Result<PathBuf, CacheError> {
+        Ok(private_dir::own_subdir(
+            &self.root, name, self.vis, CACHE_FIX,
+        )?)
     }
 
     fn hex(digest: &str) -> Result<&str, CacheError> {
@@ -88,6 +155,24 @@ impl Cache {
 
     pub fn blob_path(&self, digest: &str) -> Result<PathBuf, CacheError> {
         Ok(self.root.join("blobs/sha256").join(Self::hex(digest)?))
+    }
+
+    /// The complete blob `digest`: this cache's, else the site's shared cache's (a regular file
+    /// nobody but that cache's owner may change).
+    pub fn find_blob(&self, digest: &str) -> Result<Option<PathBuf>, CacheError> {
+        let own = self.blob_path(digest)?;
+        if own.exists() {
+            return Ok(Some(own));
+        }
+        let rel = format!("blobs/sha256/{}", Self::hex(digest)?);
+        Ok(self.shared_file(&rel))
+    }
+
+    fn shared_file(&self, rel: &str) -> Option<PathBuf> {
+        let dir = self.shared.as_ref()?;
+        let owner = fs::metadata(dir).ok()?.uid();
+        let p = dir.join(rel);
+        private_dir::open_trusted(&p, owner).ok().map(|_| p)
     }
 
     pub fn partial_path(&self, digest: &str) -> Result<PathBuf, CacheError> {
@@ -104,26 +189,52 @@ impl Cache {
             .join(format!("{}.sqsh", Self::hex(manifest_digest)?)))
     }
 
+    /// The image built from `manifest_digest`: this cache's, else the shared cache's.
+    pub fn find_image(&self, manifest_digest: &str) -> Result<Option<PathBuf>, CacheError> {
+        let own = self.image_path(manifest_digest)?;
+        if own.exists() {
+            return Ok(Some(own));
+        }
+        let rel = format!("images/{}.sqsh", Self::hex(manifest_digest)?);
+        Ok(self.shared_file(&rel))
+    }
+
     /// Remember the manifest digest `key` (a reference and platform) last resolved to, so that
     /// `exec docker://…` still finds its image when the registry cannot be reached (compute
     /// nodes without internet access). Written whole or not at all.
     pub fn remember_ref(&self, key: &str, digest: &str) -> io::Result<()> {
-        write_atomically(&self.ref_path(key), format!("{digest}\n").as_bytes())
+        let path = self.ref_path(key);
+        write_atomically(&path, format!("{digest}\n").as_bytes())?;
+        if self.vis == Visibility::Readable {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&path, fs::Permissions::from_mode(self.file_mode()))?;
+        }
+        Ok(())
     }
 
-    /// The digest `key` last resolved to, if it was remembered and its image is still cached.
+    /// The digest `key` last resolved to, if it was remembered (here, else in the site's shared
+    /// cache) and its image is still cached.
     pub fn recall_ref(&self, key: &str) -> Option<(String, PathBuf)> {
-        let text = fs::read_to_string(self.ref_path(key)).ok()?;
+        let uid = nix::unistd::geteuid().as_raw();
+        let own = private_dir::open_trusted(&self.ref_path(key), uid).ok();
+        let shared = || {
+            let dir = self.shared.as_ref()?;
+            let owner = fs::metadata(dir).ok()?.uid();
+            let p = dir.join("refs").join(ref_name(key));
+            private_dir::open_trusted(&p, owner).ok()
+        };
+        let mut text = String::new();
+        own.or_else(shared)?
+            .take(200)
+            .read_to_string(&mut text)
+            .ok()?;
         let digest = text.trim().to_string();
-        let image = self.image_path(&digest).ok()?;
-        image.exists().then_some((digest, image))
+        let image = self.find_image(&digest).ok()??;
+        Some((digest, image))
     }
 
     fn ref_path(&self, key: &str) -> PathBuf {
-        use sha2::{Digest as _, Sha256};
-        self.root
-            .join("refs")
-            .join(hex::encode(Sha256::digest(key.as_bytes())))
+        self.root.join("refs").join(ref_name(key))
     }
 
     /// Take the exclusive lock for `digest`, waiting for another process that holds it.
@@ -136,6 +247,27 @@ impl Cache {
     }
 }
 
+/// The file name under `refs/` for a reference key.
+fn ref_name(key: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// Who may read the cache at `root`: everyone where it is the site's shared cache and the caller
+/// its owner (filling it), else only the caller.
+fn visibility(root: &Path) -> Visibility {
+    let me = nix::unistd::geteuid().as_raw();
+    let published = settings().shared.as_ref().is_some_and(|s| {
+        let real = |p: &Path| fs::canonicalize(p).ok();
+        real(root).is_some_and(|r| Some(r) == real(s))
+            && fs::metadata(s).is_ok_and(|m| m.uid() == me)
+    });
+    match published {
+        true => Visibility::Readable,
+        false => Visibility::Private,
+    }
+}
+
 /// An exclusive flock(2), released on drop or when the process dies (so a killed pull never
 /// leaves a stale lock behind).
 #[derive(Debug)]
@@ -144,17 +276,13 @@ pub struct FileLock {
 }
 
 impl FileLock {
+    /// Lock `path`, a file in a directory of the caller's (never opened through a link).
     pub fn acquire(path: &Path) -> Result<FileLock, CacheError> {
         let err = |source| CacheError::Lock {
             path: path.to_path_buf(),
             source,
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(err)?;
+        let file = private_dir::open_or_create(path, 0o600).map_err(err)?;
         loop {
             // flock(2): released when the file is closed, also by a killed process.
             match file.lock() {
@@ -266,23 +394,34 @@ where
 }
 
 /// Where facts are kept between starts (`kept`): one directory per kind under a root, the user's
-/// gpurun cache. Only when the root and the kind's directory are the caller's own and private:
-/// the default root in /var/tmp could have been made by someone else, who could then plant facts.
+/// gpurun cache, each the caller's own and private (store/private_dir.rs). Where the root is
+/// refused (someone else made it), nothing is kept, and the user is told once.
 pub struct FactsDir {
     root: PathBuf,
-    uid: u32,
 }
 
 impl FactsDir {
-    /// `root`, made if missing; None unless it is `uid`'s own and private.
-    pub fn open(root: PathBuf, uid: u32) -> Option<FactsDir> {
-        private_dir_made(&root, uid).then_some(FactsDir { root, uid })
+    /// `root`, made if missing; None (said once on stderr) unless it is the caller's and private.
+    pub fn open(root: PathBuf) -> Option<FactsDir> {
+        match private_dir::own_dir(&root, visibility(&root), CACHE_FIX) {
+            Ok(root) => Some(FactsDir { root }),
+            Err(e) => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    eprintln!(
+                        "gpurun: warning: cache directory {e}; nothing is kept between starts"
+                    )
+                });
+                None
+            }
+        }
     }
 
     /// The file `name` for facts of `kind`; None unless its directory is private too.
     pub fn file(&self, kind: &str, name: &str) -> Option<PathBuf> {
-        let dir = self.root.join(kind);
-        private_dir_made(&dir, self.uid).then(|| dir.join(name))
+        private_dir::own_subdir(&self.root, kind, Visibility::Private, CACHE_FIX)
+            .ok()
+            .map(|dir| dir.join(name))
     }
 }
 
@@ -329,22 +468,6 @@ pub fn short_hash(key: &str) -> String {
     hex::encode(&sha2::Sha256::digest(key.as_bytes())[..6])
 }
 
-/// `dir`, made (mode 0700, parents too) if missing, is a real directory (not a symlink) owned by
-/// `uid` that nobody else may write to.
-fn private_dir_made(dir: &Path, uid: u32) -> bool {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let private = |m: fs::Metadata| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0;
-    // Looked at first: on every start it is there already (one call, not a failed mkdir too).
-    if let Ok(m) = fs::symlink_metadata(dir) {
-        return private(m);
-    }
-    let _ = fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir);
-    fs::symlink_metadata(dir).is_ok_and(private)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,27 +510,43 @@ mod tests {
     #[test]
     fn facts_only_in_a_private_directory() {
         use std::os::unix::fs::PermissionsExt;
-        let uid = nix::unistd::getuid().as_raw();
         let t = tempfile::tempdir().unwrap();
         let root = t.path().join("cache");
-        let f = FactsDir::open(root.clone(), uid)
-            .unwrap()
-            .file("k", "x.json");
+        let f = FactsDir::open(root.clone()).unwrap().file("k", "x.json");
         assert_eq!(f, Some(root.join("k/x.json")));
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!((mode(&root), mode(&root.join("k"))), (0o700, 0o700));
-        // A root others may write to, a symlink, or someone else's: no facts.
+        // A kind's directory that is a link: no facts there.
+        let d = FactsDir::open(root.clone()).unwrap();
+        std::os::unix::fs::symlink(t.path(), root.join("l")).unwrap();
+        assert_eq!(d.file("l", "x.json"), None);
+        // Someone else's root: no facts at all.
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&root, Some(54321), None).unwrap();
+            assert!(FactsDir::open(root.clone()).is_none());
+        }
+    }
+
+    #[test]
+    fn a_cache_someone_else_made_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root to make a directory of another user");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("cache");
+        std::fs::create_dir(&root).unwrap();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(FactsDir::open(root.clone(), uid).is_none());
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let link = t.path().join("link");
-        std::os::unix::fs::symlink(&root, &link).unwrap();
-        assert!(FactsDir::open(link, uid).is_none());
-        assert!(FactsDir::open(root.clone(), uid + 1).is_none());
-        // Nor a kind's directory others may write to.
-        let d = FactsDir::open(root.clone(), uid).unwrap();
-        std::fs::set_permissions(root.join("k"), std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert_eq!(d.file("k", "x.json"), None);
+        std::os::unix::fs::chown(&root, Some(54321), None).unwrap();
+        let e = Cache::open(&root).unwrap_err().to_string();
+        assert!(
+            e.contains("not by you") && e.contains("GPURUN_CACHEDIR"),
+            "{e}"
+        );
+        let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o777, "never changed");
+        assert!(!root.join("blobs").exists(), "nothing made in it");
     }
 
     #[test]

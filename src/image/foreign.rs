@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::meta::{ImageMeta, MetaError, META_PATH};
+use super::env_list::EnvList;
+use super::meta::{bounded, ImageMeta, MetaError, MAX_META_BYTES, META_PATH};
 
 /// Which tool's layout an image follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -49,24 +50,31 @@ pub fn image_meta(
     if let Some(b) = read(META_PATH) {
         return Ok((Flavor::Gpurun, ImageMeta::from_json(&b)?));
     }
-    let text = |p: &str| read(p).map(|b| String::from_utf8_lossy(&b).into_owned());
+    let text = |p: &str| -> Result<Option<String>, MetaError> {
+        let Some(b) = read(p) else { return Ok(None) };
+        Ok(Some(String::from_utf8_lossy(bounded(p, &b)?).into_owned()))
+    };
     if let Some(mut scripts) = list(SINGULARITY_ENV) {
         scripts.retain(|n| n.ends_with(".sh"));
         scripts.sort();
-        let mut env = Vec::new();
+        let mut env = EnvList::new();
         for s in scripts {
-            if let Some(t) = text(&format!("{SINGULARITY_ENV}/{s}")) {
+            if let Some(t) = text(&format!("{SINGULARITY_ENV}/{s}"))? {
                 shell_exports(&t, &mut env);
             }
         }
         let runscript = read(SINGULARITY_RUNSCRIPT).is_some();
-        let labels = text(SINGULARITY_LABELS)
+        let labels = text(SINGULARITY_LABELS)?
             .and_then(|t| serde_json::from_str::<BTreeMap<String, String>>(&t).ok())
             .unwrap_or_default();
         return Ok((
             Flavor::Apptainer,
             ImageMeta {
-                env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                env: env
+                    .into_vec()
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
                 // Executed itself, as Apptainer does: its #! line picks the interpreter.
                 entrypoint: if runscript {
                     vec![SINGULARITY_RUNSCRIPT.into()]
@@ -78,7 +86,7 @@ pub fn image_meta(
             },
         ));
     }
-    if let (Some(environment), true) = (text("/etc/environment"), read("/etc/rc").is_some()) {
+    if let (Some(environment), true) = (text("/etc/environment")?, read("/etc/rc").is_some()) {
         return Ok((
             Flavor::Enroot,
             ImageMeta {
@@ -114,7 +122,7 @@ fn valid_name(k: &str) -> bool {
 /// `/etc/environment` as enroot and pam_env read it: `KEY=VALUE` lines, optionally `export `-ed
 /// or quoted; comments and malformed lines are skipped.
 pub fn environment_file(text: &str) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
+    let mut out = EnvList::new();
     for line in text.lines() {
         let line = line.trim();
         let line = line.strip_prefix("export ").unwrap_or(line).trim_start();
@@ -124,16 +132,9 @@ pub fn environment_file(text: &str) -> Vec<(String, String)> {
         if line.starts_with('#') || !valid_name(k) {
             continue;
         }
-        set(&mut out, k, unquote(v).to_string());
+        out.set(k, unquote(v));
     }
-    out
-}
-
-fn set(env: &mut Vec<(String, String)>, k: &str, v: String) {
-    match env.iter_mut().find(|(n, _)| n == k) {
-        Some(e) => e.1 = v,
-        None => env.push((k.to_string(), v)),
-    }
+    out.into_vec()
 }
 
 /// The assignments in Apptainer's env scripts, without running a shell: `export K=V`, `K=V`
@@ -142,7 +143,7 @@ fn set(env: &mut Vec<(String, String)>, k: &str, v: String) {
 /// are not plain assignments (conditionals, functions) are skipped: the images Apptainer builds
 /// from Docker images and `%environment` sections of plain exports are covered; scripts that
 /// compute values are not.
-pub fn shell_exports(text: &str, env: &mut Vec<(String, String)>) {
+pub fn shell_exports(text: &str, env: &mut EnvList) {
     for line in text.lines() {
         let line = line.trim();
         let rest = line.strip_prefix("export ").unwrap_or(line);
@@ -162,15 +163,20 @@ pub fn shell_exports(text: &str, env: &mut Vec<(String, String)>) {
                 .unwrap_or(v);
             expand(inner, env)
         };
-        set(env, k, value);
+        env.set(k, value);
     }
 }
 
-fn expand(s: &str, env: &[(String, String)]) -> String {
-    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+/// `s` with its variables expanded from `env`; at most [`MAX_META_BYTES`] long, however often a
+/// value repeats itself (`A=$A$A`, line after line, doubles).
+fn expand(s: &str, env: &EnvList) -> String {
+    let get = |k: &str| env.get(k).map(str::to_string);
     let mut out = String::new();
     let mut rest = s;
     while let Some(i) = rest.find('$') {
+        if out.len() > MAX_META_BYTES {
+            return out;
+        }
         out.push_str(&rest[..i]);
         let after = &rest[i + 1..];
         if let Some(body) = after.strip_prefix('{') {
@@ -239,7 +245,7 @@ mod tests {
 
     #[test]
     fn singularity_exports() {
-        let mut env = Vec::new();
+        let mut env = EnvList::new();
         shell_exports(
             "#!/bin/sh\nexport PATH=\"${PATH:-/usr/local/sbin:/usr/bin}\"\n\
              export CUDA_HOME=\"/usr/local/cuda\"\nexport LD=\"$CUDA_HOME/lib64:${LD_X}\"\n\
@@ -247,7 +253,7 @@ mod tests {
             &mut env,
         );
         assert_eq!(
-            env,
+            env.into_vec(),
             kv(&[
                 ("PATH", "/usr/local/sbin:/usr/bin"),
                 ("CUDA_HOME", "/usr/local/cuda"),
@@ -255,6 +261,15 @@ mod tests {
                 ("LIT", "$NOT"),
             ])
         );
+    }
+
+    #[test]
+    fn doubling_values_stay_bounded() {
+        let mut env = EnvList::new();
+        shell_exports("export A=xxxxxxxx\n", &mut env);
+        shell_exports(&"export A=$A$A\n".repeat(40), &mut env);
+        let a = env.get("A").unwrap().len();
+        assert!(a <= 2 * MAX_META_BYTES + 16, "{a}");
     }
 
     #[test]

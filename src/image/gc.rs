@@ -11,6 +11,10 @@
 //! - it changed in the last ten minutes (covers pulls on other nodes when the cache is on a
 //!   shared filesystem, which no /proc scan can see).
 //!
+//! A partial download is in use only while its lock is held: its writer holds the lock as long
+//! as it writes (also from another node, where the file system passes flock on), so one left by a
+//! failed pull (a full disk) is removed at once.
+//!
 //! "Last use" is the later of the access and modification times: the kernel updates atime on
 //! reads (relatime: at least daily), so it tracks when a cached image was last run.
 
@@ -154,7 +158,7 @@ pub struct Activity {
     pub gpurun_running: bool,
 }
 
-/// The cache root a process with environment `env` uses: GPURUN_CACHEDIR / GPURUN_CACHE, else the
+/// The cache root a process with environment `env` uses: GPURUN_CACHEDIR, else the
 /// config files' cache_dir (`from_files`, the same files for every process of this user), else
 /// the XDG / /var/tmp default.
 pub fn cache_root_of(env: &[(String, String)], from_files: Option<&Path>, uid: u32) -> PathBuf {
@@ -165,9 +169,7 @@ pub fn cache_root_of(env: &[(String, String)], from_files: Option<&Path>, uid: u
             .map(|(_, v)| PathBuf::from(v))
             .filter(|p| p.is_absolute())
     };
-    let explicit = get("GPURUN_CACHEDIR")
-        .or_else(|| get("GPURUN_CACHE"))
-        .or_else(|| from_files.map(Path::to_path_buf));
+    let explicit = get("GPURUN_CACHEDIR").or_else(|| from_files.map(Path::to_path_buf));
     super::cache::cache_root_from(explicit, get("XDG_CACHE_HOME"), uid)
 }
 
@@ -232,6 +234,9 @@ pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
         let last_used = (md.atime().max(md.mtime())).max(0) as u64;
         let in_use = if lock.as_deref().is_some_and(locked) {
             Some("locked")
+        } else if kind == Kind::Partial {
+            // Its writer holds the lock for as long as it writes: unlocked, nothing writes it.
+            None
         } else if activity.open.contains(&path) {
             Some("open")
         } else if matches!(kind, Kind::Blob | Kind::Rootfs) && activity.gpurun_running {
@@ -416,12 +421,8 @@ mod tests {
         type Env<'a> = &'a [(&'a str, &'a str)];
         let files = Some(Path::new("/site"));
         let cases: &[(Env, Option<&Path>, &str)] = &[
-            (
-                &[("GPURUN_CACHEDIR", "/a"), ("GPURUN_CACHE", "/b")],
-                files,
-                "/a",
-            ),
-            (&[("GPURUN_CACHE", "/b")], files, "/b"),
+            (&[("GPURUN_CACHEDIR", "/a")], files, "/a"),
+            (&[("GPURUN_CACHE", "/b")], files, "/site"),
             (&[("XDG_CACHE_HOME", "/x")], files, "/site"),
             (&[("XDG_CACHE_HOME", "/x")], None, "/x/gpurun"),
             (&[("GPURUN_CACHEDIR", "rel")], None, "/var/tmp/gpurun-7"),

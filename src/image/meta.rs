@@ -28,15 +28,32 @@ pub struct ImageMeta {
     pub created: String,
 }
 
+/// The largest image config or metadata file gpurun reads (real ones are kilobytes; a huge one
+/// is an attack on every start that reads it).
+pub const MAX_META_BYTES: usize = 4 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
     #[error("image metadata {META_PATH} is not valid JSON ({0}); pull the image again")]
     Parse(#[from] serde_json::Error),
+    #[error("image metadata {path} is {bytes} bytes, over gpurun's limit of {MAX_META_BYTES}; this is not a usable image")]
+    TooLarge { path: String, bytes: usize },
+}
+
+/// `bytes`, read from `path` in an image, unless larger than [`MAX_META_BYTES`].
+pub fn bounded<'a>(path: &str, bytes: &'a [u8]) -> Result<&'a [u8], MetaError> {
+    match bytes.len() {
+        n if n > MAX_META_BYTES => Err(MetaError::TooLarge {
+            path: path.to_string(),
+            bytes: n,
+        }),
+        _ => Ok(bytes),
+    }
 }
 
 impl ImageMeta {
     pub fn from_json(bytes: &[u8]) -> Result<Self, MetaError> {
-        Ok(serde_json::from_slice(bytes)?)
+        Ok(serde_json::from_slice(bounded(META_PATH, bytes)?)?)
     }
 
     pub fn to_json(&self) -> Vec<u8> {
@@ -60,5 +77,8 @@ mod tests {
         let m = ImageMeta::from_json(br#"{"cmd":["sh"],"future":1}"#).unwrap();
         assert_eq!(m.cmd, vec!["sh"]);
         assert!(m.env.is_empty());
+        let huge = vec![b' '; MAX_META_BYTES + 1];
+        let e = ImageMeta::from_json(&huge).unwrap_err().to_string();
+        assert!(e.contains("over gpurun's limit"), "{e}");
     }
 }

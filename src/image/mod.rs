@@ -1,6 +1,7 @@
 //! What an image is and how to get one.
 
 pub mod cache;
+pub mod env_list;
 pub mod flatten;
 pub mod foreign;
 pub mod gc;

@@ -122,6 +122,8 @@ pub struct PullOptions {
     pub jobs: Option<usize>,
     /// Cache root; [`cache_root`] when `None`.
     pub cache: Option<PathBuf>,
+    /// The squashfs compressor (`zstd` when `None`).
+    pub compression: Option<String>,
     /// Clean up and exit with [`exit::INTERRUPTED`] on SIGINT/SIGTERM (the CLI sets this; a
     /// library caller with its own signal handling leaves it off).
     pub handle_signals: bool,
@@ -136,9 +138,11 @@ pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<P
         Some(o) => o.to_path_buf(),
         None => PathBuf::from(default_output(&src)),
     };
-    if out.exists() && !opts.force {
+    if out.symlink_metadata().is_ok() && !opts.force {
         return Err(PullError::Exists(out));
     }
+    // Before anything is downloaded: an output directory gpurun cannot write to is said now.
+    let staging = Staging::beside(&out)?;
     let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
     let ui = Ui::new(opts.quiet);
     let rt = runtime()?;
@@ -154,7 +158,7 @@ pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<P
         Source::DockerArchive(file) => (docker_archive(file, source)?, None),
         Source::Dir(dir) => (rootfs_dir(dir, source)?, None),
     };
-    let built = build(&layers, &meta, &out, opts, &ui);
+    let built = build(&layers, &meta, staging, opts, &ui);
     if let Some(d) = downloads {
         d.finish(&rt, built.is_err())?;
     }
@@ -199,19 +203,20 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
         },
         Err(e) => return Err(e),
     };
-    let out = cache.image_path(&digest)?;
     let remember = || {
         // Best effort: without it only the offline fallback is lost.
         let _ = cache.remember_ref(&key, &digest);
     };
-    if out.exists() {
+    if let Some(found) = cache.find_image(&digest)? {
         remember();
-        return Ok(out);
+        return Ok(found);
     }
     let _lock = cache.lock(&digest)?;
+    let out = cache.image_path(&digest)?;
     if out.exists() {
         return Ok(out);
     }
+    let staging = Staging::beside(&out)?;
     let resolved = (digest.clone(), manifest_bytes);
     let (layers, meta, downloads) = rt.block_on(resolve_docker(
         &image,
@@ -220,7 +225,7 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
         &ui,
         Some((client, resolved)),
     ))?;
-    let built = build(&layers, &meta, &out, opts, &ui);
+    let built = build(&layers, &meta, staging, opts, &ui);
     downloads.finish(&rt, built.is_err())?;
     built?;
     remember();
@@ -592,6 +597,7 @@ struct RunConfig {
 }
 
 fn image_meta(config: &[u8], source: &str, digest: &str) -> Result<ImageMeta, String> {
+    let config = super::meta::bounded("config", config).map_err(|e| e.to_string())?;
     let c: ConfigFile = serde_json::from_slice(config)
         .map_err(|e| format!("image config is not valid JSON ({e})"))?;
     let rc = c.config.unwrap_or_default();
@@ -712,7 +718,11 @@ fn oci_layout(
             }),
         });
     }
-    let meta = image_meta(&config_bytes, source, &desc.digest).map_err(fail)?;
+    let meta =
+        image_meta(&config_bytes, source, &desc.digest).map_err(|detail| PullError::BadImage {
+            image: source.to_string(),
+            detail,
+        })?;
     Ok((layers, meta))
 }
 
@@ -872,7 +882,10 @@ fn docker_archive(file: &Path, source: &str) -> Result<(Vec<Layer>, ImageMeta), 
             }),
         });
     }
-    let meta = image_meta(&config, source, "").map_err(fail)?;
+    let meta = image_meta(&config, source, "").map_err(|detail| PullError::BadImage {
+        image: source.to_string(),
+        detail,
+    })?;
     Ok((layers, meta))
 }
 
@@ -1015,7 +1028,7 @@ impl Read for ThreadReader {
 
 // ---------------------------------------------------------------- writing
 
-/// Temp outputs and the tar2sqfs child, removed / killed when a signal arrives.
+/// Staging directories and the tar2sqfs child, removed / killed when a signal arrives.
 static IN_FLIGHT: Mutex<(Vec<PathBuf>, Vec<u32>)> = Mutex::new((Vec::new(), Vec::new()));
 
 async fn cleanup_on_signal() {
@@ -1032,52 +1045,110 @@ async fn cleanup_on_signal() {
     }
     let guard = crate::lock(&IN_FLIGHT);
     for pid in &guard.1 {
-        // Our own child, reaped before the temp files go, so a create it was still making
-        // cannot land after their removal.
+        // Our own child, reaped before the staging goes, so a create it was still making
+        // cannot land after its removal.
         let pid = nix::unistd::Pid::from_raw(*pid as libc::pid_t);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(pid, None);
     }
     for p in &guard.0 {
-        let _ = fs::remove_file(p);
+        let _ = fs::remove_dir_all(p);
     }
     eprintln!("gpurun: interrupted; nothing was written (downloads resume on the next pull)");
     std::process::exit(exit::INTERRUPTED);
 }
 
-/// Removes the temp output unless the build succeeded and renamed it.
-struct TempOut {
-    path: PathBuf,
+/// Where a pull writes its image before it is whole: a directory of its own made beside the
+/// output (random name, mode 0700), so that nothing another user put there in advance can be
+/// written through, and a directory gpurun cannot write to is found before any download. Removed
+/// with what is left in it, unless the image was moved to its place.
+struct Staging {
+    dir: PathBuf,
+    out: PathBuf,
 }
 
-impl Drop for TempOut {
+impl Staging {
+    fn beside(out: &Path) -> Result<Staging, PullError> {
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let prefix = staging_prefix(out);
+        remove_stale_staging(&dir, &prefix);
+        let made = tempfile::Builder::new()
+            .prefix(&format!("{prefix}{}-", std::process::id()))
+            .tempdir_in(&dir)
+            .map_err(|source| PullError::Output {
+                path: dir.clone(),
+                source,
+            })?;
+        let staging = Staging {
+            dir: made.keep(),
+            out: out.to_path_buf(),
+        };
+        crate::lock(&IN_FLIGHT).0.push(staging.dir.clone());
+        Ok(staging)
+    }
+
+    /// The file the writer makes (in the staging directory: nobody else can put anything there).
+    fn file(&self) -> PathBuf {
+        self.dir.join("image.sqsh")
+    }
+
+    /// Move the finished image to its place (replacing what is there, never writing through it).
+    fn commit(self) -> Result<(), PullError> {
+        fs::rename(self.file(), &self.out).map_err(|source| PullError::Output {
+            path: self.out.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for Staging {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
-        let mut g = crate::lock(&IN_FLIGHT);
-        g.0.retain(|p| p != &self.path);
+        let _ = fs::remove_dir_all(&self.dir);
+        crate::lock(&IN_FLIGHT).0.retain(|p| p != &self.dir);
+    }
+}
+
+/// `.NAME.gpurun-HOST-`: staging directories of pulls to `out` from this host (the output may be
+/// on a file system other hosts write to; their pids mean nothing here).
+fn staging_prefix(out: &Path) -> String {
+    let name = out
+        .file_name()
+        .map_or("image.sqsh".into(), |n| n.to_string_lossy());
+    let host = nix::unistd::gethostname().unwrap_or_default();
+    format!(".{name}.gpurun-{}-", host.to_string_lossy())
+}
+
+/// Staging directories of pulls from this host that were killed (SIGKILL, power loss) before
+/// they could clean up: the caller's own directories whose pid is gone.
+fn remove_stale_staging(dir: &Path, prefix: &str) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    for e in entries.flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = n.strip_prefix(prefix).and_then(|r| r.split('-').next()) else {
+            continue;
+        };
+        let ours = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if ours && !Path::new("/proc").join(pid).exists() {
+            let _ = fs::remove_dir_all(e.path());
+        }
     }
 }
 
 fn build(
     layers: &[Layer],
     meta: &ImageMeta,
-    out: &Path,
+    staging: Staging,
     opts: &PullOptions,
     ui: &Ui,
 ) -> Result<(), PullError> {
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = out
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "image.sqsh".into());
-    remove_stale_temps(&dir, &name);
-    let tmp = TempOut {
-        path: dir.join(format!(".{name}.tmp-{}", std::process::id())),
-    };
-    crate::lock(&IN_FLIGHT).0.push(tmp.path.clone());
+    let out = staging.out.clone();
     let jobs = opts
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -1087,10 +1158,10 @@ fn build(
     bar.enable_steady_tick(Duration::from_millis(200));
     let on_read = |n: u64| bar.inc(n);
     // Started and registered under the lock: a signal handled in between would find no child
-    // to kill, and tar2sqfs would then write its temp file after the cleanup.
+    // to kill, and tar2sqfs would then write its file after the cleanup.
     let mut writer = {
         let mut g = crate::lock(&IN_FLIGHT);
-        let w = SquashWriter::start(&tmp.path, jobs)?;
+        let w = SquashWriter::start(&staging.file(), jobs, opts.compression.as_deref())?;
         g.1.push(w.pid());
         w
     };
@@ -1123,11 +1194,8 @@ fn build(
     bar.finish_and_clear();
     let report = result?;
     warn_report(&report, ui);
-    fs::rename(&tmp.path, out).map_err(|source| PullError::Output {
-        path: out.to_path_buf(),
-        source,
-    })?;
-    let size = fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    staging.commit()?;
+    let size = fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     ui.line(&format!(
         "Wrote {} ({}, {} entries)",
         out.display(),
@@ -1135,23 +1203,6 @@ fn build(
         report.entries
     ));
     Ok(())
-}
-
-/// Temp outputs of pulls that were killed (SIGKILL, power loss) before they could clean up.
-fn remove_stale_temps(dir: &Path, name: &str) {
-    let prefix = format!(".{name}.tmp-");
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let n = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = n.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = fs::remove_file(e.path());
-        }
-    }
 }
 
 fn warn_report(r: &Report, ui: &Ui) {

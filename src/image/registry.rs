@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -78,7 +78,7 @@ pub enum RegistryError {
     },
     #[error("credentials for {registry}: {detail}")]
     Credentials { registry: String, detail: String },
-    #[error("writing {path}: the disk is full; free space or set GPURUN_CACHE elsewhere")]
+    #[error("writing {path}: the disk is full; free space or set GPURUN_CACHEDIR elsewhere")]
     DiskFull { path: PathBuf },
     #[error("writing {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
@@ -255,7 +255,9 @@ impl AuthSources {
             return Ok(Some(c.clone()));
         }
         for f in &self.files {
-            let Ok(bytes) = fs::read(f) else { continue };
+            let Some(bytes) = read_auth_file(f) else {
+                continue;
+            };
             let entry =
                 parse_auth_file(&bytes, registry).map_err(|e| RegistryError::Credentials {
                     registry: registry.to_string(),
@@ -274,8 +276,40 @@ impl AuthSources {
     }
 }
 
+/// The bytes of the auth file `f`, when the caller (or root) owns it and nobody else may change
+/// it; one another user could write is skipped with a warning (it could name a credential
+/// helper for gpurun to run, or credentials that send the pull elsewhere).
+fn read_auth_file(f: &Path) -> Option<Vec<u8>> {
+    use crate::store::private_dir::{open_trusted, resolve_checked, Problem};
+    let uid = nix::unistd::geteuid().as_raw();
+    let opened = resolve_checked(f, uid)
+        .map_err(|(_, p)| p)
+        .and_then(|real| open_trusted(&real, uid));
+    let mut file = match opened {
+        Ok(file) => file,
+        Err(Problem::Io(io::ErrorKind::NotFound, _)) => return None,
+        Err(p) => {
+            eprintln!("gpurun: warning: auth file {} skipped: {p}", f.display());
+            return None;
+        }
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
 /// Run `docker-credential-HELPER get` (the docker credential-helper protocol).
 fn credential_helper(helper: &str, registry: &str) -> Result<Option<Credentials>, RegistryError> {
+    // A helper is a program on PATH, named by a suffix: never a path.
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);
+    if helper.is_empty() || !helper.chars().all(plain) || helper.starts_with('.') {
+        return Err(RegistryError::Credentials {
+            registry: registry.to_string(),
+            detail: format!(
+                "credential helper name {helper:?} is not a plain name; fix the docker config"
+            ),
+        });
+    }
     let server = if registry == DOCKER_HUB {
         "https://index.docker.io/v1/"
     } else {
@@ -720,11 +754,11 @@ impl RegistryClient {
         on_bytes: &(dyn Fn(u64) + Send + Sync),
     ) -> Result<(PathBuf, bool), RegistryError> {
         let digest = desc.digest.as_str();
-        let final_path = cache.blob_path(digest)?;
-        if final_path.exists() {
+        if let Some(found) = cache.find_blob(digest)? {
             on_bytes(desc.size);
-            return Ok((final_path, false));
+            return Ok((found, false));
         }
+        let final_path = cache.blob_path(digest)?;
         let lock = {
             let c = cache.clone();
             let d = digest.to_string();
@@ -738,15 +772,13 @@ impl RegistryClient {
             return Ok((final_path, false));
         }
         let partial = cache.partial_path(digest)?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&partial)
+        // A file of this cache's own (never through a link), appended to where it ends.
+        let mut file = crate::store::private_dir::open_or_create(&partial, cache.file_mode())
             .map_err(|e| io_err(&partial, e))?;
-        let (mut hasher, mut have) = hash_file(&partial).map_err(|e| io_err(&partial, e))?;
+        let (mut hasher, mut have) = hash_file(&mut file).map_err(|e| io_err(&partial, e))?;
+        let restart = |file: &mut File| file.set_len(0).and_then(|_| file.rewind());
         if desc.size > 0 && have > desc.size {
-            file.set_len(0).map_err(|e| io_err(&partial, e))?;
+            restart(&mut file).map_err(|e| io_err(&partial, e))?;
             hasher = Sha256::new();
             have = 0;
         }
@@ -767,7 +799,7 @@ impl RegistryClient {
                         oci_client::client::BlobResponse::Full(s) => {
                             // The server ignored the range: start over.
                             if have > 0 {
-                                file.set_len(0).map_err(|e| io_err(&partial, e))?;
+                                restart(&mut file).map_err(|e| io_err(&partial, e))?;
                                 hasher = Sha256::new();
                                 have = 0;
                             }
@@ -839,10 +871,9 @@ impl RegistryClient {
     }
 }
 
-/// sha256 state and length of what an interrupted download already wrote.
-fn hash_file(path: &Path) -> io::Result<(Sha256, u64)> {
+/// sha256 state and length of what an interrupted download already wrote; `f` is left at its end.
+fn hash_file(f: &mut File) -> io::Result<(Sha256, u64)> {
     let mut h = Sha256::new();
-    let mut f = File::open(path)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
     loop {

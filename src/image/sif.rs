@@ -13,7 +13,6 @@
 //!     fs type i32 (1 = squashfs), partition type i32 (1 system, 2 primary system, 3 data, 4 overlay)
 //! ```
 
-use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -112,7 +111,7 @@ pub fn system_partition(
 
 /// `Some(partition)` when `path` is a SIF file, `None` when it is something else.
 pub fn probe(path: &Path) -> Result<Option<Partition>, SifError> {
-    let f = File::open(path)?;
+    let f = super::sqfs::open_regular(path)?;
     let len = f.metadata()?.len();
     let mut header = [0u8; HEADER_LEN];
     if len < HEADER_LEN as u64 {

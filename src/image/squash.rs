@@ -7,12 +7,12 @@
 //!   15 13.6 / 30.1. Level 15 (tar2sqfs's default) costs 21× the CPU of level 3 for a 14 % smaller
 //!   image; a pull on a shared login node is bound by that CPU, and zstd decompresses equally fast
 //!   at any level. `GPURUN_ZSTD_LEVEL` overrides it for images built once and read many times.
-//!   `GPURUN_COMPRESSION` (set from the config's `compression`) picks another compressor.
+//!   The config's `compression` (`GPURUN_COMPRESSION`) picks another compressor.
 //! - `-j N`: one compressor job per available CPU.
 //! - `--defaults mtime=0`: implicit directories (parents without a tar entry) get a fixed time,
 //!   so the same layers always give the same bytes (checked: two builds compare equal).
 //! - `--no-skip`: a record tar2sqfs cannot read is an error, not a silently missing file.
-//! - `-q -f`: no progress chatter; the temp output may be recreated after a failed attempt.
+//! - `-q -f`: no progress chatter; the output is a new name in gpurun's own staging directory.
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -39,18 +39,19 @@ pub struct SquashWriter {
 
 impl SquashWriter {
     /// Start `tar2sqfs` writing `out`; feed the tar stream to [`SquashWriter::stdin`].
-    pub fn start(out: &Path, jobs: usize) -> Result<SquashWriter, SquashError> {
+    pub fn start(
+        out: &Path,
+        jobs: usize,
+        compressor: Option<&str>,
+    ) -> Result<SquashWriter, SquashError> {
         let level = std::env::var("GPURUN_ZSTD_LEVEL")
             .ok()
             .and_then(|l| l.parse::<u32>().ok())
             .filter(|l| (1..=22).contains(l))
             .unwrap_or(DEFAULT_ZSTD_LEVEL);
-        let compressor = std::env::var("GPURUN_COMPRESSION")
-            .ok()
-            .filter(|c| !c.is_empty())
-            .unwrap_or_else(|| "zstd".into());
+        let compressor = compressor.filter(|c| !c.is_empty()).unwrap_or("zstd");
         let mut cmd = Command::new("tar2sqfs");
-        cmd.args(["-q", "-f", "--no-skip", "-c", &compressor]);
+        cmd.args(["-q", "-f", "--no-skip", "-c", compressor]);
         if compressor == "zstd" {
             cmd.arg("-X").arg(format!("level={level}"));
         }

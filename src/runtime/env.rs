@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::image::env_list::EnvList;
+
 /// Used when neither the image nor the user gives a PATH.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -87,13 +89,6 @@ pub struct EnvInputs<'a> {
     pub path_append: &'a [PathBuf],
 }
 
-fn set(env: &mut Vec<(String, String)>, k: &str, v: &str) {
-    match env.iter_mut().find(|(key, _)| key == k) {
-        Some(e) => e.1 = v.to_string(),
-        None => env.push((k.to_string(), v.to_string())),
-    }
-}
-
 pub fn parse_kv(s: &str) -> Option<(String, String)> {
     let (k, v) = s.split_once('=')?;
     if k.is_empty() || k.contains(char::is_whitespace) {
@@ -133,63 +128,65 @@ fn join_paths(parts: impl IntoIterator<Item = String>) -> String {
         .join(":")
 }
 
-/// Compose the container environment.
+/// Compose the container environment (linear in the number of variables: an image may set
+/// hundreds of thousands).
 pub fn compose(inp: &EnvInputs) -> Result<Vec<(String, String)>, EnvError> {
-    let mut env: Vec<(String, String)> = Vec::new();
+    let mut env = EnvList::new();
     let mut prefixed = Vec::new();
     for (k, v) in inp.host {
         if let Some(name) = k.strip_prefix(ENV_PREFIX) {
             if !name.is_empty() {
                 prefixed.push((name.to_string(), v.clone()));
             }
-        } else if !inp.cleanenv && !DENY.contains(&k.as_str()) {
-            set(&mut env, k, v);
+        } else if !inp.cleanenv && !DENY.contains(&k.as_str()) && !secret(k) {
+            env.set(k, v.as_str());
         }
     }
     for kv in inp.image {
         // The OCI spec allows a bare KEY (meaning empty); keep it rather than fail on a vendor image.
         let (k, v) = parse_kv(kv).unwrap_or((kv.clone(), String::new()));
         if !k.is_empty() {
-            set(&mut env, &k, &v);
+            env.set(&k, v);
         }
     }
     for (k, v) in inp.files.iter().chain(prefixed.iter()) {
-        set(&mut env, k, v);
+        env.set(k, v.as_str());
     }
     for kv in inp.cli {
         let (k, v) = parse_kv(kv).ok_or_else(|| EnvError::NotKeyValue(kv.clone()))?;
-        set(&mut env, &k, &v);
+        env.set(&k, v);
     }
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        set(&mut env, "PATH", DEFAULT_PATH);
-    }
-    let get = |env: &[(String, String)], k: &str| var(env, k).unwrap_or_default().to_string();
-    if !inp.path_append.is_empty() {
-        let p = join_paths(
-            std::iter::once(get(&env, "PATH"))
-                .chain(inp.path_append.iter().map(|p| p.display().to_string())),
-        );
-        set(&mut env, "PATH", &p);
-    }
+    let path = env.get("PATH").unwrap_or(DEFAULT_PATH).to_string();
+    env.set(
+        "PATH",
+        join_paths(
+            std::iter::once(path).chain(inp.path_append.iter().map(|p| p.display().to_string())),
+        ),
+    );
     if !inp.ld_library_path_prepend.is_empty() || !inp.ld_library_path_append.is_empty() {
+        let show = |p: &PathBuf| p.display().to_string();
+        let old = env.get("LD_LIBRARY_PATH").unwrap_or_default().to_string();
         let p = join_paths(
-            inp.ld_library_path_prepend
-                .iter()
-                .map(|p| p.display().to_string())
-                .chain(std::iter::once(get(&env, "LD_LIBRARY_PATH")))
-                .chain(
-                    inp.ld_library_path_append
-                        .iter()
-                        .map(|p| p.display().to_string()),
-                ),
+            (inp.ld_library_path_prepend.iter().map(show))
+                .chain(std::iter::once(old))
+                .chain(inp.ld_library_path_append.iter().map(show)),
         );
-        set(&mut env, "LD_LIBRARY_PATH", &p);
+        env.set("LD_LIBRARY_PATH", p);
     }
     for (k, v) in inp.forced {
-        set(&mut env, k, v);
+        env.set(k, v.as_str());
     }
-    Ok(env)
+    Ok(env.into_vec())
 }
+
+/// Host variables that hold secrets of gpurun's (registry credentials): never passed in, not
+/// even by name through `--env`-less inheritance.
+fn secret(name: &str) -> bool {
+    SECRETS.contains(&name)
+}
+
+/// The variables `secret` keeps out of every container.
+pub const SECRETS: &[&str] = &["GPURUN_DOCKER_USERNAME", "GPURUN_DOCKER_PASSWORD"];
 
 #[cfg(test)]
 mod tests {

@@ -27,27 +27,26 @@ pub enum ExtractError {
     },
 }
 
-/// The extracted root filesystem of `image` under `cache_root/rootfs/<content key>`, extracting
-/// it first if no complete copy is there yet.
+/// The extracted root filesystem of `image` under `base/<content key>`, extracting it first if
+/// no complete copy is there yet. `base` is a private directory of the caller's (the cache's
+/// `rootfs/`, checked by its opener): nobody else can have put a tree there.
 pub fn cached_rootfs(
     image: &Path,
     archive: &Archive,
-    cache_root: &Path,
+    base: &Path,
 ) -> Result<PathBuf, ExtractError> {
     let io = |path: &Path| io_error(image, path);
     let key = archive.content_key()?;
-    let base = cache_root.join("rootfs");
     let dest = base.join(&key);
     // Only complete trees are ever renamed to this name.
     if dest.is_dir() {
         return Ok(dest);
     }
-    std::fs::create_dir_all(&base).map_err(io(&base))?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
-    remove_stale(&base, nanos);
+    remove_stale(base, nanos);
     let tmp = base.join(format!(".tmp-{key}-{}-{nanos}", std::process::id()));
     std::fs::create_dir(&tmp).map_err(io(&tmp))?;
     if let Err(e) = extract_tree(image, archive, &tmp) {

@@ -137,10 +137,13 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
     let state_tmp = match &hold {
         Some(h) => {
             let tmp = tmp_beside(&h.path);
+            // Made new, never through a link: the state may be asked for in a shared directory.
             Some((
-                File::create(&tmp).map_err(|e| LaunchError::Io {
-                    what: format!("create {}", tmp.display()),
-                    source: e,
+                crate::store::private_dir::create_new(&tmp, 0o600).map_err(|e| {
+                    LaunchError::Io {
+                        what: format!("create {}", tmp.display()),
+                        source: e,
+                    }
                 })?,
                 tmp,
             ))

@@ -158,7 +158,27 @@ pub struct HostView<'a> {
     pub env: Vec<(String, String)>,
     /// Top-level entries of /dev (used only when /dev must be filtered).
     pub dev: Vec<DevEntry>,
-    pub exists: &'a dyn Fn(&Path) -> bool,
+    pub exists: &'a dyn Fn(&Path) -> HostPath,
+}
+
+/// What the host has at a path, as the caller can see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPath {
+    Exists,
+    Missing,
+    /// A directory on the way cannot be searched by the caller.
+    Denied,
+}
+
+impl HostPath {
+    /// What the caller sees at `p` on this host.
+    pub fn of(p: &Path) -> HostPath {
+        match std::fs::symlink_metadata(p).and_then(|_| std::fs::metadata(p)) {
+            Ok(_) => HostPath::Exists,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => HostPath::Denied,
+            Err(_) => HostPath::Missing,
+        }
+    }
 }
 
 /// What the planner needs to know about the image.
@@ -188,6 +208,8 @@ pub enum PlanError {
     Bind(String, &'static str),
     #[error("--bind source {0} does not exist; create it or fix the path")]
     BindSourceMissing(PathBuf),
+    #[error("--bind source {0}: permission denied; you need search access to every directory on its way")]
+    BindSourceDenied(PathBuf),
     #[error("--pwd {0:?} must be an absolute path inside the container")]
     RelativePwd(PathBuf),
     #[error("the image has no entrypoint, no command and no /bin/sh; give a command: gpurun exec IMAGE CMD")]
@@ -396,8 +418,10 @@ pub fn plan(
             continue;
         }
         let (src, dst, ro) = parse_bind(spec, &host.cwd)?;
-        if !(host.exists)(&src) {
-            return Err(PlanError::BindSourceMissing(src));
+        match (host.exists)(&src) {
+            HostPath::Exists => {}
+            HostPath::Missing => return Err(PlanError::BindSourceMissing(src)),
+            HostPath::Denied => return Err(PlanError::BindSourceDenied(src)),
         }
         mounts.push(Mount::bind(src, dst, ro));
     }
@@ -412,7 +436,7 @@ pub fn plan(
                 && dir.starts_with(&m.dst)
                 && m.dst != Path::new("/")
         });
-        if dir.is_absolute() && !covered && (host.exists)(&dir) {
+        if dir.is_absolute() && !covered && (host.exists)(&dir) == HostPath::Exists {
             mounts.push(Mount::bind(&dir, &dir, false));
         }
     }
@@ -506,8 +530,12 @@ mod tests {
         dev: Vec<DevEntry>,
     }
 
-    fn host_exists(p: &Path) -> bool {
-        !p.starts_with("/missing")
+    fn host_exists(p: &Path) -> HostPath {
+        match () {
+            _ if p.starts_with("/missing") => HostPath::Missing,
+            _ if p.starts_with("/root-only") => HostPath::Denied,
+            _ => HostPath::Exists,
+        }
     }
 
     fn image_exists(p: &str) -> bool {
@@ -828,6 +856,13 @@ mod tests {
             exec_plan(&req),
             Err(PlanError::BindSourceMissing(_))
         ));
+        let req = Request {
+            binds: vec!["/root-only/dir:/m".into()],
+            ..Default::default()
+        };
+        let e = exec_plan(&req).unwrap_err();
+        assert_eq!(e, PlanError::BindSourceDenied("/root-only/dir".into()));
+        assert!(e.to_string().contains("permission denied"), "{e}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::plan::{
 };
 use super::{extract, fuse, provide, resolve, sys, warm};
 use crate::exit;
-use crate::image::cache::cache_root;
+use crate::image::cache::{cache_root, Cache};
 use crate::image::meta::MetaError;
 use crate::image::pull::{ensure_local, PullError, PullOptions};
 use crate::image::sif::OpenError;
@@ -25,6 +25,8 @@ use crate::image::sqfs::Archive;
 pub enum StartError {
     #[error("image {0}: no such file or directory; check the path, or pull it first: gpurun pull docker://…")]
     ImageMissing(PathBuf),
+    #[error("image {0}: permission denied; ask its owner for read access (and search access to the directories above it)")]
+    ImageDenied(PathBuf),
     #[error("image {path}: {reason}")]
     Image { path: PathBuf, reason: String },
     #[error("--env-file {0}: {1}; check the path")]
@@ -44,6 +46,18 @@ pub enum StartError {
 }
 
 impl StartError {
+    /// Why the image at `path` could not be looked at, as the user needs to hear it.
+    fn image_access(path: &Path, e: std::io::Error) -> StartError {
+        match e.kind() {
+            std::io::ErrorKind::NotFound => StartError::ImageMissing(path.to_path_buf()),
+            std::io::ErrorKind::PermissionDenied => StartError::ImageDenied(path.to_path_buf()),
+            _ => StartError::Image {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            },
+        }
+    }
+
     pub fn exit_code(&self) -> i32 {
         match self {
             StartError::Launch(e) => e.exit_code(),
@@ -63,6 +77,8 @@ pub struct Launch {
     /// For `hold`: where to write the state once ready.
     pub state: Option<PathBuf>,
     pub gpu: crate::gpu::GpuOpts,
+    /// The squashfs compressor when a `docker://` image is pulled first (zstd when `None`).
+    pub compression: Option<String>,
     /// No progress output when a `docker://` image is pulled first.
     pub quiet: bool,
     /// What to say on stderr about the launch: 0 nothing, 1 (--verbose) the host paths bound,
@@ -82,21 +98,24 @@ enum Image {
 }
 
 impl Image {
-    fn open(arg: &str, quiet: bool) -> Result<Image, StartError> {
+    fn open(arg: &str, pull: &PullOptions) -> Result<Image, StartError> {
         // docker://…: pulled once into the cache (keyed by manifest digest), then run from there.
         let path = if arg.starts_with("docker://") {
-            let opts = PullOptions {
-                quiet,
-                ..Default::default()
-            };
-            ensure_local(arg, &opts)?
+            ensure_local(arg, pull)?
         } else {
             PathBuf::from(arg)
         };
-        let md = std::fs::metadata(&path).map_err(|_| StartError::ImageMissing(path.clone()))?;
+        let md = std::fs::metadata(&path).map_err(|e| StartError::image_access(&path, e))?;
         let path = std::path::absolute(&path).unwrap_or(path);
         if md.is_dir() {
             return Ok(Image::Dir(path));
+        }
+        if !md.is_file() {
+            let reason = format!(
+                "is a {}, not an image file or directory; give a .sqsh or .sif file or a root filesystem directory",
+                file_kind(&md)
+            );
+            return Err(StartError::Image { path, reason });
         }
         // A squashfs file, or the squashfs partition inside an Apptainer SIF file.
         let archive = crate::image::sif::open_archive(&path).map_err(|e| StartError::Image {
@@ -108,7 +127,7 @@ impl Image {
         })?;
         // Blocks kept by earlier starts serve this one, from its first lookup; the blocks this
         // one decompresses are noted for the next (image/sqfs/kept.rs).
-        let kept = KeptFiles::of(&archive, cache_root(), nix::unistd::getuid().as_raw());
+        let kept = KeptFiles::of(&archive, cache_root());
         if let Some((file, id)) = kept.as_ref().and_then(KeptFiles::blocks) {
             archive.use_kept(&file, &id);
             archive.record_blocks();
@@ -262,13 +281,14 @@ impl Image {
                 })
             }
             Err(e) => {
-                let cache = cache_root();
+                let cache = Cache::open(&cache_root()).map_err(PullError::from)?;
+                let base = cache.subdir("rootfs").map_err(PullError::from)?;
                 eprintln!(
                     "gpurun: /dev/fuse cannot be opened ({e}); using an extracted copy of {} under {} (made once)",
                     path.display(),
-                    cache.display()
+                    base.display()
                 );
-                let dir = extract::cached_rootfs(&path, &archive, &cache).map_err(|e| {
+                let dir = extract::cached_rootfs(&path, &archive, &base).map_err(|e| {
                     StartError::Image {
                         path: path.clone(),
                         reason: e.to_string(),
@@ -277,6 +297,19 @@ impl Image {
                 Ok(Lower::Dir(dir))
             }
         }
+    }
+}
+
+/// What kind of file `md` describes, in words.
+fn file_kind(md: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = md.file_type();
+    match () {
+        _ if t.is_fifo() => "FIFO",
+        _ if t.is_socket() => "socket",
+        _ if t.is_char_device() => "character device",
+        _ if t.is_block_device() => "block device",
+        _ => "special file",
     }
 }
 
@@ -311,20 +344,15 @@ struct KeptFiles {
 }
 
 impl KeptFiles {
-    fn of(archive: &Archive, root: PathBuf, uid: u32) -> Option<KeptFiles> {
+    fn of(archive: &Archive, root: PathBuf) -> Option<KeptFiles> {
         let (file_key, id) = archive.identity().ok()?;
         let b = &crate::version::BUILD;
-        KeptFiles::at(
-            root,
-            uid,
-            &file_key,
-            format!("{id}:{}:{}", b.version, b.commit),
-        )
+        KeptFiles::at(root, &file_key, format!("{id}:{}:{}", b.version, b.commit))
     }
 
-    fn at(root: PathBuf, uid: u32, file_key: &str, id: String) -> Option<KeptFiles> {
+    fn at(root: PathBuf, file_key: &str, id: String) -> Option<KeptFiles> {
         use crate::image::cache::{short_hash, FactsDir};
-        let dir = FactsDir::open(root, uid)?;
+        let dir = FactsDir::open(root)?;
         let name = short_hash(file_key);
         let blocks = dir.file("image-blocks", &format!("{name}.blocks"));
         Some(KeptFiles {
@@ -464,7 +492,12 @@ fn dev_entries() -> Vec<DevEntry> {
 
 /// Run a launch; returns the exit code for gpurun.
 pub fn start(l: Launch) -> Result<i32, StartError> {
-    let image = Image::open(&l.image, l.quiet)?;
+    let pull = PullOptions {
+        quiet: l.quiet,
+        compression: l.compression.clone(),
+        ..Default::default()
+    };
+    let image = Image::open(&l.image, &pull)?;
     let ImageFacts {
         meta,
         passwd: image_passwd,
@@ -503,7 +536,11 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let gpu = crate::gpu::prepare(&l.gpu, &env, &image_env, &|d| image.list(d))?;
+    let gpu_opts = crate::gpu::GpuOpts {
+        kept_facts: Some(cache_root()),
+        ..l.gpu.clone()
+    };
+    let gpu = crate::gpu::prepare(&gpu_opts, &env, &image_env, &|d| image.list(d))?;
     let extras = match gpu {
         Some(g) => {
             for w in &g.warnings {
@@ -516,7 +553,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
             ..Extras::default()
         },
     };
-    let host_exists = |p: &Path| p.exists();
+    let host_exists = plan::HostPath::of;
     let host = HostView {
         uid: uid.as_raw(),
         gid: gid.as_raw(),
@@ -581,9 +618,8 @@ mod tests {
 
     #[test]
     fn kept_files_one_of_each_per_image_file() {
-        let uid = nix::unistd::getuid().as_raw();
         let t = tempfile::tempdir().unwrap();
-        let f = |key| KeptFiles::at(t.path().to_path_buf(), uid, key, "id".into()).unwrap();
+        let f = |key| KeptFiles::at(t.path().to_path_buf(), key, "id".into()).unwrap();
         let one = f("1:2");
         let (facts, blocks) = (one.facts.unwrap(), one.blocks.unwrap());
         assert!(facts.starts_with(t.path().join("image-facts")), "{facts:?}");
@@ -596,6 +632,5 @@ mod tests {
         assert_ne!(f("1:3").blocks, Some(blocks));
         let reads = one.reads.unwrap();
         assert!(reads.starts_with(t.path().join("image-reads")), "{reads:?}");
-        assert!(KeptFiles::at(t.path().into(), uid + 1, "1:2", "id".into()).is_none());
     }
 }

@@ -56,6 +56,23 @@ pub enum SqfsError {
     SymlinkLoop { path: PathBuf, inner: String },
 }
 
+/// Open the image file at `path` to read: a regular file only, so that a FIFO or device put
+/// in an image's place is refused at once instead of blocking the open or the first read.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(f)
+}
+
 impl SqfsError {
     /// The errno a FUSE reader should get.
     pub fn errno(&self) -> i32 {
@@ -271,7 +288,7 @@ impl Archive {
             path: path.to_owned(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
+        let file = open_regular(path).map_err(io)?;
         let mut buf = [0u8; format::SUPERBLOCK_SIZE];
         match file.read_exact_at(&mut buf, base) {
             Ok(()) => {}
