@@ -38,7 +38,7 @@ cd - >/dev/null
 
 U=$W/user  # what the unprivileged user writes: the cache and the image
 install -d -o gpuruntest -g gpuruntest "$U"
-as_user() { setpriv --reuid=gpuruntest --regid=gpuruntest --init-groups -- env -i HOME=/home/gpuruntest USER=gpuruntest PATH=/usr/bin:/bin GPURUN_CACHE="$U/cache" "$@"; }
+as_user() { setpriv --reuid=gpuruntest --regid=gpuruntest --init-groups -- env -i HOME=/home/gpuruntest USER=gpuruntest PATH=/usr/bin:/bin GPURUN_CACHEDIR="$U/cache" "$@"; }
 echo "== gpurun pull (as gpuruntest)"
 ( cd "$U" && as_user "$GPURUN" pull "docker://127.0.0.1:$PORT/demo/busybox:latest" -o "$U/busybox.sqsh" )
 unsquashfs -s "$U/busybox.sqsh" | head -3

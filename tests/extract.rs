@@ -8,6 +8,13 @@ use std::sync::Arc;
 use gpurun::image::sqfs::Archive;
 use gpurun::runtime::extract::cached_rootfs;
 
+/// Where extracted trees go: the cache's `rootfs/` (made private by the cache's opener).
+fn rootfs_base(s: &common::Scratch) -> std::path::PathBuf {
+    let base = s.join("cache/rootfs");
+    std::fs::create_dir_all(&base).unwrap();
+    base
+}
+
 #[test]
 fn extracted_tree_equals_source_and_is_cached() {
     let s = common::Scratch::new();
@@ -16,9 +23,9 @@ fn extracted_tree_equals_source_and_is_cached() {
     let img = s.join("img.sqsh");
     common::mksquashfs(&src, &img, &["-comp", "zstd", "-p", "dev c 644 0 0 1 3"]);
     let ar = Archive::open(&img).unwrap();
-    let cache = s.join("cache");
+    let cache = rootfs_base(&s);
     let root = cached_rootfs(&img, &ar, &cache).unwrap();
-    assert_eq!(root, cache.join("rootfs").join(ar.content_key().unwrap()));
+    assert_eq!(root, cache.join(ar.content_key().unwrap()));
     let how = tree::Compare {
         owners: false,
         suid: false,
@@ -44,7 +51,7 @@ fn extracted_tree_equals_source_and_is_cached() {
     let before = std::fs::metadata(&marker).unwrap().ino();
     assert_eq!(cached_rootfs(&img, &ar, &cache).unwrap(), root);
     assert_eq!(std::fs::metadata(&marker).unwrap().ino(), before);
-    let leftovers: Vec<_> = std::fs::read_dir(cache.join("rootfs"))
+    let leftovers: Vec<_> = std::fs::read_dir(&cache)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
@@ -60,7 +67,7 @@ fn concurrent_extraction_is_safe() {
     let img = s.join("img.sqsh");
     common::mksquashfs(&src, &img, &[]);
     let ar = Arc::new(Archive::open(&img).unwrap());
-    let cache = s.join("cache");
+    let cache = rootfs_base(&s);
     let threads: Vec<_> = (0..4)
         .map(|_| {
             let (ar, img, cache) = (ar.clone(), img.clone(), cache.clone());
@@ -77,7 +84,7 @@ fn concurrent_extraction_is_safe() {
         skip_dev: false,
     };
     tree::compare(&src, &roots[0], how);
-    let leftovers: Vec<_> = std::fs::read_dir(cache.join("rootfs"))
+    let leftovers: Vec<_> = std::fs::read_dir(&cache)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
@@ -101,8 +108,8 @@ fn corrupt_image_leaves_nothing_behind() {
     b[300_000..310_000].fill(0);
     std::fs::write(&img, &b).unwrap();
     let ar = Archive::open(&img).unwrap();
-    let cache = s.join("cache");
+    let cache = rootfs_base(&s);
     let e = cached_rootfs(&img, &ar, &cache).unwrap_err();
     assert!(e.to_string().contains("img.sqsh"), "{e}");
-    assert_eq!(std::fs::read_dir(cache.join("rootfs")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 0);
 }

@@ -104,7 +104,7 @@ fn extract_fallback_when_dev_fuse_is_unusable() {
                 "--clear-groups",
             ])
             .arg("env")
-            .arg(format!("GPURUN_CACHE={}", cache.display()))
+            .arg(format!("GPURUN_CACHEDIR={}", cache.display()))
             .arg(gpurun_bin())
             .args(["exec", img.to_str().unwrap(), "sh", "-c", &script])
             .output()

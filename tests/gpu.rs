@@ -32,11 +32,12 @@ impl FakeDriver {
     fn cache(&self, format: &str) -> PathBuf {
         self.root.join(format!("{format}.cache"))
     }
-    /// `env` for `gpu::prepare` in this process: what it keeps about the fake GPUs stays with
-    /// them, in a cache of the fake driver's own (unless `extra` names one).
-    fn host(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
-        let cache = self.root.join("cache").display().to_string();
-        self.env(&[&[("GPURUN_CACHE", cache.as_str())], extra].concat())
+    /// Options for `gpu::prepare` in this process: what it keeps about the fake GPUs stays with
+    /// them, in a cache of the fake driver's own (unless `cache` names one).
+    fn kept_in(&self, mut opts: GpuOpts, cache: Option<&str>) -> GpuOpts {
+        let own = self.root.join("cache");
+        opts.kept_facts = Some(cache.map_or(own, PathBuf::from));
+        opts
     }
     /// The host environment gpurun sees: hooks to the fake driver, PATH to its binaries.
     fn env(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -198,7 +199,10 @@ fn prepare(
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
-    gpu::prepare(&opts, &f.host(host), &image, &|_| None)
+    // The cache a test names, as GPURUN_CACHEDIR would, keeps the facts.
+    let (cache, host): (Vec<_>, Vec<_>) = host.iter().partition(|(k, _)| *k == "GPURUN_CACHEDIR");
+    let opts = f.kept_in(opts, cache.first().map(|(_, v)| *v));
+    gpu::prepare(&opts, &f.env(&host), &image, &|_| None)
 }
 
 fn opts(f: &FakeDriver, format: &str) -> GpuOpts {
@@ -525,16 +529,26 @@ fn compat_libraries_and_params() {
     let list_older =
         |d: &str| (d == "/usr/local/cuda/compat").then(|| vec!["libcuda.so.535.1.1".to_string()]);
     let image = vec![("NVIDIA_REQUIRE_CUDA".to_string(), "cuda>=12.9".to_string())];
-    let p = gpu::prepare(&opts(&f, "new"), &f.host(&[]), &image, &list_newer)
-        .unwrap()
-        .unwrap();
+    let p = gpu::prepare(
+        &f.kept_in(opts(&f, "new"), None),
+        &f.env(&[]),
+        &image,
+        &list_newer,
+    )
+    .unwrap()
+    .unwrap();
     assert_eq!(
         p.ld_library_path_prepend,
         vec![PathBuf::from("/usr/local/cuda/compat")]
     );
-    let p = gpu::prepare(&opts(&f, "new"), &f.host(&[]), &[], &list_older)
-        .unwrap()
-        .unwrap();
+    let p = gpu::prepare(
+        &f.kept_in(opts(&f, "new"), None),
+        &f.env(&[]),
+        &[],
+        &list_older,
+    )
+    .unwrap()
+    .unwrap();
     assert!(p.ld_library_path_prepend.is_empty());
     // the params file is only replaced where the host has one (this machine has no driver)
     let has = p
@@ -964,7 +978,7 @@ fn nvml_names_and_orders_the_gpus() {
     let image = vec![("NVIDIA_REQUIRE_CUDA".to_string(), "cuda>=12.8".to_string())];
     let compat =
         |d: &str| (d == "/usr/local/cuda/compat").then(|| vec!["libcuda.so.570.86.10".to_string()]);
-    let p = gpu::prepare(&o(), &f.host(&[]), &image, &compat)
+    let p = gpu::prepare(&f.kept_in(o(), None), &f.env(&[]), &image, &compat)
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -1104,7 +1118,7 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
         prepare(
             &f,
             o(),
-            &[("GPURUN_CACHE", at), ("CUDA_VISIBLE_DEVICES", "1")],
+            &[("GPURUN_CACHEDIR", at), ("CUDA_VISIBLE_DEVICES", "1")],
             &[],
         )
         .unwrap()
@@ -1131,7 +1145,7 @@ fn gpu_facts_from_proc_unless_nvml_is_needed() {
     let cache = tempfile::tempdir().unwrap();
     let at = cache.path().to_str().unwrap();
     let require = |host: &[(&str, &str)], cuda: &str| {
-        let mut h = vec![("GPURUN_CACHE", at)];
+        let mut h = vec![("GPURUN_CACHEDIR", at)];
         h.extend_from_slice(host);
         prepare(&f, o(), &h, &[("NVIDIA_REQUIRE_CUDA", cuda)])
     };
@@ -1192,7 +1206,7 @@ fn driver_libraries_are_kept_until_their_sources_change() {
     let Some(f) = fake_driver(1) else { return };
     let cache = tempfile::tempdir().unwrap();
     let at = cache.path().to_str().unwrap();
-    let run = || prepare(&f, opts(&f, "new"), &[("GPURUN_CACHE", at)], &[]);
+    let run = || prepare(&f, opts(&f, "new"), &[("GPURUN_CACHEDIR", at)], &[]);
     let mounts = run().unwrap().unwrap().mounts.len();
     let kept = files_in(&cache.path().join("driver-libs"));
     assert_eq!(kept.len(), 1, "{kept:?}");

@@ -101,7 +101,7 @@ impl Raw {
 fn pull(s: &Scratch, src: &str, out: &str) -> Output {
     common::gpurun(&["pull", src, "-o", out])
         .current_dir(s.path())
-        .env("GPURUN_CACHE", s.join("cache"))
+        .env("GPURUN_CACHEDIR", s.join("cache"))
         .output()
         .unwrap()
 }
@@ -123,7 +123,9 @@ fn nothing_partial(s: &Scratch) {
     for e in std::fs::read_dir(s.path()).unwrap() {
         let n = e.unwrap().file_name().to_string_lossy().into_owned();
         assert!(
-            n == "layout" || n == "cache" || n.ends_with(".sqsh") && !n.contains(".tmp"),
+            n == "layout"
+                || n == "cache"
+                || n.ends_with(".sqsh") && !n.contains(".tmp") && !n.contains(".gpurun-"),
             "left behind: {n}"
         );
     }
@@ -528,5 +530,43 @@ fn layers_writing_through_symlinks_are_refused() {
         assert!(line.contains(why), "{tag}: {line}");
     }
     assert!(!Path::new("/etc/evil").exists() && !Path::new("/tmp/evil").exists());
+    nothing_partial(&s);
+}
+
+/// An image config with a hundred thousand Env entries starts at the cost of any other (its
+/// environment is composed in linear time): under a 10 s CPU limit that the quadratic
+/// composition of 100k entries (about 20 s) overran. One over 4 MiB is refused at pull.
+#[test]
+fn huge_image_configs_are_bounded() {
+    let s = Scratch::new();
+    let mut l = Layout::new(&s.join("layout"));
+    let busybox = support::LayerTar::new().busybox().finish();
+    let env: Vec<String> = (0..100_000).map(|i| format!("V{i}={i}")).collect();
+    let config = serde_json::json!({"Env": env, "Cmd": ["sh", "-c", "echo $V99999"]});
+    l.image(
+        "many",
+        &[(busybox.clone(), Comp::Gzip)],
+        "amd64",
+        None,
+        config,
+    );
+    let huge = serde_json::json!({"Labels": {"pad": "x".repeat(5 << 20)}});
+    l.image("huge", &[(busybox, Comp::Gzip)], "amd64", None, huge);
+    s.chown_all();
+    let o = pull(&s, "oci:layout:many", "many.sqsh");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = common::as_user("prlimit")
+        .arg("--cpu=10")
+        .arg(common::gpurun_bin())
+        .args(["run", s.join("many.sqsh").to_str().unwrap()])
+        .env("GPURUN_CACHEDIR", s.join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+    assert_eq!(stdout(&o).trim(), "99999");
+    let o = pull(&s, "oci:layout:huge", "huge.sqsh");
+    let line = error_line(&o, EXIT_BAD_IMAGE);
+    assert!(line.contains("config") && line.contains("limit"), "{line}");
+    assert!(!s.join("huge.sqsh").exists());
     nothing_partial(&s);
 }

@@ -129,7 +129,7 @@ fn interrupted_pulls_leave_nothing_and_resume() {
     let pull = |cache: &Path, out: &str| {
         let mut c = gpurun(&["pull", &src, "-o", out]);
         c.current_dir(&out_dir)
-            .env("GPURUN_CACHE", cache)
+            .env("GPURUN_CACHEDIR", cache)
             .stderr(Stdio::piped())
             .stdout(Stdio::null());
         c

@@ -164,7 +164,7 @@ fn gpurun_pull(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = common::gpurun(&["pull"]);
     c.args(args)
         .current_dir(s.path())
-        .env("GPURUN_CACHE", s.join("cache"))
+        .env("GPURUN_CACHEDIR", s.join("cache"))
         .env("DOCKER_CONFIG", s.join("docker-config"))
         .env_remove("XDG_RUNTIME_DIR")
         .env_remove("GPURUN_DOCKER_USERNAME")
@@ -210,7 +210,10 @@ fn file(tree: &BTreeMap<String, Node>, p: &str) -> String {
 fn no_temp_files(dir: &Path) {
     for e in std::fs::read_dir(dir).unwrap() {
         let n = e.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(!n.contains(".tmp-"), "temp file left behind: {n}");
+        assert!(
+            !n.contains(".tmp-") && !n.contains(".gpurun-"),
+            "temp file left behind: {n}"
+        );
     }
 }
 
@@ -586,7 +589,7 @@ fn basic_auth_registry() {
     pull_ok(
         &s,
         &[&src, "-o", "cfg.sqsh"],
-        &[("GPURUN_CACHE", s.join("cache2").to_str().unwrap())],
+        &[("GPURUN_CACHEDIR", s.join("cache2").to_str().unwrap())],
     );
     assert_eq!(
         file(&support::read_image(&s.join("cfg.sqsh")), "etc/marker"),
@@ -614,7 +617,7 @@ fn basic_auth_registry() {
         &s,
         &[&src, "-o", "helper.sqsh"],
         &[
-            ("GPURUN_CACHE", s.join("cache3").to_str().unwrap()),
+            ("GPURUN_CACHEDIR", s.join("cache3").to_str().unwrap()),
             ("PATH", &path),
         ],
     );
@@ -703,7 +706,7 @@ fn faults_retries_resume_and_shared_layers() {
             &s,
             &[&src("test/layers:oci"), "-o", &out],
             &[(
-                "GPURUN_CACHE",
+                "GPURUN_CACHEDIR",
                 s.join(format!("c{status}")).to_str().unwrap(),
             )],
         );
@@ -716,7 +719,7 @@ fn faults_retries_resume_and_shared_layers() {
     let o = pull(
         &s,
         &[&src("test/big:v1"), "-o", "bigfail.sqsh"],
-        &[("GPURUN_CACHE", s.join("cbig").to_str().unwrap())],
+        &[("GPURUN_CACHEDIR", s.join("cbig").to_str().unwrap())],
     );
     one_line_error(&o, EXIT_NETWORK, &["503"]);
     assert!(!s.join("bigfail.sqsh").exists());
@@ -759,7 +762,7 @@ fn concurrent_pulls_share_the_cache_and_interrupts_leave_nothing() {
             "-o",
             "int.sqsh",
         ],
-        &[("GPURUN_CACHE", s.join("cache-int").to_str().unwrap())],
+        &[("GPURUN_CACHEDIR", s.join("cache-int").to_str().unwrap())],
     )
     .stderr(std::process::Stdio::piped())
     .spawn()
@@ -794,15 +797,17 @@ fn ensure_local_caches_by_manifest_digest() {
     let reg = Registry::start(&s.join("reg"), None);
     fixture(&s, &reg);
     let proxy = Proxy::start(reg.port);
+    // This process's own cache (the scratch directory is the test user's, not this process's).
+    let lib_cache = tempfile::tempdir().unwrap();
     let opts = PullOptions {
         quiet: true,
-        cache: Some(s.join("lib-cache")),
+        cache: Some(lib_cache.path().to_path_buf()),
         ..Default::default()
     };
     let r = format!("docker://{}/test/layers:oci", proxy.addr());
     let first = ensure_local(&r, &opts).unwrap();
     assert!(
-        first.starts_with(s.join("lib-cache/images")),
+        first.starts_with(lib_cache.path().join("images")),
         "{}",
         first.display()
     );
@@ -877,7 +882,7 @@ fn full_disk_leaves_no_partial_image() {
     let o = pull(
         &s,
         &[&src, "-o", "big.sqsh"],
-        &[("GPURUN_CACHE", small.join("cache").to_str().unwrap())],
+        &[("GPURUN_CACHEDIR", small.join("cache").to_str().unwrap())],
     );
     one_line_error(&o, 24, &["disk is full"]);
     assert!(!s.join("big.sqsh").exists());

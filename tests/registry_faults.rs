@@ -16,7 +16,7 @@ const EXIT_BAD_IMAGE: i32 = 23;
 fn pull(s: &Scratch, src: &str, out: &str, cache: &str, env: &[(&str, &str)]) -> Output {
     let mut c = common::gpurun(&["pull", src, "-o", out]);
     c.current_dir(s.path())
-        .env("GPURUN_CACHE", s.join(cache))
+        .env("GPURUN_CACHEDIR", s.join(cache))
         .env("DOCKER_CONFIG", s.join("docker-config"));
     for (k, v) in env {
         c.env(k, v);

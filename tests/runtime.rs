@@ -289,7 +289,7 @@ fn signal_dispositions_as_the_caller_left_them() {
 fn exec_cached(img: &Path, cache: &Path, args: &[&str]) -> String {
     let mut a = vec!["exec", img.to_str().unwrap()];
     a.extend_from_slice(args);
-    let o = gpurun(&a).env("GPURUN_CACHE", cache).output().unwrap();
+    let o = gpurun(&a).env("GPURUN_CACHEDIR", cache).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     stdout(&o)
 }
@@ -913,7 +913,7 @@ fn without_fuse_the_image_is_extracted_once() {
     // /dev/fuse is covered by an unreadable file in this private mount namespace only.
     let script = format!(
         "mount --bind {blocker} /dev/fuse && exec setpriv --reuid={uid} --regid={gid} --init-groups -- \
-         env GPURUN_CACHE={cache} HOME=/home/{TEST_USER} {bin} exec {img} sh -c 'cat /opt/data.txt; stat -c %i /opt/data.txt /opt/link.txt'",
+         env GPURUN_CACHEDIR={cache} HOME=/home/{TEST_USER} {bin} exec {img} sh -c 'cat /opt/data.txt; stat -c %i /opt/data.txt /opt/link.txt'",
         blocker = blocker.display(),
         cache = cache.display(),
         bin = gpurun_bin().display(),

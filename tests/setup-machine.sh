@@ -3,6 +3,8 @@
 # unprivileged test user, and /dev/fuse at mode 0666 as distributions ship it.
 set -euo pipefail
 TEST_USER=${TEST_USER:-gpuruntest}
+# A second user, for the tests of what one user on a shared node can do to another's gpurun.
+OTHER_USER=${OTHER_USER:-gpurunother}
 PACKAGES=(
   squashfs-tools squashfs-tools-ng busybox-static attr fuse3 util-linux
   docker-registry skopeo umoci apache2-utils curl openssl python3 ca-certificates
@@ -25,7 +27,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
     --no-install-recommends "${missing[@]}" >/dev/null
 fi
-id "$TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/sh "$TEST_USER"
+for u in "$TEST_USER" "$OTHER_USER"; do
+  id "$u" >/dev/null 2>&1 || useradd -m -s /bin/sh "$u"
+done
 chmod 0666 /dev/fuse
 # The tests count live FUSE connections; /sys/fs/fuse/connections lists them only with fusectl.
 grep -qw fusectl /proc/mounts || mount -t fusectl fusectl /sys/fs/fuse/connections || true

@@ -10,6 +10,8 @@ use std::sync::Once;
 
 /// The unprivileged user that runs gpurun in tests (created by .ci/run, or here when root).
 pub const TEST_USER: &str = "gpuruntest";
+/// A second unprivileged user, for tests of what one user can do to another's gpurun.
+pub const OTHER_USER: &str = "gpurunother";
 
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
@@ -27,18 +29,20 @@ pub fn setup() {
         if !is_root() {
             return;
         }
-        let exists = Command::new("id")
-            .arg(TEST_USER)
-            .output()
-            .unwrap()
-            .status
-            .success();
-        if !exists {
-            let st = Command::new("useradd")
-                .args(["-m", "-s", "/bin/sh", TEST_USER])
-                .status()
-                .expect("useradd");
-            assert!(st.success(), "could not create test user {TEST_USER}");
+        for user in [TEST_USER, OTHER_USER] {
+            let exists = Command::new("id")
+                .arg(user)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            if !exists {
+                let st = Command::new("useradd")
+                    .args(["-m", "-s", "/bin/sh", user])
+                    .status()
+                    .expect("useradd");
+                assert!(st.success(), "could not create test user {user}");
+            }
         }
         let _ = std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666));
     });
@@ -46,12 +50,17 @@ pub fn setup() {
 
 /// uid and gid of the user that runs gpurun in tests.
 pub fn test_ids() -> (u32, u32) {
+    ids_of(TEST_USER)
+}
+
+/// uid and gid of `user` (the caller's own when not root: then there is one user only).
+pub fn ids_of(user: &str) -> (u32, u32) {
     setup();
     if !is_root() {
         return unsafe { (libc::getuid(), libc::getgid()) };
     }
     let id = |flag: &str| -> u32 {
-        let o = Command::new("id").args([flag, TEST_USER]).output().unwrap();
+        let o = Command::new("id").args([flag, user]).output().unwrap();
         String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
     };
     (id("-u"), id("-g"))
@@ -99,10 +108,15 @@ impl Scratch {
 /// setpriv execs in place (no fork, unlike runuser), so the pid we hold is the program's own and
 /// signals sent to it reach it directly; the environment is reset to a login-like one.
 pub fn as_user(program: impl AsRef<OsStr>) -> Command {
+    as_named(TEST_USER, program)
+}
+
+/// `as_user`, as `user`.
+pub fn as_named(user: &str, program: impl AsRef<OsStr>) -> Command {
     setup();
     if is_root() {
-        let (uid, gid) = test_ids();
-        let home = format!("/home/{TEST_USER}");
+        let (uid, gid) = ids_of(user);
+        let home = format!("/home/{user}");
         let mut c = Command::new("setpriv");
         c.arg(format!("--reuid={uid}"))
             .arg(format!("--regid={gid}"))
@@ -112,8 +126,8 @@ pub fn as_user(program: impl AsRef<OsStr>) -> Command {
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
             .env("HOME", home)
-            .env("USER", TEST_USER)
-            .env("LOGNAME", TEST_USER)
+            .env("USER", user)
+            .env("LOGNAME", user)
             .env("SHELL", "/bin/sh")
             .current_dir("/");
         c

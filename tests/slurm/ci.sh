@@ -12,13 +12,17 @@ GPURUN=$PWD/target/debug/gpurun
 [ "$(id -u)" = 0 ] || { echo "tests/slurm/ci.sh: run as root (it starts Slurm)" >&2; exit 2; }
 [ -r "$SO" ] && [ -x "$GPURUN" ] || { echo "build first: cargo build --workspace" >&2; exit 2; }
 id "$U" >/dev/null 2>&1 || useradd -m -s /bin/sh "$U"
+# A cache directory another user made first, for the shared-node case of run-tests.sh.
+SQUATTED=$(mktemp -d /var/tmp/gpurun-squatted.XXXXXX)
+chmod 0777 "$SQUATTED"; chown "${GPURUN_OTHER_USER:-gpurunother}" "$SQUATTED" 2>/dev/null || chown nobody "$SQUATTED"
+trap 'rm -rf "$SQUATTED"' EXIT
 status=0; summary=()
 for mode in ${SLURM_CI_MODES:-v1 none}; do
   echo "=== Slurm, cgroup mode $mode"
   if ! tests/slurm/cluster.sh start "$mode" "$SO" "gpurun=$GPURUN"; then
     summary+=("$mode: cluster did not start"); status=1; continue
   fi
-  runuser -u "$U" -- env GPURUN="$GPURUN" tests/slurm/run-tests.sh | tee "/tmp/gpurun-slurm-tests-$mode.log"
+  runuser -u "$U" -- env GPURUN="$GPURUN" SQUATTED_CACHE="$SQUATTED" tests/slurm/run-tests.sh | tee "/tmp/gpurun-slurm-tests-$mode.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   summary+=("$mode: $(tail -n 1 "/tmp/gpurun-slurm-tests-$mode.log")")
 done

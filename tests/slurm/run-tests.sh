@@ -336,8 +336,13 @@ EOF
     { umoci init --layout oci && umoci new --image oci:t && umoci unpack --rootless --image oci:t bundle \
         && cp -a "$R/." bundle/rootfs/ && umoci repack --image oci:t bundle \
         && skopeo copy -q --dest-tls-verify=false oci:oci:t "docker://127.0.0.1:$port/gpurun/test:t"; } >registry-push.log 2>&1
-    out=$(GPURUN_CACHE=$W/cache srun "${T[@]}" -n2 --container-image="127.0.0.1:$port#gpurun/test:t" cat /etc/gpurun-test-marker 2>>stderr.log)
+    out=$(GPURUN_CACHEDIR=$W/cache srun "${T[@]}" -n2 --container-image="127.0.0.1:$port#gpurun/test:t" cat /etc/gpurun-test-marker 2>>stderr.log)
     [ "$(echo $out)" = "image image" ]; res $? "--container-image=127.0.0.1:$port#gpurun/test:t: pulled from a registry, both tasks run in it ($(echo $out))"
+    # a cache directory another user made first (tests/slurm/ci.sh makes one): refused, not used
+    if [ -n "${SQUATTED_CACHE:-}" ]; then
+      out=$(GPURUN_CACHEDIR=$SQUATTED_CACHE srun "${T[@]}" --container-image="127.0.0.1:$port#gpurun/test:t" cat /etc/gpurun-test-marker 2>&1); rc=$?
+      [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q "not by you" <<<"$out" && ! grep -q '^image$' <<<"$out"; res $? "--container-image=docker://… with a cache another user made: refused with one line (rc=$rc)"
+    fi
     kill "$reg"
   else
     bad "--container-image from a registry: needs docker-registry, skopeo and umoci (tests/setup-machine.sh)"

@@ -1,0 +1,672 @@
+//! A login node shared by many users (docs/security.md): nothing another local user creates
+//! first steers what gpurun runs or writes. Each test lets one user (the attacker) prepare a
+//! place, then another (the victim) runs gpurun there; the victim never runs the attacker's
+//! content, no file of the victim's changes, and a refusal is one clear line.
+//!
+//! The attacks hold by construction (no link another user made is followed, nothing is used
+//! that another user made), so they pass whatever fs.protected_symlinks is set to.
+
+mod common;
+mod support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{as_named, ids_of, stderr, stdout, Scratch, OTHER_USER, TEST_USER};
+use support::{Comp, LayerTar, Layout, Registry};
+
+/// A directory every user may write to, sticky and root's, as /tmp and /var/tmp are.
+fn shared_tmp(s: &Scratch, name: &str) -> PathBuf {
+    let d = s.join(name);
+    std::fs::create_dir(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}
+
+/// Two users: without root there is only one, and nothing to test.
+fn two_users() -> bool {
+    let two = common::is_root();
+    if !two {
+        eprintln!("skipped: needs root to act as two users");
+    }
+    two
+}
+
+/// Run `script` with sh as `user`; it must succeed.
+fn sh_as(user: &str, script: &str) {
+    common::run_ok(as_named(user, "sh").args(["-euc", script]));
+}
+
+/// `gpurun ARGS` as `user`.
+fn gpurun_as(user: &str, args: &[&str]) -> Command {
+    let mut c = as_named(user, common::gpurun_bin());
+    c.args(args);
+    c
+}
+
+/// The one `gpurun:` line of a failed run (warnings aside), after checking the exit code.
+fn refusal(o: &Output, code: i32) -> String {
+    let e = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {e}",
+        stdout(o)
+    );
+    let lines: Vec<&str> = e.lines().filter(|l| !l.contains("warning:")).collect();
+    assert_eq!(lines.len(), 1, "one line expected: {e}");
+    assert!(lines[0].starts_with("gpurun: "), "{e}");
+    lines[0].to_string()
+}
+
+/// A file of `user`'s in their home that no gpurun run may change, with its contents.
+fn precious(user: &str) -> (PathBuf, String) {
+    let p = PathBuf::from(format!("/home/{user}/precious.txt"));
+    sh_as(user, &format!("printf keep > {}", p.display()));
+    (p, "keep".to_string())
+}
+
+fn unchanged((p, text): &(PathBuf, String)) {
+    assert_eq!(
+        &std::fs::read_to_string(p).unwrap(),
+        text,
+        "{} changed",
+        p.display()
+    );
+}
+
+/// An image in a registry, and a layer of the same shape whose marker says PLANTED.
+struct Fixture {
+    reg: Registry,
+    reference: String,
+    layer_digest: String,
+    planted_layer: Vec<u8>,
+}
+
+fn layer(marker: &str) -> Vec<u8> {
+    LayerTar::new()
+        .busybox()
+        .file("etc/app", marker.as_bytes())
+        .finish()
+}
+
+fn gzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}
+
+fn fixture(s: &Scratch) -> Fixture {
+    let reg = Registry::start(&s.join("reg"), None);
+    let mut l = Layout::new(&s.join("layout"));
+    let config = serde_json::json!({"Env": ["PATH=/bin"], "Cmd": ["cat", "/etc/app"]});
+    let img = l.image(
+        "app",
+        &[(layer("genuine"), Comp::Gzip)],
+        "amd64",
+        None,
+        config,
+    );
+    reg.push(&l.dir, "app", "victim/app:v1", "oci");
+    s.chown_all();
+    let reference = format!("docker://{}/victim/app:v1", reg.addr());
+    Fixture {
+        reg,
+        reference,
+        layer_digest: img.layer_digests[0].clone(),
+        planted_layer: gzip(&layer("PLANTED")),
+    }
+}
+
+/// What the attacker leaves in the cache directory they make first.
+enum Plant {
+    /// The layer blob under its genuine digest, with other content.
+    Blob,
+    /// A partial download that is a link to a file of the victim's.
+    PartialLink,
+    /// The cache directory itself a link to a directory of the victim's.
+    RootLink,
+    /// An image and the reference's digest, for `exec docker://` when the registry is away.
+    RefAndImage,
+}
+
+/// The attacker's cache at `cache`, made world-writable, holding `plant`.
+fn plant(f: &Fixture, s: &Scratch, cache: &Path, plant: &Plant, victim_file: &Path) {
+    let hex = &f.layer_digest[7..];
+    let evil = s.join("evil-layer");
+    std::fs::write(&evil, &f.planted_layer).unwrap();
+    std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let c = cache.display();
+    let script = match plant {
+        Plant::Blob => format!(
+            "mkdir -p -m 0777 {c} {c}/blobs {c}/blobs/sha256 && chmod 0777 {c} && cp {} {c}/blobs/sha256/{hex}",
+            evil.display()
+        ),
+        Plant::PartialLink => format!(
+            "mkdir -p -m 0777 {c}/blobs/sha256 && chmod 0777 {c} && ln -s {} {c}/blobs/sha256/{hex}.partial",
+            victim_file.display()
+        ),
+        Plant::RootLink => format!("ln -s {} {c}", victim_file.parent().unwrap().display()),
+        Plant::RefAndImage => format!(
+            "mkdir -p -m 0777 {c}/refs {c}/images && chmod 0777 {c} && printf 'sha256:{}\\n' > {c}/refs/any && cp {} {c}/images/{}.sqsh",
+            "a".repeat(64),
+            evil.display(),
+            "a".repeat(64),
+        ),
+    };
+    sh_as(OTHER_USER, &script);
+}
+
+#[test]
+fn a_cache_directory_another_user_made_is_refused_and_left_alone() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let f = fixture(&s);
+    let tmp = shared_tmp(&s, "tmp");
+    let victim_file = precious(TEST_USER);
+    let cases = [
+        Plant::Blob,
+        Plant::PartialLink,
+        Plant::RootLink,
+        Plant::RefAndImage,
+    ];
+    for (i, p) in cases.iter().enumerate() {
+        let cache = tmp.join(format!("cache{i}"));
+        plant(&f, &s, &cache, p, &victim_file.0);
+        let before = std::fs::symlink_metadata(&cache).unwrap();
+        let out = tmp.join(format!("out{i}.sqsh"));
+        let o = match p {
+            // The registry away: only a planted image could answer.
+            Plant::RefAndImage => gpurun_as(
+                TEST_USER,
+                &[
+                    "exec",
+                    "docker://127.0.0.1:9/victim/app:v1",
+                    "cat",
+                    "/etc/app",
+                ],
+            ),
+            _ => gpurun_as(
+                TEST_USER,
+                &["pull", &f.reference, "-o", out.to_str().unwrap()],
+            ),
+        }
+        .env("GPURUN_CACHEDIR", &cache)
+        .output()
+        .unwrap();
+        let line = refusal(&o, 125);
+        assert!(
+            !stdout(&o).contains("PLANTED"),
+            "case {i} ran the planted content"
+        );
+        assert!(
+            line.contains(&cache.display().to_string()),
+            "case {i}: {line}"
+        );
+        assert!(
+            line.contains(OTHER_USER) && line.contains("GPURUN_CACHEDIR"),
+            "case {i}: {line}"
+        );
+        assert!(!out.exists(), "case {i}: an image was written");
+        let after = std::fs::symlink_metadata(&cache).unwrap();
+        assert_eq!(
+            (before.mode(), before.uid()),
+            (after.mode(), after.uid()),
+            "case {i}: changed"
+        );
+        unchanged(&victim_file);
+    }
+    // The victim's directory behind the planted link was neither filled nor opened up.
+    let home = victim_file.0.parent().unwrap();
+    assert!(!home.join("blobs").exists());
+    // The same pull into a cache of the victim's own works: the refusals above were the point.
+    let own = tmp.join("own-cache");
+    let out = tmp.join("own.sqsh");
+    let o = gpurun_as(
+        TEST_USER,
+        &["pull", "-q", &f.reference, "-o", out.to_str().unwrap()],
+    )
+    .env("GPURUN_CACHEDIR", &own)
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = gpurun_as(TEST_USER, &["run", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "genuine");
+    assert_eq!(std::fs::metadata(&own).unwrap().mode() & 0o777, 0o700);
+    drop(f.reg);
+}
+
+/// The victim's default cache, /var/tmp/gpurun-UID, made first by someone else: a pull is
+/// refused; running a local image still works, with one warning, and reads nothing from it.
+#[test]
+fn the_default_cache_made_first_by_someone_else() {
+    if !two_users() {
+        return;
+    }
+    // Here the test user squats the second user's default cache.
+    let (victim_uid, _) = ids_of(OTHER_USER);
+    let squatted = PathBuf::from(format!("/var/tmp/gpurun-{victim_uid}"));
+    let _ = std::fs::remove_dir_all(&squatted);
+    let s = Scratch::new();
+    let f = fixture(&s);
+    let hex = &f.layer_digest[7..];
+    let evil = s.join("evil-layer");
+    std::fs::write(&evil, &f.planted_layer).unwrap();
+    let q = squatted.display();
+    sh_as(
+        TEST_USER,
+        &format!(
+            "mkdir -m 0777 {q} && mkdir -p -m 0777 {q}/blobs/sha256 {q}/image-facts && cp {} {q}/blobs/sha256/{hex}",
+            evil.display()
+        ),
+    );
+    let victim_dir = PathBuf::from(format!("/home/{OTHER_USER}"));
+    let out = victim_dir.join("app.sqsh");
+    let _ = std::fs::remove_file(&out);
+    let o = gpurun_as(
+        OTHER_USER,
+        &["pull", &f.reference, "-o", out.to_str().unwrap()],
+    )
+    .output()
+    .unwrap();
+    let line = refusal(&o, 125);
+    assert!(
+        line.contains(&q.to_string()) && line.contains(TEST_USER),
+        "{line}"
+    );
+    assert!(!out.exists());
+    // A local image of the victim's own still runs, told once why nothing is kept.
+    let img = victim_dir.join("local.sqsh");
+    let root = s.join("root");
+    common::busybox_rootfs(&root);
+    std::fs::write(root.join("etc/app"), "local").unwrap();
+    common::mksquashfs(&root, &img, &[]);
+    std::os::unix::fs::chown(&img, Some(victim_uid), None).unwrap();
+    let o = gpurun_as(
+        OTHER_USER,
+        &["exec", img.to_str().unwrap(), "cat", "/etc/app"],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "local");
+    let err = stderr(&o);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{}", stderr(&o));
+    assert!(warnings[0].contains(&q.to_string()), "{}", warnings[0]);
+    let facts = std::fs::read_dir(squatted.join("image-facts"))
+        .unwrap()
+        .count();
+    assert_eq!(facts, 0, "nothing of the victim's was written there");
+    std::fs::remove_dir_all(&squatted).unwrap();
+    let _ = std::fs::remove_file(&img);
+    drop(f.reg);
+}
+
+/// Links at `names` to `target`, made for `user` without starting a process (which would take
+/// one of the pids the names guess).
+fn plant_links(user: &str, names: impl Iterator<Item = PathBuf>, target: &Path) {
+    let (uid, gid) = ids_of(user);
+    for n in names {
+        std::os::unix::fs::symlink(target, &n).unwrap();
+        std::os::unix::fs::lchown(&n, Some(uid), Some(gid)).unwrap();
+    }
+}
+
+/// The next pids this machine will hand out, for names an attacker would guess.
+fn next_pids(n: u32) -> std::ops::Range<u32> {
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    last + 1..last + 1 + n
+}
+
+/// `pull -o` into a shared directory: names beside the output that another user planted (links
+/// at the temporary names gpurun once used, a link at the output's own name) are never written
+/// through; an output directory gpurun cannot write to is said before anything is downloaded.
+#[test]
+fn a_pull_into_a_shared_directory_writes_only_its_own_files() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let f = fixture(&s);
+    let tmp = shared_tmp(&s, "tmp");
+    let victim_file = precious(TEST_USER);
+    let names = next_pids(1500).map(|pid| tmp.join(format!(".x.sqsh.tmp-{pid}")));
+    plant_links(OTHER_USER, names, &victim_file.0);
+    let cache = s.join("cache");
+    let pull = |out: &Path, extra: &[&str]| {
+        let mut args = vec!["pull", "-q", &f.reference, "-o", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        gpurun_as(TEST_USER, &args)
+            .env("GPURUN_CACHEDIR", &cache)
+            .output()
+            .unwrap()
+    };
+    let x = tmp.join("x.sqsh");
+    let o = pull(&x, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    unchanged(&victim_file);
+    let (uid, _) = ids_of(TEST_USER);
+    let md = std::fs::symlink_metadata(&x).unwrap();
+    assert!(md.is_file() && md.uid() == uid);
+    // A link at the output's name: refused without --force, replaced (never followed) with it.
+    let y = tmp.join("y.sqsh");
+    plant_links(OTHER_USER, std::iter::once(y.clone()), &victim_file.0);
+    let line = refusal(&pull(&y, &[]), 125);
+    assert!(line.contains("already exists"), "{line}");
+    let o = pull(&y, &["--force"]);
+    // In a sticky directory the link is not the victim's to replace: refused, nothing written.
+    assert!(!o.status.success());
+    unchanged(&victim_file);
+    // Its own staging directories are gone; the planted links are as they were.
+    for e in std::fs::read_dir(&tmp).unwrap() {
+        let n = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!n.contains(".gpurun-"), "staging left behind: {n}");
+    }
+    // An output directory the victim cannot write to: said before anything is downloaded.
+    let locked = s.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fresh = s.join("fresh-cache");
+    let o = gpurun_as(
+        TEST_USER,
+        &[
+            "pull",
+            &f.reference,
+            "-o",
+            locked.join("z.sqsh").to_str().unwrap(),
+        ],
+    )
+    .env("GPURUN_CACHEDIR", &fresh)
+    .output()
+    .unwrap();
+    let line = refusal(&o, 125);
+    assert!(
+        line.contains("cannot write") && line.contains("locked"),
+        "{line}"
+    );
+    assert!(!fresh.exists(), "nothing downloaded first");
+    drop(f.reg);
+}
+
+/// An image path or bind source behind a directory the user cannot search: "permission
+/// denied", naming the path, not "does not exist".
+#[test]
+fn permission_problems_are_said_as_such() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "img", |_| {});
+    let closed = s.join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    std::fs::copy(&img, closed.join("img.sqsh")).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let inside = closed.join("img.sqsh");
+    let o = gpurun_as(TEST_USER, &["exec", inside.to_str().unwrap(), "true"])
+        .output()
+        .unwrap();
+    let line = refusal(&o, 125);
+    assert!(
+        line.contains("permission denied") && line.contains("closed/img.sqsh"),
+        "{line}"
+    );
+    let bind = format!("{}:/mnt", closed.join("data").display());
+    let o = gpurun_as(
+        TEST_USER,
+        &["exec", "--bind", &bind, img.to_str().unwrap(), "true"],
+    )
+    .output()
+    .unwrap();
+    let line = refusal(&o, 125);
+    assert!(
+        line.contains("permission denied") && line.contains("closed/data"),
+        "{line}"
+    );
+}
+
+/// A FIFO, a socket or a device where an image should be is refused at once, with one line.
+#[test]
+fn images_that_are_not_files_are_refused_at_once() {
+    let s = Scratch::new();
+    let tmp = shared_tmp(&s, "tmp");
+    let fifo = tmp.join("img.sqsh");
+    sh_as(
+        if common::is_root() {
+            OTHER_USER
+        } else {
+            TEST_USER
+        },
+        &format!("mkfifo {}", fifo.display()),
+    );
+    for (path, kind) in [
+        (fifo.as_path(), "FIFO"),
+        (Path::new("/dev/null"), "character device"),
+    ] {
+        let o = common::as_user("timeout")
+            .arg("20")
+            .arg(common::gpurun_bin())
+            .args(["exec", path.to_str().unwrap(), "true"])
+            .env("GPURUN_CACHEDIR", s.join("cache"))
+            .output()
+            .unwrap();
+        let line = refusal(&o, 125);
+        assert!(
+            line.contains(kind) && line.contains(path.to_str().unwrap()),
+            "{line}"
+        );
+    }
+}
+
+/// Registry credentials given to gpurun stay with gpurun: not in any container's environment.
+#[test]
+fn registry_credentials_never_reach_the_container() {
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "img", |_| {});
+    for extra in [&[][..], &["--contain"][..], &["--cleanenv"][..]] {
+        let mut args = vec!["exec"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[img.to_str().unwrap(), "env"]);
+        let o = common::gpurun(&args)
+            .env("GPURUN_DOCKER_USERNAME", "robot")
+            .env("GPURUN_DOCKER_PASSWORD", "s3cret-token")
+            .env("GPURUN_CACHEDIR", s.join("cache"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let env = stdout(&o);
+        assert!(
+            !env.contains("s3cret-token") && !env.contains("GPURUN_DOCKER"),
+            "{extra:?}: {env}"
+        );
+        assert!(env.contains("PATH="), "the environment was printed: {env}");
+    }
+}
+
+/// `hold --state FILE` in a shared directory: the state is written through a file gpurun made
+/// itself, never through a link planted at the temporary name it uses.
+#[test]
+fn hold_state_is_never_written_through_a_planted_link() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "img", |_| {});
+    let tmp = shared_tmp(&s, "tmp");
+    let victim_file = precious(TEST_USER);
+    let state = tmp.join("state.json");
+    let names = next_pids(1500).map(|pid| tmp.join(format!("state.json.tmp{pid}")));
+    plant_links(OTHER_USER, names, &victim_file.0);
+    let mut child = gpurun_as(
+        TEST_USER,
+        &[
+            "hold",
+            "--state",
+            state.to_str().unwrap(),
+            img.to_str().unwrap(),
+        ],
+    )
+    .env("GPURUN_CACHEDIR", s.join("cache"))
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    while !state.exists() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let written = state.exists();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    unchanged(&victim_file);
+    // The state was written where asked, or (its temporary name taken) the start refused.
+    assert!(
+        written || stderr(&o).contains("state.json.tmp"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Without /dev/fuse, gpurun runs an extracted copy from the cache: one another user planted
+/// under the image's content key is never run.
+#[test]
+fn a_planted_extracted_root_is_never_run() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "img", |r| {
+        std::fs::write(r.join("etc/app"), "genuine").unwrap()
+    });
+    let key = gpurun::image::sqfs::Archive::open(&img)
+        .unwrap()
+        .content_key()
+        .unwrap();
+    let tmp = shared_tmp(&s, "tmp");
+    let cache = tmp.join("cache");
+    let planted = cache.join("rootfs").join(&key);
+    common::busybox_rootfs(&planted);
+    std::fs::write(planted.join("etc/app"), "PLANTED").unwrap();
+    let (a_uid, a_gid) = ids_of(OTHER_USER);
+    common::run_ok(
+        Command::new("chown")
+            .arg("-R")
+            .arg(format!("{a_uid}:{a_gid}"))
+            .arg(&cache),
+    );
+    common::run_ok(
+        Command::new("chmod")
+            .args(["0777"])
+            .arg(&cache)
+            .arg(cache.join("rootfs")),
+    );
+    let blocker = s.join("no-fuse");
+    std::fs::write(&blocker, "").unwrap();
+    std::fs::set_permissions(&blocker, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let (uid, gid) = ids_of(TEST_USER);
+    // /dev/fuse is covered by an unreadable file in this private mount namespace only.
+    let script = format!(
+        "mount --bind {blocker} /dev/fuse && exec setpriv --reuid={uid} --regid={gid} --init-groups -- \
+         env GPURUN_CACHEDIR={cache} HOME=/home/{TEST_USER} {bin} exec {img} cat /etc/app",
+        blocker = blocker.display(),
+        cache = cache.display(),
+        bin = common::gpurun_bin().display(),
+        img = img.display(),
+    );
+    let o = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(!stdout(&o).contains("PLANTED"), "ran the planted root");
+    let line = refusal(&o, 125);
+    assert!(
+        line.contains(&cache.display().to_string()) && line.contains(OTHER_USER),
+        "{line}"
+    );
+}
+
+/// A site's shared read-only cache: filled by its owner (a site account) with ordinary runs,
+/// read by every other user without downloading, also offline; refused once others could
+/// change it.
+#[test]
+fn a_site_shared_cache_is_read_never_written_and_only_when_closed() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let f = fixture(&s);
+    // The way to a shared cache is root's, as on a site's software area.
+    let area = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(area.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = area.path().join("site-cache");
+    let site = s.join("site.toml");
+    std::fs::write(&site, format!("shared_cache = \"{}\"\n", shared.display())).unwrap();
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (site_uid, site_gid) = ids_of(OTHER_USER);
+    std::os::unix::fs::chown(&shared, Some(site_uid), Some(site_gid)).unwrap();
+    let run = |user: &str, cache: &Path, reference: &str| {
+        gpurun_as(user, &["exec", "-q", reference, "cat", "/etc/app"])
+            .env("GPURUN_SITE_CONFIG", &site)
+            .env("GPURUN_CACHEDIR", cache)
+            .output()
+            .unwrap()
+    };
+    // The site account fills it: kept readable by all.
+    let o = run(OTHER_USER, &shared, &f.reference);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::metadata(shared.join("images")).unwrap().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(std::fs::metadata(&shared).unwrap().mode() & 0o777, 0o755);
+    // Another user runs from it: nothing downloaded into their own cache.
+    let own = s.join("own");
+    let o = run(TEST_USER, &own, &f.reference);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "genuine");
+    assert_eq!(
+        std::fs::read_dir(own.join("blobs/sha256")).unwrap().count(),
+        0
+    );
+    assert_eq!(std::fs::read_dir(own.join("images")).unwrap().count(), 0);
+    // Offline: the reference's digest comes from the shared cache too.
+    let reference = f.reference.clone();
+    drop(f.reg);
+    let o = run(TEST_USER, &own, &reference);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "genuine");
+    // Once others may change it, it is refused: one line, naming it.
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let line = refusal(&run(TEST_USER, &own, &reference), 125);
+    assert!(
+        line.contains("shared cache") && line.contains("site-cache"),
+        "{line}"
+    );
+    // A user's config may not name one.
+    let user_cfg = PathBuf::from(format!("/home/{TEST_USER}/.config/gpurun"));
+    sh_as(
+        TEST_USER,
+        &format!(
+            "mkdir -p {0} && echo 'shared_cache = \"/tmp\"' > {0}/config.toml",
+            user_cfg.display()
+        ),
+    );
+    let o = gpurun_as(TEST_USER, &["config", "show"]).output().unwrap();
+    std::fs::remove_dir_all(&user_cfg).unwrap();
+    let line = refusal(&o, 125);
+    assert!(line.contains("site setting"), "{line}");
+}
