@@ -11,6 +11,7 @@
 //! `--nv-driver-path` / `GPURUN_NV_DRIVER_PATH` (or the config file, through
 //! [`DriverPaths`]).
 
+pub mod cdi;
 pub mod devices;
 pub mod driver;
 pub mod nvml;

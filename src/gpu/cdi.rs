@@ -1,0 +1,1327 @@
+//! CDI (Container Device Interface) specs: the convention podman, containerd and Apptainer follow
+//! for devices a vendor describes. `nvidia-ctk cdi generate` writes one for the NVIDIA driver.
+//!
+//! A spec (JSON or YAML, in one of the spec directories) names a kind `VENDOR/CLASS` and its
+//! devices; the spec and each device carry container edits (device nodes, mounts, environment,
+//! hooks). `--device VENDOR/CLASS=NAME` picks devices as podman does; what a rootless launcher
+//! can apply comes back as plain data ([`Applied`]) for the runtime's plan, and the rest is listed
+//! as skipped. Pure functions, except [`load`] (reads the spec directories) and the probe the
+//! caller hands to [`check_host`].
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+
+/// Where podman and the CDI library look, lowest priority first.
+pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
+
+/// The spec versions gpurun reads, oldest first: 0.3.0 is the first of today's format, and
+/// nvidia-ctk writes the lowest one its spec needs (0.3.0 to 0.8.0). 0.8.0 and 1.0.0 changed
+/// only the reference library, not the format.
+const VERSIONS: [&str; 7] = [
+    "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0",
+];
+
+/// OCI hook names a spec may use.
+const HOOK_NAMES: [&str; 6] = [
+    "prestart",
+    "createRuntime",
+    "createContainer",
+    "startContainer",
+    "poststart",
+    "poststop",
+];
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CdiError {
+    #[error("--device {given:?} is not a CDI device name ({why}); write VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0")]
+    Name { given: String, why: String },
+    #[error("CDI spec {path}: {detail}; fix or regenerate it (nvidia-ctk cdi generate), or leave its directory out of cdi_spec_dirs")]
+    Spec { path: PathBuf, detail: String },
+    #[error(
+        "CDI spec directory {path}: {detail}; make it readable or leave it out of cdi_spec_dirs"
+    )]
+    Dir { path: PathBuf, detail: String },
+    #[error("CDI device {device}: no spec in {dirs} has kind {kind}; generate one (nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml) or name its directory in cdi_spec_dirs / GPURUN_CDI_SPEC_DIRS")]
+    UnknownKind {
+        device: String,
+        kind: String,
+        dirs: String,
+    },
+    #[error("CDI device {device} is not defined in {specs}; it defines {known} (nvidia-ctk cdi list shows them)")]
+    UnknownDevice {
+        device: String,
+        specs: String,
+        known: String,
+    },
+    #[error("CDI device {device} is defined by both {first} and {second}; remove one of them")]
+    Conflict {
+        device: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("CDI device {device}: {path} does not exist on this host; regenerate the spec (nvidia-ctk cdi generate)")]
+    Missing { device: String, path: PathBuf },
+    #[error("CDI device {device}: this job may not open {path} (its device cgroup or the node's mode refuses it); ask for a device of the job's allocation (gpurun gpus lists them)")]
+    NotAllowed { device: String, path: PathBuf },
+}
+
+/// A device node for the container: the host's node bound at `path`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceNode {
+    /// Inside the container.
+    pub path: PathBuf,
+    pub host_path: PathBuf,
+    /// The device (`VENDOR/CLASS=NAME`) or spec (`VENDOR/CLASS`) whose edits name it.
+    pub from: String,
+}
+
+/// A bind mount for the container, with the spec's options (of which `ro` is applied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CdiMount {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    pub options: Vec<String>,
+    pub from: String,
+}
+
+impl CdiMount {
+    pub fn readonly(&self) -> bool {
+        self.options.iter().any(|o| o == "ro")
+    }
+}
+
+/// An edit gpurun does not make, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    pub from: String,
+    pub edit: String,
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CDI {}: {} skipped: {}", self.from, self.edit, self.why)
+    }
+}
+
+/// One container-edits block of a spec, validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Edits {
+    pub env: Vec<(String, String)>,
+    pub nodes: Vec<DeviceNode>,
+    pub mounts: Vec<CdiMount>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl Edits {
+    fn is_empty(&self) -> bool {
+        self.env.is_empty()
+            && self.nodes.is_empty()
+            && self.mounts.is_empty()
+            && self.skipped.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    pub name: String,
+    pub edits: Edits,
+}
+
+/// A valid spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub path: PathBuf,
+    /// The index of its directory: a later directory overrides an earlier one.
+    pub priority: usize,
+    /// `VENDOR/CLASS`.
+    pub kind: String,
+    pub devices: Vec<Device>,
+    /// Applied once when any of its devices is.
+    pub edits: Edits,
+}
+
+/// A device asked for, and the spec that defines it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Chosen {
+    pub name: String,
+    pub spec: PathBuf,
+}
+
+/// What the devices asked for add to the container, in the order the CDI library applies it: a
+/// later node or mount at the same place replaces an earlier one; mounts go parents first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    pub devices: Vec<Chosen>,
+    pub nodes: Vec<DeviceNode>,
+    pub mounts: Vec<CdiMount>,
+    pub env: Vec<(String, String)>,
+    pub skipped: Vec<Skipped>,
+}
+
+impl Applied {
+    /// Do the devices bring NVIDIA GPUs (a /dev/nvidiaN node)? Then they, not gpurun's own
+    /// selection, decide which GPUs the container has.
+    pub fn gives_gpus(&self) -> bool {
+        self.nodes.iter().any(|n| {
+            n.path.parent() == Some(Path::new("/dev"))
+                && n.path
+                    .file_name()
+                    .and_then(|f| super::devices::gpu_minor_of(&f.to_string_lossy()))
+                    .is_some()
+        })
+    }
+}
+
+// The format, as the CDI schema and reference library define it: unknown fields are errors.
+
+/// Enough of a spec to know whether it matters: specs of other kinds are not validated.
+#[derive(Deserialize)]
+struct Head {
+    kind: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawSpec {
+    cdi_version: String,
+    kind: String,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+    devices: Vec<RawDevice>,
+    #[serde(default)]
+    container_edits: Option<RawEdits>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawDevice {
+    name: String,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+    container_edits: RawEdits,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawEdits {
+    #[serde(default)]
+    env: Option<Vec<String>>,
+    #[serde(default)]
+    device_nodes: Option<Vec<RawNode>>,
+    #[serde(default)]
+    hooks: Option<Vec<RawHook>>,
+    #[serde(default)]
+    mounts: Option<Vec<RawMount>>,
+    #[serde(default)]
+    intel_rdt: Option<IgnoredAny>,
+    #[serde(default)]
+    additional_gids: Option<Vec<u32>>,
+}
+
+/// `major`, `minor`, `fileMode`, `uid` and `gid` are what a runtime with privilege makes the node
+/// with; gpurun binds the host's node and reads them only to check their types.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawNode {
+    path: String,
+    #[serde(default)]
+    host_path: Option<String>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    major: Option<i64>,
+    #[serde(default)]
+    minor: Option<i64>,
+    #[serde(default)]
+    file_mode: Option<u32>,
+    #[serde(default)]
+    permissions: Option<String>,
+    #[serde(default)]
+    uid: Option<u32>,
+    #[serde(default)]
+    gid: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawMount {
+    host_path: String,
+    container_path: String,
+    #[serde(default)]
+    options: Option<Vec<String>>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawHook {
+    hook_name: String,
+    path: String,
+    #[serde(default)]
+    args: Option<Vec<String>>,
+    #[serde(default)]
+    env: Option<Vec<String>>,
+    #[serde(default)]
+    timeout: Option<i64>,
+}
+
+/// Is this file a spec (by its name, as the CDI library decides)?
+pub fn is_spec_file(name: &str) -> bool {
+    name.ends_with(".json") || name.ends_with(".yaml")
+}
+
+/// One line of a parser's message (YAML errors can span several).
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Deserialize a spec's text, JSON or YAML by the file's name.
+fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, String> {
+    if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    } else {
+        let mut o = serde_saphyr::Options::default();
+        o.with_snippet = false;
+        serde_saphyr::from_str_with_options(text, o).map_err(|e| one_line(&e.to_string()))
+    }
+}
+
+/// The kind a spec file declares (only that is read).
+pub fn kind_of(path: &Path, text: &str) -> Result<String, CdiError> {
+    decode::<Head>(path, text)
+        .map(|h| h.kind)
+        .map_err(|detail| CdiError::Spec {
+            path: path.to_path_buf(),
+            detail,
+        })
+}
+
+/// A vendor or class: letters, digits, `_`, `-`, `.`; a letter first, a letter or digit last.
+fn check_vendor_or_class(what: &str, s: &str, max: usize) -> Result<(), String> {
+    let b = s.as_bytes();
+    let ok = match b {
+        [] => false,
+        [first, .., last] => {
+            first.is_ascii_alphabetic()
+                && last.is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || b"_-.".contains(c))
+        }
+        [only] => only.is_ascii_alphabetic(),
+    };
+    if !ok {
+        return Err(format!("{what} {s:?} must be letters, digits, '_', '-' or '.', starting with a letter and ending with a letter or digit"));
+    }
+    if s.len() > max {
+        return Err(format!("{what} {s:?} is longer than {max} characters"));
+    }
+    Ok(())
+}
+
+/// A device name: letters, digits, `_`, `-`, `.`, `:`; a letter or digit first and last.
+fn check_device_name(s: &str) -> Result<(), String> {
+    let b = s.as_bytes();
+    let ends = |c: Option<&u8>| c.is_some_and(u8::is_ascii_alphanumeric);
+    if !ends(b.first())
+        || !ends(b.last())
+        || !b
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"_-.:".contains(c))
+    {
+        return Err(format!("device name {s:?} must be letters, digits, '_', '-', '.' or ':', starting and ending with a letter or digit"));
+    }
+    Ok(())
+}
+
+/// `VENDOR/CLASS`, checked.
+fn split_kind(kind: &str) -> Result<(&str, &str), String> {
+    let (vendor, class) = kind
+        .split_once('/')
+        .ok_or_else(|| format!("kind {kind:?} is not VENDOR/CLASS (e.g. nvidia.com/gpu)"))?;
+    check_vendor_or_class("vendor", vendor, 253)?;
+    check_vendor_or_class("class", class, 63)?;
+    Ok((vendor, class))
+}
+
+/// `VENDOR/CLASS=NAME` → (`VENDOR/CLASS`, `NAME`).
+pub fn parse_name(given: &str) -> Result<(String, String), CdiError> {
+    let err = |why: String| CdiError::Name {
+        given: given.to_string(),
+        why,
+    };
+    let (kind, name) = given.split_once('=').ok_or_else(|| err("no '='".into()))?;
+    split_kind(kind).map_err(err)?;
+    check_device_name(name).map_err(err)?;
+    Ok((kind.to_string(), name.to_string()))
+}
+
+/// The lowest spec version that has every feature `raw` uses, and the first such feature.
+fn needed_version(raw: &RawSpec) -> (usize, &'static str) {
+    let all_edits = || {
+        raw.container_edits
+            .iter()
+            .chain(raw.devices.iter().map(|d| &d.container_edits))
+    };
+    let nodes = || all_edits().flat_map(|e| e.device_nodes.iter().flatten());
+    let features: [(&str, &str, bool); 7] = [
+        (
+            "0.7.0",
+            "intelRdt",
+            all_edits().any(|e| e.intel_rdt.is_some()),
+        ),
+        (
+            "0.7.0",
+            "additionalGids",
+            all_edits().any(|e| e.additional_gids.as_ref().is_some_and(|g| !g.is_empty())),
+        ),
+        (
+            "0.6.0",
+            "annotations",
+            raw.annotations.as_ref().is_some_and(|a| !a.is_empty())
+                || raw
+                    .devices
+                    .iter()
+                    .any(|d| d.annotations.as_ref().is_some_and(|a| !a.is_empty())),
+        ),
+        (
+            "0.6.0",
+            "a '.' in the class",
+            raw.kind
+                .split_once('/')
+                .is_some_and(|(_, c)| c.contains('.')),
+        ),
+        (
+            "0.5.0",
+            "a device name starting with a digit",
+            raw.devices
+                .iter()
+                .any(|d| d.name.starts_with(|c: char| c.is_ascii_digit())),
+        ),
+        (
+            "0.5.0",
+            "hostPath in deviceNodes",
+            nodes().any(|n| n.host_path.as_ref().is_some_and(|h| !h.is_empty())),
+        ),
+        (
+            "0.4.0",
+            "a mount type",
+            all_edits()
+                .flat_map(|e| e.mounts.iter().flatten())
+                .any(|m| m.kind.as_ref().is_some_and(|t| !t.is_empty())),
+        ),
+    ];
+    features
+        .iter()
+        .find(|(_, _, used)| *used)
+        .map(|(v, what, _)| (version_index(v).unwrap_or(0), *what))
+        .unwrap_or((0, ""))
+}
+
+fn version_index(v: &str) -> Option<usize> {
+    let v = v.strip_prefix('v').unwrap_or(v);
+    VERSIONS.iter().position(|k| *k == v)
+}
+
+fn check_version(raw: &RawSpec) -> Result<(), String> {
+    let declared = version_index(&raw.cdi_version).ok_or_else(|| {
+        format!(
+            "cdiVersion {:?} is not one gpurun reads ({} to {})",
+            raw.cdi_version,
+            VERSIONS[0],
+            VERSIONS[VERSIONS.len() - 1]
+        )
+    })?;
+    let (needed, feature) = needed_version(raw);
+    if needed > declared {
+        return Err(format!(
+            "it uses {feature}, which needs cdiVersion {} or later, but declares {}",
+            VERSIONS[needed], raw.cdi_version
+        ));
+    }
+    Ok(())
+}
+
+fn check_env(list: Option<Vec<String>>, what: &str) -> Result<Vec<(String, String)>, String> {
+    list.unwrap_or_default()
+        .into_iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(format!("{what} {kv:?} is not NAME=VALUE")),
+        })
+        .collect()
+}
+
+fn absolute(p: &str, what: &str) -> Result<PathBuf, String> {
+    if p.starts_with('/') {
+        Ok(PathBuf::from(p))
+    } else {
+        Err(format!("{what} {p:?} is not an absolute path"))
+    }
+}
+
+fn node(n: RawNode, from: &str) -> Result<DeviceNode, String> {
+    let path = absolute(&n.path, "deviceNodes path")?;
+    let host_path = match n.host_path.as_deref() {
+        None | Some("") => path.clone(),
+        Some(h) => absolute(h, "deviceNodes hostPath")?,
+    };
+    if !matches!(n.kind.as_deref(), None | Some("" | "b" | "c" | "u" | "p")) {
+        return Err(format!(
+            "device {:?} has type {:?}; use b, c, u or p",
+            n.path,
+            n.kind.unwrap_or_default()
+        ));
+    }
+    if let Some(p) = n.permissions.as_deref() {
+        if p != "none" && !p.chars().all(|c| "rwm".contains(c)) {
+            return Err(format!(
+                "device {:?} has permissions {p:?}; use r, w and m, or none",
+                n.path
+            ));
+        }
+    }
+    Ok(DeviceNode {
+        path,
+        host_path,
+        from: from.to_string(),
+    })
+}
+
+/// A bind mount, or the reason a mount of another type is skipped.
+fn mount(m: RawMount, from: &str) -> Result<Result<CdiMount, Skipped>, String> {
+    if m.host_path.is_empty() {
+        return Err(format!("mount at {:?} has no hostPath", m.container_path));
+    }
+    let dst = absolute(&m.container_path, "mount containerPath")?;
+    let options = m.options.unwrap_or_default();
+    let kind = m.kind.unwrap_or_default();
+    let bind = matches!(kind.as_str(), "" | "bind" | "none")
+        || options.iter().any(|o| o == "bind" || o == "rbind");
+    // The source of another type (tmpfs, …) is no path.
+    let src = if bind {
+        absolute(&m.host_path, "mount hostPath")?
+    } else {
+        PathBuf::from(&m.host_path)
+    };
+    if !bind {
+        return Ok(Err(Skipped {
+            from: from.to_string(),
+            edit: format!("{kind} mount at {}", dst.display()),
+            why: "gpurun makes bind mounts only",
+        }));
+    }
+    Ok(Ok(CdiMount {
+        src,
+        dst,
+        options,
+        from: from.to_string(),
+    }))
+}
+
+fn hook(h: RawHook, from: &str) -> Result<Skipped, String> {
+    if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
+        return Err(format!(
+            "hook name {:?} is not one of {}",
+            h.hook_name,
+            HOOK_NAMES.join(", ")
+        ));
+    }
+    absolute(&h.path, "hook path")?;
+    check_env(h.env, "hook env")?;
+    if h.timeout.is_some_and(|t| t <= 0) {
+        return Err(format!(
+            "hook {:?} has a timeout that is not positive",
+            h.path
+        ));
+    }
+    let args = h.args.unwrap_or_default();
+    let mut edit = format!("{} hook {}", h.hook_name, h.path);
+    for a in args.iter().skip(1) {
+        edit.push(' ');
+        edit.push_str(a);
+    }
+    Ok(Skipped {
+        from: from.to_string(),
+        edit,
+        why: "a hook runs with an OCI runtime's privileges on a writable root; gpurun runs none",
+    })
+}
+
+fn edits(raw: RawEdits, from: &str) -> Result<Edits, String> {
+    let mut e = Edits {
+        env: check_env(raw.env, "env")?,
+        ..Edits::default()
+    };
+    for n in raw.device_nodes.unwrap_or_default() {
+        e.nodes.push(node(n, from)?);
+    }
+    for m in raw.mounts.unwrap_or_default() {
+        match mount(m, from)? {
+            Ok(m) => e.mounts.push(m),
+            Err(s) => e.skipped.push(s),
+        }
+    }
+    for h in raw.hooks.unwrap_or_default() {
+        e.skipped.push(hook(h, from)?);
+    }
+    let skip = |edit: String, why| Skipped {
+        from: from.to_string(),
+        edit,
+        why,
+    };
+    if raw.intel_rdt.is_some() {
+        e.skipped
+            .push(skip("intelRdt".into(), "resctrl settings need privilege"));
+    }
+    let gids: Vec<String> = (raw.additional_gids.unwrap_or_default().iter())
+        .filter(|g| **g != 0)
+        .map(u32::to_string)
+        .collect();
+    if !gids.is_empty() {
+        e.skipped.push(skip(
+            format!("additionalGids {}", gids.join(",")),
+            "a user namespace maps only the caller's own group",
+        ));
+    }
+    Ok(e)
+}
+
+fn validate(raw: RawSpec, path: &Path, priority: usize) -> Result<Spec, String> {
+    split_kind(&raw.kind)?;
+    check_version(&raw)?;
+    if raw.devices.is_empty() {
+        return Err("it defines no devices".into());
+    }
+    let kind = raw.kind;
+    let mut devices: Vec<Device> = vec![];
+    for d in raw.devices {
+        check_device_name(&d.name)?;
+        if devices.iter().any(|o| o.name == d.name) {
+            return Err(format!("device {:?} is defined twice", d.name));
+        }
+        let e = edits(d.container_edits, &format!("{kind}={}", d.name))
+            .map_err(|e| format!("device {:?}: {e}", d.name))?;
+        if e.is_empty() {
+            return Err(format!("device {:?} has no containerEdits", d.name));
+        }
+        devices.push(Device {
+            name: d.name,
+            edits: e,
+        });
+    }
+    Ok(Spec {
+        path: path.to_path_buf(),
+        priority,
+        edits: edits(raw.container_edits.unwrap_or_default(), &kind)?,
+        kind,
+        devices,
+    })
+}
+
+/// Parse and validate one spec file's text.
+pub fn parse(path: &Path, text: &str, priority: usize) -> Result<Spec, CdiError> {
+    let err = |detail| CdiError::Spec {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let raw: RawSpec = decode(path, text).map_err(err)?;
+    validate(raw, path, priority).map_err(err)
+}
+
+/// The specs of `kinds` in `dirs` (a missing directory is skipped; a later one has the higher
+/// priority; files in name order). Every spec file's kind is read; only those of `kinds` are
+/// validated, so a broken spec of another vendor does not stop these devices.
+pub fn load(dirs: &[PathBuf], kinds: &[&str]) -> Result<Vec<Spec>, CdiError> {
+    let mut specs = vec![];
+    for (priority, dir) in dirs.iter().enumerate() {
+        let dir_err = |e: io::Error| CdiError::Dir {
+            path: dir.clone(),
+            detail: e.to_string(),
+        };
+        let entries = match std::fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(dir_err(e)),
+        };
+        let mut files: Vec<PathBuf> = entries
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .map_err(dir_err)?;
+        files.retain(|p| {
+            p.file_name()
+                .is_some_and(|n| is_spec_file(&n.to_string_lossy()))
+                && !p.is_dir()
+        });
+        files.sort();
+        for path in files {
+            let text = std::fs::read_to_string(&path).map_err(|e| CdiError::Spec {
+                path: path.clone(),
+                detail: e.to_string(),
+            })?;
+            if kinds.contains(&kind_of(&path, &text)?.as_str()) {
+                specs.push(parse(&path, &text, priority)?);
+            }
+        }
+    }
+    Ok(specs)
+}
+
+/// Where `qualified` is defined: the spec and device index of the highest-priority definition.
+/// Two at that priority (one directory) are a conflict, as in the CDI library.
+fn find(
+    specs: &[Spec],
+    qualified: &str,
+    kind: &str,
+    name: &str,
+) -> Result<Option<(usize, usize)>, CdiError> {
+    let defs: Vec<(usize, usize)> = specs
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.kind == kind)
+        .filter_map(|(i, s)| Some((i, s.devices.iter().position(|d| d.name == name)?)))
+        .collect();
+    let Some(top) = defs.iter().map(|(i, _)| specs[*i].priority).max() else {
+        return Ok(None);
+    };
+    let best: Vec<&(usize, usize)> = defs
+        .iter()
+        .filter(|(i, _)| specs[*i].priority == top)
+        .collect();
+    match best.as_slice() {
+        [one] => Ok(Some(**one)),
+        [a, b, ..] => Err(CdiError::Conflict {
+            device: qualified.to_string(),
+            first: specs[a.0].path.clone(),
+            second: specs[b.0].path.clone(),
+        }),
+        [] => Ok(None),
+    }
+}
+
+fn unknown(specs: &[Spec], qualified: &str, kind: &str, dirs: &[PathBuf]) -> CdiError {
+    let of_kind: Vec<&Spec> = specs.iter().filter(|s| s.kind == kind).collect();
+    if of_kind.is_empty() {
+        return CdiError::UnknownKind {
+            device: qualified.to_string(),
+            kind: kind.to_string(),
+            dirs: join(dirs.iter().map(|d| d.display().to_string())),
+        };
+    }
+    let mut known: Vec<&str> = of_kind
+        .iter()
+        .flat_map(|s| s.devices.iter().map(|d| d.name.as_str()))
+        .collect();
+    known.sort_unstable();
+    known.dedup();
+    CdiError::UnknownDevice {
+        device: qualified.to_string(),
+        specs: join(of_kind.iter().map(|s| s.path.display().to_string())),
+        known: join(known.iter().map(|s| s.to_string())),
+    }
+}
+
+fn join(items: impl Iterator<Item = String>) -> String {
+    items.collect::<Vec<_>>().join(", ")
+}
+
+/// Append `e` to what is applied: a node or mount at a place already taken replaces the earlier
+/// one; a variable set again takes the later value.
+fn append(a: &mut Applied, e: &Edits) {
+    for (k, v) in &e.env {
+        match a.env.iter_mut().find(|(n, _)| n == k) {
+            Some(slot) => slot.1 = v.clone(),
+            None => a.env.push((k.clone(), v.clone())),
+        }
+    }
+    for n in &e.nodes {
+        a.nodes.retain(|o| o.path != n.path);
+        a.nodes.push(n.clone());
+    }
+    for m in &e.mounts {
+        a.mounts.retain(|o| o.dst != m.dst);
+        a.mounts.push(m.clone());
+    }
+    a.skipped.extend(e.skipped.iter().cloned());
+}
+
+/// The edits of the devices `requested` (`VENDOR/CLASS=NAME`, each once): a spec's own edits
+/// come with the first of its devices, then each device's.
+pub fn select(specs: &[Spec], requested: &[String], dirs: &[PathBuf]) -> Result<Applied, CdiError> {
+    let mut a = Applied::default();
+    let mut used: Vec<usize> = vec![];
+    for q in requested {
+        if a.devices.iter().any(|c| &c.name == q) {
+            continue;
+        }
+        let (kind, name) = parse_name(q)?;
+        let (si, di) =
+            find(specs, q, &kind, &name)?.ok_or_else(|| unknown(specs, q, &kind, dirs))?;
+        if !used.contains(&si) {
+            used.push(si);
+            append(&mut a, &specs[si].edits);
+        }
+        append(&mut a, &specs[si].devices[di].edits);
+        a.devices.push(Chosen {
+            name: q.clone(),
+            spec: specs[si].path.clone(),
+        });
+    }
+    // Parents before what is mounted inside them (stable: the spec's order otherwise).
+    a.mounts.sort_by_key(|m| m.dst.components().count());
+    Ok(a)
+}
+
+/// The devices `requested`, from the specs in `dirs`.
+pub fn resolve(requested: &[String], dirs: &[PathBuf]) -> Result<Applied, CdiError> {
+    let mut kinds: Vec<String> = vec![];
+    for q in requested {
+        let (kind, _) = parse_name(q)?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    select(&load(dirs, &kinds)?, requested, dirs)
+}
+
+/// Can the container have what `a` names? Each host node must exist and be one this process may
+/// open (`probe` answers as `devices::probe`: a Slurm job's device cgroup refuses the others with
+/// EPERM; `devices::open_allows` judges), each mount's source must exist.
+pub fn check_host(
+    a: &Applied,
+    probe: &dyn Fn(&Path) -> io::Result<()>,
+    exists: &dyn Fn(&Path) -> bool,
+) -> Result<(), CdiError> {
+    for n in &a.nodes {
+        let r = probe(&n.host_path);
+        if r.as_ref()
+            .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+        {
+            return Err(CdiError::Missing {
+                device: n.from.clone(),
+                path: n.host_path.clone(),
+            });
+        }
+        if !super::devices::open_allows(&r) {
+            return Err(CdiError::NotAllowed {
+                device: n.from.clone(),
+                path: n.host_path.clone(),
+            });
+        }
+    }
+    match a.mounts.iter().find(|m| !exists(&m.src)) {
+        Some(m) => Err(CdiError::Missing {
+            device: m.from.clone(),
+            path: m.src.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spec of the shape `nvidia-ctk cdi generate` writes (YAML, two GPUs by index, UUID and
+    /// `all`; the control nodes, the driver's files and its hooks at the spec level).
+    const NVIDIA_YAML: &str = r#"---
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+- name: GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+- name: "1"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia1
+- name: all
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+    - path: /dev/nvidia1
+containerEdits:
+  env:
+  - NVIDIA_VISIBLE_DEVICES=void
+  deviceNodes:
+  - path: /dev/nvidiactl
+  - path: /dev/nvidia-uvm
+    hostPath: /dev/nvidia-uvm
+  hooks:
+  - hookName: createContainer
+    path: /usr/bin/nvidia-cdi-hook
+    args:
+    - nvidia-cdi-hook
+    - update-ldcache
+    - --folder
+    - /usr/lib/x86_64-linux-gnu
+  mounts:
+  - hostPath: /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14
+    containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14
+    options:
+    - ro
+    - nosuid
+    - nodev
+    - bind
+"#;
+
+    /// The same devices as JSON (what other vendors and `nvidia-ctk --format=json` write).
+    const NVIDIA_JSON: &str = r#"{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu",
+      "devices":[
+        {"name":"0","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}},
+        {"name":"GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"}]}},
+        {"name":"1","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia1"}]}},
+        {"name":"all","containerEdits":{"deviceNodes":[{"path":"/dev/nvidia0"},{"path":"/dev/nvidia1"}]}}],
+      "containerEdits":{"env":["NVIDIA_VISIBLE_DEVICES=void"],
+        "deviceNodes":[{"path":"/dev/nvidiactl"},{"path":"/dev/nvidia-uvm","hostPath":"/dev/nvidia-uvm"}],
+        "hooks":[{"hookName":"createContainer","path":"/usr/bin/nvidia-cdi-hook",
+          "args":["nvidia-cdi-hook","update-ldcache","--folder","/usr/lib/x86_64-linux-gnu"]}],
+        "mounts":[{"hostPath":"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14",
+          "containerPath":"/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14",
+          "options":["ro","nosuid","nodev","bind"]}]}}"#;
+
+    fn yaml(text: &str) -> Result<Spec, CdiError> {
+        parse(Path::new("/etc/cdi/x.yaml"), text, 0)
+    }
+
+    fn detail(r: Result<Spec, CdiError>) -> String {
+        match r {
+            Err(CdiError::Spec { detail, .. }) => detail,
+            other => panic!("not a spec error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn yaml_and_json_read_alike() {
+        let y = yaml(NVIDIA_YAML).unwrap();
+        let j = parse(Path::new("/etc/cdi/x.json"), NVIDIA_JSON, 0).unwrap();
+        assert_eq!(
+            Spec {
+                path: y.path.clone(),
+                ..j
+            },
+            y
+        );
+        assert_eq!(y.kind, "nvidia.com/gpu");
+        let names: Vec<&str> = y.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["0", "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c", "1", "all"]
+        );
+        assert_eq!(
+            y.edits.nodes[1],
+            DeviceNode {
+                path: "/dev/nvidia-uvm".into(),
+                host_path: "/dev/nvidia-uvm".into(),
+                from: "nvidia.com/gpu".into(),
+            }
+        );
+        assert!(y.edits.mounts[0].readonly());
+        assert_eq!(
+            y.edits.skipped[0].edit,
+            "createContainer hook /usr/bin/nvidia-cdi-hook update-ldcache --folder /usr/lib/x86_64-linux-gnu"
+        );
+        assert_eq!(
+            y.edits.env,
+            [("NVIDIA_VISIBLE_DEVICES".to_string(), "void".to_string())]
+        );
+        // a name YAML reads as a number is the same name
+        let bare = NVIDIA_YAML.replace("name: \"0\"", "name: 0");
+        assert_eq!(yaml(&bare).unwrap(), y);
+    }
+
+    /// One device with `edits` (YAML lines under containerEdits), in a spec of `version`.
+    fn spec_with(version: &str, kind: &str, name: &str, edits: &str) -> String {
+        format!("cdiVersion: {version}\nkind: {kind}\ndevices:\n- name: \"{name}\"\n  containerEdits:\n{edits}")
+    }
+
+    const NODE: &str = "    deviceNodes:\n    - path: /dev/x0\n";
+
+    #[test]
+    fn each_version_takes_its_features_only() {
+        let host_path = "    deviceNodes:\n    - path: /dev/x0\n      hostPath: /dev/y0\n";
+        let mount_type =
+            "    mounts:\n    - hostPath: /a\n      containerPath: /b\n      type: bind\n";
+        let gids = "    deviceNodes:\n    - path: /dev/x0\n    additionalGids: [44]\n";
+        let rdt = "    deviceNodes:\n    - path: /dev/x0\n    intelRdt:\n      closID: c\n";
+        // (version, kind, device name, edits, the version it needs)
+        let cases: [(&str, &str, &str, &str, &str); 9] = [
+            ("0.3.0", "vendor.com/dev", "a", NODE, "0.3.0"),
+            ("0.3.0", "vendor.com/dev", "a", mount_type, "0.4.0"),
+            ("0.4.0", "vendor.com/dev", "0", NODE, "0.5.0"),
+            ("0.4.0", "vendor.com/dev", "a", host_path, "0.5.0"),
+            ("0.5.0", "vendor.com/dev.x", "a", NODE, "0.6.0"),
+            ("0.6.0", "vendor.com/dev", "a", gids, "0.7.0"),
+            ("0.6.0", "vendor.com/dev", "a", rdt, "0.7.0"),
+            ("0.8.0", "vendor.com/dev.x", "0", gids, "0.7.0"),
+            ("1.0.0", "vendor.com/dev", "a", rdt, "0.7.0"),
+        ];
+        for (i, (_, kind, name, edits, needs)) in cases.iter().enumerate() {
+            let need = version_index(needs).unwrap();
+            for (v, version) in VERSIONS.iter().enumerate() {
+                let r = yaml(&spec_with(version, kind, name, edits));
+                if v >= need {
+                    assert!(r.is_ok(), "case {i} at {version}: {r:?}");
+                } else {
+                    let d = detail(r);
+                    assert!(
+                        d.contains(&format!("needs cdiVersion {needs}")),
+                        "case {i} at {version}: {d}"
+                    );
+                }
+            }
+        }
+        // with or without a leading v; quoted or not
+        assert!(yaml(&spec_with("v0.6.0", "a.com/b", "a", NODE)).is_ok());
+        assert!(yaml(&spec_with("\"0.8.0\"", "a.com/b", "a", NODE)).is_ok());
+        for v in ["0.2.0", "1.1.0", "0.5", "x"] {
+            let d = detail(yaml(&spec_with(v, "a.com/b", "a", NODE)));
+            assert!(
+                d.contains("is not one gpurun reads (0.3.0 to 1.0.0)"),
+                "{v}: {d}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_the_schema_refuses() {
+        let ok = |e: &str| spec_with("0.8.0", "vendor.com/dev", "a", e);
+        let cases: Vec<(String, &str)> = vec![
+            ("kind: a.com/b\ndevices: []\n".into(), "missing field `cdiVersion`"),
+            ("cdiVersion: 0.5.0\ndevices: []\n".into(), "missing field `kind`"),
+            ("cdiVersion: 0.5.0\nkind: a.com/b\n".into(), "missing field `devices`"),
+            ("cdiVersion: 0.5.0\nkind: a.com/b\ndevices: []\n".into(), "defines no devices"),
+            (spec_with("0.5.0", "nvidia", "a", NODE), "is not VENDOR/CLASS"),
+            (spec_with("0.5.0", "a.com/b/c", "a", NODE), "class \"b/c\""),
+            (spec_with("0.5.0", "1a.com/b", "a", NODE), "vendor \"1a.com\""),
+            (spec_with("0.5.0", "a.com/b-", "a", NODE), "class \"b-\""),
+            (spec_with("0.5.0", &format!("a.com/{}", "b".repeat(64)), "a", NODE), "longer than 63"),
+            (spec_with("0.5.0", "a.com/b", "-a", NODE), "device name \"-a\""),
+            (spec_with("0.5.0", "a.com/b", "a/b", NODE), "device name \"a/b\""),
+            (spec_with("0.5.0", "a.com/b", "a", "    env: []\n"), "has no containerEdits"),
+            ("cdiVersion: 0.5.0\nkind: a.com/b\ndevices:\n- name: a\n".into(), "missing field `containerEdits`"),
+            (ok("    deviceNodes:\n    - path: dev/x\n"), "deviceNodes path \"dev/x\" is not an absolute path"),
+            (ok("    deviceNodes:\n    - path: /dev/x\n      hostPath: x\n"), "hostPath \"x\""),
+            (ok("    deviceNodes:\n    - hostPath: /dev/x\n"), "missing field `path`"),
+            (ok("    deviceNodes:\n    - path: /dev/x\n      type: z\n"), "use b, c, u or p"),
+            (ok("    deviceNodes:\n    - path: /dev/x\n      permissions: rwx\n"), "permissions \"rwx\""),
+            (ok("    deviceNodes:\n    - path: /dev/x\n      major: x\n"), "invalid i64 at line 8"),
+            (ok("    mounts:\n    - hostPath: /a\n      containerPath: b\n"), "containerPath \"b\" is not an absolute path"),
+            (ok("    mounts:\n    - hostPath: \"\"\n      containerPath: /b\n"), "has no hostPath"),
+            (ok("    mounts:\n    - containerPath: /b\n"), "missing field `hostPath`"),
+            (ok("    env: [\"=x\"]\n"), "env \"=x\" is not NAME=VALUE"),
+            (ok("    env: [NOVALUE]\n"), "env \"NOVALUE\""),
+            (ok("    hooks:\n    - hookName: preStart\n      path: /x\n"), "hook name \"preStart\""),
+            (ok("    hooks:\n    - hookName: poststop\n      path: x\n"), "hook path \"x\""),
+            (ok("    hooks:\n    - hookName: poststop\n      path: /x\n      timeout: 0\n"), "timeout"),
+            (ok("    deviceNodes:\n    - path: /dev/x\n      pathz: /y\n"), "pathz"),
+            (ok("    netDevices:\n    - hostInterfaceName: eth0\n      name: eth0\n"), "netDevices"),
+            (format!("{}annotations: {{a: b}}\n", spec_with("0.5.0", "a.com/b", "a", NODE)), "annotations, which needs cdiVersion 0.6.0 or later, but declares 0.5.0"),
+            ("cdiVersion: 0.5.0\nkind: a.com/b\ndevices:\n- name: a\n  containerEdits: {deviceNodes: [{path: /dev/a}]}\n- name: a\n  containerEdits: {deviceNodes: [{path: /dev/b}]}\n".into(), "device \"a\" is defined twice"),
+            ("cdiVersion: 0.5.0\nkind: [\n".into(), "line"),
+        ];
+        for (text, want) in cases {
+            let d = detail(yaml(&text));
+            assert!(d.contains(want), "{text}\nwanted {want:?} in: {d}");
+            assert!(!d.contains('\n'), "one line: {d}");
+        }
+        let e = parse(Path::new("/etc/cdi/x.json"), "{\"kind\": ", 0).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("CDI spec /etc/cdi/x.json: ") && msg.contains("line 1"),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'));
+    }
+
+    #[test]
+    fn what_is_skipped_and_why() {
+        let text = spec_with(
+            "0.7.0",
+            "vendor.com/dev",
+            "a",
+            "    deviceNodes:\n    - path: /dev/x0\n    mounts:\n    - hostPath: none\n      containerPath: /t\n      type: tmpfs\n      options: [nosuid]\n    - hostPath: /h\n      containerPath: /c\n      type: none\n      options: [rbind, rw]\n    additionalGids: [0, 44]\n    intelRdt: {closID: x}\n    hooks:\n    - hookName: startContainer\n      path: /bin/true\n",
+        );
+        let s = yaml(&text).unwrap();
+        let e = &s.devices[0].edits;
+        assert_eq!(e.mounts.len(), 1);
+        assert!(!e.mounts[0].readonly());
+        let skipped: Vec<String> = e.skipped.iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            skipped,
+            [
+                "CDI vendor.com/dev=a: tmpfs mount at /t skipped: gpurun makes bind mounts only",
+                "CDI vendor.com/dev=a: startContainer hook /bin/true skipped: a hook runs with an OCI runtime's privileges on a writable root; gpurun runs none",
+                "CDI vendor.com/dev=a: intelRdt skipped: resctrl settings need privilege",
+                "CDI vendor.com/dev=a: additionalGids 44 skipped: a user namespace maps only the caller's own group",
+            ]
+        );
+    }
+
+    #[test]
+    fn names() {
+        let cases: [(&str, Option<(&str, &str)>); 9] = [
+            ("nvidia.com/gpu=0", Some(("nvidia.com/gpu", "0"))),
+            ("nvidia.com/gpu=all", Some(("nvidia.com/gpu", "all"))),
+            ("nvidia.com/gpu=0:1", Some(("nvidia.com/gpu", "0:1"))),
+            (
+                "nvidia.com/gpu=GPU-4cf8db2d",
+                Some(("nvidia.com/gpu", "GPU-4cf8db2d")),
+            ),
+            ("nvidia.com/gpu", None),
+            ("gpu=0", None),
+            ("/dev/nvidia0", None),
+            ("nvidia.com/gpu=", None),
+            ("nvidia.com/gpu=a b", None),
+        ];
+        for (given, want) in cases {
+            let got = parse_name(given);
+            match want {
+                Some((k, n)) => assert_eq!(got, Ok((k.to_string(), n.to_string())), "{given}"),
+                None => {
+                    let e = got.unwrap_err().to_string();
+                    assert!(e.contains("write VENDOR/CLASS=NAME"), "{given}: {e}");
+                }
+            }
+        }
+    }
+
+    fn spec_at(path: &str, priority: usize, text: &str) -> Spec {
+        parse(Path::new(path), text, priority).unwrap()
+    }
+
+    fn names_of(a: &Applied) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let p = |p: &Path| p.display().to_string();
+        (
+            a.nodes.iter().map(|n| p(&n.path)).collect(),
+            a.mounts.iter().map(|m| p(&m.dst)).collect(),
+            a.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        )
+    }
+
+    #[test]
+    fn selection() {
+        let nv = spec_at("/etc/cdi/nvidia.yaml", 0, NVIDIA_YAML);
+        let other = spec_at(
+            "/etc/cdi/fpga.yaml",
+            0,
+            &spec_with(
+                "0.6.0",
+                "vendor.com/fpga",
+                "a",
+                "    env: [NVIDIA_VISIBLE_DEVICES=fpga, FPGA=a]\n    deviceNodes:\n    - path: /dev/fpga0\n    mounts:\n    - {hostPath: /opt/fpga, containerPath: /opt/fpga/x/y}\n    - {hostPath: /opt, containerPath: /opt/fpga}\n",
+            ),
+        );
+        let specs = [nv, other];
+        let dirs = [PathBuf::from("/etc/cdi")];
+        let sel = |r: &[&str]| {
+            let r: Vec<String> = r.iter().map(|s| s.to_string()).collect();
+            select(&specs, &r, &dirs)
+        };
+        let lib = "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14";
+        let ctl = ["/dev/nvidiactl", "/dev/nvidia-uvm"];
+        let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+            (
+                vec!["nvidia.com/gpu=1"],
+                [&ctl[..], &["/dev/nvidia1"]].concat(),
+            ),
+            (
+                vec!["nvidia.com/gpu=all"],
+                [&ctl[..], &["/dev/nvidia0", "/dev/nvidia1"]].concat(),
+            ),
+            // the UUID and the index name one GPU: one node
+            (
+                vec![
+                    "nvidia.com/gpu=GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c",
+                    "nvidia.com/gpu=0",
+                    "nvidia.com/gpu=0",
+                ],
+                [&ctl[..], &["/dev/nvidia0"]].concat(),
+            ),
+            (
+                vec!["nvidia.com/gpu=1", "nvidia.com/gpu=0"],
+                [&ctl[..], &["/dev/nvidia1", "/dev/nvidia0"]].concat(),
+            ),
+        ];
+        for (req, nodes) in cases {
+            let a = sel(&req).unwrap();
+            let (n, m, e) = names_of(&a);
+            assert_eq!(n, nodes, "{req:?}");
+            assert_eq!(m, [lib], "{req:?}");
+            assert_eq!(e, ["NVIDIA_VISIBLE_DEVICES=void"], "{req:?}");
+            assert_eq!(a.skipped.len(), 1, "the spec's hook, once: {req:?}");
+            assert!(a.gives_gpus());
+        }
+        // two kinds: each spec's edits once; a later variable wins; parents mounted first
+        let a = sel(&["nvidia.com/gpu=0", "vendor.com/fpga=a"]).unwrap();
+        let (n, m, e) = names_of(&a);
+        assert_eq!(n, [&ctl[..], &["/dev/nvidia0", "/dev/fpga0"]].concat());
+        assert_eq!(m, ["/opt/fpga", lib, "/opt/fpga/x/y"]);
+        assert_eq!(e, ["NVIDIA_VISIBLE_DEVICES=fpga", "FPGA=a"]);
+        assert_eq!(
+            a.devices,
+            [
+                Chosen {
+                    name: "nvidia.com/gpu=0".into(),
+                    spec: "/etc/cdi/nvidia.yaml".into()
+                },
+                Chosen {
+                    name: "vendor.com/fpga=a".into(),
+                    spec: "/etc/cdi/fpga.yaml".into()
+                },
+            ]
+        );
+        assert!(!sel(&["vendor.com/fpga=a"]).unwrap().gives_gpus());
+        // what is not there
+        let e = sel(&["nvidia.com/gpu=7"]).unwrap_err().to_string();
+        assert_eq!(e, "CDI device nvidia.com/gpu=7 is not defined in /etc/cdi/nvidia.yaml; it defines 0, 1, GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c, all (nvidia-ctk cdi list shows them)");
+        let e = sel(&["amd.com/gpu=0"]).unwrap_err();
+        assert!(matches!(e, CdiError::UnknownKind { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("no spec in /etc/cdi has kind amd.com/gpu"),
+            "{e}"
+        );
+        assert!(matches!(sel(&["gpu0"]).unwrap_err(), CdiError::Name { .. }));
+    }
+
+    #[test]
+    fn a_later_directory_wins_and_one_directory_may_not_say_it_twice() {
+        let dev = |node: &str| {
+            spec_with(
+                "0.5.0",
+                "a.com/b",
+                "x",
+                &format!("    deviceNodes:\n    - path: {node}\n"),
+            )
+        };
+        let req = ["a.com/b=x".to_string()];
+        let dirs = [PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")];
+        let s1 = spec_at("/etc/cdi/1.yaml", 0, &dev("/dev/one"));
+        let s2 = spec_at("/var/run/cdi/2.yaml", 1, &dev("/dev/two"));
+        let s3 = spec_at("/var/run/cdi/3.yaml", 1, &dev("/dev/three"));
+        let a = select(&[s1.clone(), s2.clone()], &req, &dirs).unwrap();
+        assert_eq!(names_of(&a).0, ["/dev/two"]);
+        assert_eq!(a.devices[0].spec, Path::new("/var/run/cdi/2.yaml"));
+        let e = select(&[s1.clone(), s2, s3], &req, &dirs).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "CDI device a.com/b=x is defined by both /var/run/cdi/2.yaml and /var/run/cdi/3.yaml; remove one of them"
+        );
+        // a conflict below the highest priority does not matter
+        let s0 = spec_at("/etc/cdi/0.yaml", 0, &dev("/dev/zero"));
+        let s2 = spec_at("/var/run/cdi/2.yaml", 1, &dev("/dev/two"));
+        assert!(select(&[s0, s1, s2], &req, &dirs).is_ok());
+    }
+
+    #[test]
+    fn host_checks() {
+        let a = select(
+            &[spec_at("/etc/cdi/nvidia.yaml", 0, NVIDIA_YAML)],
+            &["nvidia.com/gpu=1".to_string()],
+            &[],
+        )
+        .unwrap();
+        let answer = |refused: &'static str, errno: i32| {
+            move |p: &Path| {
+                if p == Path::new(refused) {
+                    Err(io::Error::from_raw_os_error(errno))
+                } else {
+                    Ok(())
+                }
+            }
+        };
+        let all = |_: &Path| true;
+        // (refused node, errno, the outcome)
+        let cases: [(&str, i32, Option<&str>); 5] = [
+            (
+                "/dev/nvidia1",
+                libc::EPERM,
+                Some("CDI device nvidia.com/gpu=1: this job may not open /dev/nvidia1"),
+            ),
+            (
+                "/dev/nvidiactl",
+                libc::EACCES,
+                Some("CDI device nvidia.com/gpu: this job may not open /dev/nvidiactl"),
+            ),
+            (
+                "/dev/nvidia1",
+                libc::ENOENT,
+                Some("CDI device nvidia.com/gpu=1: /dev/nvidia1 does not exist on this host"),
+            ),
+            // a fake node without a driver, allowed by the device cgroup
+            ("/dev/nvidia1", libc::ENXIO, None),
+            ("/dev/nvidia0", libc::EPERM, None),
+        ];
+        for (node, errno, want) in cases {
+            let r = check_host(&a, &answer(node, errno), &all);
+            match want {
+                None => assert_eq!(r, Ok(()), "{node} {errno}"),
+                Some(w) => {
+                    let e = r.unwrap_err().to_string();
+                    assert!(e.starts_with(w), "{node} {errno}: {e}");
+                }
+            }
+        }
+        let e = check_host(&a, &|_| Ok(()), &|p| !p.ends_with("libcuda.so.550.54.14")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("CDI device nvidia.com/gpu: /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14 does not exist on this host"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn loading_reads_only_spec_files_of_the_kinds_asked_for() {
+        let t = tempfile::tempdir().unwrap();
+        let (d1, d2) = (t.path().join("etc"), t.path().join("run"));
+        std::fs::create_dir_all(d1.join("sub.yaml")).unwrap();
+        std::fs::create_dir_all(&d2).unwrap();
+        std::fs::write(d1.join("nvidia.yaml"), NVIDIA_YAML).unwrap();
+        std::fs::write(d2.join("nvidia.json"), NVIDIA_JSON).unwrap();
+        std::fs::write(d1.join("notes.yml"), "not a spec").unwrap();
+        // another vendor's spec that gpurun cannot validate does not matter
+        std::fs::write(
+            d1.join("net.yaml"),
+            "cdiVersion: 1.1.0\nkind: net.com/nic\ndevices: []\n",
+        )
+        .unwrap();
+        let dirs = [d1.clone(), t.path().join("missing"), d2.clone()];
+        let specs = load(&dirs, &["nvidia.com/gpu"]).unwrap();
+        let got: Vec<(PathBuf, usize)> =
+            specs.iter().map(|s| (s.path.clone(), s.priority)).collect();
+        assert_eq!(
+            got,
+            [(d1.join("nvidia.yaml"), 0), (d2.join("nvidia.json"), 2)]
+        );
+        assert!(load(&dirs, &["vendor.com/x"]).unwrap().is_empty());
+        let n = load(&dirs, &["net.com/nic"]).unwrap_err().to_string();
+        assert!(
+            n.contains("net.yaml") && n.contains("cdiVersion \"1.1.0\""),
+            "{n}"
+        );
+        // a file that is no spec at all could define anything: an error, naming it
+        std::fs::write(d2.join("broken.yaml"), "kind: [\n").unwrap();
+        let e = load(&dirs, &["nvidia.com/gpu"]).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("CDI spec {}: ", d2.join("broken.yaml").display())),
+            "{e}"
+        );
+        assert!(e.ends_with("fix or regenerate it (nvidia-ctk cdi generate), or leave its directory out of cdi_spec_dirs"), "{e}");
+    }
+}
