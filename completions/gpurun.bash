@@ -214,7 +214,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__exec)
-            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
+            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -245,6 +245,10 @@ _gpurun() {
                     return 0
                     ;;
                 --nv-caps)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -292,7 +296,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__hold)
-            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --nv-driver-path --dry-run --state --warm --quiet --verbose --debug --help --version"
+            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --state --warm --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -323,6 +327,10 @@ _gpurun() {
                     return 0
                     ;;
                 --nv-caps)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -426,7 +434,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__run)
-            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
+            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -457,6 +465,10 @@ _gpurun() {
                     return 0
                     ;;
                 --nv-caps)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -472,7 +484,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__shell)
-            opts="-B -c -e -s -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --nv-driver-path --dry-run --shell --quiet --verbose --debug --help --version"
+            opts="-B -c -e -s -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --shell --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -503,6 +515,10 @@ _gpurun() {
                     return 0
                     ;;
                 --nv-caps)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --device)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -50,6 +50,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l env -d 'Set an en
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l env-file -d 'Read K=V lines from a file' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l gpus -d 'GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm\'s GPUs, else all allowed]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l no-home -d 'Do not bind the home directory'
@@ -70,6 +71,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l env -d 'Set an env
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l env-file -d 'Read K=V lines from a file' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l gpus -d 'GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm\'s GPUs, else all allowed]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l no-home -d 'Do not bind the home directory'
@@ -90,6 +92,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l env -d 'Set an e
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l env-file -d 'Read K=V lines from a file' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l gpus -d 'GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm\'s GPUs, else all allowed]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s s -l shell -d 'Shell to start (default: $SHELL if the image has it, else /bin/sh)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
@@ -118,6 +121,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l env -d 'Set an en
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l env-file -d 'Read K=V lines from a file' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l gpus -d 'GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm\'s GPUs, else all allowed]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l state -d 'Write the container\'s state (JSON: pid, root, env, cwd) here once it is ready' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand hold" -l warm -d 'The program the step\'s tasks will run: its program and libraries are decompressed while the tasks start' -r

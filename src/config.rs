@@ -16,6 +16,7 @@
 //! cache_dir = "/local/gpurun-cache"
 //! allowed_registries = ["nvcr.io", "docker.io", "registry.example.org"]
 //! compression = "zstd"
+//! cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -71,6 +72,7 @@ pub struct FileLayer {
     pub shared_cache: Option<PathBuf>,
     pub allowed_registries: Option<Vec<String>>,
     pub compression: Option<String>,
+    pub cdi_spec_dirs: Option<Vec<PathBuf>>,
 }
 
 /// The merged settings.
@@ -84,6 +86,8 @@ pub struct Config {
     /// Empty: every registry is allowed.
     pub allowed_registries: Sourced<Vec<String>>,
     pub compression: Sourced<Option<String>>,
+    /// Where `--device` finds CDI specs; `None`: podman's and the CDI library's defaults.
+    pub cdi_spec_dirs: Sourced<Option<Vec<PathBuf>>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +141,12 @@ impl Config {
         }
         if let Some(v) = layer.compression {
             self.compression = Sourced {
+                value: Some(v),
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.cdi_spec_dirs {
+            self.cdi_spec_dirs = Sourced {
                 value: Some(v),
                 from: s(from),
             };
@@ -195,6 +205,18 @@ impl Config {
                 from: origin("GPURUN_COMPRESSION"),
             };
         }
+        // Colon-separated, as GPURUN_NV_DRIVER_PATH.
+        if let Some(v) = get("GPURUN_CDI_SPEC_DIRS") {
+            self.cdi_spec_dirs = Sourced {
+                value: Some(
+                    v.split(':')
+                        .filter(|d| !d.is_empty())
+                        .map(PathBuf::from)
+                        .collect(),
+                ),
+                from: origin("GPURUN_CDI_SPEC_DIRS"),
+            };
+        }
         Ok(())
     }
 
@@ -205,21 +227,30 @@ impl Config {
                     "unknown compressor '{c}'; use one of {}",
                     COMPRESSORS.join(", ")
                 );
-                return Err(match &self.compression.from {
-                    Origin::Env(var) => ConfigError::Env {
-                        var: var.clone(),
-                        value: c.clone(),
-                        detail,
-                    },
-                    Origin::Site(p) | Origin::User(p) => ConfigError::File {
-                        path: p.clone(),
-                        detail,
-                    },
-                    Origin::Default => unreachable!("the default has no compressor"),
-                });
+                return Err(invalid(&self.compression.from, c, detail));
             }
         }
+        let dirs = self.cdi_spec_dirs.value.iter().flatten();
+        if let Some(d) = dirs.clone().find(|d| !d.is_absolute()) {
+            let value = dirs.map(|d| d.display().to_string()).collect::<Vec<_>>();
+            let detail = format!(
+                "cdi_spec_dirs: {} is not an absolute path; give the full path",
+                d.display()
+            );
+            return Err(invalid(&self.cdi_spec_dirs.from, &value.join(":"), detail));
+        }
         Ok(())
+    }
+
+    /// The CDI spec directories, lowest priority first.
+    pub fn cdi_spec_dirs(&self) -> Vec<PathBuf> {
+        match &self.cdi_spec_dirs.value {
+            Some(d) => d.clone(),
+            None => crate::gpu::cdi::DEFAULT_SPEC_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+        }
     }
 
     /// Merge the layers: `files` in order (site, then user; a missing file is skipped), then `env`.
@@ -355,7 +386,28 @@ impl Config {
                 .unwrap_or_else(|| "zstd".into()),
             &self.compression.from,
         );
+        row(
+            "cdi_spec_dirs",
+            paths(&self.cdi_spec_dirs()),
+            &self.cdi_spec_dirs.from,
+        );
         s
+    }
+}
+
+/// The error for a bad `value` from `from`, naming the file or variable.
+fn invalid(from: &Origin, value: &str, detail: String) -> ConfigError {
+    match from {
+        Origin::Env(var) => ConfigError::Env {
+            var: var.clone(),
+            value: value.to_string(),
+            detail,
+        },
+        Origin::Site(p) | Origin::User(p) => ConfigError::File {
+            path: p.clone(),
+            detail,
+        },
+        Origin::Default => unreachable!("the defaults are valid"),
     }
 }
 
@@ -484,6 +536,49 @@ mod tests {
             assert_eq!(kind, from);
             assert_eq!(c.compression.value.as_deref(), comp);
         }
+    }
+
+    #[test]
+    fn cdi_spec_dirs() {
+        let dirs = |c: &Config| {
+            let d = c.cdi_spec_dirs();
+            d.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        };
+        let c = Config::merge(&[], &[]).unwrap();
+        assert_eq!(dirs(&c), ["/etc/cdi", "/var/run/cdi"]);
+        assert_eq!(c.cdi_spec_dirs.from, Origin::Default);
+        let s = site("cdi_spec_dirs = [\"/site/cdi\"]");
+        let c = Config::merge(std::slice::from_ref(&s), &[]).unwrap();
+        assert_eq!(dirs(&c), ["/site/cdi"]);
+        let c = Config::merge(&[s], &env(&[("GPURUN_CDI_SPEC_DIRS", "/a::/b")])).unwrap();
+        assert_eq!(dirs(&c), ["/a", "/b"]);
+        assert_eq!(
+            c.cdi_spec_dirs.from,
+            Origin::Env("GPURUN_CDI_SPEC_DIRS".into())
+        );
+        assert!(
+            c.render().contains("cdi_spec_dirs        [/a, /b]"),
+            "{}",
+            c.render()
+        );
+        let e = Config::merge(&[], &env(&[("GPURUN_CDI_SPEC_DIRS", "/a:rel")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "GPURUN_CDI_SPEC_DIRS=/a:rel: cdi_spec_dirs: rel is not an absolute path"
+            ),
+            "{e}"
+        );
+        let e = Config::merge(&[user("cdi_spec_dirs = [\"cdi\"]")], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("config.toml") && e.contains("cdi is not an absolute path"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@ Environment inside the container, lowest to highest precedence:
   4. GPURUN_ENV_K=V in the host environment (like APPTAINERENV_K)
   5. --env K=V
   6. what gpurun sets: CUDA_VISIBLE_DEVICES (renumbered 0..n-1 for the GPUs bound), the driver's
-     library and binary directories appended to LD_LIBRARY_PATH and PATH
+     library and binary directories appended to LD_LIBRARY_PATH and PATH, the env of the CDI
+     devices asked for with --device (whose GPUs the host's CUDA_VISIBLE_DEVICES does not narrow)
 PATH defaults to /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin when nobody sets it.
 ";
 
@@ -54,6 +55,11 @@ newer than the driver.
   gpurun doctor          whether the driver and devices are usable here
   --nv-driver-path P     extra ld.so.cache or directory with the driver's libraries
                          (GPURUN_NV_DRIVER_PATH, nv_driver_paths in the config)
+CDI specs (nvidia-ctk cdi generate; in /etc/cdi, /var/run/cdi, or cdi_spec_dirs in the config,
+GPURUN_CDI_SPEC_DIRS): --device nvidia.com/gpu=0|all|GPU-<uuid> (repeatable) picks devices as
+podman does. Their device nodes, bind mounts and env are applied; hooks are reported and skipped.
+CDI GPUs replace gpurun's choice of GPUs (--gpus with them is an error); gpurun still adds the
+driver's libraries and tools unless --no-nv. A node the job may not open is refused.
 ";
 
 const SLURM: &str = "\
@@ -90,6 +96,7 @@ Settings, later wins: /etc/gpurun/gpurun.toml (site; GPURUN_SITE_CONFIG names an
   cache_dir = \"/local/gpurun\"                 GPURUN_CACHEDIR (or GPURUN_CACHE)
   allowed_registries = [\"nvcr.io\"]            GPURUN_ALLOWED_REGISTRIES=a,b  (empty: any)
   compression = \"zstd\"                        GPURUN_COMPRESSION
+  cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]  GPURUN_CDI_SPEC_DIRS=/x:/y
 gpurun config show prints the merged values and where each came from.
 ";
 

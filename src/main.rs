@@ -43,6 +43,7 @@ fn launch(
 ) -> Launch {
     let mut gpu = o.gpu.clone();
     gpu.driver.paths = gpu.driver.or_configured(&ctx.cfg.nv_driver_paths.value);
+    gpu.cdi_spec_dirs = ctx.cfg.cdi_spec_dirs();
     Launch {
         image,
         request: request(&o, &ctx.cfg),

@@ -202,7 +202,7 @@ fn prepare(
     // The cache a test names, as GPURUN_CACHEDIR would, keeps the facts.
     let (cache, host): (Vec<_>, Vec<_>) = host.iter().partition(|(k, _)| *k == "GPURUN_CACHEDIR");
     let opts = f.kept_in(opts, cache.first().map(|(_, v)| *v));
-    gpu::prepare(&opts, &f.env(&host), &image, &|_| None)
+    gpu::prepare(&opts, None, &f.env(&host), &image, &|_| None)
 }
 
 fn opts(f: &FakeDriver, format: &str) -> GpuOpts {
@@ -531,6 +531,7 @@ fn compat_libraries_and_params() {
     let image = vec![("NVIDIA_REQUIRE_CUDA".to_string(), "cuda>=12.9".to_string())];
     let p = gpu::prepare(
         &f.kept_in(opts(&f, "new"), None),
+        None,
         &f.env(&[]),
         &image,
         &list_newer,
@@ -543,6 +544,7 @@ fn compat_libraries_and_params() {
     );
     let p = gpu::prepare(
         &f.kept_in(opts(&f, "new"), None),
+        None,
         &f.env(&[]),
         &[],
         &list_older,
@@ -978,7 +980,7 @@ fn nvml_names_and_orders_the_gpus() {
     let image = vec![("NVIDIA_REQUIRE_CUDA".to_string(), "cuda>=12.8".to_string())];
     let compat =
         |d: &str| (d == "/usr/local/cuda/compat").then(|| vec!["libcuda.so.570.86.10".to_string()]);
-    let p = gpu::prepare(&f.kept_in(o(), None), &f.env(&[]), &image, &compat)
+    let p = gpu::prepare(&f.kept_in(o(), None), None, &f.env(&[]), &image, &compat)
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -1219,4 +1221,277 @@ fn driver_libraries_are_kept_until_their_sources_change() {
     std::fs::copy(&ldcache, &fresh).unwrap();
     std::fs::rename(&fresh, &ldcache).unwrap();
     assert_eq!(run().unwrap().unwrap().mounts.len(), mounts);
+}
+
+/// A CDI spec directory for the fake driver, as `nvidia-ctk cdi generate` would write it (YAML;
+/// the nodes by hostPath, since the fake ones are not in /dev), and another vendor's spec in
+/// JSON with a node of its own (a fake FPGA: the null device's numbers).
+fn cdi_specs(f: &FakeDriver) -> PathBuf {
+    let dir = f.root.join("cdi");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dev = f.dev().display().to_string();
+    let node = |n: &str| format!("{{path: /dev/{n}, hostPath: {dev}/{n}}}");
+    let nodes = |ns: &[&str]| ns.iter().map(|n| node(n)).collect::<Vec<_>>().join(", ");
+    let yaml = format!(
+        "---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n\
+         - name: \"0\"\n  containerEdits:\n    deviceNodes: [{}]\n\
+         - name: \"1\"\n  containerEdits:\n    deviceNodes: [{}]\n    env: [CDI_DEVICE=1]\n\
+         - name: GPU-fa4e0000-0000-0000-0000-000000000000\n  containerEdits:\n    deviceNodes: [{}]\n\
+         - name: \"3\"\n  containerEdits:\n    deviceNodes: [{}]\n\
+         - name: all\n  containerEdits:\n    deviceNodes: [{}]\n\
+         containerEdits:\n  env:\n  - NVIDIA_VISIBLE_DEVICES=void\n  deviceNodes: [{}]\n\
+         \x20 hooks:\n  - hookName: createContainer\n    path: /usr/bin/nvidia-cdi-hook\n    \
+         args: [nvidia-cdi-hook, update-ldcache, --folder, /usr/lib/x86_64-linux-gnu]\n  \
+         mounts:\n  - hostPath: {lib}/libcuda.so.{VERSION}\n    \
+         containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.{VERSION}\n    \
+         options: [ro, nosuid, nodev, bind]\n",
+        nodes(&["nvidia0"]),
+        nodes(&["nvidia1"]),
+        nodes(&["nvidia1"]),
+        nodes(&["nvidia3"]),
+        nodes(&["nvidia0", "nvidia1", "nvidia2", "nvidia3"]),
+        nodes(&["nvidiactl", "nvidia-uvm"]),
+        lib = f.lib().display(),
+    );
+    std::fs::write(dir.join("nvidia.yaml"), yaml).unwrap();
+    sh(Command::new("mknod")
+        .args(["-m", "0666"])
+        .arg(f.dev().join("fpga0"))
+        .args(["c", "1", "3"]));
+    let json = serde_json::json!({
+        "cdiVersion": "0.6.0",
+        "kind": "example.com/fpga",
+        "annotations": {"made-by": "gpurun tests"},
+        "devices": [{"name": "a", "containerEdits": {
+            "deviceNodes": [{"path": "/dev/fpga0", "hostPath": format!("{dev}/fpga0")}],
+            "mounts": [{"hostPath": f.root.join("bin"), "containerPath": "/opt/fpga/bin",
+                        "options": ["ro", "rbind"]}],
+            "env": ["FPGA=a"]}}]
+    });
+    std::fs::write(dir.join("fpga.json"), json.to_string()).unwrap();
+    dir
+}
+
+/// `gpurun exec` of `script` as the test user with the fake driver, the specs in `dirs`, and
+/// CUDA_VISIBLE_DEVICES=3 from the environment (which an explicit --device overrides).
+fn cdi_exec(f: &FakeDriver, dirs: &str, args: &[&str], script: &str) -> std::process::Output {
+    let s = common::Scratch::new();
+    let img = image(&s, &["PATH=/bin"]);
+    let img = img.to_str().unwrap();
+    let mut all = vec!["exec"];
+    all.extend(args);
+    all.extend([img, "sh", "-c", script]);
+    let host = [
+        ("GPURUN_CDI_SPEC_DIRS", dirs),
+        ("CUDA_VISIBLE_DEVICES", "3"),
+        ("NVIDIA_VISIBLE_DEVICES", "3"),
+    ];
+    gpurun_nv(f, &host, &all)
+}
+
+const CDI_INSIDE: &str = "ls /dev | grep -E 'nvidia|fpga' | tr '\\n' ' '; echo; \
+    echo CVD=${CUDA_VISIBLE_DEVICES-unset} NVD=$NVIDIA_VISIBLE_DEVICES CDI=$CDI_DEVICE FPGA=$FPGA; \
+    test -c /dev/nvidia1 && test -c /dev/fpga0 && echo nodes; \
+    lib=/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.14; head -c 4 $lib | tail -c 3; echo; \
+    touch $lib 2>/dev/null || echo read-only; ls /opt/fpga/bin; \
+    ls /.gpurun/nvidia/lib | grep -x libcuda.so.1";
+
+/// `--device` picks devices from the site's CDI specs as podman does: exactly their nodes,
+/// mounts and environment appear in the container (run as the test user), over the
+/// environment's CUDA_VISIBLE_DEVICES; the spec's hook is reported once and skipped; gpurun
+/// still provides the driver's libraries. Without --device, gpurun's own choice stays.
+#[test]
+fn cdi_devices_in_a_container() {
+    let Some(f) = fake_driver(4) else { return };
+    let dir = cdi_specs(&f);
+    let dirs = format!("/nonexistent:{}", dir.display());
+    let dev = [
+        "--device",
+        "nvidia.com/gpu=1",
+        "--device",
+        "example.com/fpga=a",
+    ];
+    let o = cdi_exec(&f, &dirs, &dev, CDI_INSIDE);
+    let (out, err) = (common::stdout(&o), common::stderr(&o));
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "fpga0 nvidia-uvm nvidia1 nvidiactl ",
+            "CVD=unset NVD=void CDI=1 FPGA=a",
+            "nodes",
+            "ELF",
+            "read-only",
+            "nvidia-smi",
+            "libcuda.so.1",
+        ],
+        "{err}"
+    );
+    assert_eq!(
+        err,
+        "gpurun: CDI nvidia.com/gpu: createContainer hook /usr/bin/nvidia-cdi-hook update-ldcache \
+         --folder /usr/lib/x86_64-linux-gnu skipped: a hook runs with an OCI runtime's privileges \
+         on a writable root; gpurun runs none\n"
+    );
+
+    // --dry-run lists what the specs contributed; the GPU UUID names the same node as index 1
+    let uuid = "nvidia.com/gpu=GPU-fa4e0000-0000-0000-0000-000000000000";
+    let o = cdi_exec(&f, &dirs, &["--dry-run", "--device", uuid], "true");
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plan["cdi"]["devices"][0]["name"], uuid);
+    assert_eq!(
+        plan["cdi"]["devices"][0]["spec"],
+        dir.join("nvidia.yaml").to_str().unwrap()
+    );
+    assert!(plan["cdi"]["skipped"][0]["edit"]
+        .as_str()
+        .unwrap()
+        .contains("update-ldcache"));
+    let nodes: Vec<(String, String)> = plan["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["dst"].as_str().unwrap().starts_with("/dev/nvidia"))
+        .map(|m| {
+            (
+                m["src"].as_str().unwrap().into(),
+                m["dst"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let from = |n: &str| (f.dev().join(n).display().to_string(), format!("/dev/{n}"));
+    assert_eq!(
+        nodes,
+        [from("nvidiactl"), from("nvidia-uvm"), from("nvidia1")]
+    );
+    let lib = plan["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["dst"] == format!("/usr/lib/x86_64-linux-gnu/libcuda.so.{VERSION}"))
+        .unwrap();
+    assert_eq!(lib["readonly"], true);
+    assert!(plan["env"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!(["NVIDIA_VISIBLE_DEVICES", "void"])));
+
+    // no --device: gpurun's own discovery, narrowed by CUDA_VISIBLE_DEVICES
+    let o = cdi_exec(
+        &f,
+        &dirs,
+        &[],
+        "ls /dev | grep nvidia | tr '\\n' ' '; echo $CUDA_VISIBLE_DEVICES",
+    );
+    assert_eq!(
+        common::stdout(&o),
+        "nvidia-uvm nvidia3 nvidiactl 0\n",
+        "{}",
+        common::stderr(&o)
+    );
+
+    // in the library: with CDI GPUs, GPU support brings the driver's files and no node
+    let opts = GpuOpts {
+        devices: vec!["nvidia.com/gpu=all".into()],
+        cdi_spec_dirs: vec![dir.clone()],
+        ..opts(&f, "new")
+    };
+    let cdi = gpu::cdi_devices(&opts).unwrap().unwrap();
+    assert_eq!(cdi.nodes.len(), 6);
+    let p = gpu::prepare(
+        &f.kept_in(opts, None),
+        Some(&cdi),
+        &f.env(&[("CUDA_VISIBLE_DEVICES", "2")]),
+        &[],
+        &|_| None,
+    )
+    .unwrap()
+    .unwrap();
+    assert!(
+        !dsts(&p).iter().any(|d| d.starts_with("/dev/")),
+        "{:?}",
+        dsts(&p)
+    );
+    assert!(dsts(&p).contains(&"/.gpurun/nvidia/lib/libcuda.so.1".to_string()));
+    assert_eq!(get(&p, "CUDA_VISIBLE_DEVICES"), None);
+    assert_eq!(p.selected_by, gpurun::gpu::devices::Source::Cdi);
+}
+
+/// Unknown devices, bad names, a bad spec, two specs of one directory defining a device, a node
+/// the job may not open or that is gone, and --gpus with a CDI GPU: one line each, exit 125.
+#[test]
+fn cdi_errors_are_one_line() {
+    let Some(f) = fake_driver(4) else { return };
+    let dir = cdi_specs(&f).display().to_string();
+    // another spec directory, after the fake driver's
+    let extra = |name: &str, files: &[(&str, String)]| {
+        let d = f.root.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        for (file, text) in files {
+            std::fs::write(d.join(file), text).unwrap();
+        }
+        format!("{dir}:{}", d.display())
+    };
+    let spec = |kind: &str, name: &str, node: &str, host: &str| {
+        serde_json::json!({"cdiVersion": "0.5.0", "kind": kind, "devices": [{"name": name,
+            "containerEdits": {"deviceNodes": [{"path": node, "hostPath": host}]}}]})
+        .to_string()
+    };
+    let bad = extra(
+        "bad",
+        &[(
+            "bad.json",
+            spec("nvidia.com/gpu", "9", "dev/nvidia9", "/dev/null"),
+        )],
+    );
+    let dup = extra(
+        "dup",
+        &[
+            (
+                "a.json",
+                spec("nvidia.com/gpu", "x", "/dev/nvidia2", "/dev/null"),
+            ),
+            (
+                "b.json",
+                spec("nvidia.com/gpu", "x", "/dev/nvidia1", "/dev/null"),
+            ),
+        ],
+    );
+    let gone = extra(
+        "gone",
+        &[(
+            "g.json",
+            spec("example.com/gone", "x", "/dev/x", "/dev/no-such-node"),
+        )],
+    );
+    std::fs::set_permissions(
+        f.dev().join("nvidia3"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let bad_file = f.root.join("bad/bad.json").display().to_string();
+    let both = format!(
+        "CDI device nvidia.com/gpu=x is defined by both {root}/dup/a.json and {root}/dup/b.json; \
+         remove one of them",
+        root = f.root.display()
+    );
+    let cases: Vec<(&str, Vec<&str>, String)> = vec![
+        (&dir, vec!["--device", "nvidia.com/gpu=7"], "CDI device nvidia.com/gpu=7 is not defined in".into()),
+        (&dir, vec!["--device", "amd.com/gpu=0"], "CDI device amd.com/gpu=0: no spec in".into()),
+        (&dir, vec!["--device", "gpu0"], "--device \"gpu0\" is not a CDI device name".into()),
+        (&dir, vec!["--gpus", "0", "--device", "nvidia.com/gpu=1"], "--gpus 0 and --device nvidia.com/gpu=1 both choose GPUs".into()),
+        (&dir, vec!["--device", "nvidia.com/gpu=3"], format!("CDI device nvidia.com/gpu=3: this job may not open {}/nvidia3", f.dev().display())),
+        (&bad, vec!["--device", "nvidia.com/gpu=0"], format!("CDI spec {bad_file}: device \"9\": deviceNodes path \"dev/nvidia9\" is not an absolute path")),
+        (&dup, vec!["--device", "nvidia.com/gpu=x"], both),
+        (&gone, vec!["--device", "example.com/gone=x"], "CDI device example.com/gone=x: /dev/no-such-node does not exist on this host".into()),
+    ];
+    for (dirs, args, want) in cases {
+        let o = cdi_exec(&f, dirs, &args, "echo ran");
+        let e = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(125), "{args:?}: {e}");
+        assert!(e.starts_with(&format!("gpurun: {want}")), "{args:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert_eq!(common::stdout(&o), "");
+    }
 }

@@ -60,6 +60,9 @@ pub enum Source {
     SlurmJob,
     #[serde(rename = "default")]
     Default,
+    /// CDI devices (`--device`) brought the GPUs.
+    #[serde(rename = "--device")]
+    Cdi,
 }
 
 impl std::fmt::Display for Source {
@@ -71,6 +74,7 @@ impl std::fmt::Display for Source {
             Source::SlurmStep => "SLURM_STEP_GPUS",
             Source::SlurmJob => "SLURM_JOB_GPUS",
             Source::Default => "default",
+            Source::Cdi => "--device",
         })
     }
 }

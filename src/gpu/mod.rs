@@ -10,6 +10,10 @@
 //! libraries in an unusual place name extra ld.so.cache files or directories with
 //! `--nv-driver-path` / `GPURUN_NV_DRIVER_PATH` (or the config file, through
 //! [`DriverPaths`]).
+//!
+//! `--device VENDOR/CLASS=NAME` adds devices as the site's CDI specs describe them ([`cdi`],
+//! [`cdi_devices`]); when those bring NVIDIA GPUs, they replace gpurun's own choice of GPUs and
+//! device nodes, and gpurun still provides the driver's libraries and tools (docs/gpu.md says why).
 
 pub mod cdi;
 pub mod devices;
@@ -57,6 +61,13 @@ pub struct GpuOpts {
     /// [default: NVIDIA_DRIVER_CAPABILITIES]
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub nv_caps: Vec<String>,
+    /// A device as the site's CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g.
+    /// nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)
+    #[arg(long = "device", value_name = "VENDOR/CLASS=NAME")]
+    pub devices: Vec<String>,
+    /// Where the CDI specs are (the configuration's cdi_spec_dirs)
+    #[arg(skip)]
+    pub cdi_spec_dirs: Vec<PathBuf>,
     #[command(flatten)]
     #[serde(flatten)]
     pub driver: DriverPaths,
@@ -131,6 +142,10 @@ pub enum GpuError {
     Require(#[from] require::RequireError),
     #[error(transparent)]
     Driver(#[from] driver::DriverError),
+    #[error(transparent)]
+    Cdi(#[from] cdi::CdiError),
+    #[error("--gpus {gpus} and --device {device} both choose GPUs; give one of them")]
+    GpusAndDevice { gpus: String, device: String },
     #[error("the NVIDIA driver {version} is present but none of its libraries (libcuda.so.{version}, libnvidia-ml.so.{version}) was found in {searched}; name their ld.so.cache or directory with --nv-driver-path")]
     NoLibraries { version: String, searched: String },
 }
@@ -402,10 +417,48 @@ fn nvml_lib(libs: &[driver::Library]) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("libnvidia-ml.so.1"))
 }
 
+/// Are the GPUs the CDI devices' (`--device` bringing a GPU node) rather than gpurun's choice
+/// (`--gpus`, else the environment)? Both explicit is an error: neither would be what was asked.
+fn gpus_by_cdi(gpus: Option<&str>, applied: &cdi::Applied) -> Result<bool, GpuError> {
+    match (applied.gives_gpus(), gpus) {
+        (true, Some(g)) => Err(GpuError::GpusAndDevice {
+            gpus: g.to_string(),
+            device: applied
+                .devices
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        }),
+        (by_cdi, _) => Ok(by_cdi),
+    }
+}
+
+/// The CDI devices `--device` asks for, from the specs in `cdi_spec_dirs`, each node checked
+/// against what this process may open (a Slurm job's device cgroup limits them as it limits
+/// `--gpus`). `None` without `--device`.
+pub fn cdi_devices(opts: &GpuOpts) -> Result<Option<cdi::Applied>, GpuError> {
+    if opts.devices.is_empty() {
+        return Ok(None);
+    }
+    let defaults: Vec<PathBuf> = cdi::DEFAULT_SPEC_DIRS.iter().map(PathBuf::from).collect();
+    let dirs = match opts.cdi_spec_dirs.as_slice() {
+        [] => &defaults,
+        d => d,
+    };
+    let applied = cdi::resolve(&opts.devices, dirs)?;
+    cdi::check_host(&applied, &devices::probe, &|p| p.exists())?;
+    gpus_by_cdi(opts.gpus.as_deref(), &applied)?;
+    Ok(Some(applied))
+}
+
 /// Decide GPU support for one launch. `None`: GPU support is off or there is no driver (with
-/// `--nv`, a warning is printed once). `image_dir_list` lists a directory of the image.
+/// `--nv`, a warning is printed once). `image_dir_list` lists a directory of the image. When the
+/// CDI devices (`cdi`, from [`cdi_devices`]) bring GPUs, their nodes are the container's: the
+/// plan then has the driver's files only.
 pub fn prepare(
     opts: &GpuOpts,
+    cdi: Option<&cdi::Applied>,
     host_env: &[(String, String)],
     image_env: &[(String, String)],
     image_dir_list: &dyn Fn(&str) -> Option<Vec<String>>,
@@ -433,10 +486,15 @@ pub fn prepare(
     };
     let mut warnings = vec![];
 
-    // Which GPUs (decided first: `void` turns everything off).
-    let flag = opts.gpus.as_deref();
+    // Which GPUs (decided first: `void` turns everything off). CDI devices are explicit: the
+    // environment does not narrow them.
+    let by_cdi = cdi.is_some_and(cdi::Applied::gives_gpus);
     let (open, _denied) = openable(&dev);
-    let (asked, source) = devices::request_from(flag, host_env, open.len());
+    let (asked, source) = if by_cdi {
+        (Request::All, devices::Source::Cdi)
+    } else {
+        devices::request_from(opts.gpus.as_deref(), host_env, open.len())
+    };
     if asked == Request::Void {
         return Ok(None);
     }
@@ -515,7 +573,14 @@ pub fn prepare(
     };
     // One node per openable GPU: the request counted the same GPUs.
     let allowed = with_facts(&open, nvml.as_ref());
-    let sel = devices::select(&allowed, &asked, source)?;
+    let sel = if by_cdi {
+        devices::Selection {
+            chosen: vec![],
+            cuda_visible_devices: None,
+        }
+    } else {
+        devices::select(&allowed, &asked, source)?
+    };
 
     // CUDA forward compatibility: the image's newer libcuda goes first on the loader path.
     let compat = image_dir_list(COMPAT_DIR)
@@ -579,7 +644,13 @@ pub fn prepare(
             mig_uuid: c.mig.as_ref().map(|m| m.uuid.clone()),
         });
     }
-    for p in devices::control_nodes(&dev) {
+    // The CDI spec names every node its GPUs need.
+    let control = if by_cdi {
+        vec![]
+    } else {
+        devices::control_nodes(&dev)
+    };
+    for p in control {
         let name = p.file_name().map(PathBuf::from).unwrap_or_default();
         mounts.push(Mount::bind(p, Path::new("/dev").join(name), false));
     }
@@ -697,6 +768,7 @@ impl GpuPlan {
             ld_library_path_append: self.ld_library_path_append,
             path_append: self.path_append,
             filter_nvidia_dev: true,
+            ..Default::default()
         }
     }
 }
@@ -989,6 +1061,47 @@ mod tests {
     }
 
     #[test]
+    fn who_chooses_the_gpus() {
+        let applied = |nodes: &[&str]| cdi::Applied {
+            devices: vec![cdi::Chosen {
+                name: "x.com/y=0".into(),
+                spec: "/etc/cdi/x.yaml".into(),
+            }],
+            nodes: (nodes.iter())
+                .map(|p| cdi::DeviceNode {
+                    path: p.into(),
+                    host_path: p.into(),
+                    from: "x.com/y=0".into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        // (--gpus, the CDI devices' nodes, Some(the CDI devices choose) or None: refused)
+        let cases: [(Option<&str>, &[&str], Option<bool>); 7] = [
+            (None, &[], Some(false)),
+            (Some("0"), &["/dev/fpga0"], Some(false)),
+            (None, &["/dev/nvidiactl", "/dev/nvidia3"], Some(true)),
+            (None, &["/dev/nvidiactl", "/dev/nvidia-uvm"], Some(false)),
+            (None, &["/dev/dri/nvidia0"], Some(false)),
+            (Some("1"), &["/dev/nvidia3"], None),
+            (Some("none"), &["/dev/nvidia0"], None),
+        ];
+        for (gpus, nodes, want) in cases {
+            let got = gpus_by_cdi(gpus, &applied(nodes));
+            match want {
+                Some(w) => assert_eq!(got.unwrap(), w, "{gpus:?} {nodes:?}"),
+                None => assert_eq!(
+                    got.unwrap_err().to_string(),
+                    format!(
+                        "--gpus {} and --device x.com/y=0 both choose GPUs; give one of them",
+                        gpus.unwrap()
+                    )
+                ),
+            }
+        }
+    }
+
+    #[test]
     fn mig_devices_need_their_caps() {
         let dir = tempfile::tempdir().unwrap();
         let gi = dir.path().join("capabilities/gpu1/mig/gi2");
@@ -1027,8 +1140,8 @@ mod tests {
             nv: true,
             ..Default::default()
         };
-        assert!(prepare(&opts, &e, &[], &|_| None).unwrap().is_none());
-        assert!(prepare(&GpuOpts::default(), &e, &[], &|_| None)
+        assert!(prepare(&opts, None, &e, &[], &|_| None).unwrap().is_none());
+        assert!(prepare(&GpuOpts::default(), None, &e, &[], &|_| None)
             .unwrap()
             .is_none());
         let l = list(&[], &e).unwrap();

@@ -75,6 +75,8 @@ pub enum EnvError {
 #[derive(Debug, Default, Clone)]
 pub struct EnvInputs<'a> {
     pub host: &'a [(String, String)],
+    /// Host variables not passed in for this launch, besides `DENY`.
+    pub host_drop: &'a [String],
     pub cleanenv: bool,
     /// `KEY=VALUE` from the image config (OCI Env).
     pub image: &'a [String],
@@ -138,7 +140,11 @@ pub fn compose(inp: &EnvInputs) -> Result<Vec<(String, String)>, EnvError> {
             if !name.is_empty() {
                 prefixed.push((name.to_string(), v.clone()));
             }
-        } else if !inp.cleanenv && !DENY.contains(&k.as_str()) && !secret(k) {
+        } else if !inp.cleanenv
+            && !DENY.contains(&k.as_str())
+            && !secret(k)
+            && !inp.host_drop.contains(k)
+        {
             env.set(k, v.as_str());
         }
     }
@@ -266,6 +272,34 @@ mod tests {
             .unwrap();
             assert_eq!(var(&env, key), want, "cleanenv={cleanenv} key={key}");
         }
+    }
+
+    #[test]
+    fn host_variables_dropped_for_a_launch() {
+        let host = kv(&[
+            ("CUDA_VISIBLE_DEVICES", "3"),
+            ("GPURUN_ENV_X", "1"),
+            ("Y", "2"),
+        ]);
+        let drop = vec!["CUDA_VISIBLE_DEVICES".to_string(), "X".to_string()];
+        let cli = vec!["CUDA_VISIBLE_DEVICES=0".to_string()];
+        let env = compose(&EnvInputs {
+            host: &host,
+            host_drop: &drop,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(var(&env, "CUDA_VISIBLE_DEVICES"), None);
+        // the host's variables only: what the user sets for inside stays
+        assert_eq!((var(&env, "X"), var(&env, "Y")), (Some("1"), Some("2")));
+        let env = compose(&EnvInputs {
+            host: &host,
+            host_drop: &drop,
+            cli: &cli,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(var(&env, "CUDA_VISIBLE_DEVICES"), Some("0"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::env::{compose, EnvError, EnvInputs};
+use crate::gpu::cdi::Applied;
 use crate::image::meta::ImageMeta;
 
 /// What a mount inside the container is made from.
@@ -109,6 +110,10 @@ pub struct Plan {
     pub argv: Vec<String>,
     /// A tmpfs overlay keeps the root writable (`--writable-tmpfs`); otherwise it is read-only.
     pub writable: bool,
+    /// What the CDI devices asked for contributed (their nodes, mounts and env are in the lists
+    /// above too), and the edits gpurun skipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cdi: Option<Applied>,
 }
 
 /// What to run.
@@ -200,6 +205,42 @@ pub struct Extras {
     pub path_append: Vec<PathBuf>,
     /// Hide the host's /dev/nvidia* nodes (only those in `mounts` appear).
     pub filter_nvidia_dev: bool,
+    /// Host variables not passed in: they describe the host's GPUs where CDI devices bring the
+    /// container's.
+    pub host_env_drop: Vec<String>,
+    /// The CDI devices' contribution, for the plan.
+    pub cdi: Option<Applied>,
+}
+
+impl Extras {
+    /// Add the CDI devices' edits (`gpu::cdi`): their device nodes and mounts as binds, after
+    /// GPU support's and in place of any of those at the same destination, and their environment,
+    /// set as GPU support's is. Where they bring GPUs, the host's CUDA_VISIBLE_DEVICES and
+    /// NVIDIA_VISIBLE_DEVICES, which count the host's GPUs, are not passed in: inside, every GPU
+    /// node is one the devices gave.
+    pub fn add_cdi(&mut self, a: Applied) {
+        let binds: Vec<Mount> = (a.nodes.iter())
+            .map(|n| Mount::bind(&n.host_path, &n.path, false))
+            .chain(
+                a.mounts
+                    .iter()
+                    .map(|m| Mount::bind(&m.src, &m.dst, m.readonly())),
+            )
+            .collect();
+        self.mounts
+            .retain(|m| !binds.iter().any(|b| b.dst == m.dst));
+        self.mounts.extend(binds);
+        self.env.retain(|(k, _)| !a.env.iter().any(|(n, _)| n == k));
+        self.env.extend(a.env.iter().cloned());
+        if a.gives_gpus() {
+            for k in ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"] {
+                self.host_env_drop.push(k.to_string());
+            }
+        }
+        // A /dev of gpurun's own, where the nodes' mount points can be made.
+        self.filter_nvidia_dev |= !a.nodes.is_empty();
+        self.cdi = Some(a);
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -493,6 +534,7 @@ pub fn plan(
     }
     let env = compose(&EnvInputs {
         host: &host.env,
+        host_drop: &extras.host_env_drop,
         cleanenv: req.cleanenv,
         image: &image.meta.env,
         files: &req.env_files,
@@ -518,6 +560,7 @@ pub fn plan(
         cwd,
         argv: argv_for(action, image, host)?,
         writable: req.writable_tmpfs,
+        cdi: extras.cdi.clone(),
     })
 }
 
@@ -553,6 +596,32 @@ mod tests {
         )
     }
 
+    /// alice, in `cwd` with this environment and /dev.
+    fn alice(cwd: &str, env: Vec<(String, String)>, dev: Vec<DevEntry>) -> HostView<'static> {
+        HostView {
+            uid: 1000,
+            gid: 100,
+            user: "alice".into(),
+            group: "users".into(),
+            home: "/home/alice".into(),
+            shell: Some("/bin/bash".into()),
+            cwd: cwd.into(),
+            env,
+            dev,
+            exists: &host_exists,
+        }
+    }
+
+    fn image_of(meta: ImageMeta) -> ImageView<'static> {
+        ImageView {
+            root: RootSource::Squashfs("/img.sqsh".into()),
+            meta,
+            passwd: Some("root:x:0:0:root:/root:/bin/sh\n".into()),
+            group: None,
+            exists: &image_exists,
+        }
+    }
+
     fn run_plan(
         f: &Fixture,
         req: &Request,
@@ -560,59 +629,111 @@ mod tests {
         meta: ImageMeta,
         extras: &Extras,
     ) -> Result<Plan, PlanError> {
-        let host = HostView {
-            uid: 1000,
-            gid: 100,
-            user: "alice".into(),
-            group: "users".into(),
-            home: "/home/alice".into(),
-            shell: Some("/bin/bash".into()),
-            cwd: f.cwd.into(),
-            env: vec![("FOO".into(), "1".into())],
-            dev: f.dev.clone(),
-            exists: &host_exists,
+        let host = alice(f.cwd, vec![("FOO".into(), "1".into())], f.dev.clone());
+        plan(req, &action, &host, &image_of(meta), extras)
+    }
+
+    /// `exec true` from alice's home with this host environment.
+    fn plan_in_env(env: Vec<(String, String)>, req: &Request, extras: &Extras) -> Plan {
+        let host = alice("/home/alice", env, Vec::new());
+        let image = image_of(ImageMeta::default());
+        plan(
+            req,
+            &Action::Exec(vec!["true".into()]),
+            &host,
+            &image,
+            extras,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn cdi_devices_join_the_plan() {
+        use crate::gpu::cdi::{Applied, CdiMount, DeviceNode};
+        let node = |p: &str, host: &str| DeviceNode {
+            path: p.into(),
+            host_path: host.into(),
+            from: "x.com/y=0".into(),
         };
-        let image = ImageView {
-            root: RootSource::Squashfs("/img.sqsh".into()),
-            meta,
-            passwd: Some("root:x:0:0:root:/root:/bin/sh\n".into()),
-            group: None,
-            exists: &image_exists,
+        let applied = |nodes: Vec<DeviceNode>| Applied {
+            nodes,
+            mounts: vec![CdiMount {
+                src: "/opt/drv/lib".into(),
+                dst: "/usr/lib/drv".into(),
+                options: vec!["ro".into(), "nosuid".into(), "bind".into()],
+                from: "x.com/y".into(),
+            }],
+            env: vec![("A".into(), "cdi".into()), ("B".into(), "cdi".into())],
+            ..Applied::default()
         };
-        plan(req, &action, &host, &image, extras)
+        let gpu = || Extras {
+            mounts: vec![
+                Mount::bind("/dev/nvidia0", "/dev/nvidia0", false),
+                Mount::bind("/srv/fw", "/lib/firmware/x", true),
+            ],
+            env: vec![("A".into(), "gpu".into()), ("C".into(), "gpu".into())],
+            ..Extras::default()
+        };
+        let host = vec![
+            ("CUDA_VISIBLE_DEVICES".to_string(), "3".to_string()),
+            ("NVIDIA_VISIBLE_DEVICES".to_string(), "3".to_string()),
+        ];
+        // (the CDI nodes, whether the host's GPU variables pass in)
+        let cases = [
+            (vec![node("/dev/nvidia1", "/srv/dev/nvidia1")], false),
+            (vec![node("/dev/fpga0", "/dev/fpga0")], true),
+            (vec![], true),
+        ];
+        for (nodes, passed) in cases {
+            let mut x = gpu();
+            x.add_cdi(applied(nodes.clone()));
+            assert_eq!(x.filter_nvidia_dev, !nodes.is_empty(), "{nodes:?}");
+            let p = plan_in_env(host.clone(), &Request::default(), &x);
+            assert_eq!(env(&p, "A"), Some("cdi"));
+            assert_eq!((env(&p, "B"), env(&p, "C")), (Some("cdi"), Some("gpu")));
+            let cvd = env(&p, "CUDA_VISIBLE_DEVICES");
+            assert_eq!(cvd.is_some(), passed, "{nodes:?}");
+            assert_eq!(env(&p, "NVIDIA_VISIBLE_DEVICES").is_some(), passed);
+            let lib = find(&p, "/usr/lib/drv").unwrap();
+            assert!(
+                lib.readonly
+                    && lib.source
+                        == MountSource::Bind {
+                            src: "/opt/drv/lib".into()
+                        }
+            );
+            for n in &nodes {
+                let m = find(&p, &n.path.display().to_string()).unwrap();
+                assert_eq!(
+                    m.source,
+                    MountSource::Bind {
+                        src: n.host_path.clone()
+                    }
+                );
+                assert!(!m.readonly);
+            }
+            assert_eq!(p.cdi.as_ref().unwrap().nodes, nodes);
+        }
+        // a CDI node or mount where GPU support had one replaces it
+        let mut x = gpu();
+        x.add_cdi(applied(vec![node("/dev/nvidia0", "/srv/dev/nvidia0")]));
+        let at = |d: &str| x.mounts.iter().filter(|m| m.dst == Path::new(d)).count();
+        assert_eq!((at("/dev/nvidia0"), at("/lib/firmware/x")), (1, 1));
+        assert_eq!(
+            x.mounts[1].source,
+            MountSource::Bind {
+                src: "/srv/dev/nvidia0".into()
+            }
+        );
+        // without CDI devices the plan says nothing of them
+        let p = plan_in_env(host, &Request::default(), &gpu());
+        assert!(p.cdi.is_none() && env(&p, "CUDA_VISIBLE_DEVICES") == Some("3"));
     }
 
     #[test]
     fn pmix_server_directory_is_bound() {
-        let plan_with = |env: Vec<(String, String)>, req: &Request| {
-            let host = HostView {
-                uid: 1000,
-                gid: 100,
-                user: "alice".into(),
-                group: "users".into(),
-                home: "/home/alice".into(),
-                shell: None,
-                cwd: "/home/alice".into(),
-                env,
-                dev: Vec::new(),
-                exists: &host_exists,
-            };
-            let image = ImageView {
-                root: RootSource::Squashfs("/img.sqsh".into()),
-                meta: ImageMeta::default(),
-                passwd: None,
-                group: None,
-                exists: &image_exists,
-            };
-            plan(
-                req,
-                &Action::Exec(vec!["true".into()]),
-                &host,
-                &image,
-                &Extras::default(),
-            )
-            .unwrap()
-        };
+        let plan_with =
+            |env: Vec<(String, String)>, req: &Request| plan_in_env(env, req, &Extras::default());
         let pmix = |d: &str| vec![("PMIX_SERVER_TMPDIR".to_string(), d.to_string())];
         let spool = "/var/spool/slurmd/pmix.7.0";
         let p = plan_with(pmix("/var/spool/slurmd/pmix.7.0/"), &Request::default());

@@ -540,8 +540,11 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         kept_facts: Some(cache_root()),
         ..l.gpu.clone()
     };
-    let gpu = crate::gpu::prepare(&gpu_opts, &env, &image_env, &|d| image.list(d))?;
-    let extras = match gpu {
+    let cdi = crate::gpu::cdi_devices(&gpu_opts)?;
+    let gpu = crate::gpu::prepare(&gpu_opts, cdi.as_ref(), &env, &image_env, &|d| {
+        image.list(d)
+    })?;
+    let mut extras = match gpu {
         Some(g) => {
             for w in &g.warnings {
                 eprintln!("gpurun: warning: {w}");
@@ -553,6 +556,12 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
             ..Extras::default()
         },
     };
+    if let Some(a) = cdi {
+        for s in &a.skipped {
+            eprintln!("gpurun: {s}");
+        }
+        extras.add_cdi(a);
+    }
     let host_exists = plan::HostPath::of;
     let host = HostView {
         uid: uid.as_raw(),
