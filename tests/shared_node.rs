@@ -304,6 +304,15 @@ fn the_default_cache_made_first_by_someone_else() {
         .unwrap()
         .count();
     assert_eq!(facts, 0, "nothing of the victim's was written there");
+    // doctor says what is wrong with the cache, and the fix.
+    let o = gpurun_as(OTHER_USER, &["doctor"]).output().unwrap();
+    let report = stdout(&o);
+    let cache_line = report
+        .lines()
+        .find(|l| l.contains(&q.to_string()))
+        .unwrap_or_default();
+    assert!(cache_line.contains("not by you"), "{report}");
+    assert!(report.contains("GPURUN_CACHEDIR"), "{report}");
     std::fs::remove_dir_all(&squatted).unwrap();
     let _ = std::fs::remove_file(&img);
     drop(f.reg);
