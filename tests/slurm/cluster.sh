@@ -104,6 +104,8 @@ start() {
   local mode=${1:-auto}
   shift || true
   [ "$(id -u)" = 0 ] || die "must run as root"
+  alive "$(pid_of "${MN_DIR:-/var/lib/gpurun-multinode}/slurmctld.pid")" \
+    && die "the multi-node cluster (tests/slurm/multinode.sh) is running and uses $ETC: stop it first"
   mkdir -p "$DIR"/{ctld,log} "$SPOOL"
   install_pkgs
   case "$mode" in
