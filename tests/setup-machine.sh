@@ -12,6 +12,9 @@ PACKAGES=(
   munge slurmctld slurmd slurm-client libslurm-dev libpmix-dev
   # a real MPI program in the Slurm tests (Debian's Open MPI uses the same PMIx as Slurm)
   openmpi-bin libopenmpi-dev
+  # the multi-node Slurm tests: nodes in network namespaces (tests/slurm/multinode.sh), PyTorch
+  # DDP over gloo on CPU across them (tests/slurm/torch-image.sh)
+  iproute2 python3-torch
 )
 if [ "$(id -u)" != 0 ]; then
   echo "$0 sets up the machine (apt, a test user, /dev/fuse): run it as root" >&2

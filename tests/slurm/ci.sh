@@ -2,8 +2,11 @@
 # The Slurm part of CI, as root, after `cargo build --workspace`: for each cgroup mode (v1 with
 # ConstrainDevices, then none) start the single-node cluster with the SPANK plugin of this build
 # and run tests/slurm/run-tests.sh as the unprivileged test user; stop the cluster at the end.
+# Then the same plugin on a 3-node cluster (tests/slurm/multinode.sh) and its tests
+# (tests/slurm/multinode-tests.sh, jobs as the test user).
 # Prints one "N passed, N failed" line per mode; exit status 1 when a test failed.
-#   GPURUN_TEST_USER (default gpuruntest), SLURM_CI_MODES (default "v1 none")
+#   GPURUN_TEST_USER (default gpuruntest), SLURM_CI_MODES (default "v1 none"),
+#   SLURM_CI_MULTINODE (default 1; 0 skips the 3-node cluster)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 U=${GPURUN_TEST_USER:-gpuruntest}
@@ -27,5 +30,19 @@ for mode in ${SLURM_CI_MODES:-v1 none}; do
   summary+=("$mode: $(tail -n 1 "/tmp/gpurun-slurm-tests-$mode.log")")
 done
 tests/slurm/cluster.sh stop
+# Then 3 nodes in namespaces of this machine (tests/slurm/multinode.sh), without cgroups.
+if [ "${SLURM_CI_MULTINODE:-1}" = 1 ]; then
+  echo "=== Slurm, 3 nodes"
+  t0=$(date +%s)
+  if tests/slurm/multinode.sh start 3 "$SO" "gpurun=$GPURUN"; then
+    GPURUN_TEST_USER=$U GPURUN=$GPURUN tests/slurm/multinode-tests.sh | tee /tmp/gpurun-slurm-tests-multinode.log
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    summary+=("3 nodes: $(tail -n 1 /tmp/gpurun-slurm-tests-multinode.log)")
+  else
+    summary+=("3 nodes: cluster did not start"); status=1
+  fi
+  tests/slurm/multinode.sh stop
+  summary+=("3 nodes: $(( $(date +%s) - t0 )) s with the cluster's start and stop")
+fi
 printf '=== Slurm tests\n'; printf '%s\n' "${summary[@]}"
 exit "$status"
