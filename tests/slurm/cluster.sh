@@ -43,20 +43,7 @@ T0=$(date +%s%N)
 log() { printf '[cluster %5dms] %s\n' $((($(date +%s%N) - T0) / 1000000)) "$*"; }
 die() { log "ERROR: $*"; exit 1; }
 
-# A pid is alive when /proc/PID exists and is not a zombie (a zombie still passes `kill -0`,
-# and PID 1 here is not a fast reaper).
-alive() {
-  local p=${1:-}; [ -n "$p" ] && [ -r "/proc/$p/stat" ] || return 1
-  local st; st=$(sed -E 's/^[0-9]+ \(.*\) ([A-Z]).*/\1/' "/proc/$p/stat" 2>/dev/null) || return 1
-  [ "$st" != Z ] && [ "$st" != X ]
-}
-pid_of() { if [ -s "$1" ]; then cat "$1"; fi; }
-stop_pid() {  # name pid
-  local p=$2; alive "$p" || return 0
-  kill "$p" 2>/dev/null || true
-  for _ in $(seq 100); do alive "$p" || { log "$1 ($p) stopped"; return 0; }; sleep 0.1; done
-  log "$1 ($p) ignored SIGTERM for 10s, sending SIGKILL"; kill -9 "$p" 2>/dev/null || true
-}
+. "$(dirname "$0")/slurm-lib.sh"   # alive, pid_of, stop_pid, conf_common
 v1_ok() { [ -w /sys/fs/cgroup/devices/devices.deny ] && [ -d /sys/fs/cgroup/freezer ]; }
 
 apt_retry() {  # apt with the dpkg lock possibly held by someone else
@@ -143,10 +130,7 @@ start() {
 $MARK (Slurm $ver, cgroup mode: $mode)
 ClusterName=ci
 SlurmctldHost=$node(127.0.0.1)
-SlurmUser=slurm
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
+$(conf_common)
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$SPOOL
 SlurmctldPidFile=$DIR/slurmctld.pid
@@ -157,17 +141,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=$proctrack
 TaskPlugin=$task
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
 GresTypes=gpu
-SchedulerType=sched/backfill
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MpiDefault=none
-ReturnToService=2
-# trust the node line below instead of the probed hardware (CI machines differ)
-SlurmdParameters=config_overrides
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$NCPU Boards=1 SocketsPerBoard=1 CoresPerSocket=$NCPU ThreadsPerCore=1 RealMemory=1000 Gres=gpu:$NGPU State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF

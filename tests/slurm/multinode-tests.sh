@@ -13,7 +13,8 @@
 # Run as root: the jobs and containers are the test user's (GPURUN_TEST_USER, default
 # gpuruntest; files in its home, which every node shares); root only kills and restarts a
 # node's slurmd and looks into each node's namespaces (multinode.sh exec).
-# Ends with "N passed, N failed"; exit status 1 when a test failed.
+# Ends with "N passed, N failed"; exit status 1 when a test failed. The work directory is
+# removed when all passed.
 # Environment: GPURUN (default target/debug/gpurun of this checkout).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -247,5 +248,7 @@ for how in plugin exec; do
 done
 
 echo "multi-node tests took $(( $(date +%s) - T0 )) s"
+# the images (the PyTorch one is 230 MB) stay only for looking into a failure
+[ "$fail" = 0 ] && rm -rf "$W"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

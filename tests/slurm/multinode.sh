@@ -57,19 +57,7 @@ T0=$(date +%s%N)
 log() { printf '[multinode %5dms] %s\n' $((($(date +%s%N) - T0) / 1000000)) "$*"; }
 die() { log "ERROR: $1"; exit "${2:-1}"; }
 
-# A pid is alive when /proc/PID exists and is not a zombie (a zombie still passes `kill -0`).
-alive() {
-  local p=${1:-}; [ -n "$p" ] && [ -r "/proc/$p/stat" ] || return 1
-  local st; st=$(sed -E 's/^[0-9]+ \(.*\) ([A-Z]).*/\1/' "/proc/$p/stat" 2>/dev/null) || return 1
-  [ "$st" != Z ] && [ "$st" != X ]
-}
-pid_of() { if [ -s "$1" ]; then cat "$1"; fi; }
-stop_pid() {  # name pid
-  local p=$2; alive "$p" || return 0
-  kill "$p" 2>/dev/null || true
-  for _ in $(seq 100); do alive "$p" || { log "$1 ($p) stopped"; return 0; }; sleep 0.1; done
-  log "$1 ($p) ignored SIGTERM for 10s, sending SIGKILL"; kill -9 "$p" 2>/dev/null || true
-}
+. "$(dirname "$0")/slurm-lib.sh"   # alive, pid_of, stop_pid, conf_common
 nodes() { cat "$DIR/nodes" 2>/dev/null || true; }        # n1 n2 …, one a line
 node_index() { case "$1" in n[0-9]*) echo "${1#n}" ;; *) die "no node $1" ;; esac; }
 in_node() {  # node cmd...: root, in the node's network, UTS and mount namespaces
@@ -115,10 +103,7 @@ write_conf() {  # n plugin-line
     cat <<EOF
 ClusterName=gpurun-mn
 SlurmctldHost=$host($NET.1)
-SlurmUser=slurm
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
+$(conf_common)
 AuthInfo=socket=$DIR/munge/munge.socket
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$SPOOL/%n
@@ -130,19 +115,11 @@ SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
-JobCompType=jobcomp/none
-MpiDefault=none
-ReturnToService=2
-# a killed slurmd is noticed within seconds (the fault tests), and scancel escalates soon
+# a killed slurmd is declared down sooner (the fault tests: about 28 s after the kill, the
+# ping cycle adds to it), and scancel escalates to SIGKILL sooner
 SlurmdTimeout=$SLURMD_TIMEOUT
 KillWait=5
 PlugStackConfig=$ETC/plugstack.conf
-SlurmdParameters=config_overrides
 EOF
     for i in $(seq "$n"); do
       echo "NodeName=n$i NodeAddr=$NET.$((10 + i)) CPUs=$NCPU Boards=1 SocketsPerBoard=1 CoresPerSocket=$NCPU ThreadsPerCore=1 RealMemory=1000 State=UNKNOWN"
