@@ -200,6 +200,12 @@ if as_user sh -c "umoci init --layout oci && umoci new --image oci:t && umoci un
     res $? "--container-image=docker://$REF, $cache cache: 3 tasks in the image on n1 n2 n3" || cat reg-$cache.out reg-$cache.err
     echo "  registry fetches per blob with a $cache cache ($(echo "$blobs" | wc -l) blobs): $(fetches "$mark")"
   done
+  mark=$(wc -l <"$MN_REGISTRY_LOG")
+  as_user env GPURUN_CACHEDIR=/var/tmp/gpurun-mn-cache-exec.$$ srun "${T[@]}" -N3 -n6 --ntasks-per-node=2 \
+    gpurun exec "docker://$REF" /probe >reg-exec.out 2>reg-exec.err
+  [ "$(grep -c 'marker=image' reg-exec.out)" = 6 ] && [ "$(hosts_of reg-exec.out)" = "n1 n2 n3" ]
+  res $? "srun -N3 -n6 gpurun exec docker://$REF: 6 tasks in the image on n1 n2 n3" || cat reg-exec.out reg-exec.err
+  echo "  registry fetches per blob, gpurun exec per task, node caches: $(fetches "$mark")"
 else
   cat push.log; bad "could not push the test image to $MN_REGISTRY"
 fi
