@@ -740,7 +740,17 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
                 .map(|&e| Errno::from_raw(e)),
         )
         .collect();
-    Err(exec_failure(&name, &prep.path_dirs, &attempts))
+    Err(exec_failure(&name, &prep.path_dirs, &attempts, &head_of))
+}
+
+/// The first bytes of a file, for `interpreter::missing`.
+fn head_of(p: &Path) -> Option<Vec<u8>> {
+    let mut head = Vec::with_capacity(super::interpreter::HEAD_BYTES);
+    let f = File::open(p).ok()?;
+    f.take(super::interpreter::HEAD_BYTES as u64)
+        .read_to_end(&mut head)
+        .ok()?;
+    Some(head)
 }
 
 /// Whether a PATH search goes on after execve failed so: the name is not there, or is there but
@@ -754,12 +764,23 @@ fn next_candidate(e: Errno) -> bool {
 
 /// The exit status and the one line for a command that could not be exec'd, from what each
 /// candidate's execve said (in order; the search stops at an error `next_candidate` refuses).
-fn exec_failure(name: &str, path_dirs: &[PathBuf], attempts: &[(PathBuf, Errno)]) -> (i32, String) {
+/// An ENOENT from a file that is there (`head` reads it) is its interpreter's or loader's.
+fn exec_failure(
+    name: &str,
+    path_dirs: &[PathBuf],
+    attempts: &[(PathBuf, Errno)],
+    head: &dyn Fn(&Path) -> Option<Vec<u8>>,
+) -> (i32, String) {
     if let Some((p, e)) = attempts.iter().find(|(_, e)| !next_candidate(*e)) {
         return (
             exit::NOT_EXECUTABLE,
             format!("cannot execute {}: {e}", p.display()),
         );
+    }
+    let missing = (attempts.iter().filter(|(_, e)| *e == Errno::ENOENT))
+        .find_map(|(p, _)| super::interpreter::missing(p, &head(p)?));
+    if let Some(line) = missing {
+        return (exit::NOT_EXECUTABLE, line);
     }
     let denied = attempts
         .iter()
@@ -1050,8 +1071,25 @@ mod tests {
                 126,
                 "cannot execute /b/x: E2BIG",
             ),
+            // There, but what its #! line names is not (the file exists: `head` reads it).
+            (
+                "/opt/script",
+                vec![at("/opt/script", Errno::ENOENT)],
+                126,
+                "its #! line names \"/bin/sh\\r\", with a carriage return",
+            ),
+            (
+                "script",
+                vec![at("/a/script", Errno::ENOENT), at("/b/script", Errno::ENOENT)],
+                126,
+                "cannot execute /a/script: its #! line",
+            ),
         ] {
-            let (c, msg) = exec_failure(name, &dirs, &attempts);
+            let head = |p: &Path| {
+                p.ends_with("script")
+                    .then(|| b"#!/bin/sh\r\necho hi\r\n".to_vec())
+            };
+            let (c, msg) = exec_failure(name, &dirs, &attempts, &head);
             assert_eq!(c, code, "{attempts:?}: {msg}");
             assert!(msg.contains(says), "{attempts:?}: {msg}");
             assert!(!msg.contains('\n'), "one line: {msg}");

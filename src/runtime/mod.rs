@@ -3,6 +3,7 @@
 pub mod env;
 pub mod extract;
 pub mod fuse;
+pub mod interpreter;
 pub mod kept_reads;
 pub mod launch;
 pub mod linger;
