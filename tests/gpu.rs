@@ -787,24 +787,59 @@ fn exec_checks_the_image_requirements() {
     assert!(o.status.success(), "{}", common::stderr(&o));
 }
 
+/// An explicit request for GPUs (--nv, GPURUN_NV=1, --gpus LIST) on a node without a driver is an
+/// error: one line, exit 125, nothing run. Without one, the command runs without GPUs.
 #[test]
-fn nv_without_a_driver_warns_once_and_runs() {
+fn explicit_gpus_without_a_driver_are_an_error() {
     let s = common::Scratch::new();
     let img = image(&s, &["PATH=/bin"]);
-    let mut c = common::gpurun(&[
-        "exec",
-        "--nv",
-        img.to_str().unwrap(),
-        "sh",
-        "-c",
-        "echo ran",
-    ]);
-    c.current_dir("/").env("GPURUN_NV_PROC", "/nonexistent");
-    let o = c.output().unwrap();
-    assert!(o.status.success(), "{}", common::stderr(&o));
-    assert_eq!(common::stdout(&o), "ran\n");
-    let e = common::stderr(&o);
-    assert_eq!(e.matches("no NVIDIA driver on this node").count(), 1, "{e}");
+    let nodev = s.join("nodev");
+    std::fs::create_dir(&nodev).unwrap();
+    let run = |flags: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["exec"];
+        args.extend_from_slice(flags);
+        args.extend([img.to_str().unwrap(), "sh", "-c", "echo ran"]);
+        let mut c = common::gpurun(&args);
+        c.current_dir("/")
+            .env("GPURUN_NV_PROC", "/nonexistent")
+            .env("GPURUN_NV_DEV", &nodev)
+            .envs(env.iter().copied());
+        c.output().unwrap()
+    };
+    for (flags, env, asked) in [
+        (&["--nv"][..], &[][..], "--nv"),
+        (&[], &[("GPURUN_NV", "1")], "GPURUN_NV=1"),
+        (&["--gpus", "1,2"], &[], "--gpus 1,2"),
+        (&["--gpus=all"], &[], "--gpus all"),
+        (&[], &[("GPURUN_GPUS", "0")], "--gpus 0"),
+    ] {
+        let o = run(flags, env);
+        let e = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(125), "{flags:?} {env:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(
+            e.starts_with(&format!(
+                "gpurun: {asked} asks for GPUs, but this node has no NVIDIA driver"
+            )),
+            "{e}"
+        );
+        assert!(common::stdout(&o).is_empty());
+    }
+    for (flags, env) in [
+        (&[][..], &[][..]),
+        (&["--gpus", "none"], &[]),
+        (&["--no-nv", "--gpus", "1"], &[]),
+        (&[], &[("GPURUN_NV", "0")]),
+    ] {
+        let o = run(flags, env);
+        assert!(
+            o.status.success(),
+            "{flags:?} {env:?}: {}",
+            common::stderr(&o)
+        );
+        assert_eq!(common::stdout(&o), "ran\n");
+        assert!(common::stderr(&o).is_empty(), "{}", common::stderr(&o));
+    }
 }
 
 /// Is a Slurm cluster with the fake GPUs of recipes/slurm up (gres gpu on /dev/nvidia0..)?

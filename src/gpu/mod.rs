@@ -22,7 +22,6 @@ pub mod nvml;
 pub mod require;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 use serde::Serialize;
@@ -144,6 +143,8 @@ pub enum GpuError {
     Driver(#[from] driver::DriverError),
     #[error(transparent)]
     Cdi(#[from] cdi::CdiError),
+    #[error("{asked} asks for GPUs, but this node has no NVIDIA driver ({missing} is missing); run on a GPU node, or drop {asked}")]
+    NoDriver { asked: String, missing: PathBuf },
     #[error("--gpus {gpus} and --device {device} both choose GPUs; give one of them")]
     GpusAndDevice { gpus: String, device: String },
     #[error("the NVIDIA driver {version} is present but none of its libraries (libcuda.so.{version}, libnvidia-ml.so.{version}) was found in {searched}; name their ld.so.cache or directory with --nv-driver-path")]
@@ -192,21 +193,37 @@ fn version_from_nvml(
     Some((info.driver_version.clone()?, info))
 }
 
-static WARNED_NO_DRIVER: AtomicBool = AtomicBool::new(false);
-
-/// Is GPU support asked for? None = off, Some(true) = explicitly, Some(false) = by default.
-fn wanted(opts: &GpuOpts, host_env: &[(String, String)]) -> Option<bool> {
+/// Is GPU support asked for? None = off; Some(None) = on by default, where there is a driver;
+/// Some(Some(words)) = explicitly, by these words (`--nv`, `GPURUN_NV=1`, `--gpus 1,2`): an
+/// explicit request no driver can meet is an error.
+fn wanted(opts: &GpuOpts, host_env: &[(String, String)]) -> Option<Option<String>> {
     if opts.no_nv {
         return None;
     }
+    let gpus = opts.gpus.as_deref().map(str::trim);
+    // --gpus none: no GPUs asked for, whatever else says so.
+    let no_gpus = gpus.is_some_and(|g| g.eq_ignore_ascii_case("none"));
     if opts.nv {
-        return Some(true);
+        return Some((!no_gpus).then(|| "--nv".to_string()));
     }
-    match var(host_env, "GPURUN_NV").map(|v| v.trim().to_ascii_lowercase()) {
-        Some(v) if matches!(v.as_str(), "0" | "false" | "no" | "off") => None,
-        Some(v) if !v.is_empty() => Some(true),
-        _ => Some(false),
+    let env = var(host_env, "GPURUN_NV")
+        .map(str::trim)
+        .filter(|v| !v.is_empty());
+    if env.is_some_and(|v| {
+        matches!(
+            v.to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        )
+    }) {
+        return None;
     }
+    let asked = match (env, gpus) {
+        _ if no_gpus => None,
+        (Some(v), _) => Some(format!("GPURUN_NV={v}")),
+        (None, Some(g)) if !g.is_empty() => Some(format!("--gpus {g}")),
+        _ => None,
+    };
+    Some(asked)
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -452,8 +469,8 @@ pub fn cdi_devices(opts: &GpuOpts) -> Result<Option<cdi::Applied>, GpuError> {
     Ok(Some(applied))
 }
 
-/// Decide GPU support for one launch. `None`: GPU support is off or there is no driver (with
-/// `--nv`, a warning is printed once). `image_dir_list` lists a directory of the image. When the
+/// Decide GPU support for one launch. `None`: GPU support is off, or there is no driver and
+/// none was asked for explicitly (`wanted`; when one was, that is an error). `image_dir_list` lists a directory of the image. When the
 /// CDI devices (`cdi`, from [`cdi_devices`]) bring GPUs, their nodes are the container's: the
 /// plan then has the driver's files only.
 pub fn prepare(
@@ -476,13 +493,13 @@ pub fn prepare(
         },
     };
     let Some(version) = version else {
-        if explicit && !WARNED_NO_DRIVER.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "gpurun: warning: --nv: no NVIDIA driver on this node ({} is missing); running without GPUs",
-                proc_dir.join("version").display()
-            );
-        }
-        return Ok(None);
+        return match explicit {
+            Some(asked) => Err(GpuError::NoDriver {
+                asked,
+                missing: proc_dir.join("version"),
+            }),
+            None => Ok(None),
+        };
     };
     let mut warnings = vec![];
 
@@ -1044,16 +1061,27 @@ mod tests {
             no_nv,
             ..Default::default()
         };
+        let gpus = |g: &str| GpuOpts {
+            gpus: Some(g.into()),
+            ..Default::default()
+        };
+        let by = |w: &str| Some(Some(w.to_string()));
         let cases = [
-            (o(false, false), vec![], Some(false)),
-            (o(true, false), vec![], Some(true)),
+            (o(false, false), vec![], Some(None)),
+            (o(true, false), vec![], by("--nv")),
             (o(false, true), vec![], None),
             (o(false, true), vec![("GPURUN_NV", "1")], None),
-            (o(false, false), vec![("GPURUN_NV", "1")], Some(true)),
+            (o(false, false), vec![("GPURUN_NV", "1")], by("GPURUN_NV=1")),
             (o(false, false), vec![("GPURUN_NV", "0")], None),
             (o(false, false), vec![("GPURUN_NV", "off")], None),
-            (o(true, false), vec![("GPURUN_NV", "0")], Some(true)),
-            (o(false, false), vec![("GPURUN_NV", "")], Some(false)),
+            (o(true, false), vec![("GPURUN_NV", "0")], by("--nv")),
+            (o(false, false), vec![("GPURUN_NV", "")], Some(None)),
+            (gpus("1,2"), vec![], by("--gpus 1,2")),
+            (gpus("all"), vec![], by("--gpus all")),
+            (gpus("none"), vec![], Some(None)),
+            (gpus("none"), vec![("GPURUN_NV", "1")], Some(None)),
+            (gpus("1"), vec![("GPURUN_NV", "1")], by("GPURUN_NV=1")),
+            (gpus("1"), vec![("GPURUN_NV", "0")], None),
         ];
         for (opts, e, want) in cases {
             assert_eq!(wanted(&opts, &env(&e)), want, "{opts:?} {e:?}");
@@ -1136,14 +1164,29 @@ mod tests {
             ("GPURUN_NV_PROC", dir.path().to_str().unwrap()),
             ("GPURUN_NV_DEV", dir.path().to_str().unwrap()),
         ]);
-        let opts = GpuOpts {
-            nv: true,
-            ..Default::default()
-        };
-        assert!(prepare(&opts, None, &e, &[], &|_| None).unwrap().is_none());
+        // asked for by default: none; explicitly: an error naming the request
         assert!(prepare(&GpuOpts::default(), None, &e, &[], &|_| None)
             .unwrap()
             .is_none());
+        let nv = GpuOpts {
+            nv: true,
+            ..Default::default()
+        };
+        let gpus = GpuOpts {
+            gpus: Some("1,2".into()),
+            ..Default::default()
+        };
+        for (opts, asked) in [(nv, "--nv"), (gpus, "--gpus 1,2")] {
+            let err = prepare(&opts, None, &e, &[], &|_| None)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with(&format!(
+                    "{asked} asks for GPUs, but this node has no NVIDIA driver"
+                )) && err.contains("version is missing"),
+                "{err}"
+            );
+        }
         let l = list(&[], &e).unwrap();
         assert!(l.driver_version.is_none() && l.gpus.is_empty());
         assert!(render(&l).contains("no NVIDIA driver"));
