@@ -379,6 +379,36 @@ fn docker_v2_offline_sources_and_platforms() {
         &["linux/s390x", "linux/amd64, linux/arm64/v8", "--platform"],
     );
     assert!(!s.join("x.sqsh").exists());
+    // inspect lists the platforms of a multi-platform image, and shows the one it picked
+    let args = ["--json", "--platform", "linux/arm64/v8", m.as_str()];
+    let mut c = common::gpurun(&["inspect"]);
+    c.args(args)
+        .current_dir(s.path())
+        .env("GPURUN_CACHEDIR", s.join("cache"));
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["platforms"],
+        serde_json::json!(["linux/amd64", "linux/arm64/v8"])
+    );
+    assert_eq!(v["platform"], "linux/arm64/v8");
+    let o = common::gpurun(&["inspect", "--platform", "linux/arm64/v8", &m])
+        .env("GPURUN_CACHEDIR", s.join("cache"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("Platforms:      linux/amd64, linux/arm64/v8"),
+        "{text}"
+    );
+    // a single-platform image has no list
+    let o = common::gpurun(&["inspect", "--json", &a])
+        .env("GPURUN_CACHEDIR", s.join("cache"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.get("platforms").is_none(), "{v}");
     let o = pull(&s, &["--platform", "linux/arm64", &a, "-o", "x.sqsh"], &[]);
     one_line_error(
         &o,
@@ -547,7 +577,12 @@ fn basic_auth_registry() {
     let src = format!("docker://{}/test/simple:v2", reg.addr());
 
     let o = pull(&s, &[&src, "-o", "a.sqsh"], &[]);
-    one_line_error(&o, EXIT_AUTH, &[&reg.addr(), "GPURUN_DOCKER_USERNAME"]);
+    one_line_error(
+        &o,
+        EXIT_AUTH,
+        &[&reg.addr(), "refused access", "GPURUN_DOCKER_USERNAME"],
+    );
+    // a wrong password reads differently from none: the credentials found were refused
     let o = pull(
         &s,
         &[&src, "-o", "a.sqsh"],
@@ -556,7 +591,31 @@ fn basic_auth_registry() {
             ("GPURUN_DOCKER_PASSWORD", "wrong-pass"),
         ],
     );
-    one_line_error(&o, EXIT_AUTH, &[&reg.addr()]);
+    one_line_error(
+        &o,
+        EXIT_AUTH,
+        &[
+            &reg.addr(),
+            "refused the credentials from GPURUN_DOCKER_USERNAME and GPURUN_DOCKER_PASSWORD",
+            "check the user name and password",
+        ],
+    );
+    assert!(!stderr(&o).contains("wrong-pass"));
+    let dc = s.join("docker-config");
+    std::fs::create_dir_all(&dc).unwrap();
+    let wrong = "dGVzdGVyOndyb25nLXBhc3M="; // base64("tester:wrong-pass")
+    std::fs::write(
+        dc.join("config.json"),
+        format!(r#"{{"auths":{{"{}":{{"auth":"{wrong}"}}}}}}"#, reg.addr()),
+    )
+    .unwrap();
+    s.chown_all();
+    let o = pull(&s, &[&src, "-o", "a.sqsh"], &[]);
+    let found_in = format!(
+        "refused the credentials found in {}",
+        dc.join("config.json").display()
+    );
+    one_line_error(&o, EXIT_AUTH, &[&found_in]);
     assert!(!stderr(&o).contains("wrong-pass"));
 
     let o = pull_ok(
@@ -574,8 +633,6 @@ fn basic_auth_registry() {
     );
 
     // docker config.json with base64 "auth"; a fresh cache so the blobs come from the registry
-    let dc = s.join("docker-config");
-    std::fs::create_dir_all(&dc).unwrap();
     let auth = "dGVzdGVyOnMzY3JldC1wYXNz"; // base64("tester:s3cret-pass")
     std::fs::write(
         dc.join("config.json"),
@@ -833,6 +890,94 @@ fn ensure_local_caches_by_manifest_digest() {
     let e = ensure_local(&format!("docker://{}/test/none:x", proxy.addr()), &opts).unwrap_err();
     assert_eq!(e.exit_code(), EXIT_NOT_FOUND);
     assert!(e.to_string().contains("test/none:x"), "{e}");
+}
+
+/// A pull that fails mid-download keeps the partial blob as a resume point: the next pull
+/// resumes it and counts only what it downloaded itself; nothing holds it once the pull is gone,
+/// so `cache clean` removes it at once.
+#[test]
+fn a_failed_pull_resumes_counts_and_cleans() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let fx = fixture(&s, &reg);
+    let proxy = Proxy::start(reg.port);
+    let src = format!("docker://{}/test/big:v1", proxy.addr());
+    let partials = |cache: &str| -> Vec<u64> {
+        std::fs::read_dir(s.join(cache).join("blobs/sha256"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
+                    .map(|e| e.metadata().unwrap().len())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // cut after 1 MiB, then gone: the pull fails with the first 1 MiB kept
+    let fail_once = |cache: &str| {
+        proxy.clear();
+        proxy.rule(&fx.big_layer, Action::Truncate(1 << 20), 1);
+        proxy.rule(&fx.big_layer, Action::Status(404), 1);
+        let cache_dir = s.join(cache);
+        let o = pull(
+            &s,
+            &[&src, "-o", "fail.sqsh"],
+            &[("GPURUN_CACHEDIR", cache_dir.to_str().unwrap())],
+        );
+        one_line_error(&o, EXIT_NOT_FOUND, &["not found"]);
+        assert!(!s.join("fail.sqsh").exists());
+        assert_eq!(partials(cache).len(), 1, "{}", stderr(&o));
+    };
+    fail_once("c1");
+    proxy.clear();
+    let o = pull_ok(
+        &s,
+        &[&src, "-o", "big.sqsh"],
+        &[("GPURUN_CACHEDIR", s.join("c1").to_str().unwrap())],
+    );
+    let e = stderr(&o);
+    let total = 3 << 20;
+    let line = e
+        .lines()
+        .find(|l| l.starts_with("Downloaded "))
+        .unwrap_or_else(|| panic!("no summary: {e}"));
+    // "Downloaded NOW MiB of ALL MiB": all but the 1 MiB the failed pull kept
+    let mib: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        mib.len() == 2 && (mib[1] - mib[0] - 1.0).abs() < 0.06 && mib[1] > 3.0,
+        "{line}"
+    );
+    assert!(
+        e.contains(&format!("resumed, {:.1} MiB downloaded now", mib[0])),
+        "{e}"
+    );
+    assert!(!e.contains(" MB"), "decimal units: {e}");
+    assert_eq!(
+        support::read_image(&s.join("big.sqsh"))["big"].data.len(),
+        total
+    );
+    assert!(partials("c1").is_empty());
+
+    // the next failure's partial blob is not "in use": cache clean removes it at once
+    fail_once("c2");
+    let cache = |args: &[&str]| {
+        let mut c = common::gpurun(&["cache"]);
+        c.args(args).env("GPURUN_CACHEDIR", s.join("c2"));
+        common::stdout(&common::run_ok(&mut c))
+    };
+    let list: serde_json::Value = serde_json::from_str(&cache(&["list", "--json"])).unwrap();
+    let partial = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "partial")
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(partial["in_use"].is_null(), "{partial}");
+    let out = cache(&["clean"]);
+    assert!(out.contains("removed partial sha256:"), "{out}");
+    assert!(partials("c2").is_empty());
 }
 
 #[test]

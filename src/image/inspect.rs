@@ -50,6 +50,10 @@ pub struct Report {
     /// NVIDIA_REQUIRE_* constraints the image sets (or that CUDA_VERSION implies), checked
     /// against the driver at launch.
     pub cuda_requirement: BTreeMap<String, String>,
+    /// For docker:// of a multi-platform image: every platform it offers (`platform` is the one
+    /// shown, this machine's or --platform's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub platforms: Vec<String>,
 }
 
 /// An image file opened: a squashfs, or the squashfs inside a SIF.
@@ -80,20 +84,18 @@ fn report(
         compression,
         cuda_requirement: crate::gpu::require::constraints(&env).into_iter().collect(),
         meta: m,
+        platforms: Vec::new(),
     }
 }
 
 /// Inspect a file or a `docker://` reference.
 pub fn inspect(image: &str, opts: &PullOptions) -> Result<Report, InspectError> {
     if image.starts_with("docker://") {
-        let (meta, size) = super::pull::remote_meta(image, opts)?;
-        return Ok(report(
-            image.to_string(),
-            "registry".into(),
-            size,
-            None,
-            meta,
-        ));
+        let r = super::pull::remote_meta(image, opts)?;
+        return Ok(Report {
+            platforms: r.platforms,
+            ..report(image.to_string(), "registry".into(), r.size, None, r.meta)
+        });
     }
     let path = Path::new(image);
     let archive = open_file(path)?;
@@ -139,6 +141,7 @@ pub fn render(r: &Report) -> String {
     line("Source:", &r.meta.source);
     line("Digest:", &r.meta.manifest_digest);
     line("Platform:", &r.meta.platform);
+    line("Platforms:", &r.platforms.join(", "));
     line("Created:", &r.meta.created);
     line("Size:", &human_size(r.size_bytes));
     line("Compression:", r.compression.as_deref().unwrap_or(""));

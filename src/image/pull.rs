@@ -26,7 +26,8 @@ use super::flatten::{flatten, normalize, ExtraFile, FlattenError, Layer, Report}
 use super::meta::{ImageMeta, META_PATH};
 use super::reference::{ImageRef, ReferenceError, Source};
 use super::registry::{
-    choose_platform, AuthSources, Descriptor, Manifest, Platform, RegistryClient, RegistryError,
+    choose_platform, platforms, AuthSources, Descriptor, Manifest, Platform, RegistryClient,
+    RegistryError,
 };
 use super::squash::{SquashError, SquashWriter};
 
@@ -88,7 +89,9 @@ impl PullError {
                 RegistryError::NotFound { .. } | RegistryError::NoPlatform { .. } => {
                     exit::NOT_FOUND
                 }
-                RegistryError::Auth { .. } | RegistryError::Credentials { .. } => exit::AUTH,
+                RegistryError::Auth { .. }
+                | RegistryError::Refused { .. }
+                | RegistryError::Credentials { .. } => exit::AUTH,
                 RegistryError::Network { .. } | RegistryError::RateLimited { .. } => exit::NETWORK,
                 RegistryError::BadImage { .. } | RegistryError::Digest { .. } => exit::BAD_IMAGE,
                 RegistryError::DiskFull { .. } => exit::DISK_FULL,
@@ -187,7 +190,7 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
         client = client.attempts(2);
     }
     let (digest, manifest_bytes) = match rt.block_on(resolve_manifest(&client, &image, opts)) {
-        Ok(r) => r,
+        Ok((r, _)) => r,
         Err(PullError::Registry(
             e @ (RegistryError::Network { .. } | RegistryError::RateLimited { .. }),
         )) => match fallback {
@@ -314,8 +317,9 @@ fn short(digest: &str) -> &str {
     &hex[..hex.len().min(12)]
 }
 
+/// Sizes in messages and bars: binary units (KiB, MiB, GiB), as everywhere in gpurun.
 fn mb(bytes: u64) -> String {
-    format!("{:.1} MB", bytes as f64 / 1e6)
+    super::inspect::human_size(bytes)
 }
 
 // ---------------------------------------------------------------- registry sources
@@ -332,12 +336,13 @@ fn wanted_platform(opts: &PullOptions) -> Result<Platform, PullError> {
     }
 }
 
-/// The platform-specific manifest: (digest, bytes).
+/// The platform-specific manifest: (digest, bytes); and the platforms of the multi-platform
+/// index it was chosen from (none for a single-platform image).
 async fn resolve_manifest(
     client: &RegistryClient,
     image: &ImageRef,
     opts: &PullOptions,
-) -> Result<Resolved, PullError> {
+) -> Result<(Resolved, Vec<String>), PullError> {
     let want = wanted_platform(opts)?;
     let (bytes, digest) = client.manifest(image.reference_part()).await?;
     let m = Manifest::parse(&bytes).map_err(|detail| PullError::BadImage {
@@ -345,7 +350,7 @@ async fn resolve_manifest(
         detail,
     })?;
     if !m.is_index() {
-        return Ok((digest, bytes));
+        return Ok(((digest, bytes), Vec::new()));
     }
     let entries = m.manifests.unwrap_or_default();
     let chosen =
@@ -355,14 +360,23 @@ async fn resolve_manifest(
             available,
         })?;
     let (bytes, digest) = client.manifest(&chosen.digest).await?;
-    Ok((digest, bytes))
+    Ok(((digest, bytes), platforms(&entries)))
 }
 
 type Resolved = (String, Vec<u8>);
 
-/// The metadata of a `docker://` image and its compressed layers' total size, from the manifest
-/// and the config alone (for `gpurun inspect`: no layer is downloaded).
-pub fn remote_meta(reference: &str, opts: &PullOptions) -> Result<(ImageMeta, u64), PullError> {
+/// What `gpurun inspect docker://…` shows of a registry image.
+pub struct Remote {
+    pub meta: ImageMeta,
+    /// The compressed layers' total size.
+    pub size: u64,
+    /// The platforms of a multi-platform image (empty for a single-platform one).
+    pub platforms: Vec<String>,
+}
+
+/// A `docker://` image, from the manifest and the config alone (for `gpurun inspect`: no layer
+/// is downloaded).
+pub fn remote_meta(reference: &str, opts: &PullOptions) -> Result<Remote, PullError> {
     let Source::Docker(image) = Source::parse(reference)? else {
         return Err(PullError::NotRegistry(reference.to_string()));
     };
@@ -370,7 +384,7 @@ pub fn remote_meta(reference: &str, opts: &PullOptions) -> Result<(ImageMeta, u6
     let rt = runtime()?;
     rt.block_on(async {
         let client = client_for(&image, opts)?;
-        let (digest, bytes) = resolve_manifest(&client, &image, opts).await?;
+        let ((digest, bytes), platforms) = resolve_manifest(&client, &image, opts).await?;
         let bad = |detail: String| PullError::BadImage {
             image: image.to_string(),
             detail,
@@ -383,7 +397,11 @@ pub fn remote_meta(reference: &str, opts: &PullOptions) -> Result<(ImageMeta, u6
         let (path, _) = client.fetch_blob(&config, &cache, &|_: u64| {}).await?;
         let config_bytes = fs::read(&path).map_err(|e| bad(format!("config: {e}")))?;
         let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
-        Ok((meta, m.layers.iter().map(|l| l.size).sum()))
+        Ok(Remote {
+            meta,
+            size: m.layers.iter().map(|l| l.size).sum(),
+            platforms,
+        })
     })
 }
 
@@ -398,7 +416,7 @@ async fn resolve_docker(
         Some(k) => k,
         None => {
             let c = client_for(image, opts)?;
-            let r = resolve_manifest(&c, image, opts).await?;
+            let (r, _) = resolve_manifest(&c, image, opts).await?;
             (c, r)
         }
     };
@@ -541,16 +559,14 @@ async fn download_all(
     while let Some((i, r)) = stream.next().await {
         let d = &descs[i];
         match r {
-            Ok((p, fresh)) => {
-                if fresh {
-                    downloaded += d.size;
-                }
+            Ok((p, received)) => {
+                downloaded += received.unwrap_or(0);
                 if ui.multi.is_none() {
                     ui.line(&format!(
                         "  layer {} {}: {}",
                         short(&d.digest),
                         mb(d.size),
-                        if fresh { "downloaded" } else { "cached" }
+                        layer_outcome(d.size, received)
                     ));
                 }
                 slots[i].set(Ok(p));
@@ -572,6 +588,15 @@ async fn download_all(
         descs.len()
     ));
     Ok(())
+}
+
+/// What became of a layer of `size` bytes: cached, downloaded, or the rest of a resumed download.
+fn layer_outcome(size: u64, received: Option<u64>) -> String {
+    match received {
+        None => "cached".into(),
+        Some(n) if n >= size => "downloaded".into(),
+        Some(n) => format!("resumed, {} downloaded now", mb(n)),
+    }
 }
 
 /// The parts of the OCI image config gpurun keeps.

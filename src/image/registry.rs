@@ -52,6 +52,14 @@ pub enum RegistryError {
         image: String,
         detail: String,
     },
+    #[error("{registry} refused the credentials {from} for {image} ({detail}); check the user name and password (or token), or log in again")]
+    Refused {
+        registry: String,
+        image: String,
+        /// Where they were found (`Found::from`).
+        from: String,
+        detail: String,
+    },
     #[error("cannot reach {registry} ({detail}); check the network, proxy and registry name, then run the pull again (it resumes)")]
     Network { registry: String, detail: String },
     #[error("{registry} refuses more requests for now (HTTP 429, a rate limit{asked}); wait and run the pull again (it resumes), or log in for a higher limit (docker login, GPURUN_DOCKER_USERNAME/GPURUN_DOCKER_PASSWORD)")]
@@ -221,6 +229,10 @@ pub fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Credentials and where they were found, in words: "from GPURUN_DOCKER_USERNAME and
+/// GPURUN_DOCKER_PASSWORD", "found in FILE", "from docker-credential-NAME (named in FILE)".
+pub type Found = (Credentials, String);
+
 /// Where credentials come from; `from_env` reads the real places.
 #[derive(Debug, Clone, Default)]
 pub struct AuthSources {
@@ -250,9 +262,10 @@ impl AuthSources {
     }
 
     /// Credentials for `registry`: the environment first, then the first file that names it.
-    pub fn lookup(&self, registry: &str) -> Result<Option<Credentials>, RegistryError> {
+    pub fn lookup(&self, registry: &str) -> Result<Option<Found>, RegistryError> {
         if let Some(c) = &self.env {
-            return Ok(Some(c.clone()));
+            let from = "from GPURUN_DOCKER_USERNAME and GPURUN_DOCKER_PASSWORD";
+            return Ok(Some((c.clone(), from.to_string())));
         }
         for f in &self.files {
             let Some(bytes) = read_auth_file(f) else {
@@ -267,8 +280,11 @@ impl AuthSources {
                     ),
                 })?;
             match entry {
-                AuthEntry::Creds(c) => return Ok(Some(c)),
-                AuthEntry::Helper(h) => return credential_helper(&h, registry),
+                AuthEntry::Creds(c) => return Ok(Some((c, format!("found in {}", f.display())))),
+                AuthEntry::Helper(h) => {
+                    let from = format!("from docker-credential-{h} (named in {})", f.display());
+                    return Ok(credential_helper(&h, registry)?.map(|c| (c, from)));
+                }
                 AuthEntry::Nothing => {}
             }
         }
@@ -470,6 +486,16 @@ impl Platform {
     }
 }
 
+/// The platforms an index offers (attestation manifests, unknown/unknown, are not images).
+pub fn platforms(entries: &[Descriptor]) -> Vec<String> {
+    entries
+        .iter()
+        .filter_map(|e| e.platform.as_ref())
+        .filter(|p| p.os != "unknown")
+        .map(|p| p.to_string())
+        .collect()
+}
+
 /// Pick the manifest for `want` from an index; the error lists what there is.
 pub fn choose_platform<'a>(
     entries: &'a [Descriptor],
@@ -479,13 +505,7 @@ pub fn choose_platform<'a>(
         .iter()
         .find(|e| e.platform.as_ref().is_some_and(|p| want.accepts(p)))
         .ok_or_else(|| {
-            let avail: Vec<String> = entries
-                .iter()
-                .filter_map(|e| e.platform.as_ref())
-                // Attestation manifests (unknown/unknown) are not images.
-                .filter(|p| p.os != "unknown")
-                .map(|p| p.to_string())
-                .collect();
+            let avail = platforms(entries);
             if avail.is_empty() {
                 "none".to_string()
             } else {
@@ -504,6 +524,8 @@ pub fn plain_http(image: &ImageRef, insecure: bool) -> bool {
 pub struct RegistryClient {
     client: oci_client::Client,
     auth: RegistryAuth,
+    /// Where the credentials in `auth` were found, when there are some.
+    creds_from: Option<String>,
     image: ImageRef,
     attempts: u32,
 }
@@ -514,7 +536,7 @@ enum Failure {
 }
 
 impl RegistryClient {
-    pub fn new(image: &ImageRef, insecure: bool, creds: Option<Credentials>) -> RegistryClient {
+    pub fn new(image: &ImageRef, insecure: bool, creds: Option<Found>) -> RegistryClient {
         let protocol = if plain_http(image, insecure) {
             ClientProtocol::HttpsExcept(vec![image.registry.clone()])
         } else {
@@ -529,13 +551,14 @@ impl RegistryClient {
             user_agent: concat!("gpurun/", env!("CARGO_PKG_VERSION")),
             ..Default::default()
         };
-        let auth = match creds {
-            Some(c) => RegistryAuth::Basic(c.username, c.password),
-            None => RegistryAuth::Anonymous,
+        let (auth, creds_from) = match creds {
+            Some((c, from)) => (RegistryAuth::Basic(c.username, c.password), Some(from)),
+            None => (RegistryAuth::Anonymous, None),
         };
         RegistryClient {
             client: oci_client::Client::new(config),
             auth,
+            creds_from,
             image: image.clone(),
             attempts: ATTEMPTS,
         }
@@ -567,11 +590,20 @@ impl RegistryClient {
                 detail,
             })
         };
+        // With credentials, a refusal is theirs: a wrong password reads differently from none.
         let auth = |detail: String| {
-            Failure::Fatal(RegistryError::Auth {
-                registry: registry.clone(),
-                image: image.clone(),
-                detail,
+            Failure::Fatal(match &self.creds_from {
+                Some(from) => RegistryError::Refused {
+                    registry: registry.clone(),
+                    image: image.clone(),
+                    from: from.clone(),
+                    detail,
+                },
+                None => RegistryError::Auth {
+                    registry: registry.clone(),
+                    image: image.clone(),
+                    detail,
+                },
             })
         };
         let net = |detail: String| {
@@ -746,17 +778,18 @@ impl RegistryClient {
 
     /// Download blob `desc` into the cache (or find it there) and return its path. Verified
     /// against its digest while streaming; an interrupted download resumes with an HTTP range.
-    /// `on_bytes` is told of every chunk; returns (path, whether it was downloaded).
+    /// `on_bytes` is told of every chunk; returns the path and, when it was downloaded, the bytes
+    /// received now (not those a resumed download already had).
     pub async fn fetch_blob(
         &self,
         desc: &Descriptor,
         cache: &Cache,
         on_bytes: &(dyn Fn(u64) + Send + Sync),
-    ) -> Result<(PathBuf, bool), RegistryError> {
+    ) -> Result<(PathBuf, Option<u64>), RegistryError> {
         let digest = desc.digest.as_str();
         if let Some(found) = cache.find_blob(digest)? {
             on_bytes(desc.size);
-            return Ok((found, false));
+            return Ok((found, None));
         }
         let final_path = cache.blob_path(digest)?;
         let lock = {
@@ -769,7 +802,7 @@ impl RegistryClient {
         if final_path.exists() {
             // Another pull finished it while we waited for the lock.
             on_bytes(desc.size);
-            return Ok((final_path, false));
+            return Ok((final_path, None));
         }
         let partial = cache.partial_path(digest)?;
         // A file of this cache's own (never through a link), appended to where it ends.
@@ -783,6 +816,7 @@ impl RegistryClient {
             have = 0;
         }
         on_bytes(have);
+        let mut received = 0u64;
         let what = format!("blob {digest} of {}", self.image);
         let r = self.oref(self.image.reference_part());
         let mut attempt = 0;
@@ -814,6 +848,7 @@ impl RegistryClient {
                                 file.write_all(&b).map_err(|e| io_err(&partial, e))?;
                                 hasher.update(&b);
                                 have += b.len() as u64;
+                                received += b.len() as u64;
                                 on_bytes(b.len() as u64);
                             }
                             Err(e) => {
@@ -835,7 +870,9 @@ impl RegistryClient {
                 Err(e) => e,
             };
             match self.classify(&what, err) {
-                Failure::Fatal(RegistryError::Auth { .. }) if !reauthed => {
+                Failure::Fatal(RegistryError::Auth { .. } | RegistryError::Refused { .. })
+                    if !reauthed =>
+                {
                     // A bearer token can expire during a long pull (Docker Hub's last five
                     // minutes): fetch a new one, once, and go on where the download stopped.
                     reauthed = true;
@@ -867,7 +904,7 @@ impl RegistryClient {
         }
         fs::rename(&partial, &final_path).map_err(|e| io_err(&final_path, e))?;
         drop(lock);
-        Ok((final_path, true))
+        Ok((final_path, Some(received)))
     }
 }
 
