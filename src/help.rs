@@ -8,6 +8,7 @@ pub const TOPICS: &[(&str, &str)] = &[
     ("exit-codes", EXIT_CODES),
     ("config", CONFIG),
     ("images", IMAGES),
+    ("apptainer", APPTAINER),
 ];
 
 pub fn topic(name: &str) -> Option<&'static str> {
@@ -17,16 +18,22 @@ pub fn topic(name: &str) -> Option<&'static str> {
 const ENV: &str = "\
 Environment inside the container, lowest to highest precedence:
   1. the host's environment, minus host-specific variables (PATH, LD_LIBRARY_PATH, LD_PRELOAD,
-     PYTHONPATH, PS1, …); --cleanenv (-e) drops the host's entirely
+     PYTHONPATH, PS1, …) and registry credentials; --cleanenv (-e) drops the host's entirely
   2. the image's: the OCI config's Env (gpurun images), /etc/environment (enroot images),
      the assignments in /.singularity.d/env/*.sh (Apptainer images)
   3. --env-file FILE (KEY=VALUE lines)
-  4. GPURUN_ENV_K=V in the host environment (like APPTAINERENV_K)
+  4. GPURUNENV_K=V in the host environment (like APPTAINERENV_K); the old form GPURUN_ENV_K
+     still works, with a warning (GPURUN_ENV_FILE is --env-file's variable, not FILE inside)
   5. --env K=V
   6. what gpurun sets: CUDA_VISIBLE_DEVICES (renumbered 0..n-1 for the GPUs bound), the driver's
      library and binary directories appended to LD_LIBRARY_PATH and PATH, the env of the CDI
      devices asked for with --device (whose GPUs the host's CUDA_VISIBLE_DEVICES does not narrow)
 PATH defaults to /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin when nobody sets it.
+--env splits as Apptainer's does: with one '=' the value is one variable, commas and all
+(--env PATH=/a,b sets PATH to \"/a,b\"); with more it is a comma-separated list (--env A=1,B=2),
+where a whole K=V in double quotes keeps its commas (--env '\"A=1,2\",B=3'). No backslash escapes.
+Every option has a variable too (GPURUN_CLEANENV=1, GPURUN_ENV=A=1,B=2, GPURUN_PWD=/w, …; the
+command line wins): gpurun help config.
 ";
 
 const BINDS: &str = "\
@@ -36,7 +43,12 @@ Bind host paths into the container:
   binds = [..] in the site or user config file: default binds, added too
 Bound by default: your home directory (not with --no-home or --contain) and the current
 directory when it is outside what is already bound (not with --contain); --contain also gives a
-private /tmp. SRC must exist on the host; DST must be an absolute path.
+private /tmp and /var/tmp. SRC must exist on the host; DST must be an absolute path.
+  -H, --home SRC[:DST]     SRC as the home directory, at DST inside (HOME=DST); also with --contain
+  -C, --containall         --contain and --cleanenv
+  --no-mount home,cwd,tmp  leave default mounts out; also bind-paths (the config files' binds),
+                           a config-file bind's DST, /etc/hosts, /etc/localtime, /etc/resolv.conf;
+                           hostfs is accepted (gpurun never binds the host's file systems)
 --debug prints every mount of the plan: where, from what, read-only or not.
 --dry-run prints the whole plan as JSON and runs nothing.
 ";
@@ -70,13 +82,16 @@ SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES to pick the GPUs. Pull once on a login no
 to node-local disk) and point every rank at the same .sqsh file: one file on the parallel
 filesystem, read through the page cache. The SPANK plugin (slurm/) adds pyxis-style options
 (--container-image, --container-mounts, --container-workdir, --container-env,
---container-writable) and starts one container per node per step that the tasks join.
+--container-writable, --container-remap-root, --no-container-mount-home) and starts one
+container per node per step that the tasks join.
 ";
 
 /// Also the EXIT STATUS part of gpurun(1).
 pub const EXIT_CODES: &str = "\
+Every command returns 2 for a usage error (an unknown option, a missing argument).
 exec, run, shell return the command's own exit status, or:
-  125  gpurun itself failed (bad option, unusable image, mount refused, …)
+  125  gpurun itself failed (bad option value, unusable image, mount refused, GPUs asked for
+       and no driver, …)
   126  the command exists in the container but cannot be executed
   127  the command was not found in the container
   128+N the command was killed by signal N
@@ -93,11 +108,17 @@ Settings, later wins: /etc/gpurun/gpurun.toml (site; GPURUN_SITE_CONFIG names an
 ~/.config/gpurun/config.toml (user; $XDG_CONFIG_HOME respected), environment, flags.
   binds = [\"/scratch\", \"/apps:/apps:ro\"]    GPURUN_BIND=/a,/b     (binds add up)
   nv_driver_paths = [\"/opt/nvidia/lib64\"]     GPURUN_NV_DRIVER_PATH=/x:/y
-  cache_dir = \"/local/gpurun\"                 GPURUN_CACHEDIR (or GPURUN_CACHE)
+  cache_dir = \"/local/gpurun\"                 GPURUN_CACHEDIR
   allowed_registries = [\"nvcr.io\"]            GPURUN_ALLOWED_REGISTRIES=a,b  (empty: any)
   compression = \"zstd\"                        GPURUN_COMPRESSION
   cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]  GPURUN_CDI_SPEC_DIRS=/x:/y
-gpurun config show prints the merged values and where each came from.
+Every option of exec, run, shell, pull and inspect, and the global ones, has a variable named
+after it, as Apptainer's APPTAINER_<FLAG>: GPURUN_CLEANENV=1, GPURUN_CONTAIN=yes,
+GPURUN_NO_MOUNT=home,tmp, GPURUN_PWD=/work, GPURUN_GPUS=0,1 … The command line wins; empty is
+unset; switches take 1/0, true/false, yes/no, on/off. Not --bind (GPURUN_BIND adds to it) nor
+--nv (GPURUN_NV=1|0). Their names: the ENVIRONMENT section of gpurun-exec(1).
+gpurun config show prints the merged values, the options set by variables, and where each came
+from.
 ";
 
 const IMAGES: &str = "\
@@ -110,6 +131,19 @@ gpurun runs one squashfs file as the container's root, read-only, served over FU
   plain squashfs (mksquashfs DIR img.sqsh): no metadata; `run` starts a shell
 gpurun inspect IMAGE shows what gpurun reads from any of them (and from docker://REF without
 downloading layers).
+";
+
+const APPTAINER: &str = "\
+Coming from Apptainer: the same options do the same (-B/--bind, -c/--contain, -C/--containall,
+-e/--cleanenv, --env, --env-file, -H/--home, --no-home, --no-mount, --pwd/--cwd, --fakeroot,
+--writable-tmpfs, --hostname, --nv, --no-nv, --device), APPTAINER_<FLAG> is GPURUN_<FLAG>,
+APPTAINERENV_K is GPURUNENV_K, APPTAINER_BIND is GPURUN_BIND, .sif files run as they are, and
+everything after the image goes to the container. An option gpurun does not have (--nvccli,
+--userns, --overlay, …) is refused with what to use instead.
+Coming from enroot and pyxis: .sqsh files from enroot import run as they are; srun
+--container-image, --container-mounts, --container-workdir, --container-env,
+--container-writable, --container-remap-root, --no-container-mount-home come with gpurun's
+SPANK plugin (gpurun help slurm). The whole table: docs/apptainer-and-pyxis.md.
 ";
 
 #[cfg(test)]

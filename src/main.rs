@@ -2,8 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{CommandFactory, Parser};
-use gpurun::cli::{CacheCommand, Cli, Command, ConfigCommand, LaunchOpts};
+use gpurun::cli::{split_target, CacheCommand, Command, ConfigCommand, LaunchOpts};
 use gpurun::config::{Config, Origin};
 use gpurun::runtime::plan::{Action, Request};
 use gpurun::runtime::start::{start, Launch};
@@ -11,15 +10,23 @@ use gpurun::runtime::start::{start, Launch};
 const FAILED: i32 = gpurun::exit::GPURUN_FAILED;
 
 /// The site's and user's default binds and GPURUN_BIND come first, --bind after (all apply).
+/// --containall is --contain and --cleanenv (its own PID and IPC namespaces are not made yet).
 fn request(o: &LaunchOpts, cfg: &Config) -> Request {
-    let mut binds: Vec<String> = cfg.binds.iter().map(|b| b.value.clone()).collect();
+    let from_files = |b: &&gpurun::config::Sourced<String>| !matches!(b.from, Origin::Env(_));
+    let site_binds = cfg.binds.iter().filter(from_files).map(|b| b.value.clone());
+    let env_binds = cfg.binds.iter().filter(|b| !from_files(b));
+    let mut binds: Vec<String> = env_binds.map(|b| b.value.clone()).collect();
     binds.extend(o.bind.iter().cloned());
     Request {
         binds,
-        contain: o.contain,
+        site_binds: site_binds.collect(),
+        contain: o.contain || o.containall,
         no_home: o.no_home,
+        home: o.home.clone(),
+        no_mount: o.no_mount.clone(),
+        hostname: o.hostname.clone(),
         pwd: o.pwd.clone(),
-        cleanenv: o.cleanenv,
+        cleanenv: o.cleanenv || o.containall,
         env: o.env.clone(),
         env_files: Vec::new(),
         writable_tmpfs: o.writable_tmpfs,
@@ -116,7 +123,20 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
         );
         std::process::exit(gpurun::exit::GPURUN_FAILED);
     }
-    let cli = Cli::parse_from(args);
+    let args: Vec<String> = args
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let cli = match gpurun::cli::parse(&args) {
+        Ok(c) => c,
+        Err(e) => match gpurun::cli::refusal(&args, &e) {
+            Some(line) => {
+                eprintln!("gpurun: {line}");
+                std::process::exit(e.exit_code());
+            }
+            None => e.exit(),
+        },
+    };
     let debug = cli.debug;
     let cfg = match Config::load() {
         Ok(c) => c,
@@ -136,18 +156,22 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
         debug,
     };
     match cli.command {
-        Command::Exec(a) => go(
-            launch(a.image, a.opts, Action::Exec(a.command), None, &ctx),
-            &ctx,
-        ),
-        Command::Run(a) => go(
-            launch(a.image, a.opts, Action::Run(a.args), None, &ctx),
-            &ctx,
-        ),
-        Command::Shell(a) => go(
-            launch(a.image, a.opts, Action::Shell(a.shell), None, &ctx),
-            &ctx,
-        ),
+        Command::Exec(a) => {
+            let (image, command) = split_target(&a.target);
+            go(
+                launch(image, a.opts, Action::Exec(command), None, &ctx),
+                &ctx,
+            )
+        }
+        Command::Run(a) => {
+            let (image, args) = split_target(&a.image.target);
+            go(launch(image, a.opts, Action::Run(args), None, &ctx), &ctx)
+        }
+        Command::Shell(a) => {
+            let (image, args) = split_target(&a.image.target);
+            let action = Action::Shell(a.shell, args);
+            go(launch(image, a.opts, action, None, &ctx), &ctx)
+        }
         Command::Hold(a) => go(
             launch(a.image, a.opts, Action::Hold(a.warm), Some(a.state), &ctx),
             &ctx,
@@ -174,14 +198,7 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
         }
         Command::Config(a) => match a.command {
             ConfigCommand::Show(j) => {
-                if j.json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&ctx.cfg).expect("config serialises")
-                    );
-                } else {
-                    print!("{}", ctx.cfg.render());
-                }
+                config_show(&ctx.cfg, j.json);
                 0
             }
         },
@@ -195,11 +212,25 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
         }
         Command::Help(h) => help(&h.topic),
         Command::Completions(a) => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(a.shell, &mut cmd, "gpurun", &mut std::io::stdout());
-            0
+            let cmd = gpurun::cli::documented();
+            let out = gpurun::cli::complete::generate(a.shell, &cmd, &mut std::io::stdout());
+            done(out.map_err(anyhow::Error::from), debug)
         }
         Command::Man(a) => done(man(&a.dir).map_err(anyhow::Error::from), debug),
+    }
+}
+
+/// The settings, then the options set by their `GPURUN_<FLAG>` variables (`flags` in JSON).
+fn config_show(cfg: &Config, json: bool) {
+    use gpurun::cli::flag_vars;
+    let env = gpurun::runtime::start::host_env();
+    let flags = flag_vars::set_in(&flag_vars::all(), &env);
+    if json {
+        let mut v = serde_json::to_value(cfg).expect("config serialises");
+        v["flags"] = serde_json::to_value(&flags).expect("flags serialise");
+        println!("{}", serde_json::to_string_pretty(&v).expect("JSON"));
+    } else {
+        print!("{}{}", cfg.render(), flag_vars::render(&flags));
     }
 }
 
@@ -401,7 +432,7 @@ fn doctor(json: bool, ctx: &Ctx) -> i32 {
 }
 
 fn help(topic: &[String]) -> i32 {
-    let mut cmd = Cli::command();
+    let mut cmd = gpurun::cli::documented();
     let Some(first) = topic.first() else {
         let _ = cmd.print_long_help();
         let names: Vec<&str> = gpurun::help::TOPICS.iter().map(|(n, _)| *n).collect();
@@ -437,9 +468,8 @@ fn help(topic: &[String]) -> i32 {
 /// the package version is shown), so the checked-in pages change with the interface, not with
 /// every commit.
 fn man(dir: &std::path::Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let cmd = Cli::command().long_version(None::<&str>);
-    clap_mangen::generate_to(cmd, dir)
+    let cmd = gpurun::cli::documented().long_version(None::<&str>);
+    gpurun::cli::man::generate(cmd, dir)
 }
 
 fn gpus(driver_paths: &[PathBuf], json: bool) -> anyhow::Result<()> {

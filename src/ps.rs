@@ -8,10 +8,9 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
 use serde::Serialize;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{split_target, Command};
 
 /// A process of this user, as /proc describes it.
 #[derive(Debug, Clone)]
@@ -121,14 +120,20 @@ fn boot_time() -> u64 {
 
 /// Image, action and command of a gpurun command line (None when it is not a launch).
 fn launch_of(cmdline: &[String]) -> Option<(String, String, Vec<String>)> {
-    let cli = Cli::try_parse_from(cmdline).ok()?;
-    Some(match cli.command {
-        Command::Exec(a) => ("exec".into(), a.image, a.command),
-        Command::Run(a) => ("run".into(), a.image, a.args),
-        Command::Shell(a) => ("shell".into(), a.image, a.shell.into_iter().collect()),
-        Command::Hold(a) => ("hold".into(), a.image, Vec::new()),
+    let cli = crate::cli::parse_other(cmdline)?;
+    let (action, shell, target) = match cli.command {
+        Command::Exec(a) => ("exec", None, a.target),
+        Command::Run(a) => ("run", None, a.image.target),
+        Command::Shell(a) => ("shell", a.shell, a.image.target),
+        Command::Hold(a) => return Some(("hold".into(), a.image, Vec::new())),
         _ => return None,
-    })
+    };
+    let (image, args) = split_target(&target);
+    Some((
+        action.into(),
+        image,
+        shell.into_iter().chain(args).collect(),
+    ))
 }
 
 /// Has process `pid` a root of its own (not the host's)?

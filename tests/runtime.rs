@@ -492,7 +492,7 @@ fn environment_and_run() {
         "echo $IMGVAR $CLI $FROMFILE $QUOTED $HOSTVAR $INNER; echo $PATH",
     ]);
     c.env("HOSTVAR", "host")
-        .env("GPURUN_ENV_INNER", "prefixed")
+        .env("GPURUNENV_INNER", "prefixed")
         .env("LD_LIBRARY_PATH", "/host-libs");
     let o = run_ok(&mut c);
     let out = stdout(&o);

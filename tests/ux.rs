@@ -14,20 +14,6 @@ fn json(o: &std::process::Output) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(o), stderr(o)))
 }
 
-fn gpurun_image(s: &Scratch) -> PathBuf {
-    busybox_image(s, "meta", |root| {
-        std::fs::create_dir_all(root.join(".gpurun")).unwrap();
-        std::fs::write(
-            root.join(".gpurun/meta.json"),
-            r#"{"env":["PATH=/bin","CUDA_VERSION=12.4.1"],"entrypoint":["/bin/echo"],"cmd":["hi"],
-               "working_dir":"/","labels":{"org.opencontainers.image.title":"t"},
-               "source":"docker://docker.io/library/busybox:1","manifest_digest":"sha256:abc",
-               "platform":"linux/amd64","created":"2026-01-02T03:04:05Z"}"#,
-        )
-        .unwrap();
-    })
-}
-
 /// An image as `enroot import` + `enroot create` lay it out: the OCI Env in /etc/environment,
 /// an /etc/rc that enters the WorkingDir, sources rc.local and execs the entrypoint; squashed
 /// with enroot's default ENROOT_SQUASH_OPTIONS (lzo metadata and fragments, file data stored).
@@ -459,6 +445,7 @@ fn version_and_help_topics() {
         "exit-codes",
         "config",
         "images",
+        "apptainer",
     ] {
         assert!(
             !stdout(&run_ok(&mut gpurun(&["help", t]))).is_empty(),

@@ -1,8 +1,16 @@
-//! Command-line definitions. Also the source of completions/ and man/ (see `gpurun completions`).
+//! Command-line definitions. Also the source of completions/ and man/ (`tests/regenerate.sh`):
+//! [`command`] is the one place the clap command is built, with every option's `GPURUN_<FLAG>`
+//! variable (`flag_vars`). Apptainer's and pyxis' options gpurun lacks are answered by `foreign`;
+//! the man pages' EXAMPLES and ENVIRONMENT sections are kept in `man`.
+
+pub mod complete;
+pub mod flag_vars;
+pub mod foreign;
+pub mod man;
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,10 +39,13 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a command inside an image
+    #[command(after_long_help = man::EXEC_EXAMPLES)]
     Exec(ExecArgs),
     /// Run the image's entrypoint and command (Docker semantics), else /bin/sh
+    #[command(after_long_help = man::RUN_EXAMPLES)]
     Run(RunArgs),
     /// Start an interactive shell inside an image
+    #[command(after_long_help = man::SHELL_EXAMPLES)]
     Shell(ShellArgs),
     /// List the GPUs this process may use (index, minor, UUID, name, memory, utilisation, processes)
     Gpus(GpusArgs),
@@ -42,10 +53,13 @@ pub enum Command {
     #[command(hide = true)]
     Hold(HoldArgs),
     /// Pull an image into one squashfs file (registry, OCI layout, docker archive or directory)
+    #[command(after_long_help = man::PULL_EXAMPLES)]
     Pull(PullArgs),
     /// Show an image's source, digest, platform, size, environment, entrypoint and CUDA needs
+    #[command(after_long_help = man::INSPECT_EXAMPLES)]
     Inspect(InspectArgs),
     /// List, clean or garbage-collect the blob and image cache
+    #[command(after_long_help = man::CACHE_EXAMPLES)]
     Cache(CacheArgs),
     /// Check whether this node can run containers, and say how to fix what is missing
     Doctor(JsonArg),
@@ -55,7 +69,8 @@ pub enum Command {
     Config(ConfigArgs),
     /// Print the version, git commit, compiler and target
     Version,
-    /// Help on a subcommand or a topic: env, binds, gpu, slurm, exit-codes, config, images
+    /// Help on a subcommand or a topic: env, binds, gpu, slurm, exit-codes, config, images,
+    /// apptainer
     Help(HelpArgs),
     /// Write a shell completion script to stdout (bash, zsh, fish)
     #[command(hide = true)]
@@ -130,8 +145,46 @@ pub enum ConfigCommand {
 
 #[derive(Args, Debug)]
 pub struct HelpArgs {
-    /// A subcommand (exec, pull…) or a topic (env, binds, gpu, slurm, exit-codes, config, images)
+    /// A subcommand (exec, pull…) or a topic (env, binds, gpu, slurm, exit-codes, config,
+    /// images, apptainer)
+    #[arg(value_parser = Topic, hide_possible_values = true)]
     pub topic: Vec<String>,
+}
+
+/// `help`'s words: any is taken (`help` itself says what it does not know); the topics and the
+/// visible subcommands are what shells complete.
+#[derive(Clone, Copy)]
+struct Topic;
+
+impl clap::builder::TypedValueParser for Topic {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        Ok(value.to_string_lossy().into_owned())
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let mut words: Vec<String> = crate::help::TOPICS
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        for sub in Cli::command().get_subcommands() {
+            let name = sub.get_name().to_string();
+            if !sub.is_hide_set() && name != "help" && !words.contains(&name) {
+                words.push(name);
+            }
+        }
+        Some(Box::new(
+            words.into_iter().map(clap::builder::PossibleValue::new),
+        ))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -144,7 +197,8 @@ pub struct ManArgs {
     pub dir: PathBuf,
 }
 
-/// Options shared by exec, run and shell.
+/// Options shared by exec, run and shell (and the Slurm plugin's `hold`). Each also reads a
+/// `GPURUN_<FLAG>` variable when it is not given (`flag_vars`), as Apptainer's APPTAINER_<FLAG>.
 #[derive(Args, Debug, Clone, Default)]
 pub struct LaunchOpts {
     /// Bind a host path: SRC[:DST[:ro|rw]], repeatable, comma-separated lists allowed
@@ -153,27 +207,42 @@ pub struct LaunchOpts {
     /// Do not bind the home directory, use a private /tmp, and bind no cwd
     #[arg(short = 'c', long)]
     pub contain: bool,
+    /// --contain and --cleanenv together (own PID and IPC namespaces: not yet)
+    #[arg(short = 'C', long)]
+    pub containall: bool,
     /// Do not bind the home directory
     #[arg(long)]
     pub no_home: bool,
+    /// Bind SRC as the home directory, at DST inside (default: SRC); also with --contain
+    #[arg(short = 'H', long, value_name = "SRC[:DST]")]
+    pub home: Option<String>,
+    /// Leave out default mounts: home, cwd, tmp, hostfs, bind-paths (the config files' binds),
+    /// or the destination of one of those binds or of /etc/hosts, /etc/localtime,
+    /// /etc/resolv.conf (comma-separated, repeatable)
+    #[arg(long, value_name = "NAME[,NAME…]", value_delimiter = ',')]
+    pub no_mount: Vec<String>,
     /// Working directory inside the container (default: the current one)
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, visible_alias = "cwd", value_name = "DIR")]
     pub pwd: Option<PathBuf>,
     /// Start from an empty environment (plus the image's and --env)
     #[arg(short = 'e', long)]
     pub cleanenv: bool,
-    /// Set an environment variable inside: K=V (repeatable)
-    #[arg(long = "env", value_name = "K=V")]
+    /// Set variables inside: K=V, or a comma-separated list K=V,K2=V2 (Apptainer's rules:
+    /// gpurun help env), repeatable
+    #[arg(long = "env", value_name = "K=V[,K=V…]")]
     pub env: Vec<String>,
-    /// Read K=V lines from a file
-    #[arg(long, value_name = "FILE")]
+    /// Read K=V lines from a file (comma-separated, repeatable)
+    #[arg(long, value_name = "FILE", value_delimiter = ',')]
     pub env_file: Vec<PathBuf>,
     /// Make the root writable with a tmpfs overlay that vanishes on exit
     #[arg(long)]
     pub writable_tmpfs: bool,
     /// Map your user to root inside the container (no privilege is gained outside)
-    #[arg(long)]
+    #[arg(short = 'f', long)]
     pub fakeroot: bool,
+    /// The container's host name (its own UTS namespace)
+    #[arg(long, value_name = "NAME")]
+    pub hostname: Option<String>,
     #[command(flatten)]
     pub gpu: crate::gpu::GpuOpts,
     /// Print the launch plan (mounts, env, devices, uid map) as JSON and run nothing
@@ -181,37 +250,63 @@ pub struct LaunchOpts {
     pub dry_run: bool,
 }
 
+/// Everything after the image goes to the container, as with Docker and Apptainer: `run IMG
+/// --help` gives `--help` to the entrypoint. The image is the first value of the one trailing
+/// positional, after which clap takes nothing as an option of gpurun's.
 #[derive(Args, Debug)]
 pub struct ExecArgs {
     #[command(flatten)]
     pub opts: LaunchOpts,
-    /// Image: a squashfs file (gpurun, enroot, mksquashfs) or an Apptainer .sif file
-    pub image: String,
-    /// Command and its arguments
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-    pub command: Vec<String>,
+    /// The image (a .sqsh or .sif file, a root filesystem directory, or docker://REF), then the
+    /// command and its arguments
+    #[arg(
+        value_names = ["IMAGE", "COMMAND"],
+        num_args = 2..,
+        required = true,
+        trailing_var_arg = true
+    )]
+    pub target: Vec<String>,
 }
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
     pub opts: LaunchOpts,
-    /// Image: a squashfs file
-    pub image: String,
-    /// Arguments that replace the image's Cmd
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub args: Vec<String>,
+    #[command(flatten)]
+    pub image: ImageArgs,
 }
 
 #[derive(Args, Debug)]
 pub struct ShellArgs {
     #[command(flatten)]
     pub opts: LaunchOpts,
-    /// Image: a squashfs file
-    pub image: String,
     /// Shell to start (default: $SHELL if the image has it, else /bin/sh)
     #[arg(short, long)]
     pub shell: Option<String>,
+    #[command(flatten)]
+    pub image: ImageArgs,
+}
+
+/// run's and shell's image and the words after it.
+#[derive(Args, Debug)]
+pub struct ImageArgs {
+    /// The image, then arguments: run's replace the image's Cmd, shell's go to the shell (-l,
+    /// -c 'CMD')
+    #[arg(
+        value_names = ["IMAGE", "ARGS"],
+        num_args = 1..,
+        required = true,
+        trailing_var_arg = true
+    )]
+    pub target: Vec<String>,
+}
+
+/// The image and what follows it in a launch's trailing values.
+pub fn split_target(target: &[String]) -> (String, Vec<String>) {
+    match target.split_first() {
+        Some((image, rest)) => (image.clone(), rest.to_vec()),
+        None => (String::new(), Vec::new()),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -257,4 +352,172 @@ pub struct PullArgs {
     /// Compressor threads (default: all CPUs)
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
+}
+
+/// The command line's definition as help, the man pages and completions show it: the derive's,
+/// with every option's `GPURUN_<FLAG>` variable.
+pub fn documented() -> clap::Command {
+    flag_vars::attach(Cli::command(), flag_vars::Vars::All)
+}
+
+/// Parse this process's command line: options, else their `GPURUN_<FLAG>` variables. Help
+/// asked for shows every option's variable.
+pub fn parse(args: &[String]) -> Result<Cli, clap::Error> {
+    let help = args.iter().any(|a| a == "-h" || a == "--help");
+    let vars = match help {
+        true => flag_vars::Vars::Help,
+        false => flag_vars::Vars::Set,
+    };
+    let mut cmd = flag_vars::attach(Cli::command(), vars);
+    let mut m = cmd.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches_mut(&mut m).map_err(|e| e.format(&mut cmd))
+}
+
+/// Parse another gpurun's command line (from /proc): this process's variables do not apply.
+pub fn parse_other(args: &[String]) -> Option<Cli> {
+    Cli::try_parse_from(args).ok()
+}
+
+/// The one line for a command line clap refused, where gpurun knows better: an option of
+/// Apptainer's or pyxis' (`foreign`). `None`: clap's own message stands.
+pub fn refusal(args: &[String], e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(typed)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let cmd = Cli::command();
+    let names: Vec<&str> = cmd.get_subcommands().map(|s| s.get_name()).collect();
+    foreign::advice(foreign::subcommand(args, &names).as_deref(), typed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn launch(args: &[&str]) -> (LaunchOpts, String, Vec<String>) {
+        let cli = parse_other(&v(args)).unwrap_or_else(|| panic!("{args:?} did not parse"));
+        match cli.command {
+            Command::Exec(a) => {
+                let (i, r) = split_target(&a.target);
+                (a.opts, i, r)
+            }
+            Command::Run(a) => {
+                let (i, r) = split_target(&a.image.target);
+                (a.opts, i, r)
+            }
+            Command::Shell(a) => {
+                let (i, r) = split_target(&a.image.target);
+                (a.opts, i, r)
+            }
+            c => panic!("{c:?}"),
+        }
+    }
+
+    #[test]
+    fn everything_after_the_image_goes_to_the_container() {
+        // (command line, contain?, image, what follows it)
+        let cases: &[(&[&str], bool, &str, &[&str])] = &[
+            (
+                &["gpurun", "run", "i.sqsh", "-c", "echo hi"],
+                false,
+                "i.sqsh",
+                &["-c", "echo hi"],
+            ),
+            (
+                &["gpurun", "run", "-c", "i.sqsh", "-c", "x"],
+                true,
+                "i.sqsh",
+                &["-c", "x"],
+            ),
+            (
+                &["gpurun", "run", "i.sqsh", "--help"],
+                false,
+                "i.sqsh",
+                &["--help"],
+            ),
+            (
+                &["gpurun", "run", "i.sqsh", "--", "x"],
+                false,
+                "i.sqsh",
+                &["--", "x"],
+            ),
+            (&["gpurun", "run", "i.sqsh"], false, "i.sqsh", &[]),
+            (
+                &["gpurun", "exec", "i.sqsh", "ls", "-c"],
+                false,
+                "i.sqsh",
+                &["ls", "-c"],
+            ),
+            (
+                &["gpurun", "exec", "i.sqsh", "-c", "ls"],
+                false,
+                "i.sqsh",
+                &["-c", "ls"],
+            ),
+            (
+                &["gpurun", "exec", "--contain", "i.sqsh", "--version"],
+                true,
+                "i.sqsh",
+                &["--version"],
+            ),
+            (
+                &["gpurun", "exec", "--", "i.sqsh", "ls"],
+                false,
+                "i.sqsh",
+                &["ls"],
+            ),
+            (
+                &["gpurun", "shell", "i.sqsh", "-c", "echo hi"],
+                false,
+                "i.sqsh",
+                &["-c", "echo hi"],
+            ),
+            (
+                &["gpurun", "-v", "shell", "-s", "/bin/sh", "i.sqsh", "-l"],
+                false,
+                "i.sqsh",
+                &["-l"],
+            ),
+        ];
+        for (args, contain, image, rest) in cases {
+            let (o, i, r) = launch(args);
+            assert_eq!((o.contain, i.as_str()), (*contain, *image), "{args:?}");
+            assert_eq!(r, v(rest), "{args:?}");
+        }
+        // exec needs a command; an unknown option before the image is an error
+        assert!(parse_other(&v(&["gpurun", "exec", "i.sqsh"])).is_none());
+        assert!(parse_other(&v(&["gpurun", "exec", "--nope", "i.sqsh", "ls"])).is_none());
+    }
+
+    #[test]
+    fn apptainer_and_pyxis_options_are_answered() {
+        for (args, says) in [
+            (
+                &["gpurun", "exec", "--nvccli", "i", "x"][..],
+                "--nvccli is an Apptainer option",
+            ),
+            (
+                &["gpurun", "run", "--userns", "i"],
+                "user namespace of your own",
+            ),
+            (
+                &["gpurun", "exec", "--container-image=i.sqsh", "x"],
+                "srun option of gpurun's Slurm plugin",
+            ),
+        ] {
+            let e = documented().try_get_matches_from(args).unwrap_err();
+            let line = refusal(&v(args), &e).unwrap_or_else(|| panic!("{args:?}: {e}"));
+            assert!(line.contains(says), "{line}");
+        }
+        let args = ["gpurun", "exec", "--bogus", "i", "x"];
+        let e = documented().try_get_matches_from(args).unwrap_err();
+        assert_eq!(refusal(&v(&args), &e), None);
+    }
 }

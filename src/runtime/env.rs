@@ -1,5 +1,5 @@
 //! Environment composition, in Apptainer's order: host (minus a deny list) < image < --env-file <
-//! --env / GPURUN_ENV_* < what gpurun itself must set. Pure functions, table-tested.
+//! GPURUNENV_* < --env < what gpurun itself must set. Pure functions, table-tested.
 
 use std::path::{Path, PathBuf};
 
@@ -61,12 +61,36 @@ pub const DENY: &[&str] = &[
 ];
 
 /// Prefix that sets a variable inside only (like APPTAINERENV_FOO=bar).
-pub const ENV_PREFIX: &str = "GPURUN_ENV_";
+pub const ENV_PREFIX: &str = "GPURUNENV_";
+
+/// The prefix `ENV_PREFIX` replaced: it collides with the `GPURUN_<FLAG>` variables of options
+/// whose names start with `env-` (cli/flag_vars.rs), as APPTAINER_ENV_FILE would have with a
+/// prefix APPTAINER_ENV_. Still read, with a warning (`legacy_names`), except for those.
+pub const LEGACY_ENV_PREFIX: &str = "GPURUN_ENV_";
+
+/// The flag variables `LEGACY_ENV_PREFIX` would take (a cli test keeps this list complete).
+pub const FLAG_VARS_WITH_ENV_PREFIX: &[&str] = &["GPURUN_ENV_FILE"];
+
+/// The name inside of a variable set with the old prefix, when `k` is one.
+fn legacy_name(k: &str) -> Option<&str> {
+    let name = k.strip_prefix(LEGACY_ENV_PREFIX)?;
+    (!name.is_empty() && !FLAG_VARS_WITH_ENV_PREFIX.contains(&k)).then_some(name)
+}
+
+/// The host variables that use the old prefix, for one warning.
+pub fn legacy_names(host: &[(String, String)]) -> Vec<&str> {
+    host.iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| legacy_name(k).is_some())
+        .collect()
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EnvError {
     #[error("--env {0:?} is not KEY=VALUE; write it as NAME=value")]
     NotKeyValue(String),
+    #[error("--env {value:?}: {why}; quote a whole K=V that holds a comma: --env '\"A=1,2\",B=3'")]
+    Quote { value: String, why: &'static str },
     #[error("{file}: line {line} is not KEY=VALUE; fix or remove it")]
     BadFileLine { file: PathBuf, line: usize },
 }
@@ -122,6 +146,67 @@ pub fn parse_env_file(file: &Path, text: &str) -> Result<Vec<(String, String)>, 
     Ok(out)
 }
 
+/// One `--env` value, split as Apptainer splits it (pflag's map flag): with one `=` it is one
+/// K=V whatever commas it holds (surrounding `"` dropped); with more, a comma-separated list read
+/// as a CSV record, where a field in `"…"` keeps its commas and `""` is a `"`.
+pub fn split_env_arg(value: &str) -> Result<Vec<(String, String)>, EnvError> {
+    let pairs = match value.matches('=').count() {
+        0 => return Err(EnvError::NotKeyValue(value.to_string())),
+        1 => vec![value.trim_matches('"').to_string()],
+        _ => csv_record(value).map_err(|why| EnvError::Quote {
+            value: value.to_string(),
+            why,
+        })?,
+    };
+    pairs
+        .iter()
+        .map(|p| parse_kv(p).ok_or_else(|| EnvError::NotKeyValue(p.clone())))
+        .collect()
+}
+
+/// The first record of `s` as Go's encoding/csv reads it (comma-separated, `"`-quoted fields).
+fn csv_record(s: &str) -> Result<Vec<String>, &'static str> {
+    let s = s.trim_start_matches(['\r', '\n']);
+    let mut fields = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        let mut f = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        f.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => f.push(c),
+                    None => return Err("a quoted field is not closed"),
+                }
+            }
+            match chars.peek() {
+                None | Some(',') | Some('\n') | Some('\r') => {}
+                Some(_) => return Err("text after a closing quote"),
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                match c {
+                    ',' | '\n' | '\r' => break,
+                    '"' => return Err("a quote inside a field that does not start with one"),
+                    _ => f.push(c),
+                }
+                chars.next();
+            }
+        }
+        fields.push(f);
+        match chars.next() {
+            Some(',') => continue,
+            // A record ends at the end of its line.
+            _ => return Ok(fields),
+        }
+    }
+}
+
 fn join_paths(parts: impl IntoIterator<Item = String>) -> String {
     parts
         .into_iter()
@@ -134,12 +219,14 @@ fn join_paths(parts: impl IntoIterator<Item = String>) -> String {
 /// hundreds of thousands).
 pub fn compose(inp: &EnvInputs) -> Result<Vec<(String, String)>, EnvError> {
     let mut env = EnvList::new();
-    let mut prefixed = Vec::new();
+    let (mut prefixed, mut legacy) = (Vec::new(), Vec::new());
     for (k, v) in inp.host {
         if let Some(name) = k.strip_prefix(ENV_PREFIX) {
             if !name.is_empty() {
                 prefixed.push((name.to_string(), v.clone()));
             }
+        } else if let Some(name) = legacy_name(k) {
+            legacy.push((name.to_string(), v.clone()));
         } else if !inp.cleanenv
             && !DENY.contains(&k.as_str())
             && !secret(k)
@@ -155,12 +242,14 @@ pub fn compose(inp: &EnvInputs) -> Result<Vec<(String, String)>, EnvError> {
             env.set(&k, v);
         }
     }
-    for (k, v) in inp.files.iter().chain(prefixed.iter()) {
+    // The new prefix wins over the old one.
+    for (k, v) in inp.files.iter().chain(&legacy).chain(&prefixed) {
         env.set(k, v.as_str());
     }
-    for kv in inp.cli {
-        let (k, v) = parse_kv(kv).ok_or_else(|| EnvError::NotKeyValue(kv.clone()))?;
-        env.set(&k, v);
+    for arg in inp.cli {
+        for (k, v) in split_env_arg(arg)? {
+            env.set(&k, v);
+        }
     }
     let path = env.get("PATH").unwrap_or(DEFAULT_PATH).to_string();
     env.set(
@@ -233,7 +322,12 @@ mod tests {
             ("PATH", "/host/bin"),
             ("LD_LIBRARY_PATH", "/host/lib"),
             ("KEEP", "1"),
-            ("GPURUN_ENV_INNER", "fromprefix"),
+            ("GPURUNENV_INNER", "fromprefix"),
+            ("GPURUN_ENV_OLD", "old"),
+            ("GPURUN_ENV_BOTH", "old"),
+            ("GPURUNENV_BOTH", "new"),
+            ("GPURUN_ENV_FILE", "/f.env"),
+            ("GPURUN_DOCKER_PASSWORD", "s3cret"),
             ("HOME", "/home/u"),
         ]);
         let image = vec![
@@ -253,7 +347,17 @@ mod tests {
             (false, "LD_LIBRARY_PATH", None),
             (false, "INNER", Some("fromprefix")),
             (true, "INNER", Some("fromprefix")),
-            (false, "GPURUN_ENV_INNER", None),
+            (false, "GPURUNENV_INNER", None),
+            // the old prefix still sets a variable inside; the new one wins
+            (false, "OLD", Some("old")),
+            (true, "OLD", Some("old")),
+            (false, "GPURUN_ENV_OLD", None),
+            (false, "BOTH", Some("new")),
+            // GPURUN_ENV_FILE is --env-file's variable, not FILE inside
+            (false, "FILE", None),
+            (false, "GPURUN_ENV_FILE", Some("/f.env")),
+            // credentials never pass
+            (false, "GPURUN_DOCKER_PASSWORD", None),
             (false, "BARE", Some("")),
             (false, "CLIVAR", Some("c")),
             (false, "HOME", Some("/root")),
@@ -278,7 +382,7 @@ mod tests {
     fn host_variables_dropped_for_a_launch() {
         let host = kv(&[
             ("CUDA_VISIBLE_DEVICES", "3"),
-            ("GPURUN_ENV_X", "1"),
+            ("GPURUNENV_X", "1"),
             ("Y", "2"),
         ]);
         let drop = vec!["CUDA_VISIBLE_DEVICES".to_string(), "X".to_string()];
@@ -333,6 +437,64 @@ mod tests {
         })
         .unwrap();
         assert_eq!(var(&env, "LD_LIBRARY_PATH"), Some("/.gpurun/nvidia/lib"));
+    }
+
+    #[test]
+    fn legacy_prefix_names() {
+        let host = kv(&[
+            ("GPURUN_ENV_A", "1"),
+            ("GPURUN_ENV_FILE", "/x"),
+            ("GPURUN_ENV_", "x"),
+            ("GPURUNENV_B", "2"),
+            ("GPURUN_CLEANENV", "1"),
+        ]);
+        assert_eq!(legacy_names(&host), ["GPURUN_ENV_A"]);
+    }
+
+    #[test]
+    fn env_args_split_as_apptainer_splits_them() {
+        let ok: &[(&str, &[(&str, &str)])] = &[
+            ("A=1", &[("A", "1")]),
+            // one '=': one variable, commas and all
+            ("A=1,2", &[("A", "1,2")]),
+            ("PATH=/a:/b,c", &[("PATH", "/a:/b,c")]),
+            ("A=1,B", &[("A", "1,B")]),
+            ("\"A=x\"", &[("A", "x")]),
+            ("A=\"x\"", &[("A", "\"x")]),
+            // more: a CSV record
+            ("A=1,B=2", &[("A", "1"), ("B", "2")]),
+            ("A=1,B=", &[("A", "1"), ("B", "")]),
+            ("A=b=c,D=e", &[("A", "b=c"), ("D", "e")]),
+            ("\"A=1,2\",B=3", &[("A", "1,2"), ("B", "3")]),
+            (
+                "\"A=say \"\"hi\"\"\",B=3",
+                &[("A", "say \"hi\""), ("B", "3")],
+            ),
+            // no escape but quoting: a backslash is a character
+            ("A=1\\,B=2", &[("A", "1\\"), ("B", "2")]),
+            // a record ends with its line
+            ("A=1,B=2\nC=3", &[("A", "1"), ("B", "2")]),
+        ];
+        for (arg, want) in ok {
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            assert_eq!(split_env_arg(arg).unwrap(), want, "{arg:?}");
+        }
+        for bad in [
+            "NOEQUALS",
+            "A=1,=2",
+            "A=\"1,2\",B=3",
+            "\"A=1,B=2",
+            "\"A=1\"x,B=2",
+            "A B=1,C=2",
+        ] {
+            assert!(split_env_arg(bad).is_err(), "{bad:?}");
+        }
+        // The error says how to keep a comma.
+        let e = split_env_arg("A=\"1,2\",B=3").unwrap_err().to_string();
+        assert!(e.contains("quote a whole K=V"), "{e}");
     }
 
     #[test]

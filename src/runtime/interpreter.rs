@@ -105,7 +105,10 @@ mod tests {
             let got = missing(p, &head);
             match (want, &got) {
                 (Some(w), Some(g)) => {
-                    assert!(g.starts_with("cannot execute /work/run.sh: ") && g.contains(w), "{g}")
+                    assert!(
+                        g.starts_with("cannot execute /work/run.sh: ") && g.contains(w),
+                        "{g}"
+                    )
                 }
                 (None, None) => {}
                 _ => panic!("{:?}: {got:?}", String::from_utf8_lossy(&head)),

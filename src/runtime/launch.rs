@@ -470,6 +470,9 @@ fn setup_root(
     ready: &mut File,
 ) -> Result<(PathBuf, Option<OwnedFd>), String> {
     sys::enter_mount_namespace().map_err(|e| e.to_string())?;
+    if let Some(h) = &plan.hostname {
+        sys::enter_uts_namespace(h).map_err(|e| e.to_string())?;
+    }
     // Capture every host source before STAGE is mounted over /tmp.
     // The mounts C makes (with their numbers in the plan): not those the server provides.
     let provided: &[usize] = match lower {
@@ -1080,7 +1083,10 @@ mod tests {
             ),
             (
                 "script",
-                vec![at("/a/script", Errno::ENOENT), at("/b/script", Errno::ENOENT)],
+                vec![
+                    at("/a/script", Errno::ENOENT),
+                    at("/b/script", Errno::ENOENT),
+                ],
                 126,
                 "cannot execute /a/script: its #! line",
             ),

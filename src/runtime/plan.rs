@@ -110,6 +110,9 @@ pub struct Plan {
     pub argv: Vec<String>,
     /// A tmpfs overlay keeps the root writable (`--writable-tmpfs`); otherwise it is read-only.
     pub writable: bool,
+    /// The container's host name, in a UTS namespace of its own (`--hostname`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
     /// What the CDI devices asked for contributed (their nodes, mounts and env are in the lists
     /// above too), and the edits gpurun skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,8 +125,8 @@ pub enum Action {
     Exec(Vec<String>),
     /// Image entrypoint + (these args, or else the image cmd).
     Run(Vec<String>),
-    /// An interactive shell; Some = the user's choice.
-    Shell(Option<String>),
+    /// An interactive shell (Some: the user's choice) and the arguments it is given.
+    Shell(Option<String>, Vec<String>),
     /// Prepare the container and run nothing (the Slurm holder); the program the step's tasks
     /// will run, when known, is warmed (runtime/warm.rs).
     Hold(Option<String>),
@@ -132,9 +135,17 @@ pub enum Action {
 /// The user's request (from the command line).
 #[derive(Debug, Clone, Default)]
 pub struct Request {
+    /// `GPURUN_BIND` and `--bind`.
     pub binds: Vec<String>,
+    /// The config files' binds (Apptainer's "bind path" entries: `--no-mount bind-paths`).
+    pub site_binds: Vec<String>,
     pub contain: bool,
     pub no_home: bool,
+    /// `--home SRC[:DST]`.
+    pub home: Option<String>,
+    /// `--no-mount` names.
+    pub no_mount: Vec<String>,
+    pub hostname: Option<String>,
     pub pwd: Option<PathBuf>,
     pub cleanenv: bool,
     pub env: Vec<String>,
@@ -253,8 +264,18 @@ pub enum PlanError {
     BindSourceDenied(PathBuf),
     #[error("--pwd {0:?} must be an absolute path inside the container")]
     RelativePwd(PathBuf),
+    #[error("--home {0:?}: {1}")]
+    Home(String, &'static str),
+    #[error("--home source {0} does not exist; create it or fix the path")]
+    HomeMissing(PathBuf),
+    #[error("--no-mount {0}: {1}")]
+    NoMount(String, String),
+    #[error("--hostname {0:?}: use 1 to 64 letters, digits, '-' and '.'")]
+    Hostname(String),
     #[error("the image has no entrypoint, no command and no /bin/sh; give a command: gpurun exec IMAGE CMD")]
     NothingToRun,
+    #[error("image {0}: not a root filesystem (it has no /bin, /usr, /lib or /etc, nor the command); give the directory that holds bin/, usr/ and etc/, or a .sqsh or .sif file")]
+    NotARoot(PathBuf),
     #[error(transparent)]
     Env(#[from] EnvError),
 }
@@ -298,6 +319,84 @@ pub fn parse_bind(spec: &str, cwd: &Path) -> Result<(PathBuf, PathBuf, bool), Pl
         return Err(err("DST must be an absolute path inside the container"));
     }
     Ok((normalize(&src), normalize(&dst), readonly))
+}
+
+/// Parse `--home SRC[:DST]` (DST: SRC): the source on the host, the home directory inside.
+pub fn parse_home(spec: &str, cwd: &Path) -> Result<(PathBuf, PathBuf), PlanError> {
+    let err = |why| PlanError::Home(spec.to_string(), why);
+    let (src, dst) = match spec.split(':').collect::<Vec<_>>().as_slice() {
+        [s] => (*s, None),
+        [s, d] => (*s, Some(*d)),
+        _ => return Err(err("too many ':'; use SRC[:DST]")),
+    };
+    if src.is_empty() || dst == Some("") {
+        return Err(err("empty path; use SRC[:DST]"));
+    }
+    let src = normalize(&cwd.join(src));
+    let dst = match dst {
+        Some(d) if !d.starts_with('/') => {
+            return Err(err("DST must be an absolute path inside the container"))
+        }
+        Some(d) => normalize(Path::new(d)),
+        None => src.clone(),
+    };
+    Ok((src, dst))
+}
+
+/// The default mounts `--no-mount` leaves out.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Skips {
+    pub home: bool,
+    pub cwd: bool,
+    pub tmp: bool,
+    /// The config files' binds.
+    pub bind_paths: bool,
+    /// Destinations: of config-file binds, or of the copied host files.
+    pub dsts: Vec<PathBuf>,
+}
+
+/// `--no-mount`'s names, as Apptainer's (`mount home`, `mount tmp`… of apptainer.conf).
+pub const NO_MOUNT_NAMES: &[&str] = &["home", "cwd", "tmp", "hostfs", "bind-paths"];
+
+/// The host files gpurun copies in, which `--no-mount DST` may leave out.
+const HOST_FILES: [&str; 3] = ["/etc/hosts", "/etc/resolv.conf", "/etc/localtime"];
+
+/// Parse `--no-mount` (comma lists allowed).
+pub fn parse_no_mount(names: &[String]) -> Result<Skips, PlanError> {
+    let mut s = Skips::default();
+    for n in names.iter().flat_map(|n| n.split(',')).map(str::trim) {
+        match n {
+            "" => {}
+            "home" => s.home = true,
+            "cwd" => s.cwd = true,
+            "tmp" => s.tmp = true,
+            // gpurun never binds the host's file systems (Apptainer's "mount hostfs").
+            "hostfs" => {}
+            "bind-paths" => s.bind_paths = true,
+            "proc" | "sys" | "dev" | "devpts" => {
+                let why = "gpurun always mounts /proc, /sys and /dev: the container needs them";
+                return Err(PlanError::NoMount(n.into(), why.into()));
+            }
+            p if p.starts_with('/') => s.dsts.push(normalize(Path::new(p))),
+            _ => {
+                let why = format!(
+                    "unknown name; use {}, or the destination of a config-file bind or of {}",
+                    NO_MOUNT_NAMES.join(", "),
+                    HOST_FILES.join(", ")
+                );
+                return Err(PlanError::NoMount(n.into(), why));
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// A host name the kernel and resolvers take: 1 to 64 letters, digits, '-' and '.'.
+fn valid_hostname(h: &str) -> bool {
+    (1..=64).contains(&h.len())
+        && !h.starts_with('-')
+        && h.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
 }
 
 /// Lexical normalisation (`a/./b/../c` → `a/c`); the kernel resolves symlinks later, inside the
@@ -355,12 +454,44 @@ fn argv_for(action: &Action, image: &ImageView, host: &HostView) -> Result<Vec<S
             }
             argv
         }
-        Action::Shell(Some(s)) => vec![s.clone()],
-        Action::Shell(None) => match &host.shell {
-            Some(s) if (image.exists)(s) => vec![s.clone()],
-            _ => vec![sh()?],
-        },
+        Action::Shell(choice, args) => {
+            let shell = match (choice, &host.shell) {
+                (Some(s), _) => s.clone(),
+                (None, Some(s)) if (image.exists)(s) => s.clone(),
+                _ => sh()?,
+            };
+            std::iter::once(shell).chain(args.iter().cloned()).collect()
+        }
     })
+}
+
+/// The top directories of a root filesystem; a directory image with none of them is not one.
+const ROOT_DIRS: &[&str] = &["/bin", "/usr", "/sbin", "/lib", "/etc"];
+
+/// Is a directory image a root filesystem? Either it has one of `ROOT_DIRS`, or what runs is
+/// there (a static program in a bare directory), in the image or in a mount.
+fn root_like(
+    image: &ImageView,
+    argv: Option<&[String]>,
+    env: &[(String, String)],
+    mounts: &[Mount],
+) -> bool {
+    if ROOT_DIRS.iter().any(|d| (image.exists)(d)) {
+        return true;
+    }
+    let Some(name) = argv.and_then(|a| a.first()) else {
+        return false;
+    };
+    let dirs = super::env::path_dirs(env);
+    super::env::command_candidates(name, &dirs)
+        .iter()
+        .filter(|c| c.is_absolute())
+        .any(|c| {
+            (image.exists)(&c.to_string_lossy())
+                || mounts
+                    .iter()
+                    .any(|m| m.dst != Path::new("/") && c.starts_with(&m.dst))
+        })
 }
 
 /// Build the launch plan. Pure: everything about the host and the image comes in as data.
@@ -395,26 +526,47 @@ pub fn plan(
     } else {
         mounts.push(Mount::bind("/dev", "/dev", false));
     }
-    if req.contain {
-        mounts.push(Mount::new("/tmp", MountSource::Tmpfs { mode: 0o1777 }));
-        mounts.push(Mount::new("/var/tmp", MountSource::Tmpfs { mode: 0o1777 }));
-    } else {
-        mounts.push(Mount::bind("/tmp", "/tmp", false));
-        mounts.push(Mount::bind("/var/tmp", "/var/tmp", false).optional());
+    let skips = parse_no_mount(&req.no_mount)?;
+    if let Some(h) = req.hostname.as_deref().filter(|h| !valid_hostname(h)) {
+        return Err(PlanError::Hostname(h.to_string()));
+    }
+    match (skips.tmp, req.contain) {
+        (true, _) => {}
+        (false, true) => {
+            mounts.push(Mount::new("/tmp", MountSource::Tmpfs { mode: 0o1777 }));
+            mounts.push(Mount::new("/var/tmp", MountSource::Tmpfs { mode: 0o1777 }));
+        }
+        (false, false) => {
+            mounts.push(Mount::bind("/tmp", "/tmp", false));
+            mounts.push(Mount::bind("/var/tmp", "/var/tmp", false).optional());
+        }
     }
     // Copies will do, as Apptainer's are for hosts and resolv.conf: taken at start.
-    for f in ["/etc/hosts", "/etc/resolv.conf", "/etc/localtime"] {
+    for f in HOST_FILES
+        .iter()
+        .filter(|f| !skips.dsts.iter().any(|d| d == Path::new(f)))
+    {
         mounts.push(Mount::bind(f, f, true).optional().copied());
     }
 
-    let (uid, gid, home) = if req.fakeroot {
-        (0, 0, PathBuf::from("/root"))
-    } else {
-        (host.uid, host.gid, host.home.clone())
+    let (uid, gid) = match req.fakeroot {
+        true => (0, 0),
+        false => (host.uid, host.gid),
     };
-    let bind_home = !req.contain && !req.no_home;
-    if bind_home {
-        mounts.push(Mount::bind(&host.home, &home, false));
+    // --home is bound even with --contain, as in Apptainer; --no-home wins over it.
+    let (home_src, home, custom) = match &req.home {
+        Some(spec) => {
+            let (src, dst) = parse_home(spec, &host.cwd)?;
+            (src, dst, true)
+        }
+        None if req.fakeroot => (host.home.clone(), PathBuf::from("/root"), false),
+        None => (host.home.clone(), host.home.clone(), false),
+    };
+    if (custom || !req.contain) && !req.no_home && !skips.home {
+        if custom && (host.exists)(&home_src) != HostPath::Exists {
+            return Err(PlanError::HomeMissing(home_src));
+        }
+        mounts.push(Mount::bind(&home_src, &home, false));
     }
     let passwd_line = format!(
         "{}:x:{}:{}:{}:{}:{}",
@@ -454,17 +606,37 @@ pub fn plan(
             .copied(),
     );
 
-    for spec in req.binds.iter().flat_map(|b| b.split(',')) {
+    let site = req.site_binds.iter().filter(|_| !skips.bind_paths);
+    let site = site.flat_map(|b| b.split(',')).map(|b| (b, true));
+    let user = req
+        .binds
+        .iter()
+        .flat_map(|b| b.split(','))
+        .map(|b| (b, false));
+    let mut skipped = Vec::new();
+    for (spec, from_site) in site.chain(user) {
         if spec.is_empty() {
             continue;
         }
         let (src, dst, ro) = parse_bind(spec, &host.cwd)?;
+        if from_site && skips.dsts.contains(&dst) {
+            skipped.push(dst);
+            continue;
+        }
         match (host.exists)(&src) {
             HostPath::Exists => {}
             HostPath::Missing => return Err(PlanError::BindSourceMissing(src)),
             HostPath::Denied => return Err(PlanError::BindSourceDenied(src)),
         }
         mounts.push(Mount::bind(src, dst, ro));
+    }
+    let named = |d: &PathBuf| skipped.contains(d) || HOST_FILES.iter().any(|f| d == Path::new(f));
+    if let Some(d) = skips.dsts.iter().find(|d| !named(d)) {
+        let why = format!(
+            "no config-file bind nor copied host file ({}) has this destination",
+            HOST_FILES.join(", ")
+        );
+        return Err(PlanError::NoMount(d.display().to_string(), why));
     }
 
     // `srun --mpi=pmix`: Slurm's PMIx server keeps the socket and shared-memory files its ranks
@@ -483,25 +655,25 @@ pub fn plan(
     }
 
     // The working directory: kept from the host, bound when nothing else brings it in.
+    let workdir = || match image.meta.working_dir.as_str() {
+        "" => PathBuf::from("/"),
+        w => PathBuf::from(w),
+    };
     let cwd = match &req.pwd {
         Some(p) if !p.is_absolute() => return Err(PlanError::RelativePwd(p.clone())),
         Some(p) => p.clone(),
-        None if req.contain => match image.meta.working_dir.as_str() {
-            "" => PathBuf::from("/"),
-            w => PathBuf::from(w),
-        },
+        None if req.contain => workdir(),
         None => {
             let covered = mounts.iter().any(|m| {
                 matches!(m.source, MountSource::Bind { .. }) && host.cwd.starts_with(&m.dst)
             }) && !is_system_dir(&host.cwd);
-            if covered {
+            let in_image = || (image.exists)(&host.cwd.to_string_lossy());
+            if covered || ((is_system_dir(&host.cwd) || skips.cwd) && in_image()) {
                 host.cwd.clone()
+            } else if skips.cwd {
+                workdir()
             } else if is_system_dir(&host.cwd) {
-                if (image.exists)(&host.cwd.to_string_lossy()) {
-                    host.cwd.clone()
-                } else {
-                    PathBuf::from("/")
-                }
+                PathBuf::from("/")
             } else {
                 mounts.push(Mount::bind(&host.cwd, &host.cwd, false));
                 host.cwd.clone()
@@ -529,7 +701,7 @@ pub fn plan(
         ),
     ];
     forced.extend(extras.env.iter().cloned());
-    if matches!(action, Action::Shell(_)) {
+    if matches!(action, Action::Shell(..)) {
         forced.push(("PS1".into(), "gpurun> ".into()));
     }
     let env = compose(&EnvInputs {
@@ -545,6 +717,12 @@ pub fn plan(
         path_append: &extras.path_append,
     })?;
 
+    let argv = argv_for(action, image, host);
+    if let RootSource::Dir(d) = &image.root {
+        if !root_like(image, argv.as_deref().ok(), &env, &mounts) {
+            return Err(PlanError::NotARoot(d.clone()));
+        }
+    }
     Ok(Plan {
         root: image.root.clone(),
         uid: IdMap {
@@ -558,8 +736,9 @@ pub fn plan(
         mounts,
         env,
         cwd,
-        argv: argv_for(action, image, host)?,
+        argv: argv?,
         writable: req.writable_tmpfs,
+        hostname: req.hostname.clone(),
         cdi: extras.cdi.clone(),
     })
 }
@@ -941,6 +1120,281 @@ mod tests {
     }
 
     #[test]
+    fn home_option() {
+        let home = |spec: &str, extra: Request| Request {
+            home: Some(spec.into()),
+            ..extra
+        };
+        // (request, where the home is bound from, HOME inside)
+        let cases: Vec<(Request, Option<&str>, &str)> = vec![
+            (
+                home("/data/me", Request::default()),
+                Some("/data/me"),
+                "/data/me",
+            ),
+            (
+                home("/data/me:/home/me", Request::default()),
+                Some("/data/me"),
+                "/home/me",
+            ),
+            (
+                home("rel:/h", Request::default()),
+                Some("/data/proj/rel"),
+                "/h",
+            ),
+            // --home is bound with --contain too, and wins over --fakeroot's /root
+            (
+                home(
+                    "/data/me",
+                    Request {
+                        contain: true,
+                        ..Default::default()
+                    },
+                ),
+                Some("/data/me"),
+                "/data/me",
+            ),
+            (
+                home(
+                    "/data/me:/h",
+                    Request {
+                        fakeroot: true,
+                        ..Default::default()
+                    },
+                ),
+                Some("/data/me"),
+                "/h",
+            ),
+            // --no-home and --no-mount home leave it out; HOME is still DST
+            (
+                home(
+                    "/data/me:/h",
+                    Request {
+                        no_home: true,
+                        ..Default::default()
+                    },
+                ),
+                None,
+                "/h",
+            ),
+            (
+                home(
+                    "/data/me:/h",
+                    Request {
+                        no_mount: vec!["home".into()],
+                        ..Default::default()
+                    },
+                ),
+                None,
+                "/h",
+            ),
+        ];
+        let data = Fixture {
+            cwd: "/data/proj",
+            dev: vec![],
+        };
+        for (req, src, want) in cases {
+            let p = run_plan(
+                &data,
+                &req,
+                Action::Exec(vec![]),
+                ImageMeta::default(),
+                &Extras::default(),
+            )
+            .unwrap();
+            let bound = p.mounts.iter().find(|m| m.dst == Path::new(want));
+            match (src, bound) {
+                (Some(s), Some(m)) => assert_eq!(m.source, MountSource::Bind { src: s.into() }),
+                (None, None) => {}
+                (s, b) => panic!("{req:?}: {s:?} {b:?}"),
+            }
+            assert!(find(&p, "/home/alice").is_none(), "{req:?}");
+            assert_eq!(env(&p, "HOME"), Some(want), "{req:?}");
+            let MountSource::File { contents } = &find(&p, "/etc/passwd").unwrap().source else {
+                panic!()
+            };
+            assert!(
+                req.fakeroot || contents.contains(&format!(":{want}:")),
+                "{contents}"
+            );
+        }
+        for bad in ["/a:rel", "/a:/b:/c", ":/b", "/a:"] {
+            let req = home(bad, Request::default());
+            assert!(matches!(exec_plan(&req), Err(PlanError::Home(..))), "{bad}");
+        }
+        let req = home("/missing/home", Request::default());
+        assert_eq!(
+            exec_plan(&req).unwrap_err(),
+            PlanError::HomeMissing("/missing/home".into())
+        );
+    }
+
+    #[test]
+    fn no_mount_names() {
+        let parsed =
+            |v: &[&str]| parse_no_mount(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            parsed(&["home,cwd", "tmp", "hostfs", " bind-paths ", "/etc/hosts/"]).unwrap(),
+            Skips {
+                home: true,
+                cwd: true,
+                tmp: true,
+                bind_paths: true,
+                dsts: vec!["/etc/hosts".into()],
+            }
+        );
+        assert_eq!(parsed(&[]).unwrap(), Skips::default());
+        for (bad, says) in [
+            ("proc", "always mounts /proc"),
+            ("dev", "always mounts"),
+            (
+                "homes",
+                "unknown name; use home, cwd, tmp, hostfs, bind-paths",
+            ),
+        ] {
+            let e = parsed(&[bad]).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("--no-mount {bad}: ")) && e.contains(says),
+                "{e}"
+            );
+        }
+        let req = |names: &[&str]| Request {
+            no_mount: names.iter().map(|s| s.to_string()).collect(),
+            site_binds: vec!["/site:/site".into(), "/apps:/opt/apps:ro".into()],
+            binds: vec!["/mine".into()],
+            ..Default::default()
+        };
+        let p = |names: &[&str]| {
+            run_plan(
+                &Fixture {
+                    cwd: "/data/proj",
+                    dev: vec![],
+                },
+                &req(names),
+                Action::Exec(vec![]),
+                ImageMeta {
+                    working_dir: "/w".into(),
+                    ..Default::default()
+                },
+                &Extras::default(),
+            )
+        };
+        let all = dsts(&p(&[]).unwrap());
+        for d in [
+            "/home/alice",
+            "/tmp",
+            "/var/tmp",
+            "/data/proj",
+            "/site",
+            "/opt/apps",
+            "/mine",
+            "/etc/hosts",
+        ] {
+            assert!(all.iter().any(|x| x == d), "{d} not in {all:?}");
+        }
+        // (names, destinations gone, cwd)
+        let cases: &[(&[&str], &[&str], &str)] = &[
+            (&["home"], &["/home/alice"], "/data/proj"),
+            (&["tmp"], &["/tmp", "/var/tmp"], "/data/proj"),
+            (&["cwd"], &["/data/proj"], "/w"),
+            (&["bind-paths"], &["/site", "/opt/apps"], "/data/proj"),
+            (&["/opt/apps"], &["/opt/apps"], "/data/proj"),
+            (
+                &["/etc/hosts", "/etc/localtime"],
+                &["/etc/hosts", "/etc/localtime"],
+                "/data/proj",
+            ),
+            (&["hostfs"], &[], "/data/proj"),
+        ];
+        for (names, gone, cwd) in cases {
+            let plan = p(names).unwrap();
+            let have = dsts(&plan);
+            for g in *gone {
+                assert!(!have.iter().any(|x| x == g), "{names:?}: {g} in {have:?}");
+            }
+            assert_eq!(have.len() + gone.len(), all.len(), "{names:?}: {have:?}");
+            assert_eq!(plan.cwd, Path::new(cwd), "{names:?}");
+        }
+        // --bind's own binds are not "bind paths"; a destination nobody binds is an error
+        assert!(dsts(&p(&["bind-paths"]).unwrap())
+            .iter()
+            .any(|x| x == "/mine"));
+        let e = p(&["/mine"]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--no-mount /mine: no config-file bind"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_directory_that_is_not_a_root() {
+        let exists_in = |have: &'static [&'static str]| move |p: &str| have.contains(&p);
+        let dir = |exists: &'static dyn Fn(&str) -> bool| ImageView {
+            root: RootSource::Dir("/data/pkg".into()),
+            meta: ImageMeta::default(),
+            passwd: None,
+            group: None,
+            exists,
+        };
+        let host = alice("/home/alice", vec![], vec![]);
+        let exec = |cmd: &str| Action::Exec(vec![cmd.into()]);
+        let bare: &'static dyn Fn(&str) -> bool = Box::leak(Box::new(exists_in(&[])));
+        let usr: &'static dyn Fn(&str) -> bool = Box::leak(Box::new(exists_in(&["/usr"])));
+        let app: &'static dyn Fn(&str) -> bool = Box::leak(Box::new(exists_in(&["/app"])));
+        // (what the directory has, what runs, a root?)
+        type Exists = &'static dyn Fn(&str) -> bool;
+        let cases: Vec<(Exists, Action, bool)> = vec![
+            (bare, exec("ls"), false),
+            (bare, Action::Run(vec![]), false),
+            (bare, Action::Shell(None, vec![]), false),
+            (usr, exec("ls"), true),
+            // a static program in a bare directory, or one the binds bring
+            (app, exec("/app"), true),
+            (bare, exec("/home/alice/tool"), true),
+        ];
+        for (exists, action, root) in cases {
+            let r = plan(
+                &Request::default(),
+                &action,
+                &host,
+                &dir(exists),
+                &Extras::default(),
+            );
+            match r {
+                Err(PlanError::NotARoot(d)) => {
+                    assert!(!root, "{action:?}");
+                    assert_eq!(d, Path::new("/data/pkg"));
+                }
+                Ok(_) => assert!(root, "{action:?}"),
+                Err(e) => panic!("{action:?}: {e}"),
+            }
+        }
+        let e = PlanError::NotARoot("/data/pkg".into()).to_string();
+        assert!(
+            e.contains("not a root filesystem (it has no /bin, /usr"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hostname() {
+        let req = |h: &str| Request {
+            hostname: Some(h.into()),
+            ..Default::default()
+        };
+        let p = exec_plan(&req("node-1.example")).unwrap();
+        assert_eq!(p.hostname.as_deref(), Some("node-1.example"));
+        assert!(exec_plan(&Request::default()).unwrap().hostname.is_none());
+        for bad in ["", "-x", "a b", "a/b", &"x".repeat(65)] {
+            assert_eq!(
+                exec_plan(&req(bad)).unwrap_err(),
+                PlanError::Hostname(bad.to_string()),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn bind_specs() {
         let cwd = Path::new("/work");
         let ok: &[(&str, (&str, &str, bool))] = &[
@@ -1082,11 +1536,20 @@ mod tests {
                 vec!["python3"],
             ),
             (Action::Run(vec![]), ImageMeta::default(), vec!["/bin/sh"]),
-            (Action::Shell(None), ImageMeta::default(), vec!["/bin/bash"]),
             (
-                Action::Shell(Some("/bin/zsh".into())),
+                Action::Shell(None, vec![]),
+                ImageMeta::default(),
+                vec!["/bin/bash"],
+            ),
+            (
+                Action::Shell(Some("/bin/zsh".into()), vec![]),
                 ImageMeta::default(),
                 vec!["/bin/zsh"],
+            ),
+            (
+                Action::Shell(None, vec!["-c".into(), "echo hi".into()]),
+                ImageMeta::default(),
+                vec!["/bin/bash", "-c", "echo hi"],
             ),
             (
                 Action::Exec(vec!["ls".into(), "-l".into()]),
@@ -1100,7 +1563,7 @@ mod tests {
         let p = run_plan(
             &HOMEDIR,
             &Request::default(),
-            Action::Shell(None),
+            Action::Shell(None, vec![]),
             ImageMeta::default(),
             &Extras::default(),
         )

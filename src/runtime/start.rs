@@ -490,6 +490,17 @@ fn dev_entries() -> Vec<DevEntry> {
     out
 }
 
+/// One line for the variables that still use the old prefix for the container's environment.
+fn warn_legacy_env(env: &[(String, String)], quiet: bool) {
+    let legacy = super::env::legacy_names(env);
+    if !legacy.is_empty() && !quiet {
+        eprintln!(
+            "gpurun: warning: {}: the GPURUN_ENV_ prefix is deprecated; write GPURUNENV_NAME (GPURUN_ENV_FILE is --env-file's variable)",
+            legacy.join(", ")
+        );
+    }
+}
+
 /// Run a launch; returns the exit code for gpurun.
 pub fn start(l: Launch) -> Result<i32, StartError> {
     let pull = PullOptions {
@@ -514,6 +525,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
     let gid = nix::unistd::getgid();
     let pw = nix::unistd::User::from_uid(uid).ok().flatten();
     let env = host_env();
+    warn_legacy_env(&env, l.quiet);
     let getenv = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
     let user = pw
         .as_ref()

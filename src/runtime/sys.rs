@@ -120,6 +120,12 @@ pub fn enter_mount_namespace() -> Result<()> {
     .map_err(call("make / private"))
 }
 
+/// A UTS namespace of its own, with this host name (`--hostname`).
+pub fn enter_uts_namespace(hostname: &str) -> Result<()> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWUTS).map_err(call("unshare(CLONE_NEWUTS)"))?;
+    nix::unistd::sethostname(hostname).map_err(call("sethostname"))
+}
+
 /// Join the user and mount namespaces of `pid` (the SPANK holder).
 pub fn join_namespaces(pid: i32) -> Result<()> {
     for (ns, flag) in [
@@ -690,6 +696,34 @@ pub unsafe fn spawn_shared(
 static CALLER_IGNORED_SIGPIPE: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
+/// This process's variables whose names start with `prefix`: each name, and whether its value is
+/// empty or blank. A walk of `environ` that copies only those: `std::env::vars_os` copies every
+/// variable, ~0.15 µs apiece, and a cluster login's environment holds a hundred or more. gpurun
+/// changes no variable of its own environment, so nothing writes `environ` meanwhile.
+pub fn env_with_prefix(prefix: &str) -> Vec<(String, bool)> {
+    extern "C" {
+        static environ: *const *const libc::c_char;
+    }
+    let mut out = Vec::new();
+    // SAFETY: `environ` is a null-terminated array of NUL-terminated strings, which nothing
+    // changes while it is read (above).
+    unsafe {
+        let mut p = environ;
+        while !p.is_null() && !(*p).is_null() {
+            let var = std::ffi::CStr::from_ptr(*p).to_bytes();
+            if let (true, Some(eq)) = (
+                var.starts_with(prefix.as_bytes()),
+                var.iter().position(|&b| b == b'='),
+            ) {
+                let name = String::from_utf8_lossy(&var[..eq]).into_owned();
+                out.push((name, var[eq + 1..].trim_ascii().is_empty()));
+            }
+            p = p.add(1);
+        }
+    }
+    out
+}
+
 /// What std's own start-up did that gpurun needs, for an entry point without it (main.rs):
 /// fds 0-2 open (closed ones get /dev/null, so that no file gpurun opens lands on them), and
 /// SIGPIPE ignored in gpurun itself (a write to a pipe whose reader is gone is an error it
@@ -854,6 +888,21 @@ pub fn yield_cpu() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variables_with_a_prefix() {
+        // The test binary's environment, as std reads it.
+        let want: Vec<(String, bool)> = std::env::vars_os()
+            .filter(|(k, _)| k.as_encoded_bytes().starts_with(b"CARGO_"))
+            .map(|(k, v)| {
+                let blank = v.as_encoded_bytes().trim_ascii().is_empty();
+                (k.to_string_lossy().into_owned(), blank)
+            })
+            .collect();
+        assert!(!want.is_empty());
+        assert_eq!(env_with_prefix("CARGO_"), want);
+        assert!(env_with_prefix("GPURUN_NO_SUCH_VARIABLE_").is_empty());
+    }
 
     #[test]
     fn the_device_of_a_mount_point_is_that_of_its_top_mount() {

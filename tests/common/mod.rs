@@ -230,6 +230,21 @@ pub fn busybox_image_with(
     img
 }
 
+/// A busybox image with gpurun's metadata: Entrypoint /bin/echo, Cmd hi, PATH=/bin.
+pub fn gpurun_image(s: &Scratch) -> PathBuf {
+    busybox_image(s, "meta", |root| {
+        std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+        std::fs::write(
+            root.join(".gpurun/meta.json"),
+            r#"{"env":["PATH=/bin","CUDA_VERSION=12.4.1"],"entrypoint":["/bin/echo"],"cmd":["hi"],
+               "working_dir":"/","labels":{"org.opencontainers.image.title":"t"},
+               "source":"docker://docker.io/library/busybox:1","manifest_digest":"sha256:abc",
+               "platform":"linux/amd64","created":"2026-01-02T03:04:05Z"}"#,
+        )
+        .unwrap();
+    })
+}
+
 /// /sys/fs/fuse/connections lists connections only with fusectl mounted there (not every machine
 /// mounts it): mount it when root. Returns whether connections can be counted.
 pub fn fusectl() -> bool {

@@ -1,0 +1,559 @@
+//! What users of Apptainer and of enroot/pyxis expect, as the unprivileged test user: everything
+//! after the image goes to the container; Apptainer's options and GPURUN_<FLAG> variables;
+//! their options gpurun lacks answered with what to use; clear errors for a script with a bad
+//! #! line and a directory that is not a root filesystem.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+
+/// gpurun ARGS… as the test user, with these variables.
+fn with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = gpurun(args);
+    c.envs(env.iter().copied());
+    c.output().unwrap()
+}
+
+fn out_ok(args: &[&str], env: &[(&str, &str)]) -> String {
+    let o = with_env(args, env);
+    assert!(o.status.success(), "{args:?} {env:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+/// One line on stderr, starting `gpurun: ` and holding `says`, and this exit status.
+fn one_line(o: &Output, code: i32, says: &str) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.starts_with("gpurun: ") && e.contains(says), "{e}");
+}
+
+#[test]
+fn everything_after_the_image_is_the_containers() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    // (command line, stdout); the image's entrypoint is /bin/echo
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", img, "-c", "echo hi"], "-c echo hi\n"),
+        (&["run", img, "--help"], "--help\n"),
+        (&["run", img, "--", "x"], "-- x\n"),
+        (&["run", "-c", img, "-c", "x"], "-c x\n"),
+        (
+            &["exec", img, "echo", "-c", "--version", "-e"],
+            "-c --version -e\n",
+        ),
+        (&["exec", img, "sh", "-c", "echo $1", "x", "-y"], "-y\n"),
+        (
+            &["shell", "-s", "/bin/sh", img, "-c", "echo shell $0"],
+            "shell /bin/sh\n",
+        ),
+    ];
+    for (args, want) in cases {
+        assert_eq!(out_ok(args, &[]), *want, "{args:?}");
+    }
+    // exec IMG --help runs a command named --help
+    let o = with_env(&["exec", img, "--help"], &[]);
+    one_line(&o, 127, "--help: command not found in the container's PATH");
+}
+
+#[test]
+fn options_of_apptainer_and_pyxis_say_what_to_use() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    for (args, says) in [
+        (
+            &["exec", "--nvccli", img, "true"][..],
+            "--nvccli is an Apptainer option gpurun does not have: gpurun sets up NVIDIA GPUs itself",
+        ),
+        (&["run", "--userns", img], "always runs in a user namespace of your own"),
+        (&["shell", "-u", img], "(Apptainer's --userns)"),
+        (&["exec", "--rocm", img, "true"], "no AMD ROCm support"),
+        (&["exec", "--fusemount", "host:sshfs x /y", img, "true"], "--bind its mount point"),
+        (&["exec", "--overlay", "o", img, "true"], "not yet"),
+        (
+            &["exec", "--container-image=x.sqsh", "true"],
+            "--container-image is an srun option of gpurun's Slurm plugin",
+        ),
+        (&["run", "--container-mounts=/a:/b", img], "use --bind SRC[:DST[:ro]]"),
+        (&["exec", "--container-name=c", img, "true"], "pyxis option gpurun does not have"),
+        (&["pull", "--docker-login", "docker://x"], "docker login"),
+    ] {
+        one_line(&with_env(args, &[]), 2, says);
+    }
+    // Anything else is clap's usage error, as before.
+    let o = with_env(&["exec", "--bogus", img, "true"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("unexpected argument '--bogus'"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn home_containall_no_mount_env_hostname_fakeroot() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    let myhome = s.join("myhome");
+    std::fs::create_dir(&myhome).unwrap();
+    std::fs::write(myhome.join("f"), "mine\n").unwrap();
+    let work = s.join("work");
+    std::fs::create_dir(&work).unwrap();
+    s.chown_all();
+    let home = myhome.to_str().unwrap();
+    let probe =
+        "echo $HOME; cat $HOME/f; [ -d /home/gpuruntest ] && echo userhome || echo nouserhome";
+    // --home SRC:DST, --home SRC, and with --contain
+    let spec = format!("{home}:/home/me");
+    assert_eq!(
+        out_ok(&["exec", "--home", &spec, img, "sh", "-c", probe], &[]),
+        "/home/me\nmine\nnouserhome\n"
+    );
+    assert_eq!(
+        out_ok(&["exec", "-H", home, img, "sh", "-c", probe], &[]),
+        format!("{home}\nmine\nnouserhome\n")
+    );
+    assert_eq!(
+        out_ok(
+            &["exec", "-c", "--home", &spec, img, "sh", "-c", probe],
+            &[]
+        ),
+        "/home/me\nmine\nnouserhome\n"
+    );
+    let o = with_env(&["exec", "--home", "/nonexistent/h", img, "true"], &[]);
+    one_line(&o, 125, "--home source /nonexistent/h does not exist");
+
+    // -C: --contain and --cleanenv
+    let probe = "echo ${FOO:-unset}; [ -d /home/gpuruntest ] && echo home || echo nohome; touch /tmp/x && ls /tmp";
+    let env = [("FOO", "bar")];
+    assert_eq!(
+        out_ok(&["exec", "-C", img, "sh", "-c", probe], &env),
+        "unset\nnohome\nx\n"
+    );
+    assert_eq!(
+        out_ok(&["exec", "--containall", img, "sh", "-c", probe], &env),
+        "unset\nnohome\nx\n"
+    );
+    assert!(out_ok(&["exec", "-c", img, "sh", "-c", probe], &env).starts_with("bar\nnohome\n"));
+
+    // --no-mount
+    let probe = "[ -d /home/gpuruntest ] && echo home || echo nohome; touch /tmp/y 2>/dev/null && echo tmp || echo imagetmp; pwd";
+    let run_in = |args: &[&str]| {
+        let mut c = gpurun(args);
+        c.current_dir(&work);
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let w = work.to_str().unwrap();
+    assert_eq!(
+        run_in(&["exec", img, "sh", "-c", probe]),
+        format!("home\ntmp\n{w}\n")
+    );
+    assert_eq!(
+        run_in(&["exec", "--no-mount", "home,tmp", img, "sh", "-c", probe]),
+        format!("nohome\nimagetmp\n{w}\n")
+    );
+    // the scratch directory is under /var/tmp, bound with /tmp: without both, it is not there
+    assert_eq!(
+        run_in(&[
+            "exec",
+            "--no-mount",
+            "cwd,tmp",
+            "--no-mount",
+            "hostfs",
+            img,
+            "sh",
+            "-c",
+            probe
+        ]),
+        "home\nimagetmp\n/\n"
+    );
+    let hosts = "[ -e /etc/hosts ] && echo hosts || echo nohosts";
+    assert_eq!(
+        out_ok(
+            &["exec", "--no-mount", "/etc/hosts", img, "sh", "-c", hosts],
+            &[]
+        ),
+        "nohosts\n"
+    );
+    one_line(
+        &with_env(&["exec", "--no-mount", "proc", img, "true"], &[]),
+        125,
+        "--no-mount proc: gpurun always mounts /proc, /sys and /dev",
+    );
+    one_line(
+        &with_env(&["exec", "--no-mount", "homes", img, "true"], &[]),
+        125,
+        "--no-mount homes: unknown name; use home, cwd, tmp, hostfs, bind-paths",
+    );
+
+    // --env splits as Apptainer's does
+    let o = out_ok(
+        &[
+            "exec",
+            "--env",
+            "A=1,B=2",
+            "--env",
+            "P=/a,b",
+            "--env",
+            "\"C=x,y\",D=z",
+            img,
+            "sh",
+            "-c",
+            "echo $A $B $P $C $D",
+        ],
+        &[],
+    );
+    assert_eq!(o, "1 2 /a,b x,y z\n");
+    one_line(
+        &with_env(&["exec", "--env", "A=\"1,2\",B=3", img, "true"], &[]),
+        125,
+        "quote a whole K=V",
+    );
+
+    // --hostname, -f/--fakeroot, --cwd
+    assert_eq!(
+        out_ok(
+            &[
+                "exec",
+                "--hostname",
+                "box1",
+                img,
+                "sh",
+                "-c",
+                "hostname; uname -n"
+            ],
+            &[]
+        ),
+        "box1\nbox1\n"
+    );
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(out_ok(&["exec", img, "hostname"], &[]), host);
+    one_line(
+        &with_env(&["exec", "--hostname", "a b", img, "true"], &[]),
+        125,
+        "--hostname \"a b\"",
+    );
+    assert_eq!(out_ok(&["exec", "-f", img, "id", "-u"], &[]), "0\n");
+    assert_eq!(
+        out_ok(&["exec", "--cwd", "/bin", img, "pwd"], &[]),
+        "/bin\n"
+    );
+}
+
+#[test]
+fn every_option_has_a_variable() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    let envfile = s.join("e.env");
+    std::fs::write(&envfile, "FROMFILE=yes\n").unwrap();
+    s.chown_all();
+    let foo = "echo ${FOO:-unset}";
+    // (variables, command after the image, stdout)
+    type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<&'a str>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            vec![("FOO", "bar"), ("GPURUN_CLEANENV", "1")],
+            vec!["sh", "-c", foo],
+            "unset\n",
+        ),
+        (
+            vec![("FOO", "bar"), ("GPURUN_CLEANENV", "true")],
+            vec!["sh", "-c", foo],
+            "unset\n",
+        ),
+        (
+            vec![("FOO", "bar"), ("GPURUN_CLEANENV", "0")],
+            vec!["sh", "-c", foo],
+            "bar\n",
+        ),
+        // empty is unset
+        (
+            vec![("FOO", "bar"), ("GPURUN_CLEANENV", "")],
+            vec!["sh", "-c", foo],
+            "bar\n",
+        ),
+        (vec![("GPURUN_PWD", "/bin")], vec!["pwd"], "/bin\n"),
+        (vec![("GPURUN_FAKEROOT", "yes")], vec!["id", "-u"], "0\n"),
+        (
+            vec![("GPURUN_HOSTNAME", "viavar")],
+            vec!["hostname"],
+            "viavar\n",
+        ),
+        (
+            vec![("GPURUN_ENV", "A=1,B=2")],
+            vec!["sh", "-c", "echo $A$B"],
+            "12\n",
+        ),
+        (
+            vec![("GPURUN_CONTAIN", "on")],
+            vec![
+                "sh",
+                "-c",
+                "[ -d /home/gpuruntest ] && echo home || echo nohome",
+            ],
+            "nohome\n",
+        ),
+        (
+            vec![("GPURUN_NO_MOUNT", "home")],
+            vec![
+                "sh",
+                "-c",
+                "[ -d /home/gpuruntest ] && echo home || echo nohome",
+            ],
+            "nohome\n",
+        ),
+        (
+            vec![("GPURUN_ENV_FILE", envfile.to_str().unwrap())],
+            vec!["sh", "-c", "echo $FROMFILE ${FILE:-nofile}"],
+            "yes nofile\n",
+        ),
+        // GPURUNENV_K sets K inside; credentials never pass
+        (
+            vec![
+                ("GPURUNENV_INSIDE", "v"),
+                ("GPURUN_DOCKER_PASSWORD", "s3cret"),
+            ],
+            vec!["sh", "-c", "echo $INSIDE; env | grep -c s3cret || true"],
+            "v\n0\n",
+        ),
+    ];
+    for (env, cmd, want) in cases {
+        let mut args = vec!["exec", img];
+        args.extend(cmd);
+        let o = with_env(&args, &env);
+        assert!(o.status.success(), "{env:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), want, "{env:?}");
+        assert!(stderr(&o).is_empty(), "{env:?}: {}", stderr(&o));
+    }
+    // The command line wins over the variable.
+    assert_eq!(
+        out_ok(
+            &["exec", "--pwd", "/etc", img, "pwd"],
+            &[("GPURUN_PWD", "/bin")]
+        ),
+        "/etc\n"
+    );
+    // A switch's variable that is not yes or no: one line naming it, a usage error.
+    let o = with_env(&["exec", img, "true"], &[("GPURUN_FAKEROOT", "maybe")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("GPURUN_FAKEROOT=maybe: not a yes/no value"),
+        "{}",
+        stderr(&o)
+    );
+    // The old prefix still sets a variable inside, with one line of warning.
+    let o = with_env(
+        &["exec", img, "sh", "-c", "echo $OLD"],
+        &[("GPURUN_ENV_OLD", "still")],
+    );
+    assert_eq!(stdout(&o), "still\n");
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.starts_with("gpurun: warning: GPURUN_ENV_OLD: the GPURUN_ENV_ prefix is deprecated; write GPURUNENV_NAME"),
+        "{e}"
+    );
+    // config show names the options set by variables, and the variables
+    let o = with_env(
+        &["config", "show", "--json"],
+        &[("GPURUN_CLEANENV", "1"), ("GPURUN_NO_MOUNT", "home,tmp")],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let flags = v["flags"].as_array().unwrap();
+    assert!(
+        flags.contains(&serde_json::json!({
+            "flag": "--cleanenv", "value": "1",
+            "from": {"kind": "env", "name": "GPURUN_CLEANENV"}
+        })),
+        "{v}"
+    );
+    let text = out_ok(&["config", "show"], &[("GPURUN_NO_MOUNT", "home,tmp")]);
+    assert!(
+        text.contains("--no-mount")
+            && text.contains("home,tmp")
+            && text.contains("(environment GPURUN_NO_MOUNT)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn scripts_whose_interpreter_is_missing() {
+    let s = Scratch::new();
+    let img = busybox_image(&s, "scripts", |root| {
+        let script = |name: &str, text: &[u8]| {
+            let p = root.join(name);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        script("crlf.sh", b"#!/bin/sh\r\necho hi\r\n");
+        script("py.sh", b"#!/usr/bin/python3\nprint(1)\n");
+        script("ok.sh", b"#!/bin/sh\necho ok\n");
+        // a program linked against the host's glibc: its loader is not in a busybox image
+        std::fs::copy("/usr/bin/true", root.join("glibc-true")).unwrap();
+    });
+    let img = img.to_str().unwrap();
+    one_line(
+        &with_env(&["exec", img, "/crlf.sh"], &[]),
+        126,
+        "cannot execute /crlf.sh: its #! line names \"/bin/sh\\r\", with a carriage return (\\r): the file has Windows (CRLF) line endings; convert it with dos2unix /crlf.sh",
+    );
+    one_line(
+        &with_env(&["exec", img, "/py.sh"], &[]),
+        126,
+        "cannot execute /py.sh: its interpreter /usr/bin/python3 (from its #! line) is not in the container",
+    );
+    one_line(
+        &with_env(&["exec", img, "/glibc-true"], &[]),
+        126,
+        "cannot execute /glibc-true: the program loader it names, /lib",
+    );
+    assert_eq!(out_ok(&["exec", img, "/ok.sh"], &[]), "ok\n");
+    // a missing file is still that
+    one_line(
+        &with_env(&["exec", img, "/nope.sh"], &[]),
+        127,
+        "/nope.sh: no such file in the container",
+    );
+}
+
+#[test]
+fn a_directory_that_is_not_a_root_filesystem() {
+    let s = Scratch::new();
+    let root = s.join("rootfs");
+    busybox_rootfs(&root);
+    std::fs::create_dir_all(s.join("data/sub")).unwrap();
+    std::fs::write(s.join("data/readme"), "x").unwrap();
+    s.chown_all();
+    assert_eq!(
+        out_ok(&["exec", root.to_str().unwrap(), "echo", "fine"], &[]),
+        "fine\n"
+    );
+    for dir in [s.join("data"), s.path().to_path_buf()] {
+        let d = dir.to_str().unwrap();
+        for args in [vec!["exec", d, "ls"], vec!["run", d], vec!["shell", d]] {
+            one_line(
+                &with_env(&args, &[]),
+                125,
+                &format!("image {d}: not a root filesystem (it has no /bin, /usr"),
+            );
+        }
+    }
+}
+
+/// The completion scripts, run in their shells: image files where an IMAGE goes, help's topics,
+/// no hidden command.
+#[test]
+fn completions_complete_images_and_topics() {
+    let s = Scratch::new();
+    let dir = s.join("c");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    for f in ["a.sqsh", "b.sif", "c.txt"] {
+        std::fs::write(dir.join(f), "").unwrap();
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("completions");
+    let run = |shell: &str, script: String| {
+        let o = Command::new(shell)
+            .arg("-c")
+            .arg(script)
+            .current_dir(&dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{shell}: {e} (tests/setup-machine.sh installs it)"));
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let bash = |words: &str| {
+        run(
+            "bash",
+            format!(
+                "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+                 _gpurun_complete gpurun \"${{COMP_WORDS[COMP_CWORD]}}\" x; echo \"${{COMPREPLY[*]}}\"",
+                root.join("gpurun.bash").display()
+            ),
+        )
+    };
+    let fish = |line: &str| {
+        run(
+            "fish",
+            format!(
+                "source {}; complete -C '{line}' | string replace -r '\\t.*' '' | string join ' '",
+                root.join("gpurun.fish").display()
+            ),
+        )
+    };
+    let words = |s: String| -> Vec<String> {
+        let mut v: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    for line in [
+        "gpurun exec ''",
+        "gpurun -v run -B /x -c ''",
+        "gpurun shell -- ''",
+    ] {
+        assert_eq!(
+            words(bash(line)),
+            ["a.sqsh", "b.sif", "sub"],
+            "bash: {line}"
+        );
+    }
+    assert_eq!(words(bash("gpurun inspect b")), ["b.sif"]);
+    // after the image: the container's words, no option of gpurun's
+    assert_eq!(bash("gpurun exec a.sqsh ''").trim(), "");
+    for line in ["gpurun exec ", "gpurun run -B /x -c "] {
+        assert_eq!(
+            words(fish(line)),
+            ["a.sqsh", "b.sif", "sub/"],
+            "fish: {line}"
+        );
+    }
+    let topics = [
+        "env",
+        "binds",
+        "gpu",
+        "apptainer",
+        "exit-codes",
+        "exec",
+        "pull",
+    ];
+    let help_bash = words(bash("gpurun help ''"));
+    let help_fish = words(fish("gpurun help "));
+    let commands_bash = words(bash("gpurun ''"));
+    let commands_fish = words(fish("gpurun "));
+    for t in topics {
+        assert!(
+            help_bash.iter().any(|w| w == t),
+            "bash help {t}: {help_bash:?}"
+        );
+        assert!(
+            help_fish.iter().any(|w| w == t),
+            "fish help {t}: {help_fish:?}"
+        );
+    }
+    for hidden in ["hold", "completions", "man"] {
+        for list in [&help_bash, &help_fish, &commands_bash, &commands_fish] {
+            assert!(!list.iter().any(|w| w == hidden), "{hidden} in {list:?}");
+        }
+    }
+    assert!(
+        commands_fish.iter().any(|w| w == "exec"),
+        "{commands_fish:?}"
+    );
+    // zsh: the script parses, and an IMAGE completes image files
+    run("zsh", format!("zsh -n {}", root.join("_gpurun").display()));
+    let z = std::fs::read_to_string(root.join("_gpurun")).unwrap();
+    assert_eq!(
+        z.matches(r#":image -- The image:_files -g "*.(sqsh|sif|squashfs|sqfs)"'"#)
+            .count(),
+        3
+    );
+}
