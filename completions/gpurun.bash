@@ -19,9 +19,6 @@ _gpurun() {
             gpurun,cache)
                 cmd="gpurun__subcmd__cache"
                 ;;
-            gpurun,completions)
-                cmd="gpurun__subcmd__completions"
-                ;;
             gpurun,config)
                 cmd="gpurun__subcmd__config"
                 ;;
@@ -37,14 +34,8 @@ _gpurun() {
             gpurun,help)
                 cmd="gpurun__subcmd__help"
                 ;;
-            gpurun,hold)
-                cmd="gpurun__subcmd__hold"
-                ;;
             gpurun,inspect)
                 cmd="gpurun__subcmd__inspect"
-                ;;
-            gpurun,man)
-                cmd="gpurun__subcmd__man"
                 ;;
             gpurun,ps)
                 cmd="gpurun__subcmd__ps"
@@ -80,7 +71,7 @@ _gpurun() {
 
     case "${cmd}" in
         gpurun)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version exec run shell gpus hold pull inspect cache doctor ps config version help completions man"
+            opts="-q -v -h -V --quiet --verbose --debug --help --version exec run shell gpus pull inspect cache doctor ps config version help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -157,20 +148,6 @@ _gpurun() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        gpurun__subcmd__completions)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version bash elvish fish powershell zsh"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
         gpurun__subcmd__config)
             opts="-q -v -h -V --quiet --verbose --debug --help --version show"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -214,7 +191,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__exec)
-            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
+            opts="-B -c -C -H -e -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -228,7 +205,23 @@ _gpurun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -H)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --no-mount)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --pwd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cwd)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -237,6 +230,10 @@ _gpurun() {
                     return 0
                     ;;
                 --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hostname)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -282,70 +279,12 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__help)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version"
+            opts="-q -v -h -V --quiet --verbose --debug --help --version env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        gpurun__subcmd__hold)
-            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --state --warm --quiet --verbose --debug --help --version"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --bind)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -B)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --pwd)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --env)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --env-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --gpus)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --nv-caps)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --device)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --nv-driver-path)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --state)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --warm)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -364,20 +303,6 @@ _gpurun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        gpurun__subcmd__man)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;
@@ -434,7 +359,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__run)
-            opts="-B -c -e -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
+            opts="-B -c -C -H -e -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -448,7 +373,23 @@ _gpurun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -H)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --no-mount)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --pwd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cwd)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -457,6 +398,10 @@ _gpurun() {
                     return 0
                     ;;
                 --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hostname)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -484,7 +429,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__shell)
-            opts="-B -c -e -s -q -v -h -V --bind --contain --no-home --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --shell --quiet --verbose --debug --help --version"
+            opts="-B -c -C -H -e -f -s -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --shell --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -498,7 +443,23 @@ _gpurun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --home)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -H)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --no-mount)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --pwd)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cwd)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -507,6 +468,10 @@ _gpurun() {
                     return 0
                     ;;
                 --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --hostname)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -558,8 +523,45 @@ _gpurun() {
     esac
 }
 
+# The IMAGE of exec, run, shell and inspect: image files and directories.
+_gpurun_image() {
+    local i w sub="" vals="" cur="${COMP_WORDS[COMP_CWORD]}"
+    [[ $cur == -* ]] && return 1
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        w="${COMP_WORDS[i]}"
+        if [[ -z $sub ]]; then
+            case "$w" in
+                exec) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path" ;;
+                run) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path" ;;
+                shell) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path -s --shell" ;;
+                inspect) sub=$w; vals="--platform" ;;
+                -*) ;;
+                *) return 1 ;;
+            esac
+        elif [[ $w == -- ]]; then
+            ((i + 1 == COMP_CWORD)) && break
+            return 1
+        elif [[ $w == -* ]]; then
+            [[ $w != *=* && " $vals " == *" $w "* ]] && ((i++))
+        else
+            # The container's words follow the image: files, not gpurun's options.
+            COMPREPLY=()
+            return 0
+        fi
+    done
+    [[ -n $sub ]] || return 1
+    local IFS=$'\n'
+    compopt -o filenames 2>/dev/null
+    COMPREPLY=($(compgen -d -- "$cur"; compgen -f -X '!*.sqsh' -- "$cur"; compgen -f -X '!*.sif' -- "$cur"; compgen -f -X '!*.squashfs' -- "$cur"; compgen -f -X '!*.sqfs' -- "$cur"))
+    return 0
+}
+
+_gpurun_complete() {
+    _gpurun_image || _gpurun "$@"
+}
+
 if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERSINFO[0]}" -gt 4 ]]; then
-    complete -F _gpurun -o nosort -o bashdefault -o default gpurun
+    complete -F _gpurun_complete -o nosort -o bashdefault -o default gpurun
 else
-    complete -F _gpurun -o bashdefault -o default gpurun
+    complete -F _gpurun_complete -o bashdefault -o default gpurun
 fi

@@ -9,6 +9,8 @@ PACKAGES=(
   squashfs-tools squashfs-tools-ng busybox-static attr fuse3 util-linux
   docker-registry skopeo umoci apache2-utils curl openssl python3 ca-certificates
   gcc libc6-dev
+  # the completion scripts are run in the shells they are for
+  zsh fish
   munge slurmctld slurmd slurm-client libslurm-dev libpmix-dev
   # a real MPI program in the Slurm tests (Debian's Open MPI uses the same PMIx as Slurm)
   openmpi-bin libopenmpi-dev
