@@ -31,7 +31,6 @@ SEED=${SEED:-42}
 SUITE=${SUITE:-start,read} # which parts to run
 OUT=${OUT:-$BENCH_DIR/results-$(date -u +%Y%m%dT%H%M%SZ)}
 
-die() { echo "runtime.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "run as root (setup only; measured commands run as $BENCH_USER)"
 id "$BENCH_USER" >/dev/null 2>&1 || die "no user $BENCH_USER (useradd -m $BENCH_USER)"
 for t in debootstrap mksquashfs unsquashfs hyperfine squashfuse_ll ch-run python3 runuser; do
@@ -101,11 +100,6 @@ s=$(date +%s%N); out=$("$@"); rc=$?; e=$(date +%s%N)
 echo "$(( (e - s) / 1000 )) ${out:-0} $rc"
 EOF
 chmod 755 "$BIN/timeit"
-
-as_user() {
-    (cd / && runuser -u "$BENCH_USER" -- env -i PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
-        USER="$BENCH_USER" HOME="$(getent passwd "$BENCH_USER" | cut -d: -f6)" "$@")
-}
 
 # Page-cache state before each read rep: image file cached, extracted tree's file data evicted.
 cache_image() { cat "$IMG" >/dev/null; }
