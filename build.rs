@@ -28,10 +28,6 @@ fn main() {
         println!("cargo:rerun-if-changed={dir}/logs/HEAD");
         println!("cargo:rerun-if-changed={dir}/HEAD");
     }
-    // A position-dependent executable: the loader has no relocations to apply (13,600 in a PIE
-    // build) and pages of pointers stay shared with the file, not copied into gpurun and into
-    // each fork of it. 0.75 ms of every start on a 2-CPU machine.
-    println!("cargo:rustc-link-arg-bin=gpurun=-no-pie");
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let rustc_version = output(&rustc, &["--version"]).unwrap_or_else(|| "rustc unknown".into());
     println!("cargo:rustc-env=GPURUN_GIT_COMMIT={commit}");

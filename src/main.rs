@@ -1,5 +1,3 @@
-#![no_main]
-
 use std::path::PathBuf;
 
 use gpurun::cli::{split_target, CacheCommand, Command, ConfigCommand, LaunchOpts};
@@ -92,24 +90,9 @@ fn go(l: Launch, ctx: &Ctx) -> i32 {
     }
 }
 
-/// gpurun's entry point is C's `main`, not std's: std's start-up (the main thread's stack
-/// bounds, read from /proc/self/maps, and an alternate signal stack for a stack-overflow message)
-/// cost about 0.3 ms of CPU on every start, where `exec true` takes about 11 ms in all
-/// on a 2-CPU machine. What of it gpurun needs is `sys::process_start`. A panic still
-/// prints its message and exits 101, as under std's start-up (the thread is unnamed in it). The
-/// arguments are taken from `argv` here: std's own copy relies on glibc passing them to
-/// initialisers.
-#[no_mangle]
-extern "C" fn main(argc: std::ffi::c_int, argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
-    use std::os::unix::ffi::OsStrExt;
+fn main() {
     gpurun::runtime::sys::process_start();
-    // SAFETY: the kernel's argv: `argc` valid NUL-terminated strings.
-    let args: Vec<std::ffi::OsString> = (0..argc.max(0) as usize)
-        .map(|i| unsafe { std::ffi::CStr::from_ptr(*argv.add(i)) })
-        .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_owned())
-        .collect();
-    let code = std::panic::catch_unwind(|| run(args)).unwrap_or(101);
-    std::process::exit(code)
+    std::process::exit(run(std::env::args_os().collect()))
 }
 
 fn run(args: Vec<std::ffi::OsString>) -> i32 {

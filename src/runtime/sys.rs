@@ -692,9 +692,8 @@ pub unsafe fn spawn_shared(
     Ok(nix::unistd::Pid::from_raw(pid))
 }
 
-/// Whether gpurun's caller left SIGPIPE ignored (`process_start` notes it).
-static CALLER_IGNORED_SIGPIPE: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+/// Whether gpurun's caller left SIGPIPE ignored (`note_caller_sigpipe`).
+static CALLER_IGNORED_SIGPIPE: AtomicBool = AtomicBool::new(false);
 
 /// This process's variables whose names start with `prefix`: each name, and whether its value is
 /// empty or blank. A walk of `environ` that copies only those: `std::env::vars_os` copies every
@@ -724,34 +723,31 @@ pub fn env_with_prefix(prefix: &str) -> Vec<(String, bool)> {
     out
 }
 
-/// What std's own start-up did that gpurun needs, for an entry point without it (main.rs):
-/// fds 0-2 open (closed ones get /dev/null, so that no file gpurun opens lands on them), and
-/// SIGPIPE ignored in gpurun itself (a write to a pipe whose reader is gone is an error it
-/// handles), after noting how the caller had it; and one setting of malloc's.
+/// Runs before std's start-up, which ignores SIGPIPE in gpurun itself (a write to a pipe whose
+/// reader is gone is an error it handles): the caller's disposition is noted first, for the
+/// command (`caller_dispositions`).
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CALLER_SIGPIPE: extern "C" fn() = note_caller_sigpipe;
+
+extern "C" fn note_caller_sigpipe() {
+    // SAFETY: sigaction only reads the disposition into a zeroed struct.
+    let ignored = unsafe {
+        let mut old = std::mem::zeroed::<libc::sigaction>();
+        libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    };
+    CALLER_IGNORED_SIGPIPE.store(ignored, Ordering::Relaxed);
+}
+
+/// One setting of malloc's, for every gpurun process.
 pub fn process_start() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
-    // SAFETY: three valid pollfd entries; open and dup2 take a NUL-terminated path and fds.
+    // SAFETY: mallopt only changes malloc's parameters.
     unsafe {
-        if libc::poll(fds.as_mut_ptr(), 3, 0) != -1 {
-            for p in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
-                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-                if null >= 0 && null != p.fd {
-                    libc::dup2(null, p.fd);
-                    libc::close(null);
-                }
-            }
-        }
-        let old = libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        CALLER_IGNORED_SIGPIPE.store(old == libc::SIG_IGN, std::sync::atomic::Ordering::Relaxed);
         // A fixed threshold for glibc's mmap'd allocations. Its default moves up to the size of
         // any mmap'd block freed, to 32 MiB at most; past 16 MiB, a FUSE server thread's
         // zeroed 16 MiB request buffer came from memory malloc had used before, which calloc
-        // must clear: 9 ms before the server's first reply, in one `exec true` in eight on a
-        // 2-CPU machine. Mapped afresh it comes zeroed by the kernel.
+        // must clear (9 ms). Mapped afresh it comes zeroed by the kernel.
         libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
         // Fixing it also fixes the trim threshold at its 128 KiB default, where the dynamic
         // rule would have moved it to twice the mmap threshold: keep that, so a thread's
@@ -782,7 +778,7 @@ pub fn caller_dispositions(signals: &[nix::sys::signal::Signal]) {
                 libc::signal(sig as i32, libc::SIG_DFL);
             }
         }
-        if !CALLER_IGNORED_SIGPIPE.load(std::sync::atomic::Ordering::Relaxed) {
+        if !CALLER_IGNORED_SIGPIPE.load(Ordering::Relaxed) {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
