@@ -73,6 +73,7 @@ pub struct FileLayer {
     pub allowed_registries: Option<Vec<String>>,
     pub compression: Option<String>,
     pub cdi_spec_dirs: Option<Vec<PathBuf>>,
+    pub server_idle: Option<String>,
 }
 
 /// The merged settings.
@@ -88,6 +89,22 @@ pub struct Config {
     pub compression: Sourced<Option<String>>,
     /// Where `--device` finds CDI specs; `None`: podman's and the CDI library's defaults.
     pub cdi_spec_dirs: Sourced<Option<Vec<PathBuf>>>,
+    /// How long an image server waits for another container (`parse_idle`); `None`:
+    /// `DEFAULT_SERVER_IDLE`.
+    pub server_idle: Sourced<Option<String>>,
+}
+
+/// An image server's idle time when none is set: long enough for the next start of an
+/// interactive session or a job's next step, short enough not to hold memory for long.
+pub const DEFAULT_SERVER_IDLE: &str = "10m";
+
+/// An idle time: 0 (off), or an age such as 90s, 10m, 2h.
+pub fn parse_idle(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim() {
+        "0" => Ok(std::time::Duration::ZERO),
+        t => crate::image::gc::parse_age(t)
+            .map_err(|_| format!("'{s}' is not an idle time; use 0 (off) or e.g. 90s, 10m, 2h")),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +164,12 @@ impl Config {
         }
         if let Some(v) = layer.cdi_spec_dirs {
             self.cdi_spec_dirs = Sourced {
+                value: Some(v),
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.server_idle {
+            self.server_idle = Sourced {
                 value: Some(v),
                 from: s(from),
             };
@@ -217,10 +240,20 @@ impl Config {
                 from: origin("GPURUN_CDI_SPEC_DIRS"),
             };
         }
+        if let Some(v) = get("GPURUN_SERVER_IDLE") {
+            self.server_idle = Sourced {
+                value: Some(v),
+                from: origin("GPURUN_SERVER_IDLE"),
+            };
+        }
         Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(v) = &self.server_idle.value {
+            let detail = |e: String| format!("server_idle: {e}");
+            parse_idle(v).map_err(|e| invalid(&self.server_idle.from, v, detail(e)))?;
+        }
         if let Some(c) = &self.compression.value {
             if !COMPRESSORS.contains(&c.as_str()) {
                 let detail = format!(
@@ -240,6 +273,13 @@ impl Config {
             return Err(invalid(&self.cdi_spec_dirs.from, &value.join(":"), detail));
         }
         Ok(())
+    }
+
+    /// How long an image server waits for another container before it exits (zero: every
+    /// container gets a server of its own).
+    pub fn server_idle(&self) -> std::time::Duration {
+        let v = self.server_idle.value.as_deref();
+        parse_idle(v.unwrap_or(DEFAULT_SERVER_IDLE)).unwrap_or_default()
     }
 
     /// The CDI spec directories, lowest priority first.
@@ -390,6 +430,11 @@ impl Config {
             "cdi_spec_dirs",
             paths(&self.cdi_spec_dirs()),
             &self.cdi_spec_dirs.from,
+        );
+        row(
+            "server_idle",
+            (self.server_idle.value.clone()).unwrap_or_else(|| DEFAULT_SERVER_IDLE.into()),
+            &self.server_idle.from,
         );
         s
     }
@@ -615,6 +660,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("GPURUN_CACHEDIR=rel"), "{e}");
+    }
+
+    #[test]
+    fn server_idle_times() {
+        use std::time::Duration;
+        let idle = |files: &[(Origin, Option<String>)], e: &[(&str, &str)]| {
+            Config::merge(files, &env(e)).map(|c| c.server_idle())
+        };
+        assert_eq!(idle(&[], &[]).unwrap(), Duration::from_secs(600));
+        let s = site("server_idle = \"2h\"");
+        assert_eq!(
+            idle(std::slice::from_ref(&s), &[]).unwrap(),
+            Duration::from_secs(7200)
+        );
+        let e = [("GPURUN_SERVER_IDLE", "0")];
+        assert_eq!(idle(std::slice::from_ref(&s), &e).unwrap(), Duration::ZERO);
+        let e = [("GPURUN_SERVER_IDLE", "90s")];
+        assert_eq!(idle(&[s], &e).unwrap(), Duration::from_secs(90));
+        let bad = idle(&[], &[("GPURUN_SERVER_IDLE", "soon")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bad.starts_with("GPURUN_SERVER_IDLE=soon") && bad.contains("10m"),
+            "{bad}"
+        );
+        let bad = idle(&[user("server_idle = \"5\"")], &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bad.contains("config.toml") && bad.contains("server_idle"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -60,7 +60,30 @@ fn launch(
         compression: ctx.cfg.compression.value.clone(),
         quiet: ctx.quiet,
         log: if ctx.debug { 2 } else { u8::from(ctx.verbose) },
+        server_idle: ctx.cfg.server_idle(),
     }
+}
+
+/// `gpurun stop [IMAGE]`: a line for each server stopped.
+fn stop(image: Option<&std::path::Path>, quiet: bool) -> i32 {
+    let stopped = gpurun::runtime::attach::stop(image);
+    if !quiet {
+        for s in &stopped {
+            let busy = match s.containers.len() {
+                0 => String::new(),
+                n => format!("; it exits when its {n} container(s) end"),
+            };
+            println!(
+                "stopped the server of {} (pid {}){busy}",
+                s.image.display(),
+                s.pid
+            );
+        }
+        if stopped.is_empty() {
+            println!("no image server of yours runs here");
+        }
+    }
+    0
 }
 
 /// One line for the user; the cause chain only with --debug.
@@ -156,7 +179,7 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
             go(launch(image, a.opts, action, None, &ctx), &ctx)
         }
         Command::Hold(a) => go(
-            launch(a.image, a.opts, Action::Hold(a.warm), Some(a.state), &ctx),
+            launch(a.image, a.opts, Action::Hold, Some(a.state), &ctx),
             &ctx,
         ),
         Command::Pull(args) => pull(args, &ctx),
@@ -168,7 +191,7 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
         Command::Cache(a) => done(cache(a.command, &ctx), debug),
         Command::Doctor(a) => doctor(a.json, &ctx),
         Command::Ps(a) => {
-            let v = gpurun::ps::containers(&ctx.cfg.nv_driver_paths.value);
+            let v = gpurun::ps::report(&ctx.cfg.nv_driver_paths.value);
             if a.json {
                 println!(
                     "{}",
@@ -179,6 +202,16 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
             }
             0
         }
+        Command::Stop(a) => stop(a.image.as_deref(), ctx.quiet),
+        Command::Serve(a) => gpurun::runtime::server::run(gpurun::runtime::server::Args {
+            image: a.image,
+            id: a.id,
+            idle: std::time::Duration::from_secs(a.idle),
+            scope: a.scope,
+            anchor: a.anchor,
+            private: a.private,
+        }),
+        Command::Keep(a) => gpurun::runtime::keeper::run(&a.job),
         Command::Config(a) => match a.command {
             ConfigCommand::Show(j) => {
                 config_show(&ctx.cfg, j.json);
@@ -322,6 +355,10 @@ fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
         Origin::Site(_) | Origin::User(_) => ctx.cfg.cache_dir.value.as_deref(),
         _ => None,
     };
+    if matches!(c, CacheCommand::Clean) {
+        // Image servers hold their images open: the idle ones end first.
+        gpurun::runtime::attach::stop(None);
+    }
     let entries = gc::list(&cache, &gc::Activity::scan(cache.root(), from_files))?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

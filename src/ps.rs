@@ -1,7 +1,8 @@
-//! `gpurun ps`: this user's running containers on this node, found from /proc (gpurun keeps no
-//! state files). A container is a `gpurun exec|run|shell|hold` process (P, which serves the
-//! image) whose parent is not gpurun; its first gpurun child is the container's init (C), whose
-//! root is the container's root: the GPUs bound are the /dev/nvidiaN nodes seen there.
+//! `gpurun ps`: this user's running containers and image servers on this node. Containers are
+//! found from /proc (gpurun keeps no state files): a container is a `gpurun exec|run|shell|hold`
+//! process (P) whose parent is not gpurun; its first gpurun child is the container's init (C),
+//! whose root is the container's root: the GPUs bound are the /dev/nvidiaN nodes seen there.
+//! Servers say themselves what they serve and to whom (runtime/attach.rs).
 
 use std::collections::HashMap;
 use std::fs;
@@ -106,6 +107,30 @@ pub struct Container {
     /// Seconds since the epoch.
     pub started: u64,
     pub gpus: Vec<GpuUse>,
+    /// The pid of the image server it is attached to, where it shares one.
+    pub server: Option<u32>,
+}
+
+/// What `gpurun ps` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub containers: Vec<Container>,
+    pub servers: Vec<crate::runtime::server::Status>,
+}
+
+/// This user's containers and image servers on this node.
+pub fn report(driver_paths: &[PathBuf]) -> Report {
+    let servers = crate::runtime::attach::servers();
+    let mut containers = containers(driver_paths);
+    for c in &mut containers {
+        c.server = (servers.iter())
+            .find(|s| s.containers.contains(&c.pid))
+            .map(|s| s.pid);
+    }
+    Report {
+        containers,
+        servers,
+    }
 }
 
 fn boot_time() -> u64 {
@@ -207,6 +232,7 @@ pub fn containers(driver_paths: &[PathBuf]) -> Vec<Container> {
             command,
             started: btime + p.start_ticks / tick,
             gpus,
+            server: None,
         });
     }
     if out.iter().any(|c| !c.gpus.is_empty()) {
@@ -252,8 +278,39 @@ fn add_nvml(out: &mut [Container], driver_paths: &[PathBuf], children: &HashMap<
     }
 }
 
+/// The report as two tables.
+pub fn render(r: &Report) -> String {
+    let mut s = render_containers(&r.containers);
+    if r.servers.is_empty() {
+        return s;
+    }
+    s.push_str(&format!(
+        "\n{:<8} {:<32} {:<24} {:>9} {:>8} {:>6}  {}\n",
+        "SERVER", "IMAGE", "SCOPE", "RSS", "CPU", "IDLE", "CONTAINERS"
+    ));
+    for v in &r.servers {
+        let pids: Vec<String> = v.containers.iter().map(u32::to_string).collect();
+        s.push_str(&format!(
+            "{:<8} {:<32} {:<24} {:>9} {:>7.2}s {:>5}s  {}{}\n",
+            v.pid,
+            v.image.display(),
+            v.scope,
+            crate::image::inspect::human_size(v.rss_bytes),
+            v.cpu_seconds,
+            v.idle_timeout_seconds,
+            if pids.is_empty() {
+                "-".into()
+            } else {
+                pids.join(",")
+            },
+            if v.stopping { " (stopping)" } else { "" },
+        ));
+    }
+    s
+}
+
 /// The containers as a table.
-pub fn render(v: &[Container]) -> String {
+fn render_containers(v: &[Container]) -> String {
     let mut s = format!(
         "{:<8} {:<6} {:<20} {:<32} {:<24} {}\n",
         "PID", "ACTION", "STARTED", "IMAGE", "GPUS", "COMMAND"

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{busybox_image, gpurun, stderr, test_ids, Scratch};
+use common::{busybox_image, gpurun, run_ok, stderr, test_ids, Scratch};
 use nix::sys::signal::Signal;
 use support::{Comp, LayerTar, Layout, Registry};
 
@@ -54,8 +54,9 @@ fn budget() -> Duration {
 
 const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL];
 
-/// Processes of the test user whose command line mentions `marker`, once they had time to go.
-fn procs_left(marker: &str) -> Vec<String> {
+/// Processes of the test user whose command line mentions `marker`, once they had time to go;
+/// an image server (`gpurun serve`) too with `servers`.
+fn procs_left(marker: &str, servers: bool) -> Vec<String> {
     let (uid, _) = test_ids();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -67,7 +68,7 @@ fn procs_left(marker: &str) -> Vec<String> {
             }
             let cmd = std::fs::read(format!("/proc/{name}/cmdline")).unwrap_or_default();
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) {
+            if cmd.contains(marker) && (servers || !cmd.starts_with("gpurun serve ")) {
                 out.push(format!("{name}: {cmd}"));
             }
         }
@@ -187,7 +188,7 @@ fn interrupted_pulls_leave_nothing_and_resume() {
         } else {
             assert!(out_dir.join(&out).exists(), "{what}");
         }
-        assert_eq!(procs_left(&marker), Vec::<String>::new(), "{what}");
+        assert_eq!(procs_left(&marker, true), Vec::<String>::new(), "{what}");
         cache_sound(&cache);
         if sig == Signal::SIGKILL && !done {
             // the same pull again: it succeeds and takes the dead one's temp file away (a kill
@@ -257,9 +258,12 @@ fn interrupted_execs_leave_nothing() {
             st.signal() == Some(sig as i32) || st.code() == Some(128 + sig as i32),
             "{what}"
         );
-        assert_eq!(procs_left(&img), Vec::<String>::new(), "{what}");
+        assert_eq!(procs_left(&img, false), Vec::<String>::new(), "{what}");
         i += 1;
     }
+    // The image's server outlives its containers, until it is stopped.
+    run_ok(&mut gpurun(&["stop", &img]));
+    assert_eq!(procs_left(&img, true), Vec::<String>::new());
     // mounts go with the namespaces: their FUSE connections must be gone (slack for other
     // engineers' tests on this machine; a leak is one per run)
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -268,239 +272,4 @@ fn interrupted_execs_leave_nothing() {
     }
     assert!(fuse() <= fuse_before + 5, "{fuse_before} -> {}", fuse());
     eprintln!("exec: {i} runs interrupted in {:?}", t0.elapsed());
-}
-
-/// A server thread left waiting in the kernel when gpurun dies must not strand the container.
-/// gpurun's page-cache stores (runtime/linger.rs, runtime/prefetch.rs) wait, unkillably, for a
-/// page that a READ holds; once gpurun's threads are gone nothing answers that READ, and a
-/// serving thread waiting so keeps the connection open. The container's exit then waits on that
-/// store (the mount's teardown takes the lock the store holds), and both stay in D state for
-/// good unless the container process aborts the connection. Made here on purpose: gpurun
-/// stopped, the container's shell waits on a READ of /data (a readahead READ: one a killed
-/// reader made itself would be dropped from the queue), this test stores into the page that READ
-/// holds through gpurun's own /dev/fuse (pidfd_getfd, as root), and gpurun is killed.
-#[test]
-fn a_store_waiting_when_gpurun_dies_does_not_strand_the_container() {
-    use std::io::{BufRead, BufReader, Write};
-    use std::os::fd::{FromRawFd, OwnedFd};
-    use std::sync::atomic::{AtomicI32, Ordering};
-    use std::sync::Arc;
-    if !root_and_fusectl("pidfd_getfd on gpurun") {
-        return;
-    }
-    let s = Scratch::new();
-    let img = busybox_image(&s, "stranded", |root| {
-        std::fs::write(root.join("data"), vec![7u8; 1 << 20]).unwrap();
-        std::fs::write(root.join("warm"), "x\n").unwrap();
-    });
-    let img = img.to_str().unwrap().to_string();
-    // The shell's own `read` reads /data: no exec whose pages would need the stopped server,
-    // and its code was paged in by reading /warm.
-    let mut c = gpurun(&[
-        "exec",
-        &img,
-        "sh",
-        "-c",
-        "read -r z < /warm; stat -c %i /data; read x; read -r y < /data; sleep 1000",
-    ])
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let gpurun_pid = nix::unistd::Pid::from_raw(c.id() as i32);
-    let mut reaper = Reaper(gpurun_pid, None);
-    let mut line = String::new();
-    BufReader::new(c.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let nodeid: u64 = line.trim().parse().expect("the inode number of /data");
-    let p = gpurun_pid.as_raw();
-    let conn = connection_of(p).expect("the image's FUSE connection");
-    reaper.1 = Some(conn.clone());
-
-    // gpurun's connection, held here as a thread of gpurun would hold it.
-    let fd = std::fs::read_dir(format!("/proc/{p}/fd"))
-        .unwrap()
-        .flatten()
-        .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/fuse")))
-        .and_then(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .expect("gpurun has /dev/fuse open");
-    let held = unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, p, 0) as i32;
-        assert!(
-            pidfd >= 0,
-            "pidfd_open: {}",
-            std::io::Error::last_os_error()
-        );
-        let got = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
-        assert!(got >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
-        libc::close(pidfd);
-        OwnedFd::from_raw_fd(got)
-    };
-
-    // Nothing answers now: the shell waits on a READ of /data, its first page locked.
-    nix::sys::signal::kill(gpurun_pid, Signal::SIGSTOP).unwrap();
-    c.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let waiting = || {
-        std::fs::read_to_string(conn.join("waiting"))
-            .ok()
-            .and_then(|w| w.trim().parse::<u32>().ok())
-            .unwrap_or(0)
-    };
-    let t0 = Instant::now();
-    while waiting() == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(5), "no request waits");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The readahead READ that follows: a store waiting on a READ its killed reader made itself
-    // would be freed by that kill, and prove nothing.
-    std::thread::sleep(Duration::from_millis(500));
-
-    // A store into that page waits for the READ.
-    let tid = Arc::new(AtomicI32::new(0));
-    let tid2 = tid.clone();
-    let store = std::thread::spawn(move || {
-        tid2.store(nix::unistd::gettid().as_raw(), Ordering::SeqCst);
-        gpurun::runtime::sys::notify_store(&held, nodeid, 0, &[7u8; 4096])
-    });
-    let state = |tid: i32| {
-        let st = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
-        let fields = st.rsplit(')').next().unwrap_or_default().to_string();
-        fields.split_whitespace().next().map(str::to_string)
-    };
-    // Waiting, not just passing through a short uninterruptible sleep: D on 10 samples in a row.
-    let (t0, mut in_d) = (Instant::now(), 0);
-    while in_d < 10 {
-        assert!(
-            !store.is_finished() && t0.elapsed() < Duration::from_secs(5),
-            "the store did not wait for the READ: the test no longer makes the hazard"
-        );
-        in_d = if state(tid.load(Ordering::SeqCst)).as_deref() == Some("D") {
-            in_d + 1
-        } else {
-            0
-        };
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        !store.is_finished(),
-        "the store ended before gpurun was killed"
-    );
-
-    nix::sys::signal::kill(gpurun_pid, Signal::SIGKILL).unwrap();
-    let left = procs_left(&img);
-    let t0 = Instant::now();
-    while !store.is_finished() && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let stranded = !store.is_finished();
-    if stranded {
-        let _ = std::fs::write(conn.join("abort"), "1");
-    }
-    let _ = store.join();
-    let _ = c.wait();
-    assert!(
-        !stranded && left.is_empty(),
-        "the store still waited: {stranded}; left behind: {left:?}"
-    );
-}
-
-/// The fusectl directory of the image connection of the gpurun process `p`: from its container
-/// process's mountinfo (the FUSE mount's device number).
-fn connection_of(p: i32) -> Option<std::path::PathBuf> {
-    let children = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).ok()?;
-    let c = children.split_whitespace().next()?;
-    let info = std::fs::read_to_string(format!("/proc/{c}/mountinfo")).ok()?;
-    let dev = info
-        .lines()
-        .find(|l| l.contains(" - fuse.gpurun "))?
-        .split(' ')
-        .nth(2)?;
-    let (major, minor) = dev.split_once(':')?;
-    let n = (major.parse::<u32>().ok()? << 20) | minor.parse::<u32>().ok()?;
-    Some(Path::new("/sys/fs/fuse/connections").join(n.to_string()))
-}
-
-/// Kills gpurun when a test ends, however it ends, and on a failure aborts its connection (when
-/// known), so that nothing is left waiting on this machine.
-struct Reaper(nix::unistd::Pid, Option<std::path::PathBuf>);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(self.0, Signal::SIGKILL);
-        if let (true, Some(conn)) = (std::thread::panicking(), &self.1) {
-            let _ = std::fs::write(conn.join("abort"), "1");
-        }
-    }
-}
-
-/// The pusher holds descriptors of its own: besides 0-2, the image and a /dev/fuse of its own
-/// (runtime/prefetch.rs). Then the serving threads' descriptors close when they die, and a READ
-/// one of them took ends, whatever the pusher waits on, even when nothing is left to abort the
-/// connection (a SIGKILL of the container and gpurun at once).
-#[test]
-fn the_pusher_holds_only_the_image_and_its_own_fuse_descriptor() {
-    if !root_and_fusectl("another user's /proc fd lists") {
-        return;
-    }
-    let s = Scratch::new();
-    let img = busybox_image(&s, "pusher", |_| {});
-    let imgs = img.to_str().unwrap().to_string();
-    let mut c = gpurun(&["exec", &imgs, "sleep", "30"]).spawn().unwrap();
-    let _reaper = Reaper(nix::unistd::Pid::from_raw(c.id() as i32), None);
-    let p = c.id();
-    // What the descriptors above 0-2 are (the pusher keeps those three for its messages).
-    let targets = |dir: String| -> Vec<String> {
-        let mut t: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) > Some(2))
-            .map(|e| std::fs::read_link(e.path()).unwrap_or_default())
-            .map(|l| l.display().to_string())
-            .collect();
-        t.sort();
-        t
-    };
-    let pusher = {
-        let t0 = Instant::now();
-        loop {
-            let found = std::fs::read_dir(format!("/proc/{p}/task"))
-                .unwrap()
-                .flatten()
-                .find(|t| {
-                    std::fs::read_to_string(t.path().join("comm"))
-                        .is_ok_and(|c| c.trim() == "gpurun-prefetch")
-                });
-            if let Some(t) = found {
-                break t.path();
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "no pusher thread");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    // It takes its own table at its start: wait for it.
-    let want = vec!["/dev/fuse".to_string(), img.display().to_string()];
-    let t0 = Instant::now();
-    while targets(format!("{}/fd", pusher.display())) != want
-        && t0.elapsed() < Duration::from_secs(5)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(targets(format!("{}/fd", pusher.display())), want);
-    let main = targets(format!("/proc/{p}/fd"));
-    assert!(
-        main.contains(&want[0]) && main.len() > want.len(),
-        "the server's own table: {main:?}"
-    );
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), Signal::SIGTERM);
-    let _ = c.wait();
-}
-
-/// Whether a test that needs root (for `why`) and fusectl can run here; says so when not.
-fn root_and_fusectl(why: &str) -> bool {
-    let can = common::is_root() && common::fusectl();
-    if !can {
-        eprintln!("skipped: needs root ({why}) and fusectl");
-    }
-    can
 }

@@ -63,8 +63,16 @@ pub enum Command {
     Cache(CacheArgs),
     /// Check whether this node can run containers, and say how to fix what is missing
     Doctor(JsonArg),
-    /// List your running gpurun containers on this node (pid, image, command, GPUs)
+    /// List your running gpurun containers and image servers on this node
     Ps(JsonArg),
+    /// Stop your image servers on this node (all, or IMAGE's): they exit once their containers end
+    Stop(StopArgs),
+    /// Serve an image to containers (started by gpurun itself)
+    #[command(hide = true)]
+    Serve(ServeArgs),
+    /// Start the image servers of a Slurm job (started by the SPANK plugin)
+    #[command(hide = true)]
+    Keep(KeepArgs),
     /// Print the merged configuration and where each value came from
     Config(ConfigArgs),
     /// Print the version, git commit, compiler and target
@@ -325,12 +333,39 @@ pub struct HoldArgs {
     /// Write the container's state (JSON: pid, root, env, cwd) here once it is ready
     #[arg(long, value_name = "FILE")]
     pub state: PathBuf,
-    /// The program the step's tasks will run: its program and libraries are decompressed while
-    /// the tasks start
-    #[arg(long, value_name = "PROGRAM")]
-    pub warm: Option<String>,
     /// Image: a squashfs file
     pub image: String,
+}
+
+#[derive(Args, Debug)]
+pub struct StopArgs {
+    /// Only the server of this image file
+    pub image: Option<PathBuf>,
+}
+
+/// An image server's settings (runtime/server.rs `Args`).
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[arg(long)]
+    pub image: PathBuf,
+    #[arg(long)]
+    pub id: String,
+    /// Seconds
+    #[arg(long)]
+    pub idle: u64,
+    #[arg(long)]
+    pub scope: String,
+    #[arg(long)]
+    pub anchor: Option<i32>,
+    #[arg(long)]
+    pub private: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct KeepArgs {
+    /// The Slurm job id
+    #[arg(long)]
+    pub job: String,
 }
 
 #[derive(Args, Debug)]

@@ -3,7 +3,7 @@
 //!
 //! Safe beside running pulls and containers. An entry is kept when:
 //! - its lock (`locks/HEX.lock`) is held: a pull is downloading that blob or building that image;
-//! - a process of this user has it open (a running container's FUSE server holds its image);
+//! - a process of this user has it open (an image server holds its image);
 //! - it is a blob or an extracted rootfs and a `gpurun` pull or container of this user that uses
 //!   this cache (by its environment and the config files) runs on this node: a pull may have
 //!   found a blob in the cache and not opened it yet, and a container may run from an extracted
@@ -37,8 +37,6 @@ pub enum Kind {
     Partial,
     Image,
     Rootfs,
-    /// An image's blocks kept decompressed between starts (image/sqfs/kept.rs).
-    Blocks,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -291,15 +289,6 @@ pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
     for n in read("rootfs")? {
         // .tmp-* are extractions in progress (or abandoned): kept by the grace period.
         add(Kind::Rootfs, n.clone(), root.join("rootfs").join(&n), None);
-    }
-    for n in read("image-blocks")? {
-        // Removing one costs the next start of its image the decompression it saved.
-        add(
-            Kind::Blocks,
-            n.clone(),
-            root.join("image-blocks").join(&n),
-            None,
-        );
     }
     out.sort_by_key(|e| (e.last_used, e.path.clone()));
     Ok(out)

@@ -1,15 +1,17 @@
 //! Fork, apply the plan, exec; forward signals; pass the exit status back.
 //!
-//! Process model: gpurun (P) enters a new user namespace (single-threaded, so unshare is allowed),
-//! forks the container process (C) and then serves the image over FUSE from its own threads. C
-//! makes a private mount namespace, mounts the image, applies the plan's mounts, pivots into the
-//! root and execs. P forwards signals to C, returns C's status, and kills whatever C left behind.
-//! C dies with P (PDEATHSIG), and the mounts die with C's mount namespace: nothing outlives a run.
+//! Process model: gpurun (P) holds a copy of its image server's mount (runtime/attach.rs),
+//! enters a new user namespace (single-threaded, so unshare is allowed) and forks the container
+//! process (C). C makes a private mount namespace, attaches the image's mount, applies the
+//! plan's mounts, pivots into the root and execs. P forwards signals to C, returns C's status,
+//! and kills whatever C left behind; should the image server end first, P ends the container.
+//! C dies with P (PDEATHSIG), and the mounts die with C's mount namespace: nothing of a
+//! container outlives it.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -20,7 +22,9 @@ use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
+use super::attach::Attached;
 use super::plan::{Mount, MountSource, Plan};
+use super::server::Reply;
 use super::sys::{self, Create, SysError};
 use crate::exit;
 
@@ -63,41 +67,12 @@ const FORWARDED: [Signal; 7] = [
     Signal::SIGWINCH,
 ];
 
-/// Starts serving an image on a mounted /dev/fuse fd; what it returns keeps the server alive.
-/// The flag: whether C can abort the connection should gpurun die (`fuse::serve`).
-pub type Serve = Box<dyn FnOnce(OwnedFd, bool) -> Result<Box<dyn Served>, String>>;
-
-/// A running image server. Until it is sealed it makes the mount points C creates in the image
-/// (runtime/points.rs), so that a read-only root needs no overlay.
-pub trait Served {
-    /// The root is built: the image takes nothing new from now on.
-    fn seal(&self);
-    /// The container has ended: keep for the next start what this one found, where that was
-    /// not done meanwhile (image/sqfs/kept.rs).
-    fn finish(&self) {}
-}
-
-/// Work for spare CPU time while C builds the root: the start-up warming (runtime/warm.rs),
-/// which tells the paths of the files it finds to its argument.
-pub type Warm = Box<dyn FnOnce(&mut dyn FnMut(&str)) + Send>;
-
 /// How the image's root gets into the container.
 pub enum Lower {
     /// A directory on the host (a sandbox or an extracted image).
     Dir(PathBuf),
-    /// The image served over FUSE by P (`serve`) once C has mounted it. /dev/fuse is opened
-    /// inside the new user namespace: the kernel only mounts a connection opened there.
-    /// `warm` runs on a thread of P meanwhile (runtime/warm.rs). The plan's mounts numbered in
-    /// `provided` are files the server provides (runtime/provide.rs): C leaves them. The
-    /// command's PATH candidates in `absent` cannot exist in the container (runtime/resolve.rs):
-    /// its search skips them.
-    Fuse {
-        image: PathBuf,
-        serve: Serve,
-        warm: Option<Warm>,
-        provided: Vec<usize>,
-        absent: Vec<PathBuf>,
-    },
+    /// The image, as its server lends it (runtime/server.rs): C attaches the mount.
+    Served { image: PathBuf, attached: Attached },
 }
 
 /// Where the container's pieces live inside C's private mount namespace. A tmpfs mounted over /tmp
@@ -116,40 +91,14 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
         return Err(LaunchError::Setuid(exe));
     }
     // Everything C needs is made before fork, so C allocates little and P stays simple.
-    let absent = match &lower {
-        Lower::Fuse { absent, .. } => absent.clone(),
-        Lower::Dir(_) => Vec::new(),
+    let prepared = Prepared::new(plan)?;
+    let pipe = || {
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))
     };
-    let prepared = Prepared::new(plan, absent)?;
-    let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
-    let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
-    // The files P's warming finds, a path a line, for C to read ahead before the exec.
-    let (found_r, found_w) = match &lower {
-        Lower::Fuse { warm: Some(_), .. } => {
-            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-                .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))?;
-            (Some(r), Some(w))
-        }
-        _ => (None, None),
-    };
-    let state_tmp = match &hold {
-        Some(h) => {
-            let tmp = tmp_beside(&h.path);
-            // Made new, never through a link: the state may be asked for in a shared directory.
-            Some((
-                crate::store::private_dir::create_new(&tmp, 0o600).map_err(|e| {
-                    LaunchError::Io {
-                        what: format!("create {}", tmp.display()),
-                        source: e,
-                    }
-                })?,
-                tmp,
-            ))
-        }
-        None => None,
-    };
+    let (ready_r, ready_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let state_tmp = hold.as_ref().map(state_file).transpose()?;
 
     let mut mask = SigSet::empty();
     for s in FORWARDED {
@@ -164,64 +113,42 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
     sys::block_signal(parent_death_signal(), true);
     sys::enter_user_namespace(plan.uid.inside, plan.gid.inside)
         .map_err(LaunchError::UserNamespace)?;
-    let fuse_fd = match &lower {
-        Lower::Fuse { image, .. } => Some(sys::open_fuse().map_err(|e| {
-            LaunchError::Setup(format!(
-                "cannot open /dev/fuse to serve {}: {e}",
-                image.display()
-            ))
-        })?),
-        Lower::Dir(_) => None,
-    };
     sys::become_subreaper()?;
     if hold.is_some() {
         sys::die_with_parent(libc::SIGKILL)?;
     }
     let parent = nix::unistd::getpid();
 
-    // SAFETY: P is single-threaded here (the FUSE server starts after fork). C never reads the
-    // image's data blocks: their region is not in forks (image/sqfs/blocks.rs, MADV_DONTFORK).
+    // SAFETY: P is single-threaded here. C never reads an image's data blocks: their region is
+    // not in forks (image/sqfs/blocks.rs, MADV_DONTFORK).
     match unsafe { fork() }.map_err(|e| LaunchError::Setup(format!("fork: {e}")))? {
         ForkResult::Child => {
-            drop(ready_r);
-            drop(err_r);
-            drop(found_w);
-            let e = child(
-                plan,
-                &prepared,
-                &lower,
-                fuse_fd,
-                (ready_w, found_r),
-                parent,
-                state_tmp.map(|(f, _)| f),
-                old_mask,
-            );
-            let (code, msg) = e;
+            drop((ready_r, err_r));
+            let state = state_tmp.map(|(f, _)| f);
+            let (code, msg) = child(plan, &prepared, lower, ready_w, parent, state, old_mask);
             let mut w = File::from(err_w);
             let _ = write!(w, "{code} {msg}");
             sys::exit_now(code);
         }
         ForkResult::Parent { child } => {
-            drop(ready_w);
-            drop(err_w);
-            drop(found_r);
-            parent_loop(
-                child,
-                lower,
-                fuse_fd,
-                (ready_r, found_w),
-                err_r,
-                hold,
-                state_tmp.map(|(_, p)| p),
-            )
+            drop((ready_w, err_w));
+            let state = state_tmp.map(|(_, p)| p);
+            parent_loop(child, lower, ready_r, err_r, hold, state)
         }
     }
 }
 
-fn tmp_beside(p: &Path) -> PathBuf {
-    let mut s = p.as_os_str().to_owned();
+/// The holder's state file, made new beside its place (never through a link: the state may be
+/// asked for in a shared directory), and its temporary name.
+fn state_file(h: &HoldState) -> Result<(File, PathBuf), LaunchError> {
+    let mut s = h.path.as_os_str().to_owned();
     s.push(format!(".tmp{}", std::process::id()));
-    PathBuf::from(s)
+    let tmp = PathBuf::from(s);
+    let f = crate::store::private_dir::create_new(&tmp, 0o600).map_err(|e| LaunchError::Io {
+        what: format!("create {}", tmp.display()),
+        source: e,
+    })?;
+    Ok((f, tmp))
 }
 
 /// Pre-computed C strings for the exec, so the child does no planning.
@@ -229,12 +156,10 @@ struct Prepared {
     argv: Vec<CString>,
     envp: Vec<CString>,
     path_dirs: Vec<PathBuf>,
-    /// PATH candidates known not to exist in the container (`Lower::Fuse`).
-    absent: Vec<PathBuf>,
 }
 
 impl Prepared {
-    fn new(plan: &Plan, absent: Vec<PathBuf>) -> Result<Prepared, LaunchError> {
+    fn new(plan: &Plan) -> Result<Prepared, LaunchError> {
         let c = |s: &[u8]| {
             CString::new(s).map_err(|_| LaunchError::Setup("argument contains a NUL byte".into()))
         };
@@ -252,19 +177,16 @@ impl Prepared {
             argv,
             envp,
             path_dirs: super::env::path_dirs(&plan.env),
-            absent,
         })
     }
 }
 
 /// The container process. Returns only on failure: (exit code, message for P to print).
-#[allow(clippy::too_many_arguments)]
 fn child(
     plan: &Plan,
     prep: &Prepared,
-    lower: &Lower,
-    fuse_fd: Option<OwnedFd>,
-    (ready_w, found): (OwnedFd, Option<OwnedFd>),
+    lower: Lower,
+    ready: OwnedFd,
     parent: Pid,
     state: Option<File>,
     old_mask: SigSet,
@@ -272,19 +194,13 @@ fn child(
     if sys::die_with_parent(parent_death_signal()).is_err() || nix::unistd::getppid() != parent {
         return (exit::GPURUN_FAILED, "gpurun exited during start-up".into());
     }
-    let mut ready = File::from(ready_w);
-    // During set-up the death signal must kill C outright: if gpurun dies while C's mount(2)
-    // waits on the FUSE server gpurun was, C holds the /dev/fuse fd, so the request never fails,
-    // and a blocked death signal left C (and its namespace and FUSE connection) there for good.
+    let mut ready = File::from(ready);
+    // During set-up the death signal kills C outright; from then on C handles it itself
+    // (`supervise` waits for it), ending the command's whole tree.
     sys::block_signal(parent_death_signal(), false);
-    let root = setup_root(plan, lower, fuse_fd, &mut ready);
-    // From here C handles it itself (supervise waits for it). Where C can abort the image's
-    // connection, the signal's handler does that at once meanwhile (`setup_root`): C may be
-    // waiting on the image, and that wait may itself wait on a store the abort ends.
-    if !matches!(root, Ok((_, Some(_)))) {
-        sys::block_signal(parent_death_signal(), true);
-    }
-    let (root, abort) = match root {
+    let root = setup_root(plan, lower);
+    sys::block_signal(parent_death_signal(), true);
+    let root = match root {
         Ok(r) => r,
         Err(e) => return (exit::GPURUN_FAILED, e),
     };
@@ -308,12 +224,8 @@ fn child(
             return (exit::GPURUN_FAILED, "cannot write the holder state".into());
         }
         drop(ready);
-        // The tasks exec the step's program once they join: read its files ahead meanwhile.
-        // A signal P forwards (SIGTERM from the SPANK plugin) ends the holder meanwhile too.
-        let _ = old_mask.thread_set_mask();
-        read_ahead_found(found, true);
-        wait_from_here(abort.as_ref());
-        hold(abort.as_ref());
+        // A signal P forwards (SIGTERM from the SPANK plugin) ends the holder.
+        hold();
     }
     drop(ready);
     if nix::unistd::chdir(&plan.cwd).is_err() {
@@ -322,60 +234,24 @@ fn child(
             plan.cwd.display()
         );
     }
-    read_ahead_found(found, false);
     if let Err(e) = sys::set_no_new_privs().and_then(|_| sys::become_subreaper()) {
         return (exit::GPURUN_FAILED, e.to_string());
     }
     // C stays as a small init: it reaps, forwards signals, and takes the command's whole process
     // tree down with it, also when gpurun itself is killed (PDEATHSIG reaches C, which can act).
-    let cmd = spawn_command(prep, &old_mask);
-    wait_from_here(abort.as_ref());
-    match cmd {
-        Ok(cmd) => supervise(cmd, abort.as_ref()),
+    match spawn_command(prep, &old_mask) {
+        Ok(cmd) => supervise(cmd),
         Err(e) => e,
-    }
-}
-
-/// Block the signals C waits for from here on. If gpurun died meanwhile (the connection is
-/// aborted already, `sys::abort_fuse_on`), C ends here.
-fn wait_from_here(abort: Option<&OwnedFd>) {
-    for sig in forwarded_and(&[parent_death_signal()]) {
-        sys::block_signal(sig, true);
-    }
-    if sys::abort_signal_seen() {
-        gpurun_died(abort);
-    }
-}
-
-/// Read ahead, from the container, the files P's warming has found (`wait`: until it is done;
-/// else those found so far), so that exec and the dynamic loader find their pages in the page
-/// cache, filled by READs the server answers from its warm block cache. C does it, not P: a
-/// thread of the server's own process must never wait on its own FUSE connection (if gpurun is
-/// killed meanwhile, nothing would answer, and the kernel would not abort the connection while
-/// that thread holds it). Best effort.
-fn read_ahead_found(found: Option<OwnedFd>, wait: bool) {
-    use std::io::BufRead;
-    let Some(found) = found else { return };
-    if !wait && sys::set_nonblocking(&found).is_err() {
-        return;
-    }
-    let mut lines = std::io::BufReader::new(File::from(found));
-    let mut line = String::new();
-    while matches!(lines.read_line(&mut line), Ok(n) if n > 0) {
-        if let Some(path) = line.strip_suffix('\n') {
-            sys::read_ahead(Path::new(path));
-        }
-        line.clear();
     }
 }
 
 /// The holder's C keeps the namespace until P forwards a signal (SIGTERM from the SPANK plugin),
 /// which ends it as it would a command, or until gpurun dies.
-fn hold(abort: Option<&OwnedFd>) -> ! {
+fn hold() -> ! {
     let waited = forwarded_and(&[parent_death_signal()]);
     loop {
         match sys::wait_signal(&waited) {
-            Some((signo, _)) if signo == parent_death_signal() => gpurun_died(abort),
+            Some((signo, _)) if signo == parent_death_signal() => gpurun_died(),
             Some((signo, _)) if signo != libc::SIGWINCH => {
                 if let Ok(sig) = Signal::try_from(signo) {
                     die_by(sig, false);
@@ -386,31 +262,22 @@ fn hold(abort: Option<&OwnedFd>) -> ! {
     }
 }
 
-/// gpurun is gone, and nothing serves the image any more. Its connection is aborted first: a
-/// thread of gpurun may still be waiting in the kernel for a READ that no thread is left to
-/// answer (a page-cache store, runtime/prefetch.rs), holding the connection open, and every
-/// process reading the image would wait with it. Then the command's tree ends.
-fn gpurun_died(abort: Option<&OwnedFd>) -> ! {
-    // Killed before the abort: after it their reads fail, and they would run on (error paths,
-    // writes to binds) until killed. One waiting on the image dies once the abort ends the wait.
-    sigkill_descendants();
-    if let Some(a) = abort {
-        sys::abort_fuse(a);
-    }
+/// gpurun is gone: the command's tree ends with it.
+fn gpurun_died() -> ! {
     kill_descendants();
     sys::exit_now(exit::GPURUN_FAILED)
 }
 
 /// C's loop once the command runs: forward, reap, and on the end of either the command or
 /// gpurun, kill everything left and leave with the command's status.
-fn supervise(cmd: Pid, abort: Option<&OwnedFd>) -> ! {
+fn supervise(cmd: Pid) -> ! {
     let waited = forwarded_and(&[libc::SIGCHLD, parent_death_signal()]);
     loop {
         let Some((signo, from_kernel)) = sys::wait_signal(&waited) else {
             continue;
         };
         if signo == parent_death_signal() {
-            gpurun_died(abort);
+            gpurun_died();
         }
         if signo != libc::SIGCHLD {
             if !from_kernel {
@@ -461,29 +328,66 @@ fn die_by(sig: Signal, core: bool) -> ! {
     sys::exit_now(128 + sig as i32)
 }
 
-/// Build the container root in C's private mount namespace; returns its path, and the image's
-/// FUSE connection's abort file where there is one (`sys::open_fuse_abort`).
-fn setup_root(
-    plan: &Plan,
-    lower: &Lower,
-    fuse_fd: Option<OwnedFd>,
-    ready: &mut File,
-) -> Result<(PathBuf, Option<OwnedFd>), String> {
+/// Build the container root in C's private mount namespace; returns its path.
+fn setup_root(plan: &Plan, lower: Lower) -> Result<PathBuf, String> {
     sys::enter_mount_namespace().map_err(|e| e.to_string())?;
     if let Some(h) = &plan.hostname {
         sys::enter_uts_namespace(h).map_err(|e| e.to_string())?;
     }
-    // Capture every host source before STAGE is mounted over /tmp.
-    // The mounts C makes (with their numbers in the plan): not those the server provides.
-    let provided: &[usize] = match lower {
-        Lower::Fuse { provided, .. } => provided,
-        Lower::Dir(_) => &[],
+    // Every host source is captured before STAGE is mounted over /tmp.
+    let srcs = capture_sources(plan)?;
+    // Only P holds the server's connection (dropped here): the container ends with P.
+    let (tree, what, dir) = match lower {
+        Lower::Dir(d) => {
+            let t = sys::clone_tree(&d).map_err(|e| format!("cannot use image directory: {e}"))?;
+            (t, format!("image directory {}", d.display()), Some(d))
+        }
+        Lower::Served { image, attached } => {
+            (attached.mount, format!("image {}", image.display()), None)
+        }
     };
-    let mounts: Vec<(usize, &Mount)> = (plan.mounts.iter().enumerate())
-        .filter(|(i, _)| !provided.contains(i))
-        .collect();
-    let mut srcs: Vec<Option<OwnedFd>> = Vec::with_capacity(mounts.len());
-    for (_, m) in &mounts {
+    let served = dir.is_none();
+    let mut stage = Stage::new()?;
+    let lower_p = stage.dir("lower")?;
+    let dst = sys::open_path(&lower_p).map_err(|e| e.to_string())?;
+    sys::attach_tree(&tree, &dst, &lower_p).map_err(|e| format!("cannot mount {what}: {e}"))?;
+    if !served {
+        sys::remount_readonly(&lower_p).map_err(|e| e.to_string())?;
+    }
+    let root = stage.root(lower_p, served, plan.writable)?;
+    let mut root = Root::open(&root).map_err(|e| e.to_string())?;
+    let files = stage.dir("files")?;
+    // Every mount point first: an overlay made for one would hide the mounts made below its
+    // directory before it.
+    for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
+        let covered = plan.mounts[..i].iter().any(|e| m.dst.starts_with(&e.dst));
+        let Some(kind) = point_kind(m, src.as_ref()).filter(|_| !covered) else {
+            continue;
+        };
+        let made = stage.mount_point(&mut root, &m.dst, kind);
+        made.map(drop).or_else(|e| refused(m, e, dir.as_deref()))?;
+    }
+    for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
+        let applied = apply_mount(&mut root, &mut stage, m, src.as_ref(), &files, i);
+        applied.or_else(|e| refused(m, e, dir.as_deref()))?;
+    }
+    if !plan.writable {
+        let tops = stage.overlays.iter().map(sys::fd_path);
+        for p in std::iter::once(root.path.clone())
+            .filter(|_| !served)
+            .chain(tops)
+        {
+            sys::remount_readonly(&p).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(root.path)
+}
+
+/// Detached copies of the plan's bind sources, in plan order (None for other mounts, and for an
+/// optional source that is missing).
+fn capture_sources(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, String> {
+    let mut srcs = Vec::with_capacity(plan.mounts.len());
+    for m in &plan.mounts {
         srcs.push(match &m.source {
             MountSource::Bind { src } => match sys::clone_tree(src) {
                 Ok(fd) => Some(fd),
@@ -493,95 +397,109 @@ fn setup_root(
             _ => None,
         });
     }
-    let lower_dir_fd = match lower {
-        Lower::Dir(d) => {
-            Some(sys::clone_tree(d).map_err(|e| format!("cannot use image directory: {e}"))?)
-        }
-        Lower::Fuse { .. } => None,
+    Ok(srcs)
+}
+
+/// A mount that failed: fine when optional, else the one line, with a hint for a mount point
+/// refused in a directory image (`dir`).
+fn refused(m: &Mount, e: SysError, dir: Option<&Path>) -> Result<(), String> {
+    if m.optional {
+        return Ok(());
+    }
+    let hint = match dir {
+        Some(d) if mount_point_refused(e.errno()) => format!(
+            " (if this is in the image directory {}: gpurun makes mount points only in a \
+             directory image that is yours and has no mounts below it; chown it, or use a \
+             .sqsh image)",
+            d.display()
+        ),
+        _ => String::new(),
     };
-    let stage = Path::new(STAGE);
-    sys::mount_tmpfs(stage, 0o755).map_err(|e| e.to_string())?;
-    let mkdir = |name: &str| {
-        let d = stage.join(name);
+    Err(format!("cannot mount {}: {e}{hint}", m.dst.display()))
+}
+
+/// The tmpfs where the container's pieces live inside C's private mount namespace, mounted over
+/// /tmp (STAGE): nothing is created on the host. And the overlays made with it.
+struct Stage {
+    /// The overlays made for mount points: remounted read-only once the root is built.
+    overlays: Vec<OwnedFd>,
+    made: usize,
+}
+
+impl Stage {
+    fn new() -> Result<Stage, String> {
+        sys::mount_tmpfs(Path::new(STAGE), 0o755).map_err(|e| e.to_string())?;
+        Ok(Stage {
+            overlays: Vec::new(),
+            made: 0,
+        })
+    }
+
+    fn dir(&self, name: &str) -> Result<PathBuf, String> {
+        let d = Path::new(STAGE).join(name);
         std::fs::create_dir(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
-        Ok::<_, String>(d)
-    };
-    let (lower_p, files) = (mkdir("lower")?, mkdir("files")?);
-    // A read-only root is the image server's mount itself: the server makes the mount points
-    // (Served), and the mount turns read-only once they are made. The overlay's second layer
-    // cost every lookup and open in the container (4,000 small files: 0.55 -> 0.48 s).
-    let fuse_root = matches!(lower, Lower::Fuse { .. }) && !plan.writable;
-    let mut abort = None;
-    match (lower, fuse_fd, &lower_dir_fd) {
-        (Lower::Fuse { image, .. }, Some(fd), _) => {
-            let (uid, gid) = (plan.uid.inside, plan.gid.inside);
-            sys::mount_fuse(fd.as_raw_fd(), image, &lower_p, uid, gid, !fuse_root)
-                .map_err(|e| format!("cannot mount image {}: {e}", image.display()))?;
-            // The mount holds the connection now. Keeping C's copy of /dev/fuse would keep the
-            // connection alive when gpurun (its server) dies, and any request then in flight
-            // (C's own mounts, or the command's reads) would wait forever in D state.
-            drop(fd);
-            // What lets C end the connection if gpurun dies (`gpurun_died`): with it (M) the
-            // serving threads may store into the page cache, without it (m) only the pusher.
-            abort = sys::open_fuse_abort(&lower_p);
-            // From here gpurun's death aborts the connection instead of killing C: C's set-up
-            // then fails at once, and a store gpurun left waiting cannot hold C's exit.
-            if let Some(a) = &abort {
-                sys::abort_fuse_on(parent_death_signal(), a);
-            }
-            let said: &[u8] = if abort.is_some() { b"M" } else { b"m" };
-            ready
-                .write_all(said)
-                .map_err(|e| format!("gpurun exited during start-up: {e}"))?;
-        }
-        (_, _, Some(tree)) => {
-            let dst = sys::open_path(&lower_p).map_err(|e| e.to_string())?;
-            sys::attach_tree(tree, &dst, &lower_p).map_err(|e| e.to_string())?;
-            sys::remount_readonly(&lower_p).map_err(|e| e.to_string())?;
-        }
-        _ => unreachable!("a lower is either FUSE or a directory"),
+        Ok(d)
     }
-    // Otherwise an overlay gives every mount point a place to be created, whatever the image
-    // (or directory) contains.
-    let root = if fuse_root {
-        lower_p
-    } else {
-        let (upper, work, rootp) = (mkdir("upper")?, mkdir("work")?, mkdir("root")?);
-        match sys::mount_overlay(&lower_p, &upper, &work, &rootp) {
-            Ok(()) => rootp,
-            Err(e) if plan.writable => {
-                return Err(format!(
-                    "--writable-tmpfs needs overlayfs in a user namespace (Linux ≥ 5.11): {e}"
-                ))
-            }
-            Err(_) => lower_p,
+
+    /// The container's root, with the image attached at `lower`: a read-only root is the
+    /// server's read-only mount itself, and a mount point it lacks gets an overlay on its
+    /// directory only (`mount_point`), not one over the whole image, whose every lookup and
+    /// open that would cost. A directory image, or a writable root, gets one as a whole.
+    fn root(&mut self, lower: PathBuf, served: bool, writable: bool) -> Result<PathBuf, String> {
+        if served && !writable {
+            return Ok(lower);
         }
-    };
-    let rootfd = Root::open(&root).map_err(|e| e.to_string())?;
-    for (&(i, m), src) in mounts.iter().zip(srcs.iter()) {
-        if let Err(e) = apply_mount(&rootfd, m, src.as_ref(), &files, i) {
-            if m.optional {
-                continue;
-            }
-            let hint = match lower {
-                Lower::Dir(d) if mount_point_refused(e.errno()) => format!(
-                    " (if this is in the image directory {}: gpurun makes mount points only in \
-                     a directory image that is yours and has no mounts below it; chown it, or \
-                     use a .sqsh image)",
-                    d.display()
-                ),
-                _ => String::new(),
-            };
-            return Err(format!("cannot mount {}: {e}{hint}", m.dst.display()));
+        let top = self.dir("root")?;
+        match self.overlay(&lower, &top) {
+            Ok(()) => Ok(top),
+            Err(e) if writable => Err(format!(
+                "--writable-tmpfs needs overlayfs in a user namespace (Linux ≥ 5.11): {e}"
+            )),
+            Err(_) => Ok(lower),
         }
     }
-    // The file system as a whole where the kernel lets us; the mount at least (a writable
-    // superblock only costs a GETATTR after each file's first read: the server is sealed).
-    let whole = fuse_root && sys::remount_fuse_readonly(&root).is_ok();
-    if !whole && !plan.writable {
-        sys::remount_readonly(&root).map_err(|e| e.to_string())?;
+
+    /// A tmpfs overlay on `lower`, where new entries go, mounted at `at`.
+    fn overlay(&mut self, lower: &Path, at: &Path) -> Result<(), String> {
+        self.made += 1;
+        let n = self.made;
+        let (upper, work) = (
+            self.dir(&format!("upper{n}"))?,
+            self.dir(&format!("work{n}"))?,
+        );
+        sys::mount_overlay(lower, &upper, &work, at).map_err(|e| e.to_string())
     }
-    Ok((root, abort))
+
+    /// Open the mount point at `dst` in `root`, made as `kind` where the root lacks it. Where
+    /// the image is read-only there, its nearest directory gets a tmpfs overlay of this
+    /// container's own: no other container sees the mount point, and the image stays as it is.
+    fn mount_point(
+        &mut self,
+        root: &mut Root,
+        dst: &Path,
+        kind: Create,
+    ) -> Result<OwnedFd, SysError> {
+        let refused = match sys::open_in_root(&root.fd, dst, kind) {
+            Err(e) if e.errno() == Errno::EROFS && kind != Create::No => e,
+            r => return r,
+        };
+        let found = dst.ancestors().skip(1).find_map(|a| {
+            let fd = sys::open_in_root(&root.fd, a, Create::No).ok()?;
+            Some((a.to_path_buf(), fd))
+        });
+        let Some((at, dir)) = found else {
+            return Err(refused);
+        };
+        let on = sys::fd_path(&dir);
+        self.overlay(&on, &on).map_err(|_| refused)?;
+        // The root's own handle is under the overlay now: from the path again, it is on top.
+        if at == Path::new("/") {
+            *root = Root::open(&root.path)?;
+        }
+        self.overlays
+            .push(sys::open_in_root(&root.fd, &at, Create::No)?);
+        sys::open_in_root(&root.fd, dst, kind)
+    }
 }
 
 /// How the kernel refuses a mount point in a directory image it cannot overlay or write: owned
@@ -594,8 +512,23 @@ fn mount_point_refused(e: Errno) -> bool {
     )
 }
 
+/// What a mount needs at its destination: a directory or a file (None for a symlink, and for an
+/// optional bind whose source is missing).
+fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
+    match &m.source {
+        MountSource::Bind { .. } => Some(match sys::is_dir(src?) {
+            Ok(true) => Create::Dir,
+            _ => Create::File,
+        }),
+        MountSource::Tmpfs { .. } => Some(Create::Dir),
+        MountSource::File { .. } => Some(Create::File),
+        MountSource::Symlink { .. } => None,
+    }
+}
+
 fn apply_mount(
-    root: &Root,
+    root: &mut Root,
+    stage: &mut Stage,
     m: &Mount,
     src: Option<&OwnedFd>,
     files: &Path,
@@ -603,16 +536,13 @@ fn apply_mount(
 ) -> Result<(), SysError> {
     match &m.source {
         MountSource::Bind { .. } => {
-            let Some(tree) = src else { return Ok(()) };
-            let kind = if sys::is_dir(tree)? {
-                Create::Dir
-            } else {
-                Create::File
+            let (Some(tree), Some(kind)) = (src, point_kind(m, src)) else {
+                return Ok(());
             };
-            attach(root, m, tree, kind)
+            attach(root, stage, m, tree, kind)
         }
         MountSource::Tmpfs { mode } => {
-            let dst = sys::open_in_root(&root.fd, &m.dst, Create::Dir)?;
+            let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
             root.not_the_root(&dst, &m.dst)?;
             sys::mount_tmpfs(&sys::fd_path(&dst), *mode)
         }
@@ -624,7 +554,7 @@ fn apply_mount(
                 errno: sys::io_errno(&e),
             })?;
             let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644));
-            attach(root, m, &sys::clone_tree(&f)?, Create::File)
+            attach(root, stage, m, &sys::clone_tree(&f)?, Create::File)
         }
         MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
     }
@@ -632,9 +562,15 @@ fn apply_mount(
 
 /// Attach a detached tree at the mount's destination, read-only first where asked (so the tree
 /// is never writable in the container, not even for a moment).
-fn attach(root: &Root, m: &Mount, tree: &OwnedFd, kind: Create) -> Result<(), SysError> {
+fn attach(
+    root: &mut Root,
+    stage: &mut Stage,
+    m: &Mount,
+    tree: &OwnedFd,
+    kind: Create,
+) -> Result<(), SysError> {
     let readonly_later = m.readonly && !sys::set_tree_readonly(tree, &m.dst)?;
-    let dst = sys::open_in_root(&root.fd, &m.dst, kind)?;
+    let dst = stage.mount_point(root, &m.dst, kind)?;
     root.not_the_root(&dst, &m.dst)?;
     sys::attach_tree(tree, &dst, &m.dst)?;
     if readonly_later {
@@ -648,6 +584,7 @@ fn attach(root: &Root, m: &Mount, tree: &OwnedFd, kind: Create) -> Result<(), Sy
 
 /// The container's root directory, and its identity to compare mount points with.
 struct Root {
+    path: PathBuf,
     fd: OwnedFd,
     id: (u64, u64),
 }
@@ -657,6 +594,7 @@ impl Root {
         let fd = sys::open_path(path)?;
         let st = sys::fstat(&fd)?;
         Ok(Root {
+            path: path.to_path_buf(),
             fd,
             id: (st.st_dev, st.st_ino),
         })
@@ -686,12 +624,9 @@ fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
         return Err((exit::GPURUN_FAILED, "no command given".into()));
     };
     let name = arg0.to_string_lossy().into_owned();
-    // Those known absent are not tried (a lookup through the image server each, 0.15 ms of
-    // `exec true` for /usr/bin's place in PATH): an ENOENT tells `exec_failure` nothing.
     let candidates: Vec<(PathBuf, CString)> =
         super::env::command_candidates(&name, &prep.path_dirs)
             .into_iter()
-            .filter(|p| !prep.absent.contains(p))
             .filter_map(|p| CString::new(p.as_os_str().as_bytes()).ok().map(|c| (p, c)))
             .collect();
     let pointers = |v: &[CString]| -> Vec<*const libc::c_char> {
@@ -821,97 +756,39 @@ fn exec_failure(
     }
 }
 
-/// P after fork: start the FUSE server when C has mounted, then forward signals until C exits.
+/// P after fork: wait for C, forwarding signals, and end it should the image server end first.
 fn parent_loop(
     child: Pid,
     lower: Lower,
-    fuse_fd: Option<OwnedFd>,
-    (ready_r, found_w): (OwnedFd, Option<OwnedFd>),
+    ready: OwnedFd,
     err_r: OwnedFd,
     hold: Option<HoldState>,
     state_tmp: Option<PathBuf>,
 ) -> Result<i32, LaunchError> {
-    let mut ready = File::from(ready_r);
-    // Kept alive until we exit: dropping it would stop serving the image.
-    let mut _server = None;
-    if let (Lower::Fuse { serve, warm, .. }, Some(fd)) = (lower, fuse_fd) {
-        if let (Some(w), Some(out)) = (warm, found_w) {
-            let mut found = File::from(out);
-            // Not joined: it ends on its own, or with gpurun. Dropping `found` at its end
-            // tells C that no more files come.
-            let _ = std::thread::Builder::new()
-                .name("gpurun-warm".into())
-                .spawn(move || {
-                    w(&mut |path| {
-                        let _ = writeln!(found, "{path}");
-                    })
-                });
-        }
-        let mut b = [0u8; 1];
-        if ready.read_exact(&mut b).is_ok() {
-            match serve(fd, b[0] == b'M') {
-                Ok(s) => _server = Some(s),
-                Err(e) => {
-                    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-                    return Err(LaunchError::Setup(format!("cannot serve the image: {e}")));
-                }
-            }
-        }
-    }
-    // C closes `ready` once the root is built, or first says so (R) when it holds.
-    let mut b = [0u8; 1];
-    let built = matches!(ready.read(&mut b), Ok(1));
-    if let Some(s) = &_server {
-        s.seal();
-    }
-    if let (Some(h), Some(tmp)) = (&hold, &state_tmp) {
-        if built {
-            std::fs::rename(tmp, &h.path).map_err(|e| LaunchError::Io {
-                what: format!("rename {} to {}", tmp.display(), h.path.display()),
-                source: e,
-            })?;
-        }
-    }
-    drop(ready);
-
-    let mut mask = SigSet::empty();
-    for s in FORWARDED {
-        mask.add(s);
-    }
-    mask.add(Signal::SIGCHLD);
-    let sfd = SignalFd::new(&mask).map_err(|e| LaunchError::Setup(format!("signalfd: {e}")))?;
-    let status = loop {
-        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => {}
-            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => break st,
-            Ok(_) => {}
-            Err(Errno::EINTR) => continue,
-            Err(e) => return Err(LaunchError::Setup(format!("waitpid: {e}"))),
-        }
-        let Ok(Some(info)) = sfd.read_signal() else {
-            continue;
-        };
-        let signo = info.ssi_signo as i32;
-        if signo == libc::SIGCHLD {
-            continue;
-        }
-        // A signal from the terminal already reached C (same process group); pass on only the
-        // ones sent to gpurun by a process (kill, scancel, timeout).
-        if info.ssi_code != libc::SI_KERNEL {
-            if let Ok(s) = Signal::try_from(signo) {
-                let _ = nix::sys::signal::kill(child, s);
-            }
-        }
+    // C has its copy of the mount; P keeps the connection to the server.
+    let server = match lower {
+        Lower::Served { image, attached } => Some((attached.conn, attached.server, image)),
+        Lower::Dir(_) => None,
     };
-    kill_descendants();
-    if let Some(s) = &_server {
-        s.finish();
+    // C says R once the holder's root is built, and closes `ready` when its command starts.
+    let mut b = [0u8; 1];
+    let built = matches!(File::from(ready).read(&mut b), Ok(1));
+    if let (Some(h), Some(tmp), true) = (&hold, &state_tmp, built) {
+        std::fs::rename(tmp, &h.path).map_err(|e| LaunchError::Io {
+            what: format!("rename {} to {}", tmp.display(), h.path.display()),
+            source: e,
+        })?;
     }
+    let (status, lost) = wait_child(child, server)?;
+    kill_descendants();
     if let Some(tmp) = &state_tmp {
         let _ = std::fs::remove_file(tmp);
     }
     if let Some(h) = &hold {
         let _ = std::fs::remove_file(&h.path);
+    }
+    if let Some(lost) = lost {
+        return Err(LaunchError::Setup(lost));
     }
     let mut msg = String::new();
     let _ = File::from(err_r).read_to_string(&mut msg);
@@ -928,6 +805,69 @@ fn parent_loop(
         WaitStatus::Signaled(_, sig, core) => die_by(sig, core),
         _ => exit::GPURUN_FAILED,
     })
+}
+
+/// Wait for C to end, passing on the signals sent to gpurun and what the image server says.
+/// Should the server end first, C is killed: its image is gone (the second value says so).
+fn wait_child(
+    child: Pid,
+    mut server: Option<(OwnedFd, u32, PathBuf)>,
+) -> Result<(WaitStatus, Option<String>), LaunchError> {
+    use std::os::fd::AsFd;
+    let mut mask = SigSet::empty();
+    for s in FORWARDED {
+        mask.add(s);
+    }
+    mask.add(Signal::SIGCHLD);
+    let sfd = SignalFd::new(&mask).map_err(|e| LaunchError::Setup(format!("signalfd: {e}")))?;
+    let mut lost = None;
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok((st, lost)),
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(LaunchError::Setup(format!("waitpid: {e}"))),
+        }
+        let mut fds = vec![sfd.as_fd()];
+        fds.extend(server.as_ref().map(|s| s.0.as_fd()));
+        let ready = sys::wait_readable(&fds, None).map_err(LaunchError::Sys)?;
+        if ready.get(1) == Some(&true) {
+            if let Some((conn, pid, image)) = &server {
+                match server_says(conn) {
+                    Some(say) => eprintln!("{say}"),
+                    None => {
+                        lost = Some(format!(
+                            "the image server of {} (pid {pid}) exited; the container could no longer read its image",
+                            image.display()
+                        ));
+                        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                        server = None;
+                    }
+                }
+            }
+        }
+        if !ready[0] {
+            continue;
+        }
+        let Ok(Some(info)) = sfd.read_signal() else {
+            continue;
+        };
+        let signo = info.ssi_signo as i32;
+        // A signal from the terminal already reached C (same process group); pass on only the
+        // ones sent to gpurun by a process (kill, scancel, timeout).
+        if signo != libc::SIGCHLD && info.ssi_code != libc::SI_KERNEL {
+            if let Ok(s) = Signal::try_from(signo) {
+                let _ = nix::sys::signal::kill(child, s);
+            }
+        }
+    }
+}
+
+/// A line the image server passes on (an image error), or None once it has gone.
+fn server_says(conn: &OwnedFd) -> Option<String> {
+    let (msg, _) = sys::receive(conn).ok()?;
+    let reply: Reply = serde_json::from_slice(&msg).ok()?;
+    Some(reply.say.unwrap_or_default())
 }
 
 /// Kill and reap every descendant of this process (we are a subreaper, so orphans are ours too).
@@ -1105,20 +1045,11 @@ mod tests {
     #[test]
     fn spawn_command_finds_runs_and_reports() {
         let dirs = ["/nonexistent", "/usr/bin", "/bin"];
-        let prep_absent = |cmd: &str, absent: &[&str]| Prepared {
+        let prep = |cmd: &str| Prepared {
             argv: vec![CString::new(cmd).unwrap()],
             envp: vec![],
             path_dirs: dirs.iter().map(PathBuf::from).collect(),
-            absent: absent.iter().map(PathBuf::from).collect(),
         };
-        let prep = |cmd: &str| prep_absent(cmd, &[]);
-        // Candidates known absent are not tried, and count as not found.
-        let all: Vec<String> = dirs.iter().map(|d| format!("{d}/true")).collect();
-        let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        let (code, msg) = spawn_command(&prep_absent("true", &all), &SigSet::empty()).unwrap_err();
-        assert_eq!(code, 127, "{msg}");
-        let pid = spawn_command(&prep_absent("true", &all[..2]), &SigSet::empty()).unwrap();
-        assert_eq!(waitpid(pid, None), Ok(WaitStatus::Exited(pid, 0)));
         let pid = spawn_command(&prep("true"), &SigSet::empty()).unwrap();
         assert_eq!(waitpid(pid, None), Ok(WaitStatus::Exited(pid, 0)));
         let (code, msg) =

@@ -127,9 +127,8 @@ pub enum Action {
     Run(Vec<String>),
     /// An interactive shell (Some: the user's choice) and the arguments it is given.
     Shell(Option<String>, Vec<String>),
-    /// Prepare the container and run nothing (the Slurm holder); the program the step's tasks
-    /// will run, when known, is warmed (runtime/warm.rs).
-    Hold(Option<String>),
+    /// Prepare the container and run nothing (the Slurm holder).
+    Hold,
 }
 
 /// The user's request (from the command line).
@@ -441,7 +440,7 @@ fn argv_for(action: &Action, image: &ImageView, host: &HostView) -> Result<Vec<S
     };
     Ok(match action {
         Action::Exec(argv) => argv.clone(),
-        Action::Hold(_) => Vec::new(),
+        Action::Hold => Vec::new(),
         Action::Run(args) => {
             let mut argv = image.meta.entrypoint.clone();
             argv.extend(if args.is_empty() {

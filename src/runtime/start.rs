@@ -5,15 +5,14 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
-use super::env::{parse_env_file, EnvError};
-use std::sync::Arc;
+use std::time::Duration;
 
-use super::kept_reads::KeptReads;
-use super::launch::{self, HoldState, LaunchError, Lower, Serve, Warm};
+use super::env::{parse_env_file, EnvError};
+use super::launch::{self, HoldState, LaunchError, Lower};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
-use super::{extract, fuse, provide, resolve, sys, warm};
+use super::{attach, extract, sys};
 use crate::exit;
 use crate::image::cache::{cache_root, Cache};
 use crate::image::meta::MetaError;
@@ -84,6 +83,9 @@ pub struct Launch {
     /// What to say on stderr about the launch: 0 nothing, 1 (--verbose) the host paths bound,
     /// 2 (--debug) every mount of the plan.
     pub log: u8,
+    /// How long an image server waits for another container before it exits; zero: the
+    /// container gets a server of its own (runtime/server.rs).
+    pub server_idle: Duration,
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
@@ -91,9 +93,9 @@ enum Image {
     Dir(PathBuf),
     Squashfs {
         path: PathBuf,
-        archive: Arc<Archive>,
-        /// What is kept of it between starts, where (`KeptFiles`).
-        kept: Option<KeptFiles>,
+        archive: Box<Archive>,
+        /// Where its facts are kept between starts, and for which identity (`ImageFacts`).
+        kept: Option<(PathBuf, String)>,
     },
 }
 
@@ -125,16 +127,10 @@ impl Image {
                 OpenError::Sqfs(e) => e.to_string(),
             },
         })?;
-        // Blocks kept by earlier starts serve this one, from its first lookup; the blocks this
-        // one decompresses are noted for the next (image/sqfs/kept.rs).
-        let kept = KeptFiles::of(&archive, cache_root());
-        if let Some((file, id)) = kept.as_ref().and_then(KeptFiles::blocks) {
-            archive.use_kept(&file, &id);
-            archive.record_blocks();
-        }
+        let kept = kept_facts(&archive, cache_root());
         Ok(Image::Squashfs {
             path,
-            archive: Arc::new(archive),
+            archive: Box::new(archive),
             kept,
         })
     }
@@ -165,15 +161,15 @@ impl Image {
             })
         };
         // A directory can change at any time.
-        let Image::Squashfs { kept: Some(k), .. } = self else {
+        let Image::Squashfs {
+            kept: Some((file, id)),
+            ..
+        } = self
+        else {
             return find(String::new());
         };
-        let id = format!("{}:{IMAGE_FACTS_FORMAT}", k.id);
-        crate::image::cache::kept(
-            k.facts.as_deref(),
-            |f: &ImageFacts| f.id == id,
-            || find(id.clone()),
-        )
+        let id = format!("{id}:{IMAGE_FACTS_FORMAT}");
+        crate::image::cache::kept(Some(file), |f: &ImageFacts| f.id == id, || find(id.clone()))
     }
 
     fn exists(&self, p: &str) -> bool {
@@ -203,100 +199,35 @@ impl Image {
         }
     }
 
-    /// How the launcher gets the root: served over FUSE, or extracted once when /dev/fuse is
-    /// unusable (said on stderr, since it costs disk and time the first time).
-    fn lower(self, plan: &plan::Plan, warm: Option<String>) -> Result<Lower, StartError> {
-        let owner = (plan.uid.inside, plan.gid.inside);
-        let (path, archive, keep, reads) = match self {
+    /// How the launcher gets the root: a copy of its image server's mount, or extracted once
+    /// when /dev/fuse is unusable (said on stderr, since it costs disk and time the first time).
+    fn lower(self, idle: Duration) -> Result<Lower, StartError> {
+        let (path, archive) = match self {
             Image::Dir(d) => return Ok(Lower::Dir(d)),
-            Image::Squashfs {
-                path,
-                archive,
-                kept,
-            } => (
-                path,
-                archive,
-                kept.as_ref().and_then(KeptFiles::blocks),
-                kept.as_ref().and_then(KeptFiles::reads),
-            ),
+            Image::Squashfs { path, archive, .. } => (path, archive),
         };
-        // A probe: the fd the server uses is opened later, inside the user namespace.
-        match sys::open_fuse() {
-            Ok(_) => {
-                // The CPUs gpurun may use (its affinity and cgroup quota).
-                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-                let warm = warm
-                    .filter(|_| warm::workers(cpus).is_some())
-                    .map(|cmd| warm_command(&archive, plan, cmd, cpus, keep.clone()));
-                // What the server provides in place of mounts (not with an overlay on top), and
-                // the command's PATH candidates that cannot exist: both judged from the image's
-                // paths, so neither where a mount lands somewhere its path does not say.
-                let found = resolve::found_in(&archive);
-                let mut provided = match plan.writable {
-                    true => Vec::new(),
-                    false => provide::provided(&archive, &plan.mounts, &found),
-                };
-                let mounted: Vec<&Path> = (plan.mounts.iter().enumerate())
-                    .filter(|(i, _)| !provided.iter().any(|p| p.mount == *i))
-                    .map(|(_, m)| m.dst.as_path())
-                    .collect();
-                let crossing = resolve::crosses_symlink(&mounted, &found);
-                let absent = match crossing {
-                    true => Vec::new(),
-                    false => absent_candidates(plan, &found),
-                };
-                drop(found);
-                if crossing {
-                    provided.clear();
-                }
-                let skip = provided.iter().map(|p| p.mount).collect();
-                let reads = Arc::new(KeptReads::load(reads));
-                let serve: Serve = Box::new(move |fd, abortable| {
-                    let server = fuse::serve(
-                        archive.clone(),
-                        fd,
-                        cpus,
-                        owner,
-                        provided,
-                        reads.clone(),
-                        abortable,
-                    );
-                    server
-                        .map(|server| {
-                            Box::new(Serving {
-                                server,
-                                archive,
-                                keep,
-                                reads,
-                            }) as Box<dyn launch::Served>
-                        })
-                        .map_err(|e| e.to_string())
-                });
-                Ok(Lower::Fuse {
-                    image: path,
-                    warm,
-                    serve,
-                    provided: skip,
-                    absent,
-                })
-            }
-            Err(e) => {
-                let cache = Cache::open(&cache_root()).map_err(PullError::from)?;
-                let base = cache.subdir("rootfs").map_err(PullError::from)?;
-                eprintln!(
-                    "gpurun: /dev/fuse cannot be opened ({e}); using an extracted copy of {} under {} (made once)",
-                    path.display(),
-                    base.display()
-                );
-                let dir = extract::cached_rootfs(&path, &archive, &base).map_err(|e| {
-                    StartError::Image {
-                        path: path.clone(),
-                        reason: e.to_string(),
-                    }
+        // A probe: the server opens its own.
+        if let Err(e) = sys::open_fuse() {
+            let cache = Cache::open(&cache_root()).map_err(PullError::from)?;
+            let base = cache.subdir("rootfs").map_err(PullError::from)?;
+            eprintln!(
+                "gpurun: /dev/fuse cannot be opened ({e}); using an extracted copy of {} under {} (made once)",
+                path.display(),
+                base.display()
+            );
+            let dir =
+                extract::cached_rootfs(&path, &archive, &base).map_err(|e| StartError::Image {
+                    path: path.clone(),
+                    reason: e.to_string(),
                 })?;
-                Ok(Lower::Dir(dir))
-            }
+            return Ok(Lower::Dir(dir));
         }
+        let attached = attach::attach(&archive, &path, idle)
+            .map_err(|e| LaunchError::Setup(format!("cannot serve the image: {e}")))?;
+        Ok(Lower::Served {
+            image: path,
+            attached,
+        })
     }
 }
 
@@ -329,128 +260,23 @@ struct ImageFacts {
 /// modified tree keeps its commit).
 const IMAGE_FACTS_FORMAT: u32 = 1;
 
-/// What is kept of a squashfs image between starts, in the user's cache (`FactsDir`): its facts
-/// (`ImageFacts`), its decompressed blocks (image/sqfs/kept.rs) and the ranges of its files that
-/// starts read (runtime/kept_reads.rs), one file of each per image file (its device and inode),
-/// rewritten when the image changes. Worked out once per start.
-struct KeptFiles {
-    /// Valid while the image file is the same (`Archive::identity`) and gpurun the same build.
-    id: String,
-    facts: Option<PathBuf>,
-    /// Not on a network file system: the file is mapped, and a page of it that another node's
-    /// rewrite or prune took away would be a SIGBUS in the image server, mid-job.
-    blocks: Option<PathBuf>,
-    reads: Option<PathBuf>,
+/// Where the facts of a squashfs image are kept in the user's cache (`FactsDir`), one file per
+/// image file (its device and inode), and the identity they are valid for: the image file's
+/// (`Archive::identity`) and gpurun's build. None where there is no private cache.
+fn kept_facts(archive: &Archive, root: PathBuf) -> Option<(PathBuf, String)> {
+    let (file_key, id) = archive.identity().ok()?;
+    let b = &crate::version::BUILD;
+    Some((
+        facts_file(root, &file_key)?,
+        format!("{id}:{}:{}", b.version, b.commit),
+    ))
 }
 
-impl KeptFiles {
-    fn of(archive: &Archive, root: PathBuf) -> Option<KeptFiles> {
-        let (file_key, id) = archive.identity().ok()?;
-        let b = &crate::version::BUILD;
-        KeptFiles::at(root, &file_key, format!("{id}:{}:{}", b.version, b.commit))
-    }
-
-    fn at(root: PathBuf, file_key: &str, id: String) -> Option<KeptFiles> {
-        use crate::image::cache::{short_hash, FactsDir};
-        let dir = FactsDir::open(root)?;
-        let name = short_hash(file_key);
-        let blocks = dir.file("image-blocks", &format!("{name}.blocks"));
-        Some(KeptFiles {
-            facts: dir.file("image-facts", &format!("{name}.json")),
-            blocks: blocks.filter(|f| f.parent().is_some_and(|d| !sys::on_network_fs(d))),
-            reads: dir.file("image-reads", &format!("{name}.reads")),
-            id,
-        })
-    }
-
-    /// The blocks' file and id, where blocks are kept.
-    fn blocks(&self) -> Option<(PathBuf, String)> {
-        Some((self.blocks.clone()?, self.id.clone()))
-    }
-
-    /// The kept reads' file and id.
-    fn reads(&self) -> Option<(PathBuf, String)> {
-        Some((self.reads.clone()?, self.id.clone()))
-    }
+fn facts_file(root: PathBuf, file_key: &str) -> Option<PathBuf> {
+    use crate::image::cache::{short_hash, FactsDir};
+    let name = format!("{}.json", short_hash(file_key));
+    FactsDir::open(root)?.file("image-facts", &name)
 }
-
-/// The command's PATH candidates that cannot exist in the container (runtime/resolve.rs),
-/// from what the image has (`found`).
-fn absent_candidates(plan: &plan::Plan, found: &impl Fn(&Path) -> resolve::Found) -> Vec<PathBuf> {
-    let Some(name) = plan.argv.first() else {
-        return Vec::new();
-    };
-    let dsts: Vec<&Path> = plan.mounts.iter().map(|m| m.dst.as_path()).collect();
-    let path_dirs = super::env::path_dirs(&plan.env);
-    super::env::command_candidates(name, &path_dirs)
-        .into_iter()
-        .filter(|c| c.is_absolute() && *c == plan::normalize(c))
-        .filter(|c| resolve::absent(c, &dsts, found))
-        .collect()
-}
-
-/// The image server of a start, which keeps the blocks the start decompressed for the next one
-/// when the container ends, unless the warming has kept them (on one CPU there is none), and
-/// what it read when that was anything new.
-struct Serving {
-    server: fuse::Server,
-    archive: Arc<Archive>,
-    keep: Option<(PathBuf, String)>,
-    reads: Arc<KeptReads>,
-}
-
-impl launch::Served for Serving {
-    fn seal(&self) {
-        self.server.seal();
-    }
-
-    fn finish(&self) {
-        let prune = |wrote: bool, file: &Path| {
-            if let (true, Some(dir)) = (wrote, file.parent()) {
-                crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
-            }
-        };
-        if let Some((file, _)) = self.reads.file() {
-            prune(self.reads.keep().is_ok_and(|w| w), file);
-        }
-        let Some((file, id)) = &self.keep else { return };
-        // Writes them itself unless the warming's write is done: one under way, at the
-        // lowest priority, could take seconds on a busy machine.
-        prune(self.archive.keep_blocks(file, id).is_ok_and(|w| w), file);
-    }
-}
-
-/// Warming for `cmd` in the plan's container: what it needs to start, decompressed ahead of its
-/// exec on gpurun's `cpus` CPUs (runtime/warm.rs); then the blocks the start decompressed are
-/// kept in `keep` for the next one (image/sqfs/kept.rs).
-fn warm_command(
-    archive: &Arc<Archive>,
-    plan: &plan::Plan,
-    cmd: String,
-    cpus: usize,
-    keep: Option<(PathBuf, String)>,
-) -> Warm {
-    let (ar, cwd) = (archive.clone(), plan.cwd.clone());
-    let path_dirs = super::env::path_dirs(&plan.env);
-    let ld_path = super::env::var(&plan.env, "LD_LIBRARY_PATH")
-        .unwrap_or_default()
-        .to_string();
-    Box::new(move |found| {
-        warm::warm(&ar, &cmd, &path_dirs, &cwd, &ld_path, cpus, found);
-        // Written while the command runs, at the warming's priority. One cut short by gpurun's
-        // exit leaves nothing (`write_whole`), and the container's end writes them instead
-        // (`Serving::finish`).
-        if let Some((file, id)) = keep {
-            let _ = ar.keep_blocks(&file, &id);
-        }
-    })
-}
-
-/// Image files' kept blocks at most (a file is 32 MiB at most, most are a few MiB). Each image
-/// file has its own, and images are replaced and removed: `Serving::finish` bounds them all
-/// (`prune`) after a start that wrote one.
-const KEPT_FILES: usize = 32;
-const KEPT_BYTES: u64 = 512 << 20;
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
 pub fn host_env() -> Vec<(String, String)> {
@@ -624,12 +450,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         return Ok(0);
     }
     let hold = l.state.map(|path| HoldState { path });
-    // The holder runs nothing itself; its tasks will run the step's program.
-    let warm = match &l.action {
-        Action::Hold(program) => program.clone(),
-        _ => plan.argv.first().cloned(),
-    };
-    let lower = image.lower(&plan, warm)?;
+    let lower = image.lower(l.server_idle)?;
     Ok(launch::run(&plan, lower, hold)?)
 }
 
@@ -638,20 +459,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kept_files_one_of_each_per_image_file() {
+    fn facts_are_kept_one_file_per_image_file() {
         let t = tempfile::tempdir().unwrap();
-        let f = |key| KeptFiles::at(t.path().to_path_buf(), key, "id".into()).unwrap();
-        let one = f("1:2");
-        let (facts, blocks) = (one.facts.unwrap(), one.blocks.unwrap());
-        assert!(facts.starts_with(t.path().join("image-facts")), "{facts:?}");
-        assert!(
-            blocks.starts_with(t.path().join("image-blocks")),
-            "{blocks:?}"
-        );
-        assert_eq!(f("1:2").facts, Some(facts.clone()));
-        assert_ne!(f("1:3").facts, Some(facts));
-        assert_ne!(f("1:3").blocks, Some(blocks));
-        let reads = one.reads.unwrap();
-        assert!(reads.starts_with(t.path().join("image-reads")), "{reads:?}");
+        let f = |key| facts_file(t.path().to_path_buf(), key).unwrap();
+        assert!(f("1:2").starts_with(t.path().join("image-facts")));
+        assert_eq!(f("1:2"), f("1:2"));
+        assert_ne!(f("1:2"), f("1:3"));
     }
 }

@@ -5,14 +5,20 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
 use nix::sched::CloneFlags;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nix::sys::socket::{
+    accept4, bind, connect, getsockopt, listen, recvmsg, sendmsg, setsockopt, socket, socketpair,
+    sockopt, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType, UnixAddr,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SysError {
@@ -268,17 +274,6 @@ pub fn remount_readonly(dst: &Path) -> Result<()> {
         .map_err(at("remount read-only", dst))
 }
 
-/// Make gpurun's own FUSE mount at `dst` read-only as a whole (its superblock, where
-/// `remount_readonly` makes one mount of it so), with the flags `mount_fuse` gave it
-/// (`FUSE_FLAGS`: no statfs round trip to ask for them). This also stops the kernel from
-/// dropping every file's cached attributes after its first read (atime, on a writable
-/// superblock): each later stat was a GETATTR.
-pub fn remount_fuse_readonly(dst: &Path) -> Result<()> {
-    let flags = FUSE_FLAGS | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
-    nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
-        .map_err(at("make read-only the image's file system at", dst))
-}
-
 pub fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<()> {
     let opts = format!(
         "lowerdir={},upperdir={},workdir={},userxattr",
@@ -306,27 +301,20 @@ pub fn open_fuse() -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// The flags of gpurun's FUSE mount (`mount_fuse`), which `remount_fuse_readonly` repeats.
-const FUSE_FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
-
-/// Mount a FUSE connection whose server is gpurun itself (no fusermount: we are root in our own
-/// user namespace). No `default_permissions`: the image is immutable and already readable by the
-/// user as a file, so kernel permission checks would only hide root-owned 0700 dirs. No
-/// `allow_other` either: it admits only processes inside our user namespace, and the user's own
-/// tools outside it (`gpurun ps`, perf, gdb, getfattr through /proc/PID/root) would be refused.
-/// Without it the kernel admits processes with the user's uid and gid, in or out of the
-/// container, which are all the container has; host root is refused either way (docs/security.md).
-pub fn mount_fuse(
-    fd: RawFd,
-    source: &Path,
-    target: &Path,
-    uid: u32,
-    gid: u32,
-    readonly: bool,
-) -> Result<()> {
-    let opts = format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid}");
-    let mut flags = FUSE_FLAGS;
-    flags.set(MsFlags::MS_RDONLY, readonly);
+/// Mount a FUSE connection whose server is gpurun itself, read-only (no fusermount: we are root
+/// in our own user namespace). No `default_permissions`: the image is immutable and already
+/// readable by the user as a file, so kernel permission checks would only hide root-owned 0700
+/// dirs. No `allow_other` either: it admits only processes inside the server's user namespace,
+/// where no container is. Without it the kernel admits processes with the user's uid and gid,
+/// in any container of theirs or outside, and no one else; host root is refused either way
+/// (docs/security.md). Read-only as a whole from the start: a read-only mount of a writable
+/// file system has the kernel drop a file's attributes after its first read.
+pub fn mount_fuse(fd: &OwnedFd, source: &Path, target: &Path, uid: u32, gid: u32) -> Result<()> {
+    let opts = format!(
+        "fd={},rootmode=40000,user_id={uid},group_id={gid}",
+        fd.as_raw_fd()
+    );
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_RDONLY;
     nix::mount::mount(
         Some(source),
         target,
@@ -337,142 +325,14 @@ pub fn mount_fuse(
     .map_err(at("mount FUSE on", target))
 }
 
-/// The fusectl `abort` file of the FUSE connection mounted at `mountpoint`, open for writing.
-/// The kernel makes it owned by the mount's owner, the caller, and its fd does not keep the
-/// connection alive. None where fusectl is not mounted on /sys/fs/fuse/connections.
-pub fn open_fuse_abort(mountpoint: &Path) -> Option<OwnedFd> {
-    // From mountinfo, not stat: a stat could wait on the server, which is not serving yet.
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let (major, minor) = mount_device(&info, mountpoint)?;
-    let file = format!(
-        "/sys/fs/fuse/connections/{}/abort",
-        fusectl_name(major, minor)
-    );
-    let flags = nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CLOEXEC;
-    nix::fcntl::open(file.as_str(), flags, nix::sys::stat::Mode::empty()).ok()
-}
-
-/// The device (major, minor) of the mount at `mountpoint` in a mountinfo text: the last one
-/// there, the one on top. A mount point with characters mountinfo escapes is not found.
-fn mount_device(mountinfo: &str, mountpoint: &Path) -> Option<(u32, u32)> {
-    let want = mountpoint.to_str()?;
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            (f.get(4) == Some(&want)).then_some(*f.get(2)?)
-        })
-        .next_back()
-        .and_then(|dev| {
-            let (major, minor) = dev.split_once(':')?;
-            Some((major.parse().ok()?, minor.parse().ok()?))
-        })
-}
-
-/// fusectl names a connection by the kernel's own encoding of its device number.
-fn fusectl_name(major: u32, minor: u32) -> u32 {
-    (major << 20) | minor
-}
-
-/// Abort a FUSE connection: every request on it fails at once, and a server thread waiting in
-/// the kernel for one of them (a page-cache store) goes on.
-pub fn abort_fuse(abort: &OwnedFd) {
-    if let Err(e) = nix::unistd::write(abort, b"1") {
-        eprintln!("gpurun: cannot abort the image's FUSE connection: {e}");
+/// Make this process's stderr the write end of a new pipe; returns the read end.
+pub fn stderr_to_pipe() -> Result<OwnedFd> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(call("pipe"))?;
+    // SAFETY: dup2 onto descriptor 2, which this process owns.
+    if unsafe { libc::dup2(w.as_raw_fd(), 2) } < 0 {
+        return Err(call("dup2")(Errno::last()));
     }
-}
-
-/// The abort file `abort_fuse_on` writes, and whether its signal came.
-static ABORT_ON_SIGNAL: AtomicI32 = AtomicI32::new(-1);
-static ABORT_SIGNAL_SEEN: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn abort_fuse_now(_: libc::c_int) {
-    let fd = ABORT_ON_SIGNAL.load(Ordering::SeqCst);
-    if fd >= 0 {
-        // SAFETY: write(2) is async-signal-safe; the fd stays open for the process's life.
-        unsafe { libc::write(fd, b"1".as_ptr().cast(), 1) };
-    }
-    ABORT_SIGNAL_SEEN.store(true, Ordering::SeqCst);
-}
-
-/// From now on `sig` aborts the FUSE connection of `abort` (`open_fuse_abort`) the moment it
-/// comes, whatever this process is waiting on (a request to that very connection, say), and is
-/// noted for `abort_signal_seen`. Unblocks `sig`; block it again to wait for it.
-pub fn abort_fuse_on(sig: i32, abort: &OwnedFd) {
-    ABORT_ON_SIGNAL.store(abort.as_raw_fd(), Ordering::SeqCst);
-    // SAFETY: a handler that only writes to a descriptor and stores to an atomic.
-    unsafe {
-        let mut act = std::mem::zeroed::<libc::sigaction>();
-        act.sa_sigaction = abort_fuse_now as extern "C" fn(libc::c_int) as usize;
-        act.sa_flags = libc::SA_RESTART;
-        libc::sigaction(sig, &act, std::ptr::null_mut());
-    }
-    block_signal(sig, false);
-}
-
-/// Whether the signal of `abort_fuse_on` has come.
-pub fn abort_signal_seen() -> bool {
-    ABORT_SIGNAL_SEEN.load(Ordering::SeqCst)
-}
-
-/// A /dev/fuse descriptor of its own on the connection of `session` (FUSE_DEV_IOC_CLONE): the
-/// kernel releases it, and ends what was read through it, apart from the others.
-pub fn clone_fuse(session: RawFd) -> Result<OwnedFd> {
-    nix::ioctl_read!(fuse_dev_ioc_clone, 229, 0, u32);
-    let fd = open_fuse().map_err(|e| call("open /dev/fuse")(io_errno(&e)))?;
-    let mut from = session as u32;
-    unsafe { fuse_dev_ioc_clone(fd.as_raw_fd(), &mut from) }.map_err(call("FUSE_DEV_IOC_CLONE"))?;
-    Ok(fd)
-}
-
-/// Give the calling thread a table of descriptors of its own, holding only 0-2 and `keep`: the
-/// process's table, with everything in it, then closes when the process's other threads end,
-/// whatever this thread is waiting on.
-pub fn own_fd_table(keep: &[RawFd]) -> Result<()> {
-    nix::sched::unshare(CloneFlags::CLONE_FILES).map_err(call("unshare(CLONE_FILES)"))?;
-    let mut keep: Vec<u32> = keep.iter().filter_map(|&k| u32::try_from(k).ok()).collect();
-    keep.extend([0, 1, 2]);
-    for (first, last) in gaps(keep) {
-        // SAFETY: closes descriptors of this thread's own table only (unshared above).
-        if unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) } != 0 {
-            return Err(call("close_range")(Errno::last()));
-        }
-    }
-    Ok(())
-}
-
-/// The ranges of descriptor numbers (first, last) outside `keep`, up to the highest.
-fn gaps(mut keep: Vec<u32>) -> Vec<(u32, u32)> {
-    keep.sort_unstable();
-    keep.dedup();
-    let mut out = Vec::new();
-    let mut from = 0u32;
-    for k in keep {
-        if k > from {
-            out.push((from, k - 1));
-        }
-        from = k.saturating_add(1);
-    }
-    out.push((from, u32::MAX));
-    out
-}
-
-/// Store `data` into the page cache of FUSE inode `ino` at `offset` (FUSE_NOTIFY_STORE).
-pub fn notify_store(fuse: &OwnedFd, ino: u64, offset: u64, data: &[u8]) -> Result<()> {
-    const FUSE_NOTIFY_STORE: i32 = 4;
-    // fuse_out_header (len, error: the notification's code, unique 0), then
-    // fuse_notify_store_out (nodeid, offset, size, padding).
-    let mut head = [0u8; 40];
-    let len = (head.len() + data.len()) as u32;
-    head[..4].copy_from_slice(&len.to_ne_bytes());
-    head[4..8].copy_from_slice(&FUSE_NOTIFY_STORE.to_ne_bytes());
-    head[16..24].copy_from_slice(&ino.to_ne_bytes());
-    head[24..32].copy_from_slice(&offset.to_ne_bytes());
-    head[32..36].copy_from_slice(&(data.len() as u32).to_ne_bytes());
-    let iov = [std::io::IoSlice::new(&head), std::io::IoSlice::new(data)];
-    nix::sys::uio::writev(fuse, &iov)
-        .map(|_| ())
-        .map_err(call("FUSE_NOTIFY_STORE"))
+    Ok(r)
 }
 
 /// Make `root` the root of this mount namespace (runc's trick: no put_old directory needed, so it
@@ -811,74 +671,271 @@ pub fn is_setuid() -> bool {
     r != e || rg != eg
 }
 
-/// Whether `fd` has data to read right now (poll with a zero timeout; never blocks).
-pub fn readable_now(fd: &OwnedFd) -> bool {
-    let mut p = [nix::poll::PollFd::new(
-        std::os::fd::AsFd::as_fd(fd),
-        nix::poll::PollFlags::POLLIN,
-    )];
-    matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+/// Give the CPU to any other runnable thread; returns at once when there is none.
+fn yield_cpu() {
+    let _ = nix::sched::sched_yield();
 }
 
-/// A second descriptor for the same open file (shares its queue and flags).
-pub fn dup(fd: &OwnedFd) -> Result<OwnedFd> {
-    fd.try_clone().map_err(|e| call("dup")(io_errno(&e)))
+/// The address of the abstract unix socket `name`: no file anywhere, gone with the socket, and
+/// bound by one socket at a time.
+fn abstract_addr(name: &str) -> Result<UnixAddr> {
+    UnixAddr::new_abstract(name.as_bytes()).map_err(call("socket name"))
 }
 
-/// Whether `path` is on a network or parallel file system (or another FUSE one, such as CVMFS),
-/// where reads wait on I/O rather than on a CPU. False when it cannot be told.
-pub fn on_network_fs(path: &Path) -> bool {
-    // statfs(2) f_type magic numbers: NFS, SMB2, CIFS, Lustre, GPFS, BeeGFS, CephFS, FUSE, AFS,
-    // 9p, OrangeFS/PVFS2.
-    const NETWORK: [i64; 11] = [
-        0x6969, 0xFE534D42, 0xFF534D42, 0x0BD00BD0, 0x47504653, 0x19830326, 0x00C36400, 0x65735546,
-        0x5346414F, 0x01021997, 0x20030528,
-    ];
-    nix::sys::statfs::statfs(path)
-        .map(|st| NETWORK.contains(&st.filesystem_type().0))
-        .unwrap_or(false)
+fn seqpacket() -> Result<OwnedFd> {
+    let flags = SockFlag::SOCK_CLOEXEC;
+    socket(AddressFamily::Unix, SockType::SeqPacket, flags, None).map_err(call("socket"))
 }
 
-/// Make reads of `fd` return at once when nothing is there (O_NONBLOCK).
-pub fn set_nonblocking(fd: &OwnedFd) -> Result<()> {
-    nix::fcntl::fcntl(
-        fd,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+/// A socket listening on the abstract name `name`; EADDRINUSE when another socket holds it.
+pub fn listen_abstract(name: &str) -> Result<OwnedFd> {
+    let fd = seqpacket()?;
+    bind(fd.as_raw_fd(), &abstract_addr(name)?).map_err(call("bind"))?;
+    listen(&fd, Backlog::MAXCONN).map_err(call("listen"))?;
+    Ok(fd)
+}
+
+/// A socket connected to the abstract name `name`; ECONNREFUSED where nothing listens.
+pub fn connect_abstract(name: &str) -> Result<OwnedFd> {
+    let fd = seqpacket()?;
+    connect(fd.as_raw_fd(), &abstract_addr(name)?).map_err(call("connect"))?;
+    Ok(fd)
+}
+
+/// Two connected sockets of the kind `listen_abstract` makes.
+pub fn socket_pair() -> Result<(OwnedFd, OwnedFd)> {
+    let flags = SockFlag::SOCK_CLOEXEC;
+    socketpair(AddressFamily::Unix, SockType::SeqPacket, None, flags).map_err(call("socketpair"))
+}
+
+pub fn accept(listener: &OwnedFd) -> Result<OwnedFd> {
+    let fd = accept4(listener.as_raw_fd(), SockFlag::SOCK_CLOEXEC).map_err(call("accept"))?;
+    // SAFETY: accept4 returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The uid and pid of the process at the other end of `sock`, as the kernel recorded them when
+/// it connected or listened: no process can claim another's.
+pub fn peer(sock: &OwnedFd) -> Result<(u32, i32)> {
+    let c = getsockopt(sock, sockopt::PeerCredentials).map_err(call("SO_PEERCRED"))?;
+    Ok((c.uid(), c.pid()))
+}
+
+/// How long a receive on `sock` waits at most.
+pub fn set_receive_timeout(sock: &OwnedFd, t: std::time::Duration) -> Result<()> {
+    let tv = nix::sys::time::TimeVal::new(t.as_secs() as _, t.subsec_micros() as _);
+    setsockopt(sock, sockopt::ReceiveTimeout, &tv).map_err(call("SO_RCVTIMEO"))
+}
+
+/// The largest message `receive` takes whole.
+const MAX_MESSAGE: usize = 64 << 10;
+
+/// Send one message, with `fds` attached.
+pub fn send(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> Result<()> {
+    let iov = [std::io::IoSlice::new(data)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)
+        .map(|_| ())
+        .map_err(call("sendmsg"))
+}
+
+/// Receive one message and the descriptors attached to it; empty when the other end closed.
+pub fn receive(sock: &OwnedFd) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
     )
-    .map(|_| ())
-    .map_err(call("fcntl(O_NONBLOCK)"))
+    .map_err(call("recvmsg"))?;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs().map_err(call("recvmsg"))? {
+        if let ControlMessageOwned::ScmRights(got) = c {
+            // SAFETY: the kernel made these descriptors for this process just now.
+            fds.extend(
+                got.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    let n = msg.bytes;
+    buf.truncate(n);
+    Ok((buf, fds))
 }
 
-/// Start reading a regular file into the page cache (readahead(2): the reads are queued, not
-/// waited for). Best effort: a path that is missing or no regular file is left alone.
-pub fn read_ahead(path: &Path) {
-    use std::os::unix::fs::OpenOptionsExt;
-    // O_NONBLOCK: a FIFO bound over the path must not hold the open.
-    let Ok(f) = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-    else {
-        return;
+/// Which of `fds` are readable or hung up, waiting up to `timeout` (None: for ever). All false
+/// when a signal interrupted the wait.
+pub fn wait_readable(
+    fds: &[BorrowedFd],
+    timeout: Option<std::time::Duration>,
+) -> Result<Vec<bool>> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut p: Vec<PollFd> = (fds.iter())
+        .map(|f| PollFd::new(*f, PollFlags::POLLIN))
+        .collect();
+    let t = match timeout {
+        None => PollTimeout::NONE,
+        Some(d) => PollTimeout::try_from(d.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::MAX),
     };
-    if let Ok(md) = f.metadata() {
-        if md.is_file() {
-            // SAFETY: a valid fd for the duration of the call.
-            unsafe { libc::readahead(f.as_raw_fd(), 0, md.len() as usize) };
-        }
+    match poll(&mut p, t) {
+        Ok(_) => Ok(p.iter().map(|p| p.any().unwrap_or(true)).collect()),
+        Err(Errno::EINTR) => Ok(vec![false; fds.len()]),
+        Err(e) => Err(call("poll")(e)),
     }
 }
 
-/// The calling thread to the lowest priority that keeps it runnable beside other work (nice 19;
-/// an unprivileged thread can never take it back). Best effort.
-pub fn lowest_priority() {
-    // SAFETY: setpriority on this thread's own id.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+/// A descriptor of process `pid` that becomes readable when it exits (pidfd_open).
+pub fn pidfd(pid: i32) -> Result<OwnedFd> {
+    // SAFETY: a plain syscall; a non-negative result is a new descriptor (close-on-exec).
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(call("pidfd_open")(Errno::last()));
+    }
+    // SAFETY: the descriptor is this process's and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// Give the CPU to any other runnable thread; returns at once when there is none.
-pub fn yield_cpu() {
-    let _ = nix::sched::sched_yield();
+/// A descriptor that becomes readable when an entry of the directory `dir` is created, removed,
+/// renamed, written or has its attributes changed (inotify).
+pub fn watch_dir(dir: &Path) -> Result<OwnedFd> {
+    use nix::sys::inotify::{AddWatchFlags as W, InitFlags, Inotify};
+    let i =
+        Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(call("inotify"))?;
+    let mask = W::IN_ATTRIB
+        | W::IN_CLOSE_WRITE
+        | W::IN_CREATE
+        | W::IN_DELETE
+        | W::IN_MODIFY
+        | W::IN_MOVED_FROM
+        | W::IN_MOVED_TO
+        | W::IN_DELETE_SELF
+        | W::IN_MOVE_SELF;
+    i.add_watch(dir, mask).map_err(at("watch", dir))?;
+    Ok(OwnedFd::from(i))
+}
+
+/// Read and drop what is waiting on a descriptor that `watch_dir` made.
+pub fn drain(fd: &OwnedFd) {
+    let mut buf = [0u8; 4096];
+    while matches!(nix::unistd::read(fd, &mut buf), Ok(n) if n > 0) {}
+}
+
+/// The resident memory and CPU time of this process, in bytes and seconds, from /proc.
+pub fn own_usage() -> (u64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rss_kib: u64 = (status.lines())
+        .find_map(|l| {
+            l.strip_prefix("VmRSS:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // After the command name: utime and stime are fields 14 and 15.
+    let ticks: u64 = (stat.rsplit_once(')').map(|(_, r)| r).unwrap_or(""))
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|t| t.parse::<u64>().ok())
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|t| *t > 0)
+        .unwrap_or(100);
+    (rss_kib * 1024, ticks as f64 / hz as f64)
+}
+
+/// How a process that `spawn` starts stands to this one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Spawn {
+    /// A child of this process.
+    Child,
+    /// In a session of its own and nobody's child here (its first parent exits at once): this
+    /// process's exit, and its killing of its descendants, leave it alone.
+    Detached,
+}
+
+/// Start gpurun's `exe` with `args` (its name `gpurun`), an empty environment, /dev/null as 0-2,
+/// `fds` as 3, 4… and nothing else open, and the default signal mask and dispositions.
+pub fn spawn(exe: &Path, args: &[String], fds: &[RawFd], how: Spawn) -> Result<()> {
+    let prog = cstr(exe);
+    let argv: Vec<CString> = std::iter::once(c"gpurun".to_owned())
+        .chain(
+            args.iter()
+                .map(|a| CString::new(a.as_str()).expect("no NUL in arguments")),
+        )
+        .collect();
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let envp = [std::ptr::null::<libc::c_char>()];
+    // SAFETY: the child only makes async-signal-safe calls on what was prepared above, then
+    // execs or leaves with _exit.
+    match unsafe { nix::unistd::fork() }.map_err(call("fork"))? {
+        nix::unistd::ForkResult::Parent { child } => {
+            if how == Spawn::Detached {
+                let _ = nix::sys::wait::waitpid(child, None);
+            }
+            Ok(())
+        }
+        nix::unistd::ForkResult::Child => unsafe {
+            if how == Spawn::Detached {
+                libc::setsid();
+                if libc::fork() != 0 {
+                    libc::_exit(0);
+                }
+            }
+            exec_with(&prog, &ptrs, &envp, fds)
+        },
+    }
+}
+
+/// The end of `spawn` in the new process: its descriptors and signals, then the exec.
+///
+/// # Safety
+/// Only in a freshly forked child: `argv` and `envp` end in a null pointer.
+unsafe fn exec_with(
+    prog: &CString,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    fds: &[RawFd],
+) -> ! {
+    // Out of the way of 3, 4… first, then into place, without close-on-exec.
+    let high: Vec<RawFd> = (fds.iter())
+        .map(|&fd| libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 64))
+        .collect();
+    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+    let std = [0, 1, 2].map(|t| (t, null));
+    let given = high.iter().enumerate().map(|(i, &fd)| (3 + i as RawFd, fd));
+    for (to, from) in std.into_iter().chain(given) {
+        if from < 0 || libc::dup2(from, to) < 0 {
+            libc::_exit(127);
+        }
+    }
+    libc::syscall(libc::SYS_close_range, 3 + fds.len() as u32, u32::MAX, 0);
+    let empty = sigset(&[]);
+    libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    for sig in 1..32 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+    libc::execve(prog.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    libc::_exit(127)
+}
+
+/// Children of this process are reaped by the kernel as they exit (SIGCHLD ignored).
+pub fn reap_children_automatically() {
+    // SAFETY: SIG_IGN installs no handler.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
 }
 
 #[cfg(test)]
@@ -898,80 +955,5 @@ mod tests {
         assert!(!want.is_empty());
         assert_eq!(env_with_prefix("CARGO_"), want);
         assert!(env_with_prefix("GPURUN_NO_SUCH_VARIABLE_").is_empty());
-    }
-
-    #[test]
-    fn the_device_of_a_mount_point_is_that_of_its_top_mount() {
-        let info = "\
-22 1 0:21 / /tmp rw,nosuid shared:5 - tmpfs tmpfs rw
-35 22 0:41 / /tmp/lower ro,nosuid,nodev - fuse.gpurun /img.sqsh rw,user_id=0,group_id=0
-36 22 0:44 / /tmp/lowerx rw - tmpfs tmpfs rw
-37 35 0:45 / /tmp/lower rw - fuse.gpurun /other.sqsh rw
-38 22 259:3 / /tmp/upper rw - ext4 /dev/nvme0n1p3 rw
-";
-        let cases: &[(&str, Option<(u32, u32)>)] = &[
-            ("/tmp/lower", Some((0, 45))),
-            ("/tmp/upper", Some((259, 3))),
-            ("/tmp", Some((0, 21))),
-            ("/tmp/low", None),
-            ("/nowhere", None),
-        ];
-        for (mp, want) in cases {
-            assert_eq!(mount_device(info, Path::new(mp)), *want, "{mp}");
-        }
-        assert_eq!(
-            mount_device("garbage\n35 22 x / /m -\n", Path::new("/m")),
-            None
-        );
-        assert_eq!(fusectl_name(0, 45), 45);
-        assert_eq!(fusectl_name(259, 3), (259 << 20) | 3);
-    }
-
-    #[test]
-    fn a_store_is_laid_out_as_the_fuse_protocol_says() {
-        let (r, w) = nix::unistd::pipe().unwrap();
-        notify_store(&w, 0x1122, 0x3344_5566, b"abc").unwrap();
-        let mut got = [0u8; 64];
-        let n = nix::unistd::read(&r, &mut got).unwrap();
-        let u32_at = |i: usize| u32::from_ne_bytes(got[i..i + 4].try_into().unwrap());
-        let u64_at = |i: usize| u64::from_ne_bytes(got[i..i + 8].try_into().unwrap());
-        assert_eq!(n, 43);
-        // fuse_out_header: len, error (FUSE_NOTIFY_STORE = 4), unique 0
-        assert_eq!((u32_at(0), u32_at(4), u64_at(8)), (43, 4, 0));
-        // fuse_notify_store_out: nodeid, offset, size, padding; then the data
-        assert_eq!((u64_at(16), u64_at(24)), (0x1122, 0x3344_5566));
-        assert_eq!((u32_at(32), u32_at(36)), (3, 0));
-        assert_eq!(&got[40..43], b"abc");
-    }
-
-    #[test]
-    fn the_gaps_between_kept_descriptors() {
-        type Case<'a> = (&'a [u32], &'a [(u32, u32)]);
-        let cases: &[Case] = &[
-            (&[0, 1, 2], &[(3, u32::MAX)]),
-            (&[2, 0, 1, 7, 5], &[(3, 4), (6, 6), (8, u32::MAX)]),
-            (&[0, 1, 2, 3, 3], &[(4, u32::MAX)]),
-            (&[4], &[(0, 3), (5, u32::MAX)]),
-        ];
-        for (keep, want) in cases {
-            assert_eq!(gaps(keep.to_vec()), *want, "{keep:?}");
-        }
-    }
-
-    #[test]
-    fn a_thread_s_own_table_holds_only_what_it_keeps() {
-        let keep = std::fs::File::open("/dev/null").unwrap();
-        let gone = std::fs::File::open("/dev/null").unwrap();
-        let (k, g) = (keep.as_raw_fd(), gone.as_raw_fd());
-        let t = std::thread::spawn(move || {
-            own_fd_table(&[k]).unwrap();
-            // SAFETY: F_GETFD only asks whether the number is an open descriptor.
-            let open = |fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
-            (open(k), open(g), open(2))
-        });
-        assert_eq!(t.join().unwrap(), (true, false, true));
-        // The process's table is untouched.
-        assert!(nix::fcntl::fcntl(&gone, nix::fcntl::FcntlArg::F_GETFD).is_ok());
-        drop(keep);
     }
 }

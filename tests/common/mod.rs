@@ -129,6 +129,9 @@ pub fn as_named(user: &str, program: impl AsRef<OsStr>) -> Command {
             .env("USER", user)
             .env("LOGNAME", user)
             .env("SHELL", "/bin/sh")
+            // Image servers of the tests' images end soon after them (tests that share one
+            // across starts set their own).
+            .env("GPURUN_SERVER_IDLE", "20s")
             .current_dir("/");
         c
     } else {

@@ -10,15 +10,13 @@
 mod blocks;
 mod compress;
 mod format;
-pub mod kept;
 pub mod lzo;
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::lock;
@@ -29,7 +27,6 @@ use blocks::{Arena, Block};
 pub use compress::Compressor;
 use format::{BlockWord, Body, ByteSource, FormatResult, RawInode, Superblock, SuperblockError};
 pub use format::{DirEntry, Kind};
-use kept::{Kept, KeptBlock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SqfsError {
@@ -129,9 +126,8 @@ impl Inode {
 struct Caches {
     meta: Mutex<LruCache<u64, Arc<MetaBlock>>>,
     data: Mutex<LruCache<u64, Arc<Block>>>,
-    /// Data blocks being decompressed, and for whom (see `Load`): a block can be both a read's
-    /// and the warming's at once.
-    loading: Mutex<HashSet<(u64, Load)>>,
+    /// Data blocks being decompressed (their image offsets).
+    loading: Mutex<HashSet<u64>>,
     loaded: Condvar,
     inodes: Mutex<Weighted<Inode>>,
     dirs: Mutex<Weighted<Vec<DirEntry>>>,
@@ -185,31 +181,16 @@ const LOAD_WAIT: Duration = Duration::from_millis(5);
 #[cfg(test)]
 const LOAD_WAIT: Duration = Duration::from_millis(50);
 
-/// Whom a data block is being decompressed for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Load {
-    /// A read needs it: another read of it waits for it rather than decompress it a second time.
-    Needed,
-    /// The start-up warming, ahead of any read (runtime/warm.rs): a read does not wait for it.
-    /// On a busy machine the warming's thread can lose its CPU mid-block for a whole time slice,
-    /// and reads waiting on it made a start there several times slower;
-    /// decompressing the block a second time costs a fraction of a millisecond.
-    Ahead,
-}
-
 /// What a thread about to decompress a block is to do.
 enum Claim<'a> {
     /// The block is cached already.
     Cached(Arc<Block>),
     /// It is this thread's to decompress; the guard wakes the waiters however that ends.
-    Mine(Loading<'a>),
-    /// Another thread decompresses it and this one does not wait: a read whose wait ran out
-    /// decompresses it too, the warming leaves it.
+    Mine { _guard: Loading<'a> },
+    /// Another thread decompresses it and the wait for it ran out: this one decompresses it
+    /// too.
     Taken,
 }
-
-/// Blocks decompressed while recording (image offset, whether metadata), and their bytes.
-type Recorded = (Vec<(u64, bool)>, usize);
 
 /// A data block and the range of it a read wants (`Archive::bytes_in_block`).
 pub type BlockBytes = (Arc<Block>, std::ops::Range<usize>);
@@ -222,17 +203,16 @@ enum Piece {
 
 /// Takes a load off the loading set and wakes its waiters, however it ended (a waiter finding no
 /// block in the cache then loads it itself, and meets the error on its own).
-struct Loading<'a>(&'a Caches, u64, Load);
+struct Loading<'a>(&'a Caches, u64);
 
 impl Drop for Loading<'_> {
     fn drop(&mut self) {
-        lock(&self.0.loading).remove(&(self.1, self.2));
+        lock(&self.0.loading).remove(&self.1);
         self.0.loaded.notify_all();
     }
 }
 
 struct MetaBlock {
-    /// Decompressed, or served from a kept-blocks file (kept.rs) without a copy.
     data: Block,
     /// Image offset of the following metadata block.
     next: u64,
@@ -264,13 +244,6 @@ pub struct Archive {
     arena: Option<Arc<Arena>>,
     /// Upper bound of block words an inode can hold: the inode table's size decompressed.
     max_blocks: u64,
-    /// Blocks kept decompressed by earlier starts (kept.rs): served instead of decompressed.
-    kept: OnceLock<Arc<Kept>>,
-    /// Image offsets of the blocks decompressed since `record_blocks` (and whether each is a
-    /// metadata block), and their bytes in all, while it records.
-    recorded: Mutex<Option<Recorded>>,
-    /// Whether `keep_blocks` has written the file in this start.
-    kept_written: AtomicBool,
 }
 
 fn cache<K: std::hash::Hash + Eq, V>(n: usize) -> Mutex<LruCache<K, V>> {
@@ -346,9 +319,6 @@ impl Archive {
             // The cache's blocks, and some held by readers after their eviction.
             arena: Arena::new(sb.block_size as usize, data_blocks.max(16) + 64),
             max_blocks,
-            kept: OnceLock::new(),
-            recorded: Mutex::new(None),
-            kept_written: AtomicBool::new(false),
             sb,
         };
         let id_ptrs = ar.read_u64s(ar.sb.id_table, (ar.sb.id_count as u64).div_ceil(2048))?;
@@ -375,6 +345,17 @@ impl Archive {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The same archive, called `path` in messages (opened through another name).
+    pub fn named(mut self, path: &Path) -> Archive {
+        self.path = path.to_owned();
+        self
+    }
+
+    /// The image file's metadata, as of now.
+    pub fn metadata(&self) -> std::io::Result<std::fs::Metadata> {
+        self.file.metadata()
     }
 
     /// The descriptor every read of the image goes through.
@@ -475,16 +456,6 @@ impl Archive {
         if let Some(b) = lock(&self.caches.meta).get(&pos) {
             return Ok(b.clone());
         }
-        if let Some(k) = self.kept.get() {
-            if let Some((at, next)) = k.find_meta(pos) {
-                let b = Arc::new(MetaBlock {
-                    data: Block::kept(k.clone(), at),
-                    next,
-                });
-                lock(&self.caches.meta).put(pos, b.clone());
-                return Ok(b);
-            }
-        }
         // One read for header and block (a block is at most 2 + 8192 bytes on disk).
         let want = (2 + format::METADATA_SIZE as u64).min(self.sb.bytes_used.saturating_sub(pos));
         let mut raw = self.pread(pos, (want as usize).max(2))?;
@@ -508,7 +479,6 @@ impl Archive {
             next: pos + 2 + len as u64,
         });
         lock(&self.caches.meta).put(pos, b.clone());
-        self.record(pos, true, b.data.len());
         Ok(b)
     }
 
@@ -731,106 +701,18 @@ impl Archive {
         }
     }
 
-    /// Serve the blocks, data and metadata, kept in `file` for `id` by earlier starts (kept.rs),
-    /// when it holds any for this image.
-    pub fn use_kept(&self, file: &Path, id: &str) {
-        if let Some(k) = Kept::open(file, id, self.sb.block_size as usize) {
-            let _ = self.kept.set(Arc::new(k));
-        }
-    }
-
-    /// Note from now on which blocks, data and metadata, are decompressed, for `keep_blocks`.
-    pub fn record_blocks(&self) {
-        *lock(&self.recorded) = Some((Vec::new(), 0));
-    }
-
-    /// Note a decompressed block of `len` bytes while recording, up to `kept::RECORD_BYTES` in
-    /// all: without the warming (one CPU) recording goes on until the container ends, and a
-    /// job's own reads are not what the next start needs.
-    fn record(&self, pos: u64, meta: bool, len: usize) {
-        if let Some(r) = lock(&self.recorded).as_mut() {
-            if r.1 + len <= kept::RECORD_BYTES && len > 0 {
-                r.1 += len;
-                r.0.push((pos, meta));
-            }
-        }
-    }
-
-    /// Write to `file` for `id` the blocks decompressed since `record_blocks` and still cached,
-    /// with those kept already (`kept::merge`), and stop noting them. Ok(true) when the file
-    /// has been written in this start, by this call or an earlier one.
-    ///
-    /// Noting stops only once a call has done its work: a write still under way (the warming's,
-    /// at the lowest priority, when the container ends) leaves the blocks for another call,
-    /// which writes a whole file of its own rather than wait for it.
-    pub fn keep_blocks(&self, file: &Path, id: &str) -> std::io::Result<bool> {
-        if self.kept_written.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        let Some((recorded, _)) = lock(&self.recorded).clone() else {
-            return Ok(false);
-        };
-        let cached = |meta: bool| -> Vec<_> {
-            (recorded.iter().filter(|r| r.1 == meta).map(|r| r.0)).collect()
-        };
-        let data: Vec<(u64, Arc<Block>)> = {
-            let c = lock(&self.caches.data);
-            (cached(false).into_iter())
-                .filter_map(|p| Some((p, c.peek(&p)?.clone())))
-                .collect()
-        };
-        let meta: Vec<(u64, Arc<MetaBlock>)> = {
-            let c = lock(&self.caches.meta);
-            (cached(true).into_iter())
-                .filter_map(|p| Some((p, c.peek(&p)?.clone())))
-                .collect()
-        };
-        // Metadata first: a start's lookups need it whatever the command reads.
-        let new: Vec<KeptBlock> = (meta.iter())
-            .map(|(pos, b)| KeptBlock {
-                pos: *pos,
-                meta_next: Some(b.next),
-                data: &b.data[..],
-            })
-            .chain(data.iter().map(|(pos, b)| KeptBlock {
-                pos: *pos,
-                meta_next: None,
-                data: b,
-            }))
-            .collect();
-        let old = self.kept.get().into_iter().flat_map(|k| k.blocks());
-        let Some(blocks) = kept::merge(&new, old, kept::MAX_BYTES) else {
-            *lock(&self.recorded) = None;
-            return Ok(false);
-        };
-        crate::image::cache::write_whole(file, |f| kept::write(f, id, &blocks))?;
-        self.kept_written.store(true, Ordering::Release);
-        *lock(&self.recorded) = None;
-        Ok(true)
-    }
-
-    /// The block at `pos` when an earlier start kept it.
-    fn kept_block(&self, pos: u64) -> Option<Arc<Block>> {
-        let k = self.kept.get()?;
-        Some(Arc::new(Block::kept(k.clone(), k.find(pos)?)))
-    }
-
     /// Decompressed data block (or fragment block) at image offset `pos`, cached.
     fn data_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Block>, SqfsError> {
-        if let Some(b) = self.kept_block(pos) {
-            return Ok(b);
-        }
-        match self.claim(pos, Load::Needed) {
+        match self.claim(pos) {
             Claim::Cached(b) => Ok(b),
             // Mine: the claim is held until the block is in the cache. Taken: unclaimed.
             _claim => self.decompress_block(pos, word),
         }
     }
 
-    /// Whether this thread is to decompress the block at `pos` for `load`. A read waits, up to
-    /// `LOAD_WAIT`, for another read's load of it, and claims it beside the warming's (so that
-    /// further reads wait for it); the warming leaves any block being loaded.
-    fn claim(&self, pos: u64, load: Load) -> Claim<'_> {
+    /// Whether this thread is to decompress the block at `pos`: a read waits, up to
+    /// `LOAD_WAIT`, for another read's load of it.
+    fn claim(&self, pos: u64) -> Claim<'_> {
         if let Some(b) = lock(&self.caches.data).get(&pos) {
             return Claim::Cached(b.clone());
         }
@@ -840,16 +722,10 @@ impl Archive {
             if let Some(b) = lock(&self.caches.data).get(&pos) {
                 return Claim::Cached(b.clone());
             }
-            let read = loading.contains(&(pos, Load::Needed));
-            match load {
-                Load::Ahead if read || loading.contains(&(pos, Load::Ahead)) => {
-                    return Claim::Taken
-                }
-                Load::Needed if read => {}
-                _ => {
-                    loading.insert((pos, load));
-                    return Claim::Mine(Loading(&self.caches, pos, load));
-                }
+            if loading.insert(pos) {
+                return Claim::Mine {
+                    _guard: Loading(&self.caches, pos),
+                };
             }
             let now = Instant::now();
             if now >= deadline {
@@ -876,7 +752,6 @@ impl Archive {
         }
         .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?;
         let b = Arc::new(data);
-        self.record(pos, false, b.len());
         // An evicted block is freed after the lock is released: its slot goes back to the
         // region's free list (which takes that lock), a block outside it can be a munmap.
         let evicted = lock(&self.caches.data).push(pos, b.clone());
@@ -992,34 +867,6 @@ impl Archive {
         } else {
             Err(self.corrupt(format!("inode {:#x} has no block {idx}", ino.r)))
         }
-    }
-
-    /// How many data blocks a file's contents take, its tail fragment counted as one.
-    pub fn data_blocks(&self, ino: &Inode) -> usize {
-        match &ino.body {
-            Body::File(f) => f.block_words.len() + usize::from(f.fragment.is_some()),
-            _ => 0,
-        }
-    }
-
-    /// Decompress a file's data block `i` (`data_blocks` counts them) into the cache, for the
-    /// start-up warming: a block cached or being decompressed already is left alone.
-    pub fn preload_block(&self, ino: &Inode, i: usize) -> Result<(), SqfsError> {
-        let Body::File(f) = &ino.body else {
-            return Ok(());
-        };
-        let (pos, word) = match (f.block_words.get(i), f.fragment) {
-            (Some(&w), _) => (ino.block_pos[i], BlockWord::decode(w)),
-            (None, Some((frag, _))) if i == f.block_words.len() => self.fragment(frag)?,
-            _ => return Ok(()),
-        };
-        let kept = self.kept.get().is_some_and(|k| k.find(pos).is_some());
-        if !word.is_sparse() && !kept {
-            if let Claim::Mine(_loading) = self.claim(pos, Load::Ahead) {
-                self.decompress_block(pos, word)?;
-            }
-        }
-        Ok(())
     }
 
     /// All xattrs of an inode as (full name, value), in stored order.
@@ -1201,47 +1048,6 @@ mod tests {
         }
     }
 
-    /// The blocks one start decompressed serve the next from the kept file, data and metadata
-    /// alike: reading the same file again decompresses nothing (every decompression is noted),
-    /// and there is nothing new to keep. Another image's or build's file is not used.
-    #[test]
-    fn kept_blocks_serve_the_next_start() {
-        let (dir, first, data) = image_of_f();
-        let (kept, img) = (dir.path().join("kept"), first.path().to_owned());
-        let read = |ar: &Archive| {
-            let ino = ar.lookup("/f", false).unwrap().unwrap();
-            let mut buf = vec![0u8; data.len()];
-            assert_eq!(ar.read_at(&ino, 0, &mut buf).unwrap(), data.len());
-            buf
-        };
-        first.record_blocks();
-        assert_eq!(read(&first), data);
-        // A write that fails (or is cut short) leaves the blocks for the next call.
-        let nowhere = dir.path().join("missing").join("kept");
-        assert!(first.keep_blocks(&nowhere, "id:1").is_err());
-        assert!(first.keep_blocks(&kept, "id:1").unwrap(), "nothing kept");
-        assert!(
-            first.keep_blocks(&kept, "id:1").unwrap(),
-            "the write is forgotten"
-        );
-
-        let next = Archive::open(&img).unwrap();
-        next.use_kept(&kept, "id:1");
-        next.record_blocks();
-        assert!(next.kept.get().is_some(), "the kept file was not taken");
-        assert_eq!(read(&next), data);
-        let decompressed = lock(&next.recorded).clone().unwrap();
-        assert_eq!(decompressed, (vec![], 0), "kept blocks were decompressed");
-        assert!(!next.keep_blocks(&kept, "id:1").unwrap());
-
-        let other = Archive::open(&img).unwrap();
-        other.use_kept(&kept, "id:2");
-        other.record_blocks();
-        assert_eq!(read(&other), data);
-        assert!(other.kept.get().is_none());
-        assert!(other.keep_blocks(&kept, "id:2").unwrap());
-    }
-
     /// A reader does not wait for ever on a block another reader claimed and does not finish (its
     /// thread lost the CPU): it decompresses the block itself after `LOAD_WAIT`.
     #[test]
@@ -1249,7 +1055,7 @@ mod tests {
         let (_dir, ar, data) = image_of_f();
         let ino = ar.lookup("/f", false).unwrap().unwrap();
         // Claim the first block as a reader that never finishes would.
-        lock(&ar.caches.loading).insert((ino.block_pos[0], Load::Needed));
+        lock(&ar.caches.loading).insert(ino.block_pos[0]);
         let t = Instant::now();
         let mut buf = vec![0u8; 1000];
         assert_eq!(ar.read_at(&ino, 0, &mut buf).unwrap(), 1000);
@@ -1260,67 +1066,9 @@ mod tests {
             "it did not wait for ever"
         );
         assert!(
-            lock(&ar.caches.loading).contains(&(ino.block_pos[0], Load::Needed)),
+            lock(&ar.caches.loading).contains(&ino.block_pos[0]),
             "the claim is the loader's"
         );
-    }
-
-    /// Nobody waits for the warming: a read of a block the warming is decompressing decompresses
-    /// it at once, claiming it for further reads, which wait for it; the warming leaves a block
-    /// a read is decompressing.
-    #[test]
-    fn nobody_waits_for_the_warming() {
-        let (_dir, ar, data) = image_of_f();
-        let ino = ar.lookup("/f", false).unwrap().unwrap();
-        let pos = ino.block_pos[0];
-        let loads = || lock(&ar.caches.loading).iter().copied().collect::<Vec<_>>();
-        let read = || {
-            let t = Instant::now();
-            let mut buf = vec![0u8; 1000];
-            assert_eq!(ar.read_at(&ino, 0, &mut buf).unwrap(), 1000);
-            assert_eq!(buf, data[..1000]);
-            t.elapsed()
-        };
-        lock(&ar.caches.loading).insert((pos, Load::Ahead));
-        assert!(read() < LOAD_WAIT, "the read waited for the warming");
-        assert_eq!(
-            loads(),
-            [(pos, Load::Ahead)],
-            "the read's claim gone, the warming's kept"
-        );
-
-        // The read claims it beside the warming, and drops its claim when done.
-        lock(&ar.caches.data).clear();
-        let claim = ar.claim(pos, Load::Needed);
-        assert!(matches!(claim, Claim::Mine(_)), "the read did not claim it");
-        let mut both = loads();
-        both.sort_by_key(|&(_, l)| l == Load::Ahead);
-        assert_eq!(both, [(pos, Load::Needed), (pos, Load::Ahead)]);
-        drop(claim);
-        assert_eq!(loads(), [(pos, Load::Ahead)]);
-
-        // A read loading it beside the warming (that never finishes): the next read waits.
-        lock(&ar.caches.loading).insert((pos, Load::Needed));
-        assert!(read() >= LOAD_WAIT, "a read did not wait for a read");
-
-        // The warming leaves a block being loaded, for a read or for itself.
-        for load in [Load::Needed, Load::Ahead] {
-            lock(&ar.caches.data).clear();
-            lock(&ar.caches.loading).clear();
-            lock(&ar.caches.loading).insert((pos, load));
-            let t = Instant::now();
-            ar.preload_block(&ino, 0).unwrap();
-            assert!(t.elapsed() < LOAD_WAIT, "the warming waited");
-            assert!(
-                lock(&ar.caches.data).get(&pos).is_none(),
-                "{load:?}: not left alone"
-            );
-        }
-        // Unclaimed, the warming decompresses it.
-        lock(&ar.caches.loading).clear();
-        ar.preload_block(&ino, 0).unwrap();
-        assert!(lock(&ar.caches.data).get(&pos).is_some());
-        assert!(loads().is_empty());
     }
 
     /// A reader waiting for a block another thread is decompressing is woken when that thread
@@ -1334,7 +1082,7 @@ mod tests {
         let mut fastest = Duration::MAX;
         for _ in 0..5 {
             lock(&ar.caches.data).clear();
-            lock(&ar.caches.loading).insert((pos, Load::Needed));
+            lock(&ar.caches.loading).insert(pos);
             let t = Instant::now();
             std::thread::scope(|s| {
                 s.spawn(|| {
@@ -1343,7 +1091,7 @@ mod tests {
                     let mut block = vec![0u8; 131_072];
                     block[0] = 0xAB;
                     lock(&ar.caches.data).put(pos, Arc::new(Block::from_vec(block)));
-                    drop(Loading(&ar.caches, pos, Load::Needed));
+                    drop(Loading(&ar.caches, pos));
                 });
                 let mut b = [0u8; 1];
                 ar.read_at(&ino, 0, &mut b).unwrap();

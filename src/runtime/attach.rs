@@ -1,0 +1,450 @@
+//! A start's side of the image server (runtime/server.rs): find the user's server for an image
+//! file, or start it, and get a copy of its mount.
+//!
+//! The rendezvous is an abstract unix socket, `gpurun-UID-HASH`, the hash over the image file's
+//! identity (device, inode, size, times), the user's gid, gpurun's build and the scope: no file
+//! or directory anywhere (under Slurm `$XDG_RUNTIME_DIR` is often unset), the name is gone with
+//! its server, and only one socket can hold it, so of many first starts at once exactly one
+//! binds it and starts the server while the others connect and wait. Both ends check who is
+//! at the other (SO_PEERCRED): a name another user holds means no sharing (one warning, and
+//! the container gets a server of its own), never a failed start.
+//!
+//! Scope: a node's server is shared by every container of the user there. Under Slurm a server
+//! belongs to the step that started it (it ends with the step's slurmstepd), or, where the job
+//! has a keeper (runtime/keeper.rs, started by the SPANK plugin in the job's extern step), to
+//! the job: the keeper starts it, and it ends with the job.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+use nix::errno::Errno;
+
+use super::server::{self, Reply, Request, Status};
+use super::sys::{self, Spawn};
+use crate::image::sqfs::Archive;
+
+/// Bumped when the messages between gpurun and its servers change.
+const PROTOCOL: u32 = 1;
+/// How long a start waits for a server to answer, or to start.
+const ANSWER: Duration = Duration::from_secs(30);
+/// Tries to reach or start the shared server before a start goes its own way.
+const TRIES: usize = 4;
+
+/// A container's copy of its image server's mount, and the connection that keeps it attached:
+/// the server lives at least as long as that is open, and its end closes it.
+pub struct Attached {
+    pub mount: OwnedFd,
+    pub conn: OwnedFd,
+    pub server: u32,
+}
+
+/// Where a server belongs (module comment).
+pub struct Scope {
+    /// In the server's name.
+    key: String,
+    /// For `gpurun ps`.
+    label: String,
+    /// The process whose end ends the server.
+    anchor: Option<i32>,
+    /// The name of the job's keeper, which starts the job's servers.
+    keeper: Option<String>,
+}
+
+/// Reach the user's server for `archive` (at `image`), starting it where there is none, and
+/// attach to it. With `idle` zero the container gets a server of its own, ending with it.
+pub fn attach(archive: &Archive, image: &Path, idle: Duration) -> Result<Attached, String> {
+    if idle.is_zero() {
+        return private(archive, image);
+    }
+    let scope = scope();
+    let Ok((_, id)) = archive.identity() else {
+        return private(archive, image);
+    };
+    let name = server_name(uid(), &id, nix::unistd::getgid().as_raw(), &scope.key);
+    let mut why = String::new();
+    for _ in 0..TRIES {
+        let conn = match sys::connect_abstract(&name) {
+            Ok(c) => c,
+            Err(e) if e.errno() == Errno::ECONNREFUSED => {
+                match start(archive, image, &name, &scope, idle) {
+                    Ok(()) => continue,
+                    Err(e) => why = e,
+                }
+                continue;
+            }
+            Err(e) => {
+                why = e.to_string();
+                break;
+            }
+        };
+        match request(conn) {
+            Ok(a) => return Ok(a),
+            Err(Refusal::Foreign(other)) => {
+                eprintln!(
+                    "gpurun: warning: the name of your image server for {} is held by another user (uid {other}); this container gets a server of its own",
+                    image.display()
+                );
+                return private(archive, image);
+            }
+            Err(Refusal::Failed(e)) => why = e,
+        }
+    }
+    eprintln!(
+        "gpurun: warning: no shared image server for {} ({}); this container gets a server of its own",
+        image.display(),
+        if why.is_empty() { "it kept exiting" } else { &why }
+    );
+    private(archive, image)
+}
+
+/// A server for one container, ending with it.
+fn private(archive: &Archive, image: &Path) -> Result<Attached, String> {
+    let (mine, theirs) = sys::socket_pair().map_err(|e| e.to_string())?;
+    let node = Scope {
+        key: String::new(),
+        label: "container".into(),
+        anchor: None,
+        keeper: None,
+    };
+    spawn(archive, image, &node, Duration::ZERO, theirs)?;
+    request(mine).map_err(|r| match r {
+        Refusal::Failed(e) => e,
+        Refusal::Foreign(uid) => format!("the image server runs as uid {uid}"),
+    })
+}
+
+/// Bind the server's name and start it there; Ok also when another start bound it first.
+fn start(
+    archive: &Archive,
+    image: &Path,
+    name: &str,
+    scope: &Scope,
+    idle: Duration,
+) -> Result<(), String> {
+    let listener = match sys::listen_abstract(name) {
+        Ok(l) => l,
+        Err(e) if e.errno() == Errno::EADDRINUSE => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    spawn(archive, image, scope, idle, listener)
+}
+
+/// Start a server on `sock` (listening, or the private one's end), through the job's keeper
+/// where there is one, and wait until it serves.
+fn spawn(
+    archive: &Archive,
+    image: &Path,
+    scope: &Scope,
+    idle: Duration,
+    sock: OwnedFd,
+) -> Result<(), String> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
+    let id = archive.identity().map_err(|e| e.to_string())?.1;
+    let args = serve_args(image, &id, idle, scope);
+    let fds = [sock.as_raw_fd(), w.as_raw_fd(), archive.raw_fd()];
+    match &scope.keeper {
+        Some(k) => {
+            let k = sys::connect_abstract(k).map_err(|e| e.to_string())?;
+            super::keeper::ask(&k, &args, &fds)?
+        }
+        None => sys::spawn(Path::new("/proc/self/exe"), &args, &fds, Spawn::Detached)
+            .map_err(|e| e.to_string())?,
+    }
+    drop((sock, w));
+    server::wait_ready(r, ANSWER)
+}
+
+/// The command line of `gpurun serve` (runtime/server.rs `Args`).
+fn serve_args(image: &Path, id: &str, idle: Duration, scope: &Scope) -> Vec<String> {
+    let mut a = vec![
+        "serve".to_string(),
+        "--image".into(),
+        image.display().to_string(),
+        "--id".into(),
+        id.into(),
+        "--idle".into(),
+        idle.as_secs().max(1).to_string(),
+        "--scope".into(),
+        scope.label.clone(),
+    ];
+    if let Some(p) = scope.anchor {
+        a.extend(["--anchor".into(), p.to_string()]);
+    }
+    if idle.is_zero() {
+        a.push("--private".into());
+    }
+    a
+}
+
+/// Why a server did not lend its mount.
+enum Refusal {
+    /// The socket belongs to another user.
+    Foreign(u32),
+    Failed(String),
+}
+
+/// Ask the server at the other end of `conn` for its mount.
+fn request(conn: OwnedFd) -> Result<Attached, Refusal> {
+    let failed = |e: sys::SysError| Refusal::Failed(e.to_string());
+    let (peer_uid, _) = sys::peer(&conn).map_err(failed)?;
+    if peer_uid != uid() {
+        return Err(Refusal::Foreign(peer_uid));
+    }
+    sys::set_receive_timeout(&conn, ANSWER).map_err(failed)?;
+    let ask = serde_json::to_vec(&Request::Attach).expect("requests serialise");
+    sys::send(&conn, &ask, &[]).map_err(failed)?;
+    let (msg, mut fds) = match sys::receive(&conn) {
+        Err(e) if e.errno() == Errno::EAGAIN => {
+            let s = format!("it did not answer within {} s", ANSWER.as_secs());
+            return Err(Refusal::Failed(s));
+        }
+        r => r.map_err(failed)?,
+    };
+    let reply: Reply = serde_json::from_slice(&msg)
+        .map_err(|_| Refusal::Failed("it exited before answering".into()))?;
+    if let Some(e) = reply.error {
+        return Err(Refusal::Failed(e));
+    }
+    let mount = fds
+        .pop()
+        .ok_or(Refusal::Failed("it lent no mount".into()))?;
+    sys::set_receive_timeout(&conn, Duration::ZERO).map_err(failed)?;
+    Ok(Attached {
+        mount,
+        conn,
+        server: reply.pid,
+    })
+}
+
+fn uid() -> u32 {
+    nix::unistd::getuid().as_raw()
+}
+
+/// The abstract socket name of a server: the user, then a hash of what must match for a
+/// container to share it (module comment). At most 107 bytes, as sun_path allows.
+pub fn server_name(uid: u32, image_id: &str, gid: u32, scope: &str) -> String {
+    let b = &crate::version::BUILD;
+    let key = format!(
+        "{image_id}|{gid}|{}|{}|{PROTOCOL}|{scope}",
+        b.version, b.commit
+    );
+    format!(
+        "{}{}",
+        server_prefix(uid),
+        crate::image::cache::short_hash(&key)
+    )
+}
+
+fn server_prefix(uid: u32) -> String {
+    format!("gpurun-{uid}-")
+}
+
+/// The name a stopped server answers `gpurun ps` under (no start looks for it).
+pub fn retired_name(uid: u32, pid: u32) -> String {
+    format!("{}stopping-{pid}", server_prefix(uid))
+}
+
+/// The name of the keeper of Slurm job `job` for user `uid`.
+pub fn keeper_name(uid: u32, job: &str) -> String {
+    format!("gpurun-keep-{uid}-{job}")
+}
+
+/// Where a server started here belongs (module comment). Under Slurm only in a job step
+/// (below a slurmstepd): `salloc`'s shell on a login node is the node's.
+fn scope() -> Scope {
+    let node = Scope {
+        key: String::new(),
+        label: "node".into(),
+        anchor: None,
+        keeper: None,
+    };
+    let Some(job) = std::env::var("SLURM_JOB_ID").ok().filter(|j| !j.is_empty()) else {
+        return node;
+    };
+    let Some((stepd, started)) = ancestor("slurmstepd") else {
+        return node;
+    };
+    let keeper = keeper_name(uid(), &job);
+    let found = sys::connect_abstract(&keeper).and_then(|k| sys::peer(&k));
+    if let Ok((owner, pid)) = found {
+        if owner == uid() {
+            return Scope {
+                key: format!("job {job}"),
+                label: format!("slurm-job {job}"),
+                anchor: Some(pid),
+                keeper: Some(keeper),
+            };
+        }
+    }
+    Scope {
+        key: format!("step {stepd} {started}"),
+        label: format!("slurm-step (slurmstepd {stepd})"),
+        anchor: Some(stepd),
+        keeper: None,
+    }
+}
+
+/// The nearest ancestor of this process called `comm`: its pid and start time.
+fn ancestor(comm: &str) -> Option<(i32, u64)> {
+    let mut pid = nix::unistd::getppid().as_raw();
+    for _ in 0..64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (name, ppid, started) = parse_stat(&stat)?;
+        if name == comm {
+            return Some((pid, started));
+        }
+        if ppid <= 1 {
+            return None;
+        }
+        pid = ppid;
+    }
+    None
+}
+
+/// Command name, parent pid and start time from /proc/PID/stat (the name may hold spaces and
+/// parentheses: the fields are counted after its last ')').
+fn parse_stat(stat: &str) -> Option<(&str, i32, u64)> {
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((name, f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
+}
+
+/// The user's servers on this node (`gpurun ps`), as each says.
+pub fn servers() -> Vec<Status> {
+    statuses().into_iter().map(|(_, s)| s).collect()
+}
+
+/// Stop the user's servers whose image is `image` (all of them for None): they take no more
+/// containers and exit once theirs have ended (the idle ones before this returns). Returns what
+/// each said before it stopped.
+pub fn stop(image: Option<&Path>) -> Vec<Status> {
+    let ask = serde_json::to_vec(&Request::Stop).expect("requests serialise");
+    let mut stopped = Vec::new();
+    for (name, s) in statuses() {
+        if image.is_some_and(|i| !same_image(i, &s.image)) {
+            continue;
+        }
+        let Some(c) = own_server(&name) else { continue };
+        let gone = sys::pidfd(s.pid as i32).ok();
+        if sys::send(&c, &ask, &[]).is_ok() && sys::receive(&c).is_ok() {
+            if let (Some(g), true) = (gone, s.containers.is_empty()) {
+                let _ = sys::wait_readable(&[g.as_fd()], Some(Duration::from_secs(2)));
+            }
+            stopped.push(s);
+        }
+    }
+    stopped
+}
+
+fn same_image(a: &Path, b: &Path) -> bool {
+    let key = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    };
+    a == b || key(a).is_some_and(|k| Some(k) == key(b))
+}
+
+/// A connection to the server called `name`, if it is the user's.
+fn own_server(name: &str) -> Option<OwnedFd> {
+    let c = sys::connect_abstract(name).ok()?;
+    sys::peer(&c).ok().filter(|(u, _)| *u == uid())?;
+    sys::set_receive_timeout(&c, Duration::from_secs(2)).ok()?;
+    Some(c)
+}
+
+/// Each of the user's servers: its name and status.
+fn statuses() -> Vec<(String, Status)> {
+    let ask = serde_json::to_vec(&Request::Status).expect("requests serialise");
+    let mut out = Vec::new();
+    for name in own_names() {
+        let Some(c) = own_server(&name) else { continue };
+        if sys::send(&c, &ask, &[]).is_err() {
+            continue;
+        }
+        if let Some(s) = sys::receive(&c)
+            .ok()
+            .and_then(|(m, _)| serde_json::from_slice(&m).ok())
+        {
+            out.push((name, s));
+        }
+    }
+    out
+}
+
+/// The names of the listening sockets that look like the user's servers (another user may
+/// have made one: each is checked when connected to).
+fn own_names() -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    listening_names(&table, &server_prefix(uid()))
+}
+
+/// The abstract names starting with `prefix` of the listening sockets in a /proc/net/unix
+/// table, each once.
+fn listening_names(table: &str, prefix: &str) -> Vec<String> {
+    const ACCEPTING: u32 = 0x10000;
+    let mut out: Vec<String> = Vec::new();
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(flags), Some(path)) = (f.get(3), f.get(7)) else {
+            continue;
+        };
+        let listening = u32::from_str_radix(flags, 16).is_ok_and(|v| v & ACCEPTING != 0);
+        let name = path.strip_prefix('@').filter(|n| n.starts_with(prefix));
+        if let (true, Some(n)) = (listening, name) {
+            if !out.iter().any(|o| o == n) {
+                out.push(n.to_string());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_and_differ_by_what_must_match() {
+        let n = server_name(4294967294, "1:2:3:4.5:6.7:0:8:9", 100, "job 123");
+        assert!(n.starts_with("gpurun-4294967294-"), "{n}");
+        assert!(n.len() <= 107, "{n}");
+        let base = server_name(1000, "id", 100, "");
+        for other in [
+            server_name(1001, "id", 100, ""),
+            server_name(1000, "id2", 100, ""),
+            server_name(1000, "id", 101, ""),
+            server_name(1000, "id", 100, "job 1"),
+        ] {
+            assert_ne!(base, other);
+        }
+        assert_eq!(base, server_name(1000, "id", 100, ""));
+    }
+
+    #[test]
+    fn listening_sockets_from_the_table() {
+        let table = "\
+Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0005 01 100 @gpurun-1000-abc
+0000000000000000: 00000003 00000000 00000000 0005 03 101 @gpurun-1000-abc
+0000000000000000: 00000002 00000000 00010000 0005 01 102 @gpurun-1001-def
+0000000000000000: 00000002 00000000 00010000 0005 01 103 @gpurun-keep-1000-5
+0000000000000000: 00000002 00000000 00010000 0001 01 104 /run/x.sock
+0000000000000000: 00000002 00000000 00010000 0005 01 105
+garbage
+";
+        assert_eq!(listening_names(table, "gpurun-1000-"), ["gpurun-1000-abc"]);
+        assert_eq!(
+            listening_names(table, "gpurun-keep-1000-"),
+            ["gpurun-keep-1000-5"]
+        );
+    }
+
+    #[test]
+    fn stat_lines() {
+        let s = "42 (slurm stepd) S 7 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 12345 1 2";
+        assert_eq!(parse_stat(s), Some(("slurm stepd", 7, 12345)));
+        assert_eq!(parse_stat("42 (x) S"), None);
+    }
+}

@@ -1,0 +1,491 @@
+//! The image server: one process per user and image file (per Slurm job or step under Slurm)
+//! that holds the image's FUSE mount and lends it to every container of that image.
+//!
+//! It runs in a user and mount namespace of its own (its ids mapped to themselves), mounts the
+//! image read-only and serves it (runtime/fuse.rs). A container's gpurun connects to it
+//! (runtime/attach.rs), and the server sends back a detached copy of its mount (open_tree):
+//! the container attaches that copy in a mount namespace of its own, so every container reads
+//! through the one FUSE superblock, whose dentries, inodes and pages the kernel keeps from one
+//! container to the next. Nothing of a container's lives here: its binds, files, uid map and
+//! writes are in its own namespaces.
+//!
+//! The server answers its own user only (SO_PEERCRED). It exits when no container has been
+//! attached for its idle time, when its image file changes, when it is stopped, when the Slurm
+//! step or job it belongs to ends (`anchor`), or, started for one container alone (`private`),
+//! when that container ends. Its exit ends the FUSE connection: a container still attached
+//! then gets ENOTCONN from its image, never a wait.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::{fuse, sys};
+use crate::image::sqfs::Archive;
+
+/// Where the server mounts the image, in its own mount namespace.
+const MOUNT: &str = "/tmp";
+
+/// A request to a server, one message each.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Lend the mount to a container; the connection stays open while the container lives.
+    Attach,
+    Status,
+    /// Take no more containers; exit once those attached have ended.
+    Stop,
+}
+
+/// A server's answer: to `Attach` (with the mount attached), to `Stop`, or an error.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Reply {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// A line of the server's stderr (an image error), passed on to its containers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub say: Option<String>,
+    /// The server's pid, with a lent mount.
+    #[serde(default)]
+    pub pid: u32,
+}
+
+/// What `gpurun ps` shows of a server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    pub pid: u32,
+    pub image: PathBuf,
+    /// Seconds since the epoch.
+    pub started: u64,
+    /// Where it belongs: "node", "slurm-job N", or "slurm-step (slurmstepd PID)".
+    pub scope: String,
+    pub idle_timeout_seconds: u64,
+    /// The gpurun process of each attached container.
+    pub containers: Vec<u32>,
+    pub rss_bytes: u64,
+    pub cpu_seconds: f64,
+    pub stopping: bool,
+}
+
+/// How a server was started (`gpurun serve`, hidden, run only by gpurun itself). Its
+/// descriptors: 3 the socket (listening, or with `private` connected to its one container),
+/// 4 the pipe it says "ok" or its error on, 5 the image file.
+pub struct Args {
+    pub image: PathBuf,
+    /// The image's identity as the starting gpurun read it (`Archive::identity`).
+    pub id: String,
+    pub idle: Duration,
+    pub scope: String,
+    /// A process (slurmstepd, or the job's keeper) whose end ends the server.
+    pub anchor: Option<i32>,
+    pub private: bool,
+}
+
+/// The descriptors a server is started with (`Args`).
+pub const FDS: [i32; 3] = [3, 4, 5];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("image {0}: {1}")]
+    Image(PathBuf, String),
+    #[error("image {0} changed while its server started; run again")]
+    Changed(PathBuf),
+    #[error(
+        "cannot create a user namespace for the image server ({0}); `gpurun doctor` checks this"
+    )]
+    UserNamespace(sys::SysError),
+    #[error("cannot mount image {0}: {1}")]
+    Mount(PathBuf, String),
+    #[error(transparent)]
+    Fuse(#[from] fuse::FuseError),
+}
+
+/// The server process: returns its exit status.
+pub fn run(args: Args) -> i32 {
+    // SAFETY: descriptors 3-5 are this process's, given by the gpurun that started it.
+    let [sock, ready, image] = FDS.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    let mut ready = File::from(ready);
+    let started = prepare(&args, File::from(image));
+    let (archive, session, mount) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = write!(ready, "{e}");
+            return 1;
+        }
+    };
+    // The FUSE threads' messages reach the containers (`Server::say`), not a terminal.
+    let said = sys::stderr_to_pipe().ok();
+    if ready.write_all(b"ok").is_err() {
+        return 1;
+    }
+    drop(ready);
+    // An anchor gone already: its step or job is over.
+    let anchor = match args.anchor.map(sys::pidfd) {
+        Some(Err(_)) => return 0,
+        a => a.and_then(Result::ok),
+    };
+    let mut s = Server::new(args, sock, mount, archive, said, anchor);
+    s.serve();
+    drop(session);
+    0
+}
+
+/// Open the image, enter a user and mount namespace of its own, mount the image read-only and
+/// start serving it. Single-threaded until the serving starts, as unshare needs.
+fn prepare(
+    args: &Args,
+    image: File,
+) -> Result<(Arc<Archive>, fuser::BackgroundSession, OwnedFd), ServerError> {
+    let fd_path = sys::fd_path(&image);
+    let archive = crate::image::sif::open_archive(&fd_path)
+        .map_err(|e| ServerError::Image(args.image.clone(), e.to_string()))?
+        .named(&args.image);
+    drop(image);
+    let id = archive.identity().map(|(_, id)| id).unwrap_or_default();
+    if id != args.id {
+        return Err(ServerError::Changed(args.image.clone()));
+    }
+    let (uid, gid) = (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    );
+    sys::enter_user_namespace(uid, gid).map_err(ServerError::UserNamespace)?;
+    let mount = Path::new(MOUNT);
+    let mnt = |e: sys::SysError| ServerError::Mount(args.image.clone(), e.to_string());
+    sys::enter_mount_namespace().map_err(mnt)?;
+    let fuse = sys::open_fuse().map_err(|e| {
+        mnt(sys::SysError::Call {
+            what: "open /dev/fuse",
+            errno: sys::io_errno(&e),
+        })
+    })?;
+    sys::mount_fuse(&fuse, &args.image, mount, uid, gid).map_err(mnt)?;
+    let _ = nix::unistd::chdir("/");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let archive = Arc::new(archive);
+    let session = fuse::serve(archive.clone(), fuse, cpus, (uid, gid))?;
+    let root = sys::open_path(mount).map_err(mnt)?;
+    Ok((archive, session, root))
+}
+
+/// A connection to the server, and whether a container is attached through it.
+struct Conn {
+    sock: OwnedFd,
+    pid: u32,
+    attached: bool,
+}
+
+struct Server {
+    args: Args,
+    /// The listening socket, until the server takes no more containers.
+    listener: Option<OwnedFd>,
+    conns: Vec<Conn>,
+    /// The root of the image's mount, for the copies lent to containers.
+    mount: OwnedFd,
+    archive: Arc<Archive>,
+    /// The read end of this process's stderr.
+    said: Option<OwnedFd>,
+    /// Changes in the image's directory, and the process whose end ends the server.
+    watch: Option<OwnedFd>,
+    anchor: Option<OwnedFd>,
+    started: SystemTime,
+    /// Since when no container has been attached.
+    idle_since: Instant,
+    stopping: bool,
+}
+
+/// What woke the server.
+enum Event {
+    Accept,
+    Said,
+    Watch,
+    Anchor,
+    Conn(usize),
+    Timeout,
+}
+
+impl Server {
+    fn new(
+        args: Args,
+        sock: OwnedFd,
+        mount: OwnedFd,
+        archive: Arc<Archive>,
+        said: Option<OwnedFd>,
+        anchor: Option<OwnedFd>,
+    ) -> Server {
+        let (listener, conns) = if args.private {
+            let conn = Conn {
+                sock,
+                pid: 0,
+                attached: false,
+            };
+            (None, vec![conn])
+        } else {
+            (Some(sock), Vec::new())
+        };
+        let watch = args
+            .image
+            .parent()
+            .filter(|_| !args.private)
+            .and_then(|d| sys::watch_dir(d).ok());
+        Server {
+            listener,
+            conns,
+            mount,
+            archive,
+            said,
+            watch,
+            anchor,
+            started: SystemTime::now(),
+            idle_since: Instant::now(),
+            stopping: false,
+            args,
+        }
+    }
+
+    /// Serve requests until it is time to go.
+    fn serve(&mut self) {
+        loop {
+            match self.next_event() {
+                Event::Accept => self.accept(),
+                Event::Said => self.pass_on_stderr(),
+                Event::Watch => self.check_image(),
+                Event::Anchor => return,
+                Event::Conn(i) => self.request(i),
+                Event::Timeout => {}
+            }
+            if self.done() {
+                return;
+            }
+        }
+    }
+
+    fn attached(&self) -> usize {
+        self.conns.iter().filter(|c| c.attached).count()
+    }
+
+    /// Whether the server has no more to do: nothing attached, and stopped, stale, alone in
+    /// the first place (`private`), or idle for its idle time.
+    fn done(&self) -> bool {
+        if self.attached() > 0 {
+            return false;
+        }
+        if self.args.private {
+            return self.conns.is_empty();
+        }
+        self.stopping || self.idle_since.elapsed() >= self.args.idle
+    }
+
+    fn next_event(&self) -> Event {
+        let timeout = match (self.attached(), self.args.private) {
+            (0, false) => Some(self.args.idle.saturating_sub(self.idle_since.elapsed())),
+            _ => None,
+        };
+        let fixed = [&self.listener, &self.said, &self.watch, &self.anchor];
+        let mut fds: Vec<BorrowedFd> = fixed
+            .iter()
+            .filter_map(|f| f.as_ref())
+            .map(|f| f.as_fd())
+            .collect();
+        let first_conn = fds.len();
+        fds.extend(self.conns.iter().map(|c| c.sock.as_fd()));
+        let Ok(ready) = sys::wait_readable(&fds, timeout) else {
+            return Event::Timeout;
+        };
+        let mut slot = 0;
+        for (f, e) in fixed
+            .iter()
+            .zip([Event::Accept, Event::Said, Event::Watch, Event::Anchor])
+        {
+            if f.is_some() {
+                if ready[slot] {
+                    return e;
+                }
+                slot += 1;
+            }
+        }
+        match ready[first_conn..].iter().position(|r| *r) {
+            Some(i) => Event::Conn(i),
+            None => Event::Timeout,
+        }
+    }
+
+    /// A new connection, from this user only: another user's is closed unanswered.
+    fn accept(&mut self) {
+        let Some(l) = &self.listener else { return };
+        let Ok(sock) = sys::accept(l) else { return };
+        let me = nix::unistd::getuid().as_raw();
+        match sys::peer(&sock) {
+            Ok((uid, pid)) if uid == me => self.conns.push(Conn {
+                sock,
+                pid: pid.max(0) as u32,
+                attached: false,
+            }),
+            _ => {}
+        }
+    }
+
+    /// One request on connection `i`, or its end.
+    fn request(&mut self, i: usize) {
+        let msg = sys::receive(&self.conns[i].sock).map(|(m, _)| m);
+        let req = match msg {
+            Ok(m) if !m.is_empty() => serde_json::from_slice::<Request>(&m).ok(),
+            _ => None,
+        };
+        let keep = match req {
+            Some(Request::Attach) if !self.stopping => self.lend(i),
+            Some(Request::Status) => {
+                let s = serde_json::to_vec(&self.status()).unwrap_or_default();
+                let _ = sys::send(&self.conns[i].sock, &s, &[]);
+                false
+            }
+            Some(Request::Stop) => {
+                self.retire();
+                let _ = sys::send(&self.conns[i].sock, b"{}", &[]);
+                false
+            }
+            _ => false,
+        };
+        if !keep {
+            let c = self.conns.remove(i);
+            if c.attached && self.attached() == 0 {
+                self.idle_since = Instant::now();
+            }
+        }
+    }
+
+    /// Send connection `i` a detached copy of the image's mount; it is attached from then on.
+    fn lend(&mut self, i: usize) -> bool {
+        let c = &mut self.conns[i];
+        let reply = |error: Option<String>| {
+            let pid = std::process::id();
+            let r = Reply {
+                error,
+                say: None,
+                pid,
+            };
+            serde_json::to_vec(&r).unwrap_or_default()
+        };
+        match sys::clone_tree(&sys::fd_path(&self.mount)) {
+            Ok(tree) => {
+                use std::os::fd::AsRawFd;
+                c.attached = sys::send(&c.sock, &reply(None), &[tree.as_raw_fd()]).is_ok();
+                c.attached
+            }
+            Err(e) => {
+                let _ = sys::send(&c.sock, &reply(Some(e.to_string())), &[]);
+                false
+            }
+        }
+    }
+
+    fn status(&self) -> Status {
+        let (rss_bytes, cpu_seconds) = sys::own_usage();
+        Status {
+            pid: std::process::id(),
+            image: self.args.image.clone(),
+            started: (self
+                .started
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())),
+            scope: self.args.scope.clone(),
+            idle_timeout_seconds: self.args.idle.as_secs(),
+            containers: (self.conns.iter().filter(|c| c.attached))
+                .map(|c| c.pid)
+                .collect(),
+            rss_bytes,
+            cpu_seconds,
+            stopping: self.stopping,
+        }
+    }
+
+    /// Lines the FUSE threads wrote to stderr, to every attached container.
+    fn pass_on_stderr(&mut self) {
+        let Some(fd) = &self.said else { return };
+        let mut buf = [0u8; 4096];
+        let n = match nix::unistd::read(fd, &mut buf) {
+            Ok(n) if n > 0 => n,
+            _ => {
+                self.said = None;
+                return;
+            }
+        };
+        let text = String::from_utf8_lossy(&buf[..n]);
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let m = Reply {
+                say: Some(line.to_string()),
+                ..Reply::default()
+            };
+            let m = serde_json::to_vec(&m).unwrap_or_default();
+            for c in self.conns.iter().filter(|c| c.attached) {
+                let _ = sys::send(&c.sock, &m, &[]);
+            }
+        }
+    }
+
+    /// The image's directory changed: a server never serves an image file that changed, so if
+    /// this one did (or is gone), it takes no more containers.
+    fn check_image(&mut self) {
+        if let Some(w) = &self.watch {
+            sys::drain(w);
+        }
+        if !same_file(&self.archive, &self.args.image) {
+            self.retire();
+            self.watch = None;
+        }
+    }
+
+    /// Take no more containers: the server's name is free for a new server at once, and this
+    /// one answers `gpurun ps` under another until its containers have ended.
+    fn retire(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        let me = nix::unistd::getuid().as_raw();
+        let name = super::attach::retired_name(me, std::process::id());
+        self.listener = (!self.args.private)
+            .then(|| sys::listen_abstract(&name).ok())
+            .flatten();
+    }
+}
+
+/// Whether the file at `path` is still the one `archive` has open, unchanged.
+fn same_file(archive: &Archive, path: &Path) -> bool {
+    let (Ok(now), Ok(open)) = (std::fs::metadata(path), archive.metadata()) else {
+        return false;
+    };
+    let key = |m: &std::fs::Metadata| {
+        (
+            m.dev(),
+            m.ino(),
+            m.size(),
+            (m.mtime(), m.mtime_nsec()),
+            (m.ctime(), m.ctime_nsec()),
+        )
+    };
+    key(&now) == key(&open)
+}
+
+/// Read what a starting server says on its pipe: Ok once it serves, else its error.
+pub fn wait_ready(pipe: OwnedFd, timeout: Duration) -> Result<(), String> {
+    let ready = sys::wait_readable(&[pipe.as_fd()], Some(timeout)).map_err(|e| e.to_string())?;
+    if !ready[0] {
+        return Err(format!(
+            "the image server did not start within {} s",
+            timeout.as_secs()
+        ));
+    }
+    let mut said = String::new();
+    let _ = File::from(pipe).read_to_string(&mut said);
+    match said.as_str() {
+        "ok" => Ok(()),
+        "" => Err("the image server exited while starting".into()),
+        e => Err(e.to_string()),
+    }
+}
