@@ -9,7 +9,7 @@ seeds=$(mktemp -d)
 trap 'rm -rf "$seeds"' EXIT
 
 # Seeds: the shapes the tests feed each parser.
-mkdir -p corpus/reference corpus/flatten corpus/sqfs corpus/ldcache corpus/devices corpus/require corpus/lzo corpus/elf
+mkdir -p corpus/reference corpus/flatten corpus/sqfs corpus/ldcache corpus/devices corpus/require corpus/lzo
 for r in nvcr.io/nvidia/pytorch:24.05-py3 ubuntu 127.0.0.1:5000/a/b:v1 \
     "alpine@sha256:$(printf '%064d' 0)" localhost/x:y; do
     printf '%s' "$r" > "corpus/reference/$(printf '%s' "$r" | sha1sum | cut -c1-16)"
@@ -39,18 +39,13 @@ for c in gzip zstd lz4 xz lzo; do
 done
 tar -C "$seeds/root" -cf - d | tar2sqfs -q -f corpus/sqfs/tar2sqfs.sqsh >/dev/null 2>&1 || true
 
-# ELF programs and scripts as the start-up warming reads them
-cp /usr/bin/true corpus/elf/true
-printf '#!/usr/bin/env python3\nprint(1)\n' > corpus/elf/env-script
-printf '#! /bin/sh -e\n' > corpus/elf/sh-script
-
 # LZO streams (a limit byte first): literals, a run, a back reference, the end marker
 printf '\021\026hello\021\000\000' > corpus/lzo/literals
 printf '\021\022x\040\000\005\000\000\021\000\000' > corpus/lzo/run
 printf '\021\025abcd\154\000\021\000\000' > corpus/lzo/m2
 
 status=0
-for t in reference flatten sqfs ldcache devices require lzo elf; do
+for t in reference flatten sqfs ldcache devices require lzo; do
     echo "== $t: ${secs}s"
     # -rss_limit_mb: a bounded reader must stay small; -timeout: one input must not hang.
     if ! cargo +nightly fuzz run "$t" "corpus/$t" -- -max_total_time="$secs" \

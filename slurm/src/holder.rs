@@ -112,9 +112,35 @@ pub fn start(spec: &Spec) -> Result<Running, String> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);
-    let uid = spec.creds.uid;
-    let gid = spec.creds.gid;
-    let groups = spec.creds.groups.clone();
+    let child = spawn_as(cmd, spec.creds)
+        .map_err(|e| format!("cannot start {}: {e}", spec.gpurun.display()))?;
+    let pidfd = pidfd_open(child.id());
+    Ok(Running {
+        dir: spec.dir.to_path_buf(),
+        child,
+        pidfd,
+        started: Instant::now(),
+        timeout: spec.timeout,
+    })
+}
+
+/// Start the keeper of job `job`'s image servers (`gpurun keep`), as the job's user, in the
+/// job's extern step: the servers it starts for the job's steps then live as long as the job.
+pub fn start_keeper(gpurun: &Path, job: u32, creds: &Creds) -> Result<Child, String> {
+    let mut cmd = Command::new(gpurun);
+    cmd.args(["keep", "--job", &job.to_string()])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    spawn_as(cmd, creds).map_err(|e| format!("cannot start {}: {e}", gpurun.display()))
+}
+
+/// Spawn `cmd` as the user of `creds`, dying with slurmstepd.
+fn spawn_as(mut cmd: Command, creds: &Creds) -> io::Result<Child> {
+    let (uid, gid, groups) = (creds.uid, creds.gid, creds.groups.clone());
     // SAFETY: the closure runs between fork and exec in a copy of a multi-threaded process, so
     // it only makes async-signal-safe syscalls on data prepared before the fork.
     unsafe {
@@ -137,7 +163,7 @@ pub fn start(spec: &Spec) -> Result<Running, String> {
                 return Err(io::Error::from_raw_os_error(libc::EPERM));
             }
             // slurmstepd's threads block SIGTERM, SIGINT, SIGHUP…; the mask and ignored
-            // dispositions survive exec and would make the holder deaf to the stop signal
+            // dispositions survive exec and would make the process deaf to the stop signal
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             check(libc::pthread_sigmask(
@@ -150,7 +176,7 @@ pub fn start(spec: &Spec) -> Result<Running, String> {
                     libc::signal(sig, libc::SIG_DFL);
                 }
             }
-            // after the id change (which clears it): the holder dies with slurmstepd
+            // after the id change (which clears it): it dies with slurmstepd
             check(libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGTERM as libc::c_ulong,
@@ -161,17 +187,7 @@ pub fn start(spec: &Spec) -> Result<Running, String> {
             Ok(())
         });
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", spec.gpurun.display()))?;
-    let pidfd = pidfd_open(child.id());
-    Ok(Running {
-        dir: spec.dir.to_path_buf(),
-        child,
-        pidfd,
-        started: Instant::now(),
-        timeout: spec.timeout,
-    })
+    cmd.spawn()
 }
 
 impl Running {

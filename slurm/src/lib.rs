@@ -6,7 +6,9 @@
 //! Per job step and node, slurmstepd starts one `gpurun hold` as the user (user_init), which
 //! mounts the image and prepares the container exactly as `gpurun exec` would; every task of the
 //! step on that node then joins it (task_init: setns + pivot_root), so 64 ranks mount once. The
-//! holder is stopped, and the image unmounted, when the step ends (exit).
+//! holder is stopped, and the image unmounted, when the step ends (exit). In the job's extern
+//! step the plugin starts `gpurun keep` (task_post_fork), which starts the job's image servers,
+//! one per image, for all its steps; it is stopped at the job's end.
 //!
 //! Everything that can be decided without Slurm is in pure modules with unit tests (`options`,
 //! `state`); `holder` and `join` make the syscalls; `plugin` is the C ABI. The ABI module is left

@@ -233,12 +233,7 @@ fn absolute(cwd: &Path, p: &Path) -> PathBuf {
 
 /// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
 /// Relative paths are resolved against `cwd`, the job's working directory.
-pub fn holder_args(
-    o: &ContainerOpts,
-    cwd: &Path,
-    state: &Path,
-    program: Option<&str>,
-) -> Result<Vec<String>, String> {
+pub fn holder_args(o: &ContainerOpts, cwd: &Path, state: &Path) -> Result<Vec<String>, String> {
     let image = match o.image.as_ref() {
         Some(Image::File(p)) => absolute(cwd, p).display().to_string(),
         Some(Image::Registry(r)) => r.clone(),
@@ -266,9 +261,6 @@ pub fn holder_args(
     }
     if o.no_mount_home {
         a.push("--no-home".into());
-    }
-    if let Some(p) = program {
-        a.push(format!("--warm={p}"));
     }
     a.push(image);
     a.push("--state".into());
@@ -433,16 +425,10 @@ mod tests {
     #[test]
     fn holder_command_line() {
         let mut o = ContainerOpts::default();
-        assert!(holder_args(&o, Path::new("/w"), Path::new("/s"), None).is_err());
+        assert!(holder_args(&o, Path::new("/w"), Path::new("/s")).is_err());
         o.set(IMAGE, Some("./img.sqsh")).unwrap();
         assert_eq!(
-            holder_args(
-                &o,
-                Path::new("/home/u/job"),
-                Path::new("/tmp/d/state.json"),
-                None
-            )
-            .unwrap(),
+            holder_args(&o, Path::new("/home/u/job"), Path::new("/tmp/d/state.json")).unwrap(),
             [
                 "hold",
                 "/home/u/job/./img.sqsh",
@@ -457,7 +443,7 @@ mod tests {
             o.set(f, None).unwrap();
         }
         assert_eq!(
-            holder_args(&o, Path::new("/w"), Path::new("/s"), Some("python3")).unwrap(),
+            holder_args(&o, Path::new("/w"), Path::new("/s")).unwrap(),
             [
                 "hold",
                 "--bind",
@@ -469,7 +455,6 @@ mod tests {
                 "--writable-tmpfs",
                 "--fakeroot",
                 "--no-home",
-                "--warm=python3",
                 "docker://ubuntu",
                 "--state",
                 "/s"

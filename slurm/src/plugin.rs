@@ -56,13 +56,14 @@ const S_JOB_UID: c_int = 0;
 const S_JOB_GID: c_int = 1;
 const S_JOB_ID: c_int = 2;
 const S_JOB_STEPID: c_int = 3;
-const S_JOB_ARGV: c_int = 9;
 const S_JOB_ENV: c_int = 10;
 const S_TASK_ID: c_int = 11;
 const S_JOB_SUPPLEMENTARY_GIDS: c_int = 19;
 const ESPANK_SUCCESS: c_int = 0;
 /// Step ids from here up are the batch script, the extern step, the interactive step…
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
+/// The job's extern step (`PrologFlags=contain`), which lives as long as the job.
+const SLURM_EXTERN_CONT: u32 = 0xffff_fffc;
 
 extern "C" {
     fn spank_option_register(sp: spank_t, opt: *const spank_option) -> c_int;
@@ -92,6 +93,8 @@ struct Plugin {
     opts: ContainerOpts,
     /// Set in user_init: the ready container, or why there is none.
     step: Option<Result<Step, String>>,
+    /// In the job's extern step: the keeper of the job's image servers.
+    keeper: Option<std::process::Child>,
 }
 
 struct Step {
@@ -143,24 +146,6 @@ fn log_user(msg: &str) {
 fn item_u32(sp: spank_t, item: c_int) -> Option<u32> {
     let mut v: u32 = 0;
     (unsafe { spank_get_item(sp, item, &mut v as *mut u32) } == ESPANK_SUCCESS).then_some(v)
-}
-
-/// The program the step runs (its argv[0]), as srun was given it.
-fn job_program(sp: spank_t) -> Option<String> {
-    let mut argc: c_int = 0;
-    let mut argv: *mut *mut c_char = std::ptr::null_mut();
-    let ok =
-        unsafe { spank_get_item(sp, S_JOB_ARGV, &mut argc as *mut c_int, &mut argv as *mut _) };
-    if ok != ESPANK_SUCCESS || argc < 1 || argv.is_null() {
-        return None;
-    }
-    // SAFETY: Slurm hands out the step's argv (argc entries), valid during the callback.
-    let first = unsafe { *argv };
-    (!first.is_null()).then(|| {
-        unsafe { CStr::from_ptr(first) }
-            .to_string_lossy()
-            .into_owned()
-    })
 }
 
 /// The job's (or, in a task, the task's) environment.
@@ -370,9 +355,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
     let creds = job_creds(sp)?;
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
-    // The holder decompresses the step's program and libraries while the tasks start.
-    let program = job_program(sp);
-    let args = options::holder_args(&p.opts, &cwd, &holder::state_path(&dir), program.as_deref())?;
+    let args = options::holder_args(&p.opts, &cwd, &holder::state_path(&dir))?;
     log_debug(&format!(
         "gpurun: {} {}",
         p.args.gpurun.display(),
@@ -458,7 +441,37 @@ fn fail_task(say: bool, msg: &str) -> ! {
     unsafe { libc::_exit(GPURUN_FAILED) }
 }
 
-/// Remote: after the step's tasks have exited, stop the holder (it unmounts the image).
+/// Remote, in the job's extern step (`PrologFlags=contain`; with `task_id` -1): start the keeper
+/// of the job's image servers, so that one server per image serves every step of the job on
+/// this node and ends with it (runtime/keeper.rs in gpurun). Without an extern step each step's
+/// holder starts a server of the step's own.
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_task_post_fork(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("task_post_fork", || {
+        let (Some(job), Some(SLURM_EXTERN_CONT)) =
+            (item_u32(sp, S_JOB_ID), item_u32(sp, S_JOB_STEPID))
+        else {
+            return 0;
+        };
+        let mut p = plugin();
+        let started =
+            job_creds(sp).and_then(|creds| holder::start_keeper(&p.args.gpurun, job, &creds));
+        match started {
+            Ok(child) => p.keeper = Some(child),
+            Err(e) => log_debug(&format!(
+                "gpurun: job {job}: no keeper of image servers: {e}"
+            )),
+        }
+        0
+    })
+}
+
+/// Remote: after the step's tasks have exited, stop the holder (it unmounts the image); in the
+/// extern step, at the job's end, the keeper (its servers end with it).
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_exit(
     _sp: spank_t,
@@ -469,8 +482,14 @@ pub unsafe extern "C" fn slurm_spank_exit(
         if unsafe { spank_context() } != S_CTX_REMOTE {
             return 0;
         }
-        if let Some(Ok(mut s)) = plugin().step.take() {
+        let mut p = plugin();
+        if let Some(Ok(mut s)) = p.step.take() {
             s.running.stop(STOP_GRACE);
+        }
+        if let Some(mut k) = p.keeper.take() {
+            // SAFETY: a signal to our own child, not yet reaped.
+            unsafe { libc::kill(k.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = k.wait();
         }
         0
     })

@@ -30,7 +30,7 @@ const NEW_ENTRY: usize = 24; // + uint32 osversion, uint64 hwcap
 const NEW_HEADER: usize = 48; // magic+version (20), nlibs, len_strings, 24 bytes of flags/ext/unused
 
 /// Flags of an ELF libc6 library for the running architecture (glibc's ldconfig.h).
-pub const NATIVE_FLAGS: i32 = if cfg!(target_arch = "x86_64") {
+const NATIVE_FLAGS: i32 = if cfg!(target_arch = "x86_64") {
     0x0303 // FLAG_ELF_LIBC6 | FLAG_X8664_LIB64
 } else if cfg!(target_arch = "aarch64") {
     0x0a03 // FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64
@@ -45,7 +45,7 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
 }
 
 /// The NUL-terminated bytes at `off`; None when they run past the end.
-pub fn cstr_bytes(b: &[u8], off: usize) -> Option<&[u8]> {
+fn cstr_bytes(b: &[u8], off: usize) -> Option<&[u8]> {
     let s = b.get(off..)?;
     Some(&s[..s.iter().position(|&c| c == 0)?])
 }
@@ -69,7 +69,7 @@ pub fn parse_ldcache(b: &[u8], path: &str) -> Result<Vec<CacheEntry>, DriverErro
 /// table; glibc 2.2–2.31 append the new format there) or the new "glibc-ld.so.cache1.1" (string
 /// offsets count from the new header). The new table wins when both are present. Host byte
 /// order. Nothing is copied, so a hostile file (an image's) costs no more than its own size.
-pub fn for_each_ldcache_entry(
+fn for_each_ldcache_entry(
     b: &[u8],
     path: &str,
     mut f: impl FnMut(i32, &[u8], &[u8]) -> bool,
