@@ -49,6 +49,9 @@ _gpurun() {
             gpurun,shell)
                 cmd="gpurun__subcmd__shell"
                 ;;
+            gpurun,stop)
+                cmd="gpurun__subcmd__stop"
+                ;;
             gpurun,version)
                 cmd="gpurun__subcmd__version"
                 ;;
@@ -71,7 +74,7 @@ _gpurun() {
 
     case "${cmd}" in
         gpurun)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version exec run shell gpus pull inspect cache doctor ps config version help"
+            opts="-q -v -h -V --quiet --verbose --debug --help --version exec run shell gpus pull inspect cache doctor ps stop config version help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -279,7 +282,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__help)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps version"
+            opts="-q -v -h -V --quiet --verbose --debug --help --version env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps stop version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -499,6 +502,20 @@ _gpurun() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpurun__subcmd__stop)
+            opts="-q -v -h -V --quiet --verbose --debug --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

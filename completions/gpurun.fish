@@ -37,7 +37,8 @@ complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "pull" -d 'Pull an ima
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "inspect" -d 'Show an image\'s source, digest, platform, size, environment, entrypoint and CUDA needs'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "cache" -d 'List, clean or garbage-collect the blob and image cache'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "doctor" -d 'Check whether this node can run containers, and say how to fix what is missing'
-complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "ps" -d 'List your running gpurun containers on this node (pid, image, command, GPUs)'
+complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "ps" -d 'List your running gpurun containers and image servers on this node'
+complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "stop" -d 'Stop your image servers on this node (all, or IMAGE\'s): they exit once their containers end'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "config" -d 'Print the merged configuration and where each value came from'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "version" -d 'Print the version, git commit, compiler and target'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "help" -d 'Help on a subcommand or a topic: env, binds, gpu, slurm, exit-codes, config, images, apptainer'
@@ -181,6 +182,11 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand ps" -s v -l verbose -d 'Sa
 complete -c gpurun -n "__fish_gpurun_using_subcommand ps" -l debug -d 'Also print the cause chain of errors and every mount'
 complete -c gpurun -n "__fish_gpurun_using_subcommand ps" -s h -l help -d 'Print help'
 complete -c gpurun -n "__fish_gpurun_using_subcommand ps" -s V -l version -d 'Print version'
+complete -c gpurun -n "__fish_gpurun_using_subcommand stop" -s q -l quiet -d 'Print only errors'
+complete -c gpurun -n "__fish_gpurun_using_subcommand stop" -s v -l verbose -d 'Say what gpurun does (mounts, binds, devices)'
+complete -c gpurun -n "__fish_gpurun_using_subcommand stop" -l debug -d 'Also print the cause chain of errors and every mount'
+complete -c gpurun -n "__fish_gpurun_using_subcommand stop" -s h -l help -d 'Print help'
+complete -c gpurun -n "__fish_gpurun_using_subcommand stop" -s V -l version -d 'Print version'
 complete -c gpurun -n "__fish_gpurun_using_subcommand config; and not __fish_seen_subcommand_from show" -s q -l quiet -d 'Print only errors'
 complete -c gpurun -n "__fish_gpurun_using_subcommand config; and not __fish_seen_subcommand_from show" -s v -l verbose -d 'Say what gpurun does (mounts, binds, devices)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand config; and not __fish_seen_subcommand_from show" -l debug -d 'Also print the cause chain of errors and every mount'
@@ -264,4 +270,4 @@ end
 
 complete -c gpurun -n __fish_gpurun_wants_image -f -a '(__fish_gpurun_images)'
 # help's topics and subcommands (clap_complete's fish script offers no positional values)
-complete -c gpurun -n "__fish_gpurun_using_subcommand help" -f -a "env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps version"
+complete -c gpurun -n "__fish_gpurun_using_subcommand help" -f -a "env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps stop version"

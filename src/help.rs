@@ -112,6 +112,7 @@ Settings, later wins: /etc/gpurun/gpurun.toml (site; GPURUN_SITE_CONFIG names an
   allowed_registries = [\"nvcr.io\"]            GPURUN_ALLOWED_REGISTRIES=a,b  (empty: any)
   compression = \"zstd\"                        GPURUN_COMPRESSION
   cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]  GPURUN_CDI_SPEC_DIRS=/x:/y
+  server_idle = \"10m\"                         GPURUN_SERVER_IDLE (0: a server per container)
 Every option of exec, run, shell, pull and inspect, and the global ones, has a variable named
 after it, as Apptainer's APPTAINER_<FLAG>: GPURUN_CLEANENV=1, GPURUN_CONTAIN=yes,
 GPURUN_NO_MOUNT=home,tmp, GPURUN_PWD=/work, GPURUN_GPUS=0,1 … The command line wins; empty is
