@@ -152,8 +152,6 @@ fn a_running_gpurun_keeps_blobs_of_its_own_cache_only() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(in_use(&other), serde_json::Value::Null);
-    // SIGTERM, which gpurun forwards and cleans up after (a SIGKILLed gpurun leaves its
-    // container's init blocked on the dead FUSE server: seen here, a runtime issue).
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
 }

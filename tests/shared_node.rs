@@ -679,3 +679,128 @@ fn a_site_shared_cache_is_read_never_written_and_only_when_closed() {
     let line = refusal(&o, 125);
     assert!(line.contains("site setting"), "{line}");
 }
+
+/// The abstract socket names of `user`'s image servers listening now (from /proc/net/unix).
+fn server_names(user: &str) -> Vec<String> {
+    let (uid, _) = ids_of(user);
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let prefix = format!("@gpurun-{uid}-");
+    let mut names: Vec<String> = table
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|n| n.starts_with(&prefix) && !n.contains("stopping"))
+        .map(|n| n[1..].to_string())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The name of the test user's server of `img`.
+fn name_of_server(img: &Path) -> String {
+    let image = format!("\"image\":\"{}\"", img.display());
+    server_names(TEST_USER)
+        .into_iter()
+        .find(|n| ask_as(TEST_USER, n, "status").contains(&image))
+        .expect("the user's server")
+}
+
+/// What `user` gets from the socket `name` for `op`: its answer and the number of descriptors
+/// attached, or "refused" when it cannot connect or the server closes unanswered.
+fn ask_as(user: &str, name: &str, op: &str) -> String {
+    let script = r#"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    s.connect("\0" + sys.argv[1])
+    s.send(json.dumps({"op": sys.argv[2]}).encode())
+    msg, fds, _, _ = socket.recv_fds(s, 65536, 4)
+    print("refused" if not msg else f"{msg.decode()} {len(fds)} fds")
+except OSError as e:
+    print("refused")
+"#;
+    let o = as_named(user, "python3")
+        .args(["-c", script, name, op])
+        .output()
+        .unwrap();
+    stdout(&o).trim().to_string()
+}
+
+/// Another user can neither attach to a user's image server, nor ask it anything, nor stop it;
+/// the user's own requests are answered.
+#[test]
+fn another_user_cannot_attach_to_or_stop_an_image_server() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "served", |_| {});
+    let i = img.to_str().unwrap();
+    let mut exec = gpurun_as(TEST_USER, &["exec", i, "true"]);
+    common::run_ok(exec.env("GPURUN_SERVER_IDLE", "1m"));
+    let name = name_of_server(&img);
+    for op in ["attach", "status", "stop"] {
+        assert_eq!(ask_as(OTHER_USER, &name, op), "refused", "{op}");
+    }
+    let o = gpurun_as(OTHER_USER, &["stop"]).output().unwrap();
+    assert!(
+        stdout(&o).contains("no image server of yours"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        server_names(TEST_USER).contains(&name),
+        "stopped by another user"
+    );
+    assert!(ask_as(TEST_USER, &name, "attach").ends_with("1 fds"));
+    common::run_ok(&mut gpurun_as(TEST_USER, &["stop", i]));
+}
+
+/// A server's name that another user holds first means no sharing: the container gets a server
+/// of its own, with one warning, and runs as ever.
+#[test]
+fn a_server_name_another_user_holds_means_a_server_of_ones_own() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "squat", |root| {
+        std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
+    });
+    let i = img.to_str().unwrap();
+    // The name is found from a first run; then its server is stopped and the name squatted.
+    common::run_ok(gpurun_as(TEST_USER, &["exec", i, "true"]).env("GPURUN_SERVER_IDLE", "1m"));
+    let name = name_of_server(&img);
+    common::run_ok(&mut gpurun_as(TEST_USER, &["stop", i]));
+    let squat = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind("\0" + sys.argv[1]); s.listen(); print("ready", flush=True); time.sleep(60)
+"#;
+    let mut squatter = as_named(OTHER_USER, "python3")
+        .args(["-c", squat, &name])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    use std::io::Read;
+    squatter
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut ready)
+        .unwrap();
+    let o = gpurun_as(TEST_USER, &["exec", i, "cat", "/etc/app"])
+        .env("GPURUN_SERVER_IDLE", "1m")
+        .output()
+        .unwrap();
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    assert_eq!(stdout(&o), "genuine\n", "{}", stderr(&o));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.starts_with("gpurun: warning:") && e.contains("another user"),
+        "{e}"
+    );
+}

@@ -1,4 +1,5 @@
-//! Soak: many `exec`s of one image by one user leave no mount, process, fd or temp file behind.
+//! Soak: many `exec`s of one image by one user share one image server and leave no mount,
+//! process, fd or temp file behind once it is stopped.
 //! GPURUN_SOAK=N sequential runs (default 200), GPURUN_SOAK_CONCURRENT=M at once (default 50);
 //! the full check is GPURUN_SOAK=1000 GPURUN_SOAK_CONCURRENT=100.
 
@@ -64,7 +65,18 @@ fn user_temp_files() -> BTreeSet<String> {
 /// run, far above this slack.
 const FUSE_SLACK: usize = 5;
 
+/// The test user's image servers of `img`: their pids.
+fn servers(img: &str) -> Vec<String> {
+    user_procs(&format!("gpurun serve --image {img} "))
+        .into_iter()
+        .map(|p| p.split(':').next().unwrap().to_string())
+        .collect()
+}
+
+/// Stop the image's server, then nothing may be left.
 fn settle(marker: &str, fuse_before: usize) {
+    let o = gpurun(&["stop", marker]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline
         && (!user_procs(marker).is_empty() || fuse_connections() > fuse_before + FUSE_SLACK)
@@ -94,11 +106,17 @@ fn soak_sequential_and_concurrent_execs_leave_nothing() {
     let temp_before = user_temp_files();
 
     let t0 = Instant::now();
+    let mut server = Vec::new();
     for i in 0..n {
         let o = gpurun(&["exec", &img, "true"]).output().unwrap();
         assert!(o.status.success(), "run {i}: {}", stderr(&o));
+        if i == 0 {
+            server = servers(&img);
+        }
     }
     let seq = t0.elapsed();
+    assert_eq!(servers(&img), server, "not one server for all the starts");
+    assert_eq!(server.len(), 1);
     settle(&img, fuse_before);
 
     let t0 = Instant::now();
@@ -116,9 +134,15 @@ fn soak_sequential_and_concurrent_execs_leave_nothing() {
         assert!(o.status.success(), "concurrent {i}: {}", stderr(&o));
     }
     let conc = t0.elapsed();
+    assert_eq!(
+        servers(&img).len(),
+        1,
+        "not one server for the starts at once"
+    );
     settle(&img, fuse_before);
 
-    // a long-running container: its FUSE server's fds stay flat over many opens and reads
+    // a long-running container: gpurun's and its image server's fds stay flat over many opens
+    // and reads
     let mut c = gpurun(&[
         "exec",
         &img,
@@ -144,7 +168,8 @@ fn soak_sequential_and_concurrent_execs_leave_nothing() {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    let fds_start = fds(c.id());
+    let server: u32 = servers(&img)[0].parse().unwrap();
+    let fds_start = (fds(c.id()), fds(server));
     if counted {
         // the count sees a live image: a leak could not hide from it
         assert!(
@@ -157,11 +182,14 @@ fn soak_sequential_and_concurrent_execs_leave_nothing() {
     line.clear();
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "done\n");
-    let fds_end = fds(c.id());
+    let fds_end = (fds(c.id()), fds(server));
     stdin.write_all(b"end\n").unwrap();
     drop(stdin);
     assert!(c.wait().unwrap().success());
-    assert_eq!(fds_start, fds_end, "the FUSE server's fds grew");
+    assert_eq!(
+        fds_start, fds_end,
+        "fds of gpurun or of the image server grew"
+    );
     settle(&img, fuse_before);
 
     let new: Vec<String> = user_temp_files()
@@ -171,7 +199,8 @@ fn soak_sequential_and_concurrent_execs_leave_nothing() {
     assert!(new.is_empty(), "temp files left: {new:?}");
     eprintln!(
         "soak: {n} sequential execs in {seq:?} ({:?} each), {m} concurrent in {conc:?}; \
-         fds of a long-running gpurun {fds_start} -> {fds_end}; FUSE connections {fuse_before} -> {}",
+         fds of a long-running gpurun and its server {fds_start:?} -> {fds_end:?}; \
+         FUSE connections {fuse_before} -> {}",
         seq / n.max(1) as u32,
         fuse_connections()
     );
