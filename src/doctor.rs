@@ -70,7 +70,7 @@ fn probe_namespaces() -> NsProbe {
             p.overlay = Some("not tried".into());
             return fin(&p);
         }
-        if let Err(e) = sys::enter_mount_namespace() {
+        if let Err(e) = sys::enter_mount_namespace(sys::Propagation::Private) {
             p.mountns = err(e);
             p.overlay = Some("not tried".into());
             return fin(&p);

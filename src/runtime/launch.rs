@@ -330,7 +330,7 @@ fn die_by(sig: Signal, core: bool) -> ! {
 
 /// Build the container root in C's private mount namespace; returns its path.
 fn setup_root(plan: &Plan, lower: Lower) -> Result<PathBuf, String> {
-    sys::enter_mount_namespace().map_err(|e| e.to_string())?;
+    sys::enter_mount_namespace(sys::Propagation::Private).map_err(|e| e.to_string())?;
     if let Some(h) = &plan.hostname {
         sys::enter_uts_namespace(h).map_err(|e| e.to_string())?;
     }

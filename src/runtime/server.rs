@@ -157,7 +157,7 @@ fn prepare(
     sys::enter_user_namespace(uid, gid).map_err(ServerError::UserNamespace)?;
     let mount = Path::new(MOUNT);
     let mnt = |e: sys::SysError| ServerError::Mount(args.image.clone(), e.to_string());
-    sys::enter_mount_namespace().map_err(mnt)?;
+    sys::enter_mount_namespace(sys::Propagation::Receive).map_err(mnt)?;
     let fuse = sys::open_fuse().map_err(|e| {
         mnt(sys::SysError::Call {
             what: "open /dev/fuse",

@@ -113,17 +113,26 @@ pub fn io_errno(e: &std::io::Error) -> Errno {
     Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-/// A private copy of the mount tree, with nothing propagating back to the host.
-pub fn enter_mount_namespace() -> Result<()> {
+/// What a new mount namespace keeps of the host's mount events.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// Nothing, either way: a container's own tree.
+    Private,
+    /// The host's unmounts (and mounts) still reach it, nothing goes back: a long-lived process
+    /// then pins no file system the host lets go of.
+    Receive,
+}
+
+/// A copy of the mount tree, with nothing propagating back to the host.
+pub fn enter_mount_namespace(p: Propagation) -> Result<()> {
     nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(call("unshare(CLONE_NEWNS)"))?;
-    nix::mount::mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(call("make / private"))
+    let kind = match p {
+        Propagation::Private => MsFlags::MS_PRIVATE,
+        Propagation::Receive => MsFlags::MS_SLAVE,
+    };
+    let flags = MsFlags::MS_REC | kind;
+    nix::mount::mount(None::<&str>, "/", None::<&str>, flags, None::<&str>)
+        .map_err(call("set the propagation of /"))
 }
 
 /// A UTS namespace of its own, with this host name (`--hostname`).
