@@ -677,7 +677,6 @@ pub fn prepare(
         source: MountSource::Tmpfs { mode: 0o755 },
         readonly: false,
         optional: false,
-        copy: false,
     });
     mounts.extend(linked(&libs));
     // A few files, found through PATH: bound one by one, not their whole directory.
@@ -704,7 +703,6 @@ pub fn prepare(
                 },
                 readonly: true,
                 optional: false,
-                copy: false,
             });
         }
     }
@@ -765,7 +763,6 @@ fn linked(libs: &[driver::Library]) -> Vec<Mount> {
             },
             readonly: false,
             optional: false,
-            copy: false,
         });
     }
     let binds = dirs
@@ -995,7 +992,6 @@ mod tests {
             },
             readonly: false,
             optional: false,
-            copy: false,
         };
         let cases: [(&str, Vec<driver::Library>, Vec<Mount>); 3] = [
             ("nothing", vec![], vec![]),

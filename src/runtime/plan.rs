@@ -35,10 +35,6 @@ pub struct Mount {
     pub readonly: bool,
     /// Skip silently when the host source does not exist (host files that are only sometimes there).
     pub optional: bool,
-    /// A copy of the source taken at start serves as well as the mount: the image server then
-    /// provides the file instead, where that gives the same view (runtime/provide.rs).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub copy: bool,
 }
 
 impl Mount {
@@ -48,17 +44,11 @@ impl Mount {
             source: MountSource::Bind { src: src.into() },
             readonly,
             optional: false,
-            copy: false,
         }
     }
 
     pub fn optional(mut self) -> Mount {
         self.optional = true;
-        self
-    }
-
-    fn copied(mut self) -> Mount {
-        self.copy = true;
         self
     }
 }
@@ -70,7 +60,6 @@ impl Mount {
             source,
             readonly: false,
             optional: false,
-            copy: false,
         }
     }
 
@@ -350,7 +339,7 @@ pub struct Skips {
     pub tmp: bool,
     /// The config files' binds.
     pub bind_paths: bool,
-    /// Destinations: of config-file binds, or of the copied host files.
+    /// Destinations: of config-file binds, or of the host files bound by default.
     pub dsts: Vec<PathBuf>,
 }
 
@@ -540,12 +529,11 @@ pub fn plan(
             mounts.push(Mount::bind("/var/tmp", "/var/tmp", false).optional());
         }
     }
-    // Copies will do, as Apptainer's are for hosts and resolv.conf: taken at start.
     for f in HOST_FILES
         .iter()
         .filter(|f| !skips.dsts.iter().any(|d| d == Path::new(f)))
     {
-        mounts.push(Mount::bind(f, f, true).optional().copied());
+        mounts.push(Mount::bind(f, f, true).optional());
     }
 
     let (uid, gid) = match req.fakeroot {
@@ -594,16 +582,8 @@ pub fn plan(
             ),
         )
     };
-    mounts.push(
-        Mount::new("/etc/passwd", MountSource::File { contents: passwd })
-            .ro()
-            .copied(),
-    );
-    mounts.push(
-        Mount::new("/etc/group", MountSource::File { contents: group })
-            .ro()
-            .copied(),
-    );
+    mounts.push(Mount::new("/etc/passwd", MountSource::File { contents: passwd }).ro());
+    mounts.push(Mount::new("/etc/group", MountSource::File { contents: group }).ro());
 
     let site = req.site_binds.iter().filter(|_| !skips.bind_paths);
     let site = site.flat_map(|b| b.split(',')).map(|b| (b, true));
@@ -632,7 +612,7 @@ pub fn plan(
     let named = |d: &PathBuf| skipped.contains(d) || HOST_FILES.iter().any(|f| d == Path::new(f));
     if let Some(d) = skips.dsts.iter().find(|d| !named(d)) {
         let why = format!(
-            "no config-file bind nor copied host file ({}) has this destination",
+            "no config-file bind nor default host file ({}) has this destination",
             HOST_FILES.join(", ")
         );
         return Err(PlanError::NoMount(d.display().to_string(), why));
