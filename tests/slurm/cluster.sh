@@ -141,6 +141,8 @@ SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=$proctrack
 TaskPlugin=$task
+# an extern step per job, where the SPANK plugin keeps the job's image servers
+PrologFlags=contain
 GresTypes=gpu
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$NCPU Boards=1 SocketsPerBoard=1 CoresPerSocket=$NCPU ThreadsPerCore=1 RealMemory=1000 Gres=gpu:$NGPU State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP

@@ -7,8 +7,9 @@
 #     against what the job may open outside, --gres/--gpus/--gpus-per-task, two concurrent jobs,
 #     SLURM_*/PMI*/PMIx variables, the PMIx server directory, a real Open MPI program (both ways)
 #   the SPANK plugin (when loaded: cluster.sh start MODE PLUGIN.so gpurun=...): every option, one
-#     holder and one image mount shared by the tasks of a step, cleanup, per-task GPUs, #SBATCH,
-#     a registry image (local docker-registry), error lines
+#     holder shared by the tasks of a step, one image server shared by the steps of a job and
+#     ended with it, cleanup, per-task GPUs, #SBATCH, a registry image (local docker-registry),
+#     error lines
 # Without an NVIDIA driver it gives gpurun a fake one (GPURUN_NV_PROC, GPURUN_NV_DRIVER_PATH).
 #
 # Ends with "N passed, N failed"; exit status 1 when a test failed.
@@ -36,15 +37,17 @@ echo "cgroup mode: $CG, fake gpus: $NGPU, user: $(id -un), gpurun: $GPURUN"
 # ------------------------------------------------------------------- the image
 rm -rf "$W"; mkdir -p "$W/data"; chmod 755 "$W"; cd "$W" || exit 2
 R=$W/rootfs
-mkdir -p "$R"/{bin,etc,tmp,root,proc,sys,dev,data,.gpurun} "$R/home/$(id -un)"
+mkdir -p "$R"/{bin,etc,tmp,root,proc,sys,dev,data,.gpurun,var/tmp} "$R/home/$(id -un)"
+# every mount point a default container needs: its root is then the image server's own mount
+touch "$R"/etc/{hosts,resolv.conf,localtime}
 cp /bin/busybox "$R/bin/" || { echo "busybox-static is needed" >&2; exit 2; }
 for a in $("$R/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$R/bin/$a"; done
 echo 'root:x:0:0:root:/root:/bin/sh' > "$R/etc/passwd"; echo 'root:x:0:' > "$R/etc/group"
 echo image > "$R/etc/gpurun-test-marker"
 printf '{"env": ["PATH=/bin", "FOO=image"]}\n' > "$R/.gpurun/meta.json"
 # What a task sees: GPU variables, which /dev/nvidiaN exist and which open() allows,
-# Slurm/PMI variables, its user namespace and the device of its root (one mount per step
-# shows as one device number), whether it runs in the image, the gpurun holders running.
+# Slurm/PMI variables, its user namespace and the device of its root (one image server shows as
+# one device number), whether it runs in the image, the gpurun holders running.
 cat > "$R/probe" <<'EOF'
 #!/bin/sh
 # the state files of the `gpurun hold` processes running (each holder is two processes)
@@ -237,7 +240,7 @@ else
     ! grep -q 'CMA is' pmpi.err; res $? "plugin, Open MPI: single-copy CMA works between the ranks (one user namespace)"
   fi
   srun "${T[@]}" -n2 -o 'exec2.%t' "$GPURUN" exec "$IMG" /probe 2>/dev/null
-  [ "$(get ROOTDEV exec2.0)" != "$(get ROOTDEV exec2.1)" ]; res $? "plain srun -n2 gpurun exec, for comparison, mounts twice ($(get ROOTDEV exec2.0) vs $(get ROOTDEV exec2.1))"
+  [ "$(get ROOTDEV exec2.0)" = "$(get ROOTDEV exec2.1)" ] && [ "$(get USERNS exec2.0)" != "$(get USERNS exec2.1)" ]; res $? "plain srun -n2 gpurun exec: two containers, one image server's file system ($(get ROOTDEV exec2.0))"
   [ "$(get FOO plug.0)" = image ]; res $? "image env wins by default (FOO=image)"
   sleep 0.5
   left=$(. "$R/probe" >/dev/null 2>&1; holders | grep gpurun-spank)
@@ -279,6 +282,27 @@ else
     fi
   done
 
+  # One image server per node and image for the whole job (the keeper in the extern step):
+  # its steps, plugin or plain, read one file system; it ends with the job.
+  cat > scope.sbatch <<EOF
+#!/bin/sh
+#SBATCH -t 2
+#SBATCH -o $W/scope.out
+#SBATCH -e $W/scope.err
+srun -t 1 --container-image=$IMG /probe > $W/scope.1
+$GPURUN ps --json > $W/scope.ps
+srun -t 1 --container-image=$IMG /probe > $W/scope.2
+srun -t 1 $GPURUN exec $IMG /probe > $W/scope.3
+echo "JOB=\$SLURM_JOB_ID"
+EOF
+  sbatch --wait -Q scope.sbatch >/dev/null 2>&1
+  dev=$(get ROOTDEV scope.1)
+  [ -n "$dev" ] && [ "$(get ROOTDEV scope.2)" = "$dev" ] && [ "$(get ROOTDEV scope.3)" = "$dev" ]; res $? "a job's steps share one image server: one file system in steps 1, 2 and a plain gpurun exec ($dev $(get ROOTDEV scope.2) $(get ROOTDEV scope.3))" || cat scope.err
+  job=$(get JOB scope.out)
+  python3 -c "import json,sys; s=[v for v in json.load(open('$W/scope.ps'))['servers'] if v['image']=='$IMG']; sys.exit(not (len(s)==1 and s[0]['scope']=='slurm-job $job'))"; res $? "gpurun ps in the job: one server of the image, for the job (slurm-job $job)"
+  for _ in $(seq 50); do pgrep -u "$(id -u)" -f "gpurun (serve --image $IMG|keep --job $job)" >/dev/null || break; sleep 0.1; done
+  ! pgrep -u "$(id -u)" -fa "gpurun (serve --image $IMG|keep --job $job)"; res $? "after the job no image server or keeper of it is left"
+
   echo secret > data/x
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/data:ro" sh -c 'cat /data/x; touch /data/y 2>/dev/null && echo writable || echo readonly' 2>>stderr.log)
   [ "$(echo $out)" = "secret readonly" ]; res $? "--container-mounts=SRC:DST:ro: readable, read-only ($(echo $out))"
@@ -298,7 +322,7 @@ else
   [ "$out" = x ]; res $? "--container-writable ($out)"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root id -u 2>>stderr.log)
   [ "$out" = 0 ]; res $? "--container-remap-root: uid 0 inside ($out)"
-  # The holder's image server is sealed once the root is built: a task that remounts its root
+  # The image server's file system is read-only as a whole: a task that remounts its root
   # read-write still cannot add to the image.
   out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root sh -c 'mount -o remount,rw / && echo rw; mkdir /late 2>&1; true' 2>>stderr.log)
   case "$out" in rw*"Read-only file system"*) true ;; *) false ;; esac; res $? "--container-remap-root, remounted read-write: the image takes nothing new ($(echo $out))"
