@@ -209,6 +209,7 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
             idle: std::time::Duration::from_secs(a.idle),
             scope: a.scope,
             anchor: a.anchor,
+            kept: a.kept,
             private: a.private,
         }),
         Command::Keep(a) => gpurun::runtime::keeper::run(&a.job),

@@ -18,7 +18,7 @@ fn json(o: &std::process::Output) -> serde_json::Value {
 /// A cache laid out as cache.rs lays it out, owned by the test user.
 fn fake_cache(s: &Scratch) -> PathBuf {
     let c = s.join("cache");
-    for d in ["blobs/sha256", "locks", "images"] {
+    for d in ["blobs/sha256", "locks", "images", "image-blocks"] {
         std::fs::create_dir_all(c.join(d)).unwrap();
     }
     let hex = |ch: char| ch.to_string().repeat(64);
@@ -38,6 +38,7 @@ fn fake_cache(s: &Scratch) -> PathBuf {
         60,
     );
     file(c.join("blobs/sha256").join(hex('e')), 500, 0);
+    file(c.join("image-blocks/ffffffffffff.blocks"), 300, 50);
     std::fs::write(c.join("locks").join(format!("{}.lock", hex('d'))), "").unwrap();
     s.chown_all();
     c
@@ -65,12 +66,16 @@ fn cache_list_gc_and_clean_keep_what_is_in_use() {
     let c = fake_cache(&s);
     let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
     // Oldest use first; the fresh blob is protected.
-    assert_eq!(names(&v), ["d", "a", "b", "c", "e"]);
+    assert_eq!(names(&v), ["d", "f", "a", "b", "c", "e"]);
     assert_eq!(v[0]["kind"], "image");
     assert_eq!(v[0]["size_bytes"], 8000);
-    assert_eq!(v[4]["in_use"], "recent");
+    assert_eq!(
+        (&v[1]["kind"], &v[1]["size_bytes"]),
+        (&"blocks".into(), &300.into())
+    );
+    assert_eq!(v[5]["in_use"], "recent");
     let text = stdout(&run_ok(&mut cache_cmd(&c, &["list"])));
-    assert!(text.contains("5 entries"), "{text}");
+    assert!(text.contains("6 entries"), "{text}");
 
     // A pull building image d holds its lock: gc must keep the image.
     let lock =
@@ -83,11 +88,12 @@ fn cache_list_gc_and_clean_keep_what_is_in_use() {
         &c,
         &["gc", "--older-than", "30d", "--dry-run"],
     ));
-    assert!(
-        stdout(&o).contains("would remove blob sha256:aaaa"),
-        "{}",
-        stdout(&o)
-    );
+    for removed in [
+        "would remove blob sha256:aaaa",
+        "would remove blocks ffffffffffff.blocks",
+    ] {
+        assert!(stdout(&o).contains(removed), "{}", stdout(&o));
+    }
     run_ok(&mut cache_cmd(&c, &["gc", "--older-than", "30d"]));
     let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
     assert_eq!(names(&v), ["d", "b", "c", "e"]);

@@ -309,6 +309,61 @@ fn touch(img: &Path) {
     f.set_modified(std::time::SystemTime::now()).unwrap();
 }
 
+/// The blocks an image server decompressed for its first containers are kept decompressed in the
+/// user's cache (one private file per image, written whole once they have ended) and serve the
+/// next server of the image: an edit to the kept file shows in its containers. A changed image
+/// is read anew.
+#[test]
+fn blocks_are_kept_from_one_server_to_the_next() {
+    let s = Scratch::new();
+    let img = busybox_image(&s, "kb", |root| {
+        std::fs::write(root.join("say.sh"), "#!/bin/sh\necho said-by-the-image\n").unwrap();
+        std::fs::set_permissions(root.join("say.sh"), PermissionsExt::from_mode(0o755)).unwrap();
+    });
+    let cache = s.join("cache");
+    s.chown_all();
+    let i = img.to_str().unwrap();
+    let say = || exec_cached(&img, &cache, &["/say.sh"]);
+    let stop = || {
+        let o = gpurun(&["stop", i]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    };
+    let dir = cache.join("image-blocks");
+    assert_eq!(say(), "said-by-the-image\n");
+    stop();
+    let kept = files_in(&dir);
+    assert!(
+        kept.len() == 1 && kept[0].extension().is_some_and(|e| e == "blocks"),
+        "one kept file and nothing else: {kept:?}"
+    );
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(&dir), mode(&kept[0])), (0o700, 0o600));
+    let mut bytes = std::fs::read(&kept[0]).unwrap();
+    let at = bytes
+        .windows(17)
+        .position(|w| w == b"said-by-the-image")
+        .expect("the script's block is kept");
+    bytes[at..at + 17].copy_from_slice(b"said-by-the-kept!");
+    std::fs::write(&kept[0], &bytes).unwrap();
+    assert_eq!(
+        say(),
+        "said-by-the-kept!\n",
+        "the kept blocks were not used"
+    );
+    stop();
+    // The image written to again (its change time moves): read anew, and kept anew.
+    touch(&img);
+    assert_eq!(
+        say(),
+        "said-by-the-image\n",
+        "a changed image's blocks were reused"
+    );
+    stop();
+    assert_eq!(files_in(&dir), kept, "not one file per image");
+    let bytes = std::fs::read(&kept[0]).unwrap();
+    assert!(bytes.windows(17).any(|w| w == b"said-by-the-image"));
+}
+
 /// What the plan reads from a squashfs image (its metadata, passwd and group) is kept in the
 /// user's cache while the image file is the same: an edited kept file shows it was used, and the
 /// image changed on disk is read again (and its file rewritten).

@@ -358,6 +358,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub anchor: Option<i32>,
     #[arg(long)]
+    pub kept: Option<PathBuf>,
+    #[arg(long)]
     pub private: bool,
 }
 

@@ -14,6 +14,8 @@
 //!   images/HEX.sqsh           image built from the manifest with digest sha256:HEX
 //!   refs/HASH                 the digest a reference last resolved to (offline fallback)
 //!   rootfs/…                  the runtime's extraction fallback (runtime/extract.rs)
+//!   image-blocks/HASH.blocks  an image's blocks kept decompressed from one server to the next
+//!                             (image/sqfs/kept.rs)
 //!   image-facts/, driver-libs/, gpu-proc/, nvml/   facts kept between starts (`FactsDir`)
 //!
 //! A site may name a shared cache (`shared_cache` in the site file) that a site account fills
@@ -298,7 +300,8 @@ pub fn write_atomically(file: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Write `file` whole or not at all, by `write`. The new contents go to an unnamed file first
 /// (O_TMPFILE), named only once whole, so a writer that fails or is killed midway leaves no
-/// partial file. A replacement is linked under a temporary name and renamed over the old file.
+/// partial file. A replacement is linked under a temporary name and renamed over the old file
+/// (a kill in that instant leaves the temporary name, which `prune` removes).
 /// Where there are no unnamed files, or they cannot be named (no usable /proc/self/fd), a
 /// temporary file of this call's own, made new (never one left by another writer), removed on
 /// failure. Two processes may write the same file at once: each temporary name is its own.
@@ -420,6 +423,43 @@ impl FactsDir {
     }
 }
 
+/// Keep at most `max_files` files and `max_bytes` in `dir` (a directory of kept things, each
+/// made again when missing), the most recently used first: by the later of access and
+/// modification time, as `gpurun cache gc` judges use. A writer's temporary file (`.NAME.tmp`)
+/// left by a gpurun killed mid-rename is removed once older than gc's grace period. Best effort.
+pub fn prune(dir: &Path, max_files: usize, max_bytes: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut kept = Vec::new();
+    for e in entries.flatten() {
+        let (path, name) = (e.path(), e.file_name());
+        let Ok(m) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let stale = now - m.mtime() > super::gc::GRACE.as_secs() as i64;
+        if name.to_string_lossy().starts_with('.') {
+            if stale {
+                let _ = fs::remove_file(&path);
+            }
+        } else if m.is_file() {
+            kept.push((m.atime().max(m.mtime()), m.len(), path));
+        }
+    }
+    kept.sort_by(|a, b| b.cmp(a));
+    let mut total = 0u64;
+    for (i, (_, len, path)) in kept.iter().enumerate() {
+        total += len;
+        if i >= max_files || total > max_bytes {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
 /// A short name for `key` in a file name (the first 6 bytes of its SHA-256, in hex).
 pub fn short_hash(key: &str) -> String {
     use sha2::Digest;
@@ -505,5 +545,40 @@ mod tests {
         assert!(c.blob_path(&d).unwrap().ends_with("a".repeat(64)));
         assert!(c.blob_path("sha256:../../etc/passwd").is_err());
         let _l = c.lock(&d).unwrap();
+    }
+
+    #[test]
+    fn prune_keeps_the_most_recently_used_within_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = std::time::SystemTime::now();
+        let file = |name: &str, len: usize, age_s: u64| {
+            let p = dir.path().join(name);
+            fs::write(&p, vec![0u8; len]).unwrap();
+            let t = now - std::time::Duration::from_secs(age_s);
+            let f = File::options().write(true).open(&p).unwrap();
+            f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
+                .unwrap();
+        };
+        file("a.blocks", 100, 10);
+        file("b.blocks", 100, 20);
+        file("c.blocks", 100, 30);
+        file("d.blocks", 100, 40);
+        file(".e.blocks.7.tmp", 100, 3600);
+        file(".f.blocks.8.tmp", 100, 5);
+        let names = || {
+            let mut v: Vec<String> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        prune(dir.path(), 3, 1000);
+        assert_eq!(
+            names(),
+            [".f.blocks.8.tmp", "a.blocks", "b.blocks", "c.blocks"]
+        );
+        prune(dir.path(), 3, 250);
+        assert_eq!(names(), [".f.blocks.8.tmp", "a.blocks", "b.blocks"]);
     }
 }

@@ -37,6 +37,9 @@ pub enum Kind {
     Partial,
     Image,
     Rootfs,
+    /// An image's blocks kept decompressed from one image server to the next
+    /// (image/sqfs/kept.rs).
+    Blocks,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -289,6 +292,11 @@ pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
     for n in read("rootfs")? {
         // .tmp-* are extractions in progress (or abandoned): kept by the grace period.
         add(Kind::Rootfs, n.clone(), root.join("rootfs").join(&n), None);
+    }
+    for n in read("image-blocks")? {
+        // Removing one costs the next server of its image the decompression it saved.
+        let path = root.join("image-blocks").join(&n);
+        add(Kind::Blocks, n, path, None);
     }
     out.sort_by_key(|e| (e.last_used, e.path.clone()));
     Ok(out)

@@ -51,15 +51,30 @@ pub struct Scope {
     keeper: Option<String>,
 }
 
+/// What a server is started with besides its image.
+#[derive(Clone, Copy)]
+struct Start<'a> {
+    image: &'a Path,
+    idle: Duration,
+    /// Where it keeps its decompressed blocks for the next server (image/sqfs/kept.rs).
+    kept: Option<&'a Path>,
+}
+
 /// Reach the user's server for `archive` (at `image`), starting it where there is none, and
 /// attach to it. With `idle` zero the container gets a server of its own, ending with it.
-pub fn attach(archive: &Archive, image: &Path, idle: Duration) -> Result<Attached, String> {
+pub fn attach(
+    archive: &Archive,
+    image: &Path,
+    idle: Duration,
+    kept: Option<&Path>,
+) -> Result<Attached, String> {
+    let start = Start { image, idle, kept };
     if idle.is_zero() {
-        return private(archive, image);
+        return private(archive, &start);
     }
     let scope = scope();
     let Ok((_, id)) = archive.identity() else {
-        return private(archive, image);
+        return private(archive, &start);
     };
     let name = server_name(uid(), &id, nix::unistd::getgid().as_raw(), &scope.key);
     let mut why = String::new();
@@ -67,7 +82,7 @@ pub fn attach(archive: &Archive, image: &Path, idle: Duration) -> Result<Attache
         let conn = match sys::connect_abstract(&name) {
             Ok(c) => c,
             Err(e) if e.errno() == Errno::ECONNREFUSED => {
-                match start(archive, image, &name, &scope, idle) {
+                match bind_and_start(archive, &start, &name, &scope) {
                     Ok(()) => continue,
                     Err(e) => why = e,
                 }
@@ -85,7 +100,7 @@ pub fn attach(archive: &Archive, image: &Path, idle: Duration) -> Result<Attache
                     "gpurun: warning: the name of your image server for {} is held by another user (uid {other}); this container gets a server of its own",
                     image.display()
                 );
-                return private(archive, image);
+                return private(archive, &start);
             }
             Err(Refusal::Failed(e)) => why = e,
         }
@@ -95,11 +110,11 @@ pub fn attach(archive: &Archive, image: &Path, idle: Duration) -> Result<Attache
         image.display(),
         if why.is_empty() { "it kept exiting" } else { &why }
     );
-    private(archive, image)
+    private(archive, &start)
 }
 
 /// A server for one container, ending with it.
-fn private(archive: &Archive, image: &Path) -> Result<Attached, String> {
+fn private(archive: &Archive, start: &Start) -> Result<Attached, String> {
     let (mine, theirs) = sys::socket_pair().map_err(|e| e.to_string())?;
     let node = Scope {
         key: String::new(),
@@ -107,7 +122,11 @@ fn private(archive: &Archive, image: &Path) -> Result<Attached, String> {
         anchor: None,
         keeper: None,
     };
-    spawn(archive, image, &node, Duration::ZERO, theirs)?;
+    let own = Start {
+        idle: Duration::ZERO,
+        ..*start
+    };
+    spawn(archive, &own, &node, theirs)?;
     request(mine).map_err(|r| match r {
         Refusal::Failed(e) => e,
         Refusal::Foreign(uid) => format!("the image server runs as uid {uid}"),
@@ -115,33 +134,26 @@ fn private(archive: &Archive, image: &Path) -> Result<Attached, String> {
 }
 
 /// Bind the server's name and start it there; Ok also when another start bound it first.
-fn start(
+fn bind_and_start(
     archive: &Archive,
-    image: &Path,
+    start: &Start,
     name: &str,
     scope: &Scope,
-    idle: Duration,
 ) -> Result<(), String> {
     let listener = match sys::listen_abstract(name) {
         Ok(l) => l,
         Err(e) if e.errno() == Errno::EADDRINUSE => return Ok(()),
         Err(e) => return Err(e.to_string()),
     };
-    spawn(archive, image, scope, idle, listener)
+    spawn(archive, start, scope, listener)
 }
 
 /// Start a server on `sock` (listening, or the private one's end), through the job's keeper
 /// where there is one, and wait until it serves.
-fn spawn(
-    archive: &Archive,
-    image: &Path,
-    scope: &Scope,
-    idle: Duration,
-    sock: OwnedFd,
-) -> Result<(), String> {
+fn spawn(archive: &Archive, start: &Start, scope: &Scope, sock: OwnedFd) -> Result<(), String> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
     let id = archive.identity().map_err(|e| e.to_string())?.1;
-    let args = serve_args(image, &id, idle, scope);
+    let args = serve_args(start, &id, scope);
     let fds = [sock.as_raw_fd(), w.as_raw_fd(), archive.raw_fd()];
     match &scope.keeper {
         Some(k) => {
@@ -156,22 +168,25 @@ fn spawn(
 }
 
 /// The command line of `gpurun serve` (runtime/server.rs `Args`).
-fn serve_args(image: &Path, id: &str, idle: Duration, scope: &Scope) -> Vec<String> {
+fn serve_args(start: &Start, id: &str, scope: &Scope) -> Vec<String> {
     let mut a = vec![
         "serve".to_string(),
         "--image".into(),
-        image.display().to_string(),
+        start.image.display().to_string(),
         "--id".into(),
         id.into(),
         "--idle".into(),
-        idle.as_secs().max(1).to_string(),
+        start.idle.as_secs().max(1).to_string(),
         "--scope".into(),
         scope.label.clone(),
     ];
     if let Some(p) = scope.anchor {
         a.extend(["--anchor".into(), p.to_string()]);
     }
-    if idle.is_zero() {
+    if let Some(k) = start.kept {
+        a.extend(["--kept".into(), k.display().to_string()]);
+    }
+    if start.idle.is_zero() {
         a.push("--private".into());
     }
     a

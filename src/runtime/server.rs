@@ -83,6 +83,9 @@ pub struct Args {
     pub scope: String,
     /// A process (slurmstepd, or the job's keeper) whose end ends the server.
     pub anchor: Option<i32>,
+    /// Where the server keeps the blocks its first containers needed decompressed, for the next
+    /// server of the image (image/sqfs/kept.rs).
+    pub kept: Option<PathBuf>,
     pub private: bool,
 }
 
@@ -149,6 +152,10 @@ fn prepare(
     let id = archive.identity().map(|(_, id)| id).unwrap_or_default();
     if id != args.id {
         return Err(ServerError::Changed(args.image.clone()));
+    }
+    if let Some(f) = &args.kept {
+        archive.use_kept(f, &kept_id(&id));
+        archive.record_blocks();
     }
     let (uid, gid) = (
         nix::unistd::getuid().as_raw(),
@@ -355,6 +362,7 @@ impl Server {
             let c = self.conns.remove(i);
             if c.attached && self.attached() == 0 {
                 self.idle_since = Instant::now();
+                self.keep_blocks();
             }
         }
     }
@@ -401,6 +409,18 @@ impl Server {
             rss_bytes,
             cpu_seconds,
             stopping: self.stopping,
+        }
+    }
+
+    /// Once its first containers have gone: the blocks they needed decompressed, for the next
+    /// server of the image, which then decompresses none of them (written whole, at most once).
+    fn keep_blocks(&mut self) {
+        let Some(file) = self.args.kept.take() else {
+            return;
+        };
+        let written = self.archive.keep_blocks(&file, &kept_id(&self.args.id));
+        if let (Ok(true), Some(dir)) = (written, file.parent()) {
+            crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
         }
     }
 
@@ -454,6 +474,17 @@ impl Server {
             .flatten();
     }
 }
+
+/// What a kept-blocks file must say it was kept for: this image file and this gpurun build.
+fn kept_id(image_id: &str) -> String {
+    let b = &crate::version::BUILD;
+    format!("{image_id}:{}:{}", b.version, b.commit)
+}
+
+/// Image files' kept blocks at most (a file is 32 MiB at most, most are a few MiB): every
+/// image file has its own, and images are replaced and removed.
+const KEPT_FILES: usize = 32;
+const KEPT_BYTES: u64 = 512 << 20;
 
 /// Whether the file at `path` is still the one `archive` has open, unchanged.
 fn same_file(archive: &Archive, path: &Path) -> bool {

@@ -222,7 +222,8 @@ impl Image {
                 })?;
             return Ok(Lower::Dir(dir));
         }
-        let attached = attach::attach(&archive, &path, idle)
+        let blocks = kept_blocks(&archive, cache_root());
+        let attached = attach::attach(&archive, &path, idle, blocks.as_deref())
             .map_err(|e| LaunchError::Setup(format!("cannot serve the image: {e}")))?;
         Ok(Lower::Served {
             image: path,
@@ -266,16 +267,26 @@ const IMAGE_FACTS_FORMAT: u32 = 1;
 fn kept_facts(archive: &Archive, root: PathBuf) -> Option<(PathBuf, String)> {
     let (file_key, id) = archive.identity().ok()?;
     let b = &crate::version::BUILD;
-    Some((
-        facts_file(root, &file_key)?,
-        format!("{id}:{}:{}", b.version, b.commit),
-    ))
+    let file = kept_file(root, "image-facts", &file_key, "json")?;
+    Some((file, format!("{id}:{}:{}", b.version, b.commit)))
 }
 
-fn facts_file(root: PathBuf, file_key: &str) -> Option<PathBuf> {
+/// The file of `kind` (`image-facts`, `image-blocks`) kept for the image file `file_key` in the
+/// user's private cache at `root`.
+fn kept_file(root: PathBuf, kind: &str, file_key: &str, ext: &str) -> Option<PathBuf> {
     use crate::image::cache::{short_hash, FactsDir};
-    let name = format!("{}.json", short_hash(file_key));
-    FactsDir::open(root)?.file("image-facts", &name)
+    let name = format!("{}.{ext}", short_hash(file_key));
+    FactsDir::open(root)?.file(kind, &name)
+}
+
+/// Where the image's server keeps its decompressed blocks for the next server
+/// (image/sqfs/kept.rs). Not on a network file system: the file is mapped, and a page of it
+/// that another node's rewrite or prune took away would be a SIGBUS in the server.
+fn kept_blocks(archive: &Archive, root: PathBuf) -> Option<PathBuf> {
+    let (file_key, _) = archive.identity().ok()?;
+    let file = kept_file(root, "image-blocks", &file_key, "blocks")?;
+    file.parent().filter(|d| !sys::on_network_fs(d))?;
+    Some(file)
 }
 
 /// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
@@ -461,9 +472,10 @@ mod tests {
     #[test]
     fn facts_are_kept_one_file_per_image_file() {
         let t = tempfile::tempdir().unwrap();
-        let f = |key| facts_file(t.path().to_path_buf(), key).unwrap();
-        assert!(f("1:2").starts_with(t.path().join("image-facts")));
-        assert_eq!(f("1:2"), f("1:2"));
-        assert_ne!(f("1:2"), f("1:3"));
+        let f = |kind, key| kept_file(t.path().to_path_buf(), kind, key, "x").unwrap();
+        assert!(f("image-facts", "1:2").starts_with(t.path().join("image-facts")));
+        assert!(f("image-blocks", "1:2").starts_with(t.path().join("image-blocks")));
+        assert_eq!(f("image-facts", "1:2"), f("image-facts", "1:2"));
+        assert_ne!(f("image-facts", "1:2"), f("image-facts", "1:3"));
     }
 }

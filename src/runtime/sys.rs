@@ -680,6 +680,20 @@ pub fn is_setuid() -> bool {
     r != e || rg != eg
 }
 
+/// Whether `path` is on a network or parallel file system (or another FUSE one, such as CVMFS),
+/// where reads wait on I/O rather than on a CPU. False when it cannot be told.
+pub fn on_network_fs(path: &Path) -> bool {
+    // statfs(2) f_type magic numbers: NFS, SMB2, CIFS, Lustre, GPFS, BeeGFS, CephFS, FUSE, AFS,
+    // 9p, OrangeFS/PVFS2.
+    const NETWORK: [i64; 11] = [
+        0x6969, 0xFE534D42, 0xFF534D42, 0x0BD00BD0, 0x47504653, 0x19830326, 0x00C36400, 0x65735546,
+        0x5346414F, 0x01021997, 0x20030528,
+    ];
+    nix::sys::statfs::statfs(path)
+        .map(|st| NETWORK.contains(&st.filesystem_type().0))
+        .unwrap_or(false)
+}
+
 /// Give the CPU to any other runnable thread; returns at once when there is none.
 fn yield_cpu() {
     let _ = nix::sched::sched_yield();

@@ -16,6 +16,8 @@ use std::ops::Deref;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
+use super::kept::Kept;
+
 const HUGE_PAGE: usize = 2 << 20;
 
 /// The region and which of its slots are free.
@@ -137,6 +139,12 @@ pub struct Block(Memory);
 enum Memory {
     Slot(Slot),
     Heap(Vec<u8>),
+    /// `len` bytes at `off` in a kept-blocks file (kept.rs).
+    Kept {
+        file: Arc<Kept>,
+        off: usize,
+        len: usize,
+    },
 }
 
 struct Slot {
@@ -156,6 +164,11 @@ impl Block {
     pub fn from_vec(v: Vec<u8>) -> Block {
         Block(Memory::Heap(v))
     }
+
+    /// A block served from a kept-blocks file, where `Kept::find` located it.
+    pub fn kept(file: Arc<Kept>, (off, len): (usize, usize)) -> Block {
+        Block(Memory::Kept { file, off, len })
+    }
 }
 
 impl Deref for Block {
@@ -169,6 +182,7 @@ impl Deref for Block {
                 std::slice::from_raw_parts(s.arena.base.as_ptr().add(s.index * s.arena.slot), s.len)
             },
             Memory::Heap(v) => v,
+            Memory::Kept { file, off, len } => file.bytes_at(*off, *len),
         }
     }
 }

@@ -10,13 +10,15 @@
 mod blocks;
 mod compress;
 mod format;
+pub mod kept;
 pub mod lzo;
 
 use std::collections::HashSet;
 use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::lock;
@@ -27,6 +29,7 @@ use blocks::{Arena, Block};
 pub use compress::Compressor;
 use format::{BlockWord, Body, ByteSource, FormatResult, RawInode, Superblock, SuperblockError};
 pub use format::{DirEntry, Kind};
+use kept::{Kept, KeptBlock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SqfsError {
@@ -192,6 +195,9 @@ enum Claim<'a> {
     Taken,
 }
 
+/// Blocks decompressed while recording (image offset, whether metadata), and their bytes.
+type Recorded = (Vec<(u64, bool)>, usize);
+
 /// A data block and the range of it a read wants (`Archive::bytes_in_block`).
 pub type BlockBytes = (Arc<Block>, std::ops::Range<usize>);
 
@@ -213,6 +219,7 @@ impl Drop for Loading<'_> {
 }
 
 struct MetaBlock {
+    /// Decompressed, or served from a kept-blocks file (kept.rs) without a copy.
     data: Block,
     /// Image offset of the following metadata block.
     next: u64,
@@ -244,6 +251,13 @@ pub struct Archive {
     arena: Option<Arc<Arena>>,
     /// Upper bound of block words an inode can hold: the inode table's size decompressed.
     max_blocks: u64,
+    /// Blocks kept decompressed by an earlier server (kept.rs): served instead of decompressed.
+    kept: OnceLock<Arc<Kept>>,
+    /// Image offsets of the blocks decompressed since `record_blocks` (and whether each is a
+    /// metadata block), and their bytes in all, while it records.
+    recorded: Mutex<Option<Recorded>>,
+    /// Whether `keep_blocks` has written the file.
+    kept_written: AtomicBool,
 }
 
 fn cache<K: std::hash::Hash + Eq, V>(n: usize) -> Mutex<LruCache<K, V>> {
@@ -319,6 +333,9 @@ impl Archive {
             // The cache's blocks, and some held by readers after their eviction.
             arena: Arena::new(sb.block_size as usize, data_blocks.max(16) + 64),
             max_blocks,
+            kept: OnceLock::new(),
+            recorded: Mutex::new(None),
+            kept_written: AtomicBool::new(false),
             sb,
         };
         let id_ptrs = ar.read_u64s(ar.sb.id_table, (ar.sb.id_count as u64).div_ceil(2048))?;
@@ -456,6 +473,16 @@ impl Archive {
         if let Some(b) = lock(&self.caches.meta).get(&pos) {
             return Ok(b.clone());
         }
+        if let Some(k) = self.kept.get() {
+            if let Some((at, next)) = k.find_meta(pos) {
+                let b = Arc::new(MetaBlock {
+                    data: Block::kept(k.clone(), at),
+                    next,
+                });
+                lock(&self.caches.meta).put(pos, b.clone());
+                return Ok(b);
+            }
+        }
         // One read for header and block (a block is at most 2 + 8192 bytes on disk).
         let want = (2 + format::METADATA_SIZE as u64).min(self.sb.bytes_used.saturating_sub(pos));
         let mut raw = self.pread(pos, (want as usize).max(2))?;
@@ -479,6 +506,7 @@ impl Archive {
             next: pos + 2 + len as u64,
         });
         lock(&self.caches.meta).put(pos, b.clone());
+        self.record(pos, true, b.data.len());
         Ok(b)
     }
 
@@ -701,8 +729,93 @@ impl Archive {
         }
     }
 
+    /// Serve the blocks, data and metadata, kept in `file` for `id` by an earlier server (kept.rs),
+    /// when it holds any for this image.
+    pub fn use_kept(&self, file: &Path, id: &str) {
+        if let Some(k) = Kept::open(file, id, self.sb.block_size as usize) {
+            let _ = self.kept.set(Arc::new(k));
+        }
+    }
+
+    /// Note from now on which blocks, data and metadata, are decompressed, for `keep_blocks`.
+    pub fn record_blocks(&self) {
+        *lock(&self.recorded) = Some((Vec::new(), 0));
+    }
+
+    /// Note a decompressed block of `len` bytes while recording, up to `kept::RECORD_BYTES` in
+    /// all: what a server's first containers need to start, not all of a job's reads.
+    fn record(&self, pos: u64, meta: bool, len: usize) {
+        if let Some(r) = lock(&self.recorded).as_mut() {
+            if r.1 + len <= kept::RECORD_BYTES && len > 0 {
+                r.1 += len;
+                r.0.push((pos, meta));
+            }
+        }
+    }
+
+    /// Write to `file` for `id` the blocks decompressed since `record_blocks` and still cached,
+    /// with those kept already (`kept::merge`), and stop noting them. Ok(true) when the file
+    /// has been written in this start, by this call or an earlier one.
+    ///
+    /// Noting stops only once a call has done its work: one that failed leaves the blocks for
+    /// another call.
+    pub fn keep_blocks(&self, file: &Path, id: &str) -> std::io::Result<bool> {
+        if self.kept_written.load(Ordering::Acquire) {
+            return Ok(true);
+        }
+        let Some((recorded, _)) = lock(&self.recorded).clone() else {
+            return Ok(false);
+        };
+        let cached = |meta: bool| -> Vec<_> {
+            (recorded.iter().filter(|r| r.1 == meta).map(|r| r.0)).collect()
+        };
+        let data: Vec<(u64, Arc<Block>)> = {
+            let c = lock(&self.caches.data);
+            (cached(false).into_iter())
+                .filter_map(|p| Some((p, c.peek(&p)?.clone())))
+                .collect()
+        };
+        let meta: Vec<(u64, Arc<MetaBlock>)> = {
+            let c = lock(&self.caches.meta);
+            (cached(true).into_iter())
+                .filter_map(|p| Some((p, c.peek(&p)?.clone())))
+                .collect()
+        };
+        // Metadata first: a start's lookups need it whatever the command reads.
+        let new: Vec<KeptBlock> = (meta.iter())
+            .map(|(pos, b)| KeptBlock {
+                pos: *pos,
+                meta_next: Some(b.next),
+                data: &b.data[..],
+            })
+            .chain(data.iter().map(|(pos, b)| KeptBlock {
+                pos: *pos,
+                meta_next: None,
+                data: b,
+            }))
+            .collect();
+        let old = self.kept.get().into_iter().flat_map(|k| k.blocks());
+        let Some(blocks) = kept::merge(&new, old, kept::MAX_BYTES) else {
+            *lock(&self.recorded) = None;
+            return Ok(false);
+        };
+        crate::image::cache::write_whole(file, |f| kept::write(f, id, &blocks))?;
+        self.kept_written.store(true, Ordering::Release);
+        *lock(&self.recorded) = None;
+        Ok(true)
+    }
+
+    /// The block at `pos` when an earlier start kept it.
+    fn kept_block(&self, pos: u64) -> Option<Arc<Block>> {
+        let k = self.kept.get()?;
+        Some(Arc::new(Block::kept(k.clone(), k.find(pos)?)))
+    }
+
     /// Decompressed data block (or fragment block) at image offset `pos`, cached.
     fn data_block(&self, pos: u64, word: BlockWord) -> Result<Arc<Block>, SqfsError> {
+        if let Some(b) = self.kept_block(pos) {
+            return Ok(b);
+        }
         match self.claim(pos) {
             Claim::Cached(b) => Ok(b),
             // Mine: the claim is held until the block is in the cache. Taken: unclaimed.
@@ -752,6 +865,7 @@ impl Archive {
         }
         .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?;
         let b = Arc::new(data);
+        self.record(pos, false, b.len());
         // An evicted block is freed after the lock is released: its slot goes back to the
         // region's free list (which takes that lock), a block outside it can be a munmap.
         let evicted = lock(&self.caches.data).push(pos, b.clone());
@@ -1046,6 +1160,47 @@ mod tests {
                 assert_eq!(&b[r], &data[offset as usize..offset as usize + n]);
             }
         }
+    }
+
+    /// The blocks one start decompressed serve the next from the kept file, data and metadata
+    /// alike: reading the same file again decompresses nothing (every decompression is noted),
+    /// and there is nothing new to keep. Another image's or build's file is not used.
+    #[test]
+    fn kept_blocks_serve_the_next_start() {
+        let (dir, first, data) = image_of_f();
+        let (kept, img) = (dir.path().join("kept"), first.path().to_owned());
+        let read = |ar: &Archive| {
+            let ino = ar.lookup("/f", false).unwrap().unwrap();
+            let mut buf = vec![0u8; data.len()];
+            assert_eq!(ar.read_at(&ino, 0, &mut buf).unwrap(), data.len());
+            buf
+        };
+        first.record_blocks();
+        assert_eq!(read(&first), data);
+        // A write that fails (or is cut short) leaves the blocks for the next call.
+        let nowhere = dir.path().join("missing").join("kept");
+        assert!(first.keep_blocks(&nowhere, "id:1").is_err());
+        assert!(first.keep_blocks(&kept, "id:1").unwrap(), "nothing kept");
+        assert!(
+            first.keep_blocks(&kept, "id:1").unwrap(),
+            "the write is forgotten"
+        );
+
+        let next = Archive::open(&img).unwrap();
+        next.use_kept(&kept, "id:1");
+        next.record_blocks();
+        assert!(next.kept.get().is_some(), "the kept file was not taken");
+        assert_eq!(read(&next), data);
+        let decompressed = lock(&next.recorded).clone().unwrap();
+        assert_eq!(decompressed, (vec![], 0), "kept blocks were decompressed");
+        assert!(!next.keep_blocks(&kept, "id:1").unwrap());
+
+        let other = Archive::open(&img).unwrap();
+        other.use_kept(&kept, "id:2");
+        other.record_blocks();
+        assert_eq!(read(&other), data);
+        assert!(other.kept.get().is_none());
+        assert!(other.keep_blocks(&kept, "id:2").unwrap());
     }
 
     /// A reader does not wait for ever on a block another reader claimed and does not finish (its
