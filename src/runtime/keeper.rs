@@ -29,6 +29,7 @@ fn build() -> String {
 
 /// The keeper process of job `job`: starts servers for the user's starts until it is killed.
 pub fn run(job: &str) -> i32 {
+    sys::set_process_name(c"gpurun-keep");
     let me = nix::unistd::getuid().as_raw();
     let listener = match sys::listen_abstract(&super::attach::keeper_name(me, job)) {
         Ok(l) => l,

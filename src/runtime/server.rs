@@ -110,6 +110,7 @@ pub enum ServerError {
 
 /// The server process: returns its exit status.
 pub fn run(args: Args) -> i32 {
+    sys::set_process_name(c"gpurun-serve");
     // SAFETY: descriptors 3-5 are this process's, given by the gpurun that started it.
     let [sock, ready, image] = FDS.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     let mut ready = File::from(ready);

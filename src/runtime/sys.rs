@@ -961,6 +961,13 @@ pub fn reap_children_automatically() {
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
 }
 
+/// Name this process `name` in ps and top (its comm), which exec from /proc/self/exe set to
+/// "exe".
+pub fn set_process_name(name: &std::ffi::CStr) {
+    // SAFETY: PR_SET_NAME copies at most 16 bytes of a NUL-terminated string.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
