@@ -21,9 +21,7 @@ use crate::config::Origin;
 const COMMANDS: &[&str] = &["exec", "run", "shell", "hold", "pull", "inspect"];
 
 /// Options (by id) without a variable of this form.
-const WITHOUT: &[&str] = &[
-    "help", "version", "json", "bind", "nv", "output", "state", "warm",
-];
+const WITHOUT: &[&str] = &["help", "version", "json", "bind", "nv", "output", "state"];
 
 /// Variables for options that are not made by `var_name` (set by hand where they are read).
 const BY_HAND: &[(&str, &str)] = &[
