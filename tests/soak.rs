@@ -155,8 +155,8 @@ fn soak_sequential_and_concurrent_execs_leave_nothing() {
     .stdout(Stdio::piped())
     .spawn()
     .unwrap();
-    // Pipes left out: gpurun closes its start-up pipes (C's "root built", the warming's list
-    // of files) when it gets to them, which on a loaded machine can be after the command runs.
+    // Pipes left out: gpurun closes its start-up pipe (C's "root built") when it gets to it,
+    // which on a loaded machine can be after the command runs.
     let fds = |pid: u32| {
         std::fs::read_dir(format!("/proc/{pid}/fd"))
             .unwrap()
