@@ -834,6 +834,7 @@ fn wait_child(
         if ready.get(1) == Some(&true) {
             if let Some((conn, pid, image)) = &server {
                 match server_says(conn) {
+                    Some(say) if say.is_empty() => {}
                     Some(say) => eprintln!("{say}"),
                     None => {
                         lost = Some(format!(
