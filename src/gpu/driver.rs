@@ -3,6 +3,7 @@
 //! Parsing and choosing are pure; the rest only reads files and directories.
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
@@ -409,19 +410,24 @@ fn ldcache_entries(path: &Path) -> Result<Vec<(String, PathBuf, bool)>, DriverEr
         Ok(b) => b,
         Err(_) => return Ok(vec![]),
     };
-    let entries = parse_ldcache(&b, &path.display().to_string())?;
-    Ok(entries
-        .into_iter()
-        .filter(|e| e.flags == NATIVE_FLAGS)
-        .filter(|e| {
-            e.key.starts_with("libnvidia")
-                || e.key.starts_with("libcuda")
-                || e.key.contains("nvidia")
-                || e.key.starts_with("libnvcuvid")
-                || e.key.starts_with("libnvoptix")
-        })
-        .map(|e| (e.key, PathBuf::from(e.value), false))
-        .collect())
+    // Judged on the bytes: a cache lists thousands of libraries and only the driver's are kept.
+    let driver_lib = |key: &[u8]| {
+        let has = |needle: &[u8]| key.windows(needle.len()).any(|w| w == needle);
+        key.starts_with(b"libcuda")
+            || key.starts_with(b"libnvcuvid")
+            || key.starts_with(b"libnvoptix")
+            || has(b"nvidia")
+    };
+    let mut out = Vec::new();
+    for_each_ldcache_entry(&b, &path.display().to_string(), |flags, key, value| {
+        if flags == NATIVE_FLAGS && driver_lib(key) {
+            let name = String::from_utf8_lossy(key).into_owned();
+            let file = PathBuf::from(std::ffi::OsStr::from_bytes(value));
+            out.push((name, file, false));
+        }
+        true
+    })?;
+    Ok(out)
 }
 
 /// (name, path, known to be no link) of a directory's `lib*.so*` entries, in name order.

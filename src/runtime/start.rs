@@ -96,6 +96,8 @@ enum Image {
         archive: Box<Archive>,
         /// Where its facts are kept between starts, and for which identity (`ImageFacts`).
         kept: Option<(PathBuf, String)>,
+        /// Where its servers keep their decompressed blocks (`kept_blocks`).
+        blocks: Option<PathBuf>,
     },
 }
 
@@ -128,10 +130,16 @@ impl Image {
             },
         })?;
         let kept = kept_facts(&archive, cache_root());
+        let blocks = kept_blocks(&archive, cache_root());
+        // The blocks an earlier server kept serve this start's own lookups too (the plan's).
+        if let (Some(f), Some((_, id))) = (&blocks, &kept) {
+            archive.use_kept(f, id);
+        }
         Ok(Image::Squashfs {
             path,
             archive: Box::new(archive),
             kept,
+            blocks,
         })
     }
 
@@ -202,9 +210,14 @@ impl Image {
     /// How the launcher gets the root: a copy of its image server's mount, or extracted once
     /// when /dev/fuse is unusable (said on stderr, since it costs disk and time the first time).
     fn lower(self, idle: Duration) -> Result<Lower, StartError> {
-        let (path, archive) = match self {
+        let (path, archive, blocks) = match self {
             Image::Dir(d) => return Ok(Lower::Dir(d)),
-            Image::Squashfs { path, archive, .. } => (path, archive),
+            Image::Squashfs {
+                path,
+                archive,
+                blocks,
+                ..
+            } => (path, archive, blocks),
         };
         // A probe: the server opens its own.
         if let Err(e) = sys::open_fuse() {
@@ -222,7 +235,6 @@ impl Image {
                 })?;
             return Ok(Lower::Dir(dir));
         }
-        let blocks = kept_blocks(&archive, cache_root());
         let attached = attach::attach(&archive, &path, idle, blocks.as_deref())
             .map_err(|e| LaunchError::Setup(format!("cannot serve the image: {e}")))?;
         Ok(Lower::Served {
