@@ -28,6 +28,8 @@ use crate::image::sqfs::Archive;
 const PROTOCOL: u32 = 1;
 /// How long a start waits for a server to answer, or to start.
 const ANSWER: Duration = Duration::from_secs(30);
+/// How long after its extern step starts a job's keeper may still be starting.
+const KEEPER_START: Duration = Duration::from_secs(3);
 /// Tries to reach or start the shared server before a start goes its own way.
 const TRIES: usize = 4;
 
@@ -281,22 +283,40 @@ fn scope() -> Scope {
         return node;
     };
     let keeper = keeper_name(uid(), &job);
-    let found = sys::connect_abstract(&keeper).and_then(|k| sys::peer(&k));
-    if let Ok((owner, pid)) = found {
-        if owner == uid() {
-            return Scope {
-                key: format!("job {job}"),
-                label: format!("slurm-job {job}"),
-                anchor: Some(pid),
-                keeper: Some(keeper),
-            };
-        }
+    if let Some(pid) = job_keeper(&keeper, &job) {
+        return Scope {
+            key: format!("job {job}"),
+            label: format!("slurm-job {job}"),
+            anchor: Some(pid),
+            keeper: Some(keeper),
+        };
     }
     Scope {
         key: format!("step {stepd} {started}"),
         label: format!("slurm-step (slurmstepd {stepd})"),
         anchor: Some(stepd),
         keeper: None,
+    }
+}
+
+/// The pid of the user's keeper of `job` (named `keeper`). slurmd starts a job's steps without
+/// waiting for its extern step to start the keeper, and all tasks of a step must agree on the
+/// scope (else they start two servers): while that extern step on this node is young, wait.
+fn job_keeper(keeper: &str, job: &str) -> Option<i32> {
+    let mut deadline = None;
+    loop {
+        if let Ok((owner, pid)) = sys::connect_abstract(keeper).and_then(|k| sys::peer(&k)) {
+            return (owner == uid()).then_some(pid);
+        }
+        let until = *deadline.get_or_insert_with(|| {
+            sys::process_titled(&format!("slurmstepd: [{job}.extern]"))
+                .and_then(sys::started)
+                .map_or(Duration::ZERO, |t| t + KEEPER_START)
+        });
+        if sys::since_boot() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

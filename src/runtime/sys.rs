@@ -968,6 +968,40 @@ pub fn set_process_name(name: &std::ffi::CStr) {
     unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
 }
 
+/// A process whose command line (as setproctitle leaves it) starts with `title`.
+pub fn process_titled(title: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        cmdline.starts_with(title.as_bytes()).then_some(pid)
+    })
+}
+
+/// When process `pid` started, on the boot clock (`since_boot`).
+pub fn started(pid: i32) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // starttime is field 22, the 20th after the command name
+    let ticks: u64 = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    Some(std::time::Duration::from_millis(
+        ticks * 1000 / hz.max(1) as u64,
+    ))
+}
+
+/// Time since boot, the clock of /proc/PID/stat's start times.
+pub fn since_boot() -> std::time::Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map_or(std::time::Duration::ZERO, |t| {
+            std::time::Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
