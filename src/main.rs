@@ -310,8 +310,19 @@ fn pull(args: gpurun::cli::PullArgs, ctx: &Ctx) -> i32 {
         jobs: args.jobs,
         ..pull_options(args.platform, args.insecure, ctx)
     };
-    match pull::pull(&args.source, args.output.as_deref(), &opts) {
-        Ok(_) => 0,
+    let pulled = match args.into_cache {
+        true if !args.source.starts_with("docker://") => {
+            eprintln!(
+                "gpurun: pull --into-cache {}: only docker:// references go into the cache; pull it to a file (-o FILE)",
+                args.source
+            );
+            return FAILED;
+        }
+        true => pull::ensure_local(&args.source, &opts).map(|p| println!("{}", p.display())),
+        false => pull::pull(&args.source, args.output.as_deref(), &opts).map(|_| ()),
+    };
+    match pulled {
+        Ok(()) => 0,
         Err(e) => {
             report(&e, ctx.debug);
             e.exit_code()

@@ -890,6 +890,35 @@ fn ensure_local_caches_by_manifest_digest() {
     let e = ensure_local(&format!("docker://{}/test/none:x", proxy.addr()), &opts).unwrap_err();
     assert_eq!(e.exit_code(), EXIT_NOT_FOUND);
     assert!(e.to_string().contains("test/none:x"), "{e}");
+    // `pull --into-cache`, as the test user: the cached image's path on stdout, nothing written
+    // here; a second one fetches no blob and names the same file.
+    let r = format!("docker://{}/test/simple:v2", proxy.addr());
+    let o = pull_ok(&s, &["-q", "--into-cache", &r], &[]);
+    let path = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    assert!(
+        path.starts_with(s.join("cache/images")),
+        "{}",
+        path.display()
+    );
+    assert!(path.extension().is_some_and(|e| e == "sqsh"));
+    assert_eq!(file(&support::read_image(&path), "etc/marker"), "simple");
+    assert!(!s.join("simple_v2.sqsh").exists());
+    proxy.clear();
+    let o = pull_ok(&s, &["-q", "--into-cache", &r], &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        path.display().to_string()
+    );
+    let reqs = proxy.requests();
+    assert!(!reqs.iter().any(|r| r.contains("/blobs/")), "{reqs:#?}");
+    let layout = format!("oci:{}", s.join("layout").display());
+    one_line_error(
+        &pull(&s, &["--into-cache", &layout], &[]),
+        125,
+        &["only docker://"],
+    );
+    let o = pull(&s, &["--into-cache", "-o", "x.sqsh", &r], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
 /// A pull that fails mid-download keeps the partial blob as a resume point: the next pull

@@ -386,6 +386,10 @@ pub struct PullArgs {
     /// Replace the output file if it exists
     #[arg(short = 'F', long)]
     pub force: bool,
+    /// Keep the image in the cache, as `exec docker://…` does (converted once, kept by digest),
+    /// instead of writing a file, and print its path
+    #[arg(long, conflicts_with = "output")]
+    pub into_cache: bool,
     /// Compressor threads (default: all CPUs)
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
