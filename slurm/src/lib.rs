@@ -8,13 +8,15 @@
 //! step on that node then joins it (task_init: setns + pivot_root), so 64 ranks mount once. The
 //! holder is stopped, and the image unmounted, when the step ends (exit). In the job's extern
 //! step the plugin starts `gpurun keep` (task_post_fork), which starts the job's image servers,
-//! one per image, for all its steps; it is stopped at the job's end.
+//! one per image, for all its steps; it is stopped at the job's end. A registry image is pulled
+//! once per job, by srun before the tasks launch (`jobimage`), not by every node.
 //!
 //! Everything that can be decided without Slurm is in pure modules with unit tests (`options`,
 //! `state`); `holder` and `join` make the syscalls; `plugin` is the C ABI. The ABI module is left
 //! out of test builds: its `spank_*` symbols only exist inside Slurm's processes.
 
 pub mod holder;
+pub mod jobimage;
 pub mod join;
 pub mod options;
 #[cfg(not(test))]

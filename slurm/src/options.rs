@@ -5,6 +5,8 @@ use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::jobimage;
+
 /// One option as registered with Slurm; `val` in `struct spank_option` is the index in [`OPTIONS`].
 pub struct OptSpec {
     pub name: &'static CStr,
@@ -276,6 +278,9 @@ pub struct PluginArgs {
     pub gpurun: PathBuf,
     /// How long a step waits for its container (an image pulled from a registry takes longer).
     pub timeout: Duration,
+    /// Who pulls a registry image and how the nodes get it (`pull=`, `pull_cache=`,
+    /// `sbcast_dir=`).
+    pub job_image: jobimage::Settings,
 }
 
 impl Default for PluginArgs {
@@ -283,6 +288,7 @@ impl Default for PluginArgs {
         PluginArgs {
             gpurun: PathBuf::from("/usr/local/bin/gpurun"),
             timeout: Duration::from_secs(300),
+            job_image: jobimage::Settings::default(),
         }
     }
 }
@@ -290,6 +296,12 @@ impl Default for PluginArgs {
 pub fn parse_plugin_args<'a>(
     args: impl IntoIterator<Item = &'a str>,
 ) -> Result<PluginArgs, String> {
+    let unknown = |a: &str| {
+        format!(
+            "unknown plugstack.conf argument {a:?} (gpurun=PATH, timeout=SECONDS, {})",
+            jobimage::ARGS
+        )
+    };
     let mut p = PluginArgs::default();
     for a in args {
         match a.split_once('=') {
@@ -299,11 +311,11 @@ pub fn parse_plugin_args<'a>(
                 Ok(s) if s > 0 => p.timeout = Duration::from_secs(s),
                 _ => return Err(format!("timeout={v}: needs a positive number of seconds")),
             },
-            _ => {
-                return Err(format!(
-                    "unknown plugstack.conf argument {a:?} (gpurun=PATH, timeout=SECONDS)"
-                ))
-            }
+            Some((k, v)) => match p.job_image.parse_arg(k, v) {
+                Some(r) => r?,
+                None => return Err(unknown(a)),
+            },
+            None => return Err(unknown(a)),
         }
     }
     Ok(p)
@@ -468,7 +480,15 @@ mod tests {
         let p = parse_plugin_args(["gpurun=/opt/gpurun/bin/gpurun", "timeout=20"]).unwrap();
         assert_eq!(p.gpurun, Path::new("/opt/gpurun/bin/gpurun"));
         assert_eq!(p.timeout, Duration::from_secs(20));
-        for bad in ["gpurun=gpurun", "timeout=0", "timeout=x", "verbose"] {
+        let p = parse_plugin_args(["pull=shared", "pull_cache=%h/.cache/gpurun"]).unwrap();
+        assert_eq!(p.job_image.mode, jobimage::Mode::Shared);
+        for bad in [
+            "gpurun=gpurun",
+            "timeout=0",
+            "timeout=x",
+            "verbose",
+            "pull=x",
+        ] {
             assert!(parse_plugin_args([bad]).is_err(), "{bad} accepted");
         }
     }

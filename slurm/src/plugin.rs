@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use crate::holder::{self, Creds, Running, Spec};
+use crate::jobimage;
 use crate::join;
 use crate::options::{self, ContainerOpts, PluginArgs, OPTIONS};
 use crate::state::{self, EnvChange};
@@ -64,6 +65,8 @@ const ESPANK_SUCCESS: c_int = 0;
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
 /// The job's extern step (`PrologFlags=contain`), which lives as long as the job.
 const SLURM_EXTERN_CONT: u32 = 0xffff_fffc;
+/// The batch script's step.
+const SLURM_BATCH_SCRIPT: u32 = 0xffff_fffb;
 
 extern "C" {
     fn spank_option_register(sp: spank_t, opt: *const spank_option) -> c_int;
@@ -95,12 +98,16 @@ struct Plugin {
     step: Option<Result<Step, String>>,
     /// In the job's extern step: the keeper of the job's image servers.
     keeper: Option<std::process::Child>,
+    /// In srun: the job's registry image, pulled before the step (and whether srun sent it).
+    pulled: Option<(jobimage::Pulled, bool)>,
 }
 
 struct Step {
     running: Running,
     /// The environment the holder was started with.
     env: HashMap<String, String>,
+    /// The job's image as sbcast copied it for this step (removed at its end), and whose.
+    sent: Option<(PathBuf, u32)>,
 }
 
 fn plugin() -> MutexGuard<'static, Plugin> {
@@ -290,7 +297,7 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
     _av: *mut *mut c_char,
 ) -> c_int {
     guard("init_post_opt", || {
-        let p = plugin();
+        let mut p = plugin();
         if unsafe { spank_context() } == S_CTX_LOCAL
             && p.opts.image.is_none()
             && p.opts.has_container_settings()
@@ -298,6 +305,9 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
             log_warning(
                 "gpurun: warning: no --container-image: the --container-* options are ignored",
             );
+        }
+        if unsafe { spank_context() } == S_CTX_LOCAL {
+            return srun_pull(&mut p);
         }
         0
     })
@@ -353,9 +363,10 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         .filter(|d| d.is_absolute() && d.is_dir())
         .unwrap_or_else(|| PathBuf::from("/"));
     let creds = job_creds(sp)?;
+    let (opts, sent) = job_image(&p.opts, &mut env, job, step, creds.uid)?;
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
-    let args = options::holder_args(&p.opts, &cwd, &holder::state_path(&dir))?;
+    let args = options::holder_args(&opts, &cwd, &holder::state_path(&dir))?;
     log_debug(&format!(
         "gpurun: {} {}",
         p.args.gpurun.display(),
@@ -371,12 +382,177 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         timeout: p.args.timeout,
     };
     match holder::start(&spec) {
-        Ok(running) => Ok(Step { running, env: map }),
+        Ok(running) => Ok(Step {
+            running,
+            env: map,
+            sent,
+        }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
             Err(e)
         }
     }
+}
+
+/// The step's options with the job's image file in place of a registry reference, where srun
+/// pulled it (jobimage.rs), and the copy sbcast made for this step; the variable that said so
+/// is kept from the container (the tasks then have it unset, as gpurun dropped it).
+fn job_image(
+    opts: &ContainerOpts,
+    env: &mut Vec<String>,
+    job: u32,
+    step: u32,
+    uid: u32,
+) -> Result<(ContainerOpts, Option<(PathBuf, u32)>), String> {
+    let found = jobimage::for_step(env, opts.image.as_ref(), job, step, uid)?;
+    let var = format!("{}=", jobimage::VAR);
+    env.retain(|e| !e.starts_with(&var));
+    let mut opts = opts.clone();
+    let Some(p) = found else {
+        return Ok((opts, None));
+    };
+    log_debug(&format!(
+        "gpurun: step {job}.{step}: the job's image {}",
+        p.path.display()
+    ));
+    opts.image = Some(options::Image::File(p.path.clone()));
+    Ok((opts, p.copy_of_step(step).then_some((p.path, uid))))
+}
+
+/// srun, after its options, before it asks for an allocation or a step (so that neither waits
+/// for the pull): a registry image pulled once for the job (jobimage.rs). A failure ends srun
+/// before anything is submitted.
+fn srun_pull(p: &mut Plugin) -> c_int {
+    let Some(reference) = jobimage::registry_ref(&p.args.job_image, p.opts.image.as_ref()) else {
+        return 0;
+    };
+    // srun in an allocation (sbatch, salloc) runs its steps in that job
+    let job = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .and_then(|j| j.parse().ok());
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let a = &p.args;
+    match jobimage::early(&a.job_image, &a.gpurun, reference, job, &env) {
+        Ok(pulled) => {
+            p.pulled = Some(pulled);
+            0
+        }
+        Err(f) => {
+            say_failure(f);
+            -1
+        }
+    }
+}
+
+/// srun's one line for a job image it has not, unless gpurun's own line above said why.
+fn say_failure(f: jobimage::Failure) {
+    if let jobimage::Failure::Other(e) = f {
+        log_error(&format!("gpurun: {e}"));
+    }
+}
+
+/// Local context (srun, as the user), after the step is created and before its tasks launch:
+/// name the job's image (srun_pull) in the step's environment, which srun copies after this
+/// callback; sent to the step's nodes first where srun made the job itself. A failure ends srun
+/// here ("Failure in local plugin stack").
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_local_user_init(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("local_user_init", || {
+        let mut p = plugin();
+        let Some(pulled) = p.pulled.take() else {
+            return 0;
+        };
+        let (Some(job), Some(step)) = (item_u32(sp, S_JOB_ID), item_u32(sp, S_JOB_STEPID)) else {
+            log_error("gpurun: cannot get the job and step id for the job's image");
+            return -1;
+        };
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        match jobimage::at_launch(&p.args.job_image, pulled, job, step, &env) {
+            Ok(image) => {
+                let value = image.encode();
+                // SAFETY: srun's other threads do not read the environment during this callback
+                // (srun itself sets variables here, in setup_env).
+                unsafe {
+                    libc::setenv(cstring(jobimage::VAR).as_ptr(), cstring(&value).as_ptr(), 1)
+                };
+                0
+            }
+            Err(f) => {
+                say_failure(f);
+                -1
+            }
+        }
+    })
+}
+
+/// Remote context, the batch script's task, as the user, before the script starts: with
+/// `#SBATCH --container-image=docker://…`, pull the image once for all the job's steps (sent to
+/// all its nodes with `pull=sbcast`) and name it in the script's environment, where its sruns
+/// find it. A failure is said on the job's stderr; each srun then pulls for itself.
+fn batch_pull(sp: spank_t, p: &Plugin) {
+    let Some(reference) = jobimage::registry_ref(&p.args.job_image, p.opts.image.as_ref()) else {
+        return;
+    };
+    let Some(job) = item_u32(sp, S_JOB_ID) else {
+        return;
+    };
+    let env: Vec<(String, String)> = job_env(sp)
+        .iter()
+        .filter_map(|e| e.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let a = &p.args;
+    let rc = match jobimage::early(&a.job_image, &a.gpurun, reference, Some(job), &env) {
+        Ok((image, _)) => unsafe {
+            let v = image.encode();
+            spank_setenv(sp, cstring(jobimage::VAR).as_ptr(), cstring(&v).as_ptr(), 1)
+        },
+        Err(f) => {
+            let why = match f {
+                jobimage::Failure::Said => "the job's image was not pulled".to_string(),
+                jobimage::Failure::Other(e) => e,
+            };
+            log_user(&format!("gpurun: {why}; each step pulls the image itself"));
+            return;
+        }
+    };
+    if rc != ESPANK_SUCCESS {
+        log_user(&format!(
+            "gpurun: cannot set {} in the batch script's environment: error {rc}",
+            jobimage::VAR
+        ));
+    }
+}
+
+/// The job's epilog on each node (slurmd, as root; plugstack.conf arguments come with this call
+/// alone): remove the copies sbcast made for the job, also of steps that ended without
+/// their exit callback.
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_job_epilog(
+    sp: spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guard("job_epilog", || {
+        let args = plugin_args(ac, av);
+        let Ok(a) = options::parse_plugin_args(args.iter().map(String::as_str)) else {
+            return 0;
+        };
+        if let (Some(job), Some(uid)) = (item_u32(sp, S_JOB_ID), item_u32(sp, S_JOB_UID)) {
+            let n = jobimage::remove_job_copies(&a.job_image.sbcast_dir, job, uid);
+            if n > 0 {
+                log_debug(&format!(
+                    "gpurun: job {job}: removed {n} copies of its image"
+                ));
+            }
+        }
+        // never fail: a failing epilog drains the node
+        0
+    })
 }
 
 /// Remote context, in each forked task, as the user, just before slurmstepd looks up and execs
@@ -390,6 +566,10 @@ pub unsafe extern "C" fn slurm_spank_task_init(
     guard("task_init", || {
         let mut locked = plugin();
         let p = &mut *locked;
+        if item_u32(sp, S_JOB_STEPID) == Some(SLURM_BATCH_SCRIPT) {
+            batch_pull(sp, p);
+            return 0;
+        }
         // one line per node, not one per rank
         let first = || {
             let mut task: c_int = 0;
@@ -485,6 +665,9 @@ pub unsafe extern "C" fn slurm_spank_exit(
         let mut p = plugin();
         if let Some(Ok(mut s)) = p.step.take() {
             s.running.stop(STOP_GRACE);
+            if let Some((copy, uid)) = s.sent {
+                jobimage::remove_sent(&copy, uid);
+            }
         }
         if let Some(mut k) = p.keeper.take() {
             // SAFETY: a signal to our own child, not yet reaped.

@@ -1,0 +1,694 @@
+//! One pull per job for `--container-image=docker://…` (and `REGISTRY#IMAGE`).
+//!
+//! srun pulls the image once with the configured gpurun (`gpurun pull --into-cache`), after
+//! parsing its options and before it asks for an allocation or a step (init_post_opt, as the
+//! user), and tells the nodes the file through the step's environment ([`VAR`], set in
+//! local_user_init, which srun copies into the step's environment after it); each node's
+//! holder then runs that one file instead of pulling. A batch script with `#SBATCH
+//! --container-image` has it pulled once before it starts (the batch step's task_init), for
+//! all its steps: its sruns find [`VAR`] in their environment. How the nodes reach the file is
+//! the site's choice (plugstack.conf `pull=`):
+//!
+//! * `shared`: they read it where it was put, in a cache on a file system all nodes share
+//!   (`pull_cache=`, else gpurun's own cache setting). Later steps of the job reuse it.
+//! * `sbcast`: Slurm's own broadcast copies it to node-local storage (`sbcast_dir=`): to all the
+//!   job's nodes where the job exists already (srun in an allocation, the batch script), else to
+//!   the step's nodes once srun has made the job. A copy srun sent is removed when its step ends,
+//!   the batch script's by the job's epilog, which also removes what a step killed hard left.
+//! * `node`: every node pulls for itself, as pyxis + enroot do.
+//!
+//! Pure decisions (arguments, the variable, names) and the few file and process operations.
+
+use std::ffi::CStr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::options::Image;
+
+/// srun → the step's nodes: which file the job's pull made. A name starting `SLURM` is kept by
+/// Slurm releases whose `srun --export=NONE` passes only Slurm's variables.
+pub const VAR: &str = "SLURM_SPANK_GPURUN_IMAGE";
+
+/// Who pulls a registry image, and how the nodes get it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Each node pulls.
+    Node,
+    /// srun pulls into a cache every node reads.
+    Shared,
+    /// srun pulls, sbcast copies the file to each node of the step.
+    Sbcast,
+}
+
+/// The plugstack.conf arguments of this module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub mode: Mode,
+    /// The cache srun pulls into (`GPURUN_CACHEDIR` of its gpurun), with `%u` (user name), `%U`
+    /// (uid) and `%h` (home) replaced; `None`: gpurun's own setting.
+    pub cache: Option<String>,
+    /// Where sbcast puts the file on each node.
+    pub sbcast_dir: PathBuf,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: Mode::Sbcast,
+            cache: None,
+            sbcast_dir: PathBuf::from("/var/tmp"),
+        }
+    }
+}
+
+/// Why there is no image for the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// `gpurun pull` failed and said why, on srun's stderr (or the batch script's).
+    Said,
+    Other(String),
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Failure {
+        Failure::Other(s)
+    }
+}
+
+/// The argument names this module takes, for the message about an unknown one.
+pub const ARGS: &str = "pull=shared|sbcast|node, pull_cache=DIR, sbcast_dir=DIR";
+
+impl Settings {
+    /// Take `key=value` if it is one of this module's arguments (`None`: not one of them).
+    pub fn parse_arg(&mut self, key: &str, value: &str) -> Option<Result<(), String>> {
+        let absolute = |v: &str| match v.starts_with('/') {
+            true => Ok(v.to_string()),
+            false => Err(format!("{key}={v}: needs an absolute path")),
+        };
+        let r = match key {
+            "pull" => match value {
+                "node" => Ok(Mode::Node),
+                "shared" => Ok(Mode::Shared),
+                "sbcast" => Ok(Mode::Sbcast),
+                _ => Err(format!("pull={value}: one of shared, sbcast, node")),
+            }
+            .map(|m| self.mode = m),
+            "pull_cache" => {
+                let v = if value.starts_with("%h") {
+                    Ok(value.to_string())
+                } else {
+                    absolute(value)
+                };
+                v.and_then(|v| expand(&v, "x", 0, Path::new("/h")).map(|_| v))
+                    .map(|v| self.cache = Some(v))
+            }
+            "sbcast_dir" => absolute(value).map(|v| self.sbcast_dir = PathBuf::from(v)),
+            _ => return None,
+        };
+        Some(r)
+    }
+}
+
+/// `pattern` with `%u` (user name), `%U` (uid), `%h` (home directory) and `%%` replaced.
+pub fn expand(pattern: &str, user: &str, uid: u32, home: &Path) -> Result<String, String> {
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('u') => out.push_str(user),
+            Some('U') => out.push_str(&uid.to_string()),
+            Some('h') => out.push_str(&home.display().to_string()),
+            Some('%') => out.push('%'),
+            other => {
+                return Err(format!(
+                    "pull_cache={pattern}: %{} is not %u, %U, %h or %%",
+                    other.map(String::from).unwrap_or_default()
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What srun pulled for a job: the value of [`VAR`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pulled {
+    pub job: u32,
+    /// The step whose srun made it; `None`: made for the whole job (by its batch step).
+    pub step: Option<u32>,
+    /// Copied to the step's nodes by sbcast (else: in a cache every node reads).
+    pub sent: bool,
+    /// The image as the option gave it, `docker://…`.
+    pub reference: String,
+    pub path: PathBuf,
+}
+
+impl Pulled {
+    pub fn encode(&self) -> String {
+        let how = if self.sent { "sbcast" } else { "shared" };
+        let step = self.step.map_or("job".to_string(), |s| s.to_string());
+        format!(
+            "1\t{}\t{step}\t{how}\t{}\t{}",
+            self.job,
+            self.reference,
+            self.path.display()
+        )
+    }
+
+    pub fn decode(s: &str) -> Option<Pulled> {
+        let f: Vec<&str> = s.splitn(6, '\t').collect();
+        let ["1", job, step, how, reference, path] = f[..] else {
+            return None;
+        };
+        let sent = match how {
+            "sbcast" => true,
+            "shared" => false,
+            _ => return None,
+        };
+        let step = match step {
+            "job" => None,
+            s => Some(s.parse().ok()?),
+        };
+        Some(Pulled {
+            job: job.parse().ok()?,
+            step,
+            sent,
+            reference: reference.to_string(),
+            path: Some(PathBuf::from(path)).filter(|p| p.is_absolute())?,
+        })
+    }
+
+    /// Whether step `job.step` with image `reference` runs this file: one in a shared cache
+    /// serves every step of its job, a copy sbcast made for one step only that step (other
+    /// steps may run on other nodes), one made for the whole job every step.
+    pub fn serves(&self, job: u32, step: u32, reference: &str) -> bool {
+        let for_step = !self.sent || self.step.is_none_or(|s| s == step);
+        self.job == job && self.reference == reference && for_step
+    }
+
+    /// The copy sbcast made for `step` alone, which that step removes at its end.
+    pub fn copy_of_step(&self, step: u32) -> bool {
+        self.sent && self.step == Some(step)
+    }
+}
+
+/// What srun does for a step: `None` when nodes pull (a file image, `pull=node`).
+pub fn registry_ref<'a>(s: &Settings, image: Option<&'a Image>) -> Option<&'a str> {
+    match image {
+        Some(Image::Registry(r)) if s.mode != Mode::Node => Some(r),
+        _ => None,
+    }
+}
+
+/// The job's file for a step, if srun pulled one (from the step's environment). Refused,
+/// rather than used, when it is not a regular file of the job's user that only they may change.
+pub fn for_step(
+    env: &[String],
+    image: Option<&Image>,
+    job: u32,
+    step: u32,
+    uid: u32,
+) -> Result<Option<Pulled>, String> {
+    let Some(Image::Registry(reference)) = image else {
+        return Ok(None);
+    };
+    let prefix = format!("{VAR}=");
+    let found = env
+        .iter()
+        .find_map(|e| e.strip_prefix(&prefix))
+        .and_then(Pulled::decode)
+        .filter(|p| p.serves(job, step, reference));
+    let Some(p) = found else {
+        return Ok(None);
+    };
+    match own_file(&p.path, uid) {
+        Ok(()) => Ok(Some(p)),
+        Err(e) if p.sent => Err(format!(
+            "the image srun sent with sbcast, {}: {e}",
+            p.path.display()
+        )),
+        Err(e) => Err(format!(
+            "the image srun pulled, {}: {e}; is it on a file system every node shares? \
+             (plugstack.conf pull_cache=, or pull=sbcast)",
+            p.path.display()
+        )),
+    }
+}
+
+/// `path` is a regular file (not a link) of `uid`'s that nobody else may write.
+fn own_file(path: &Path, uid: u32) -> Result<(), String> {
+    let md = std::fs::symlink_metadata(path).map_err(|e| io_text(&e))?;
+    if !md.file_type().is_file() {
+        return Err("not a regular file".into());
+    }
+    if md.uid() != uid {
+        return Err(format!("owned by uid {}, not the job's user", md.uid()));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(format!(
+            "others may write it (mode {:04o})",
+            md.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+fn io_text(e: &std::io::Error) -> String {
+    let t = e.to_string();
+    t.split(" (os error").next().unwrap_or(&t).to_string()
+}
+
+/// The name of the copy sbcast makes for `job`: random, so that nobody can put a file there
+/// first; the job's epilog finds it by its prefix.
+pub fn sent_name(dir: &Path, job: u32, random: u64) -> PathBuf {
+    dir.join(format!("{}{random:016x}.sqsh", sent_prefix(job)))
+}
+
+fn sent_prefix(job: u32) -> String {
+    format!("gpurun-job.{job}.")
+}
+
+/// Remove `path` if it is a regular file of `uid`'s (run as root at step end: never a file of
+/// someone else's, never through a link).
+pub fn remove_sent(path: &Path, uid: u32) {
+    if is_own_file(path, uid) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn is_own_file(path: &Path, uid: u32) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file() && m.uid() == uid)
+}
+
+/// The job's epilog: every copy sbcast made for `job` in `dir`.
+pub fn remove_job_copies(dir: &Path, job: u32, uid: u32) -> usize {
+    let prefix = sent_prefix(job);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".sqsh") && is_own_file(&e.path(), uid) {
+            removed += usize::from(std::fs::remove_file(e.path()).is_ok());
+        }
+    }
+    removed
+}
+
+/// The job's image before its step exists, as the user: in srun's init_post_opt (before the
+/// allocation, if srun makes one: `job` is then unknown) or in the batch script's task. Reused
+/// from `env` where the batch step or an outer srun of the job left one that serves every step;
+/// else pulled into the cache and, with sbcast and the job known, sent to all the job's nodes
+/// (before any step: the launch of one waits for nothing). Also says whether this call sent it.
+pub fn early(
+    s: &Settings,
+    gpurun: &Path,
+    reference: &str,
+    job: Option<u32>,
+    env: &[(String, String)],
+) -> Result<(Pulled, bool), Failure> {
+    let earlier = env.iter().find(|(k, _)| k == VAR);
+    if let (Some(p), Some(job)) = (earlier.and_then(|(_, v)| Pulled::decode(v)), job) {
+        if p.job == job && p.reference == reference && p.step.is_none() {
+            return Ok((p, false));
+        }
+    }
+    // SAFETY: plain getter.
+    let uid = unsafe { libc::getuid() };
+    let cache = match &s.cache {
+        Some(pattern) => {
+            let (user, home) = user_and_home(uid)?;
+            Some(PathBuf::from(expand(pattern, &user, uid, &home)?))
+        }
+        None => None,
+    };
+    let mut pulled = Pulled {
+        job: job.unwrap_or(0),
+        step: None,
+        sent: false,
+        reference: reference.to_string(),
+        path: pull(gpurun, reference, cache.as_deref(), env)?,
+    };
+    let sent = s.mode == Mode::Sbcast && job.is_some();
+    if sent {
+        pulled.path = send(s, &pulled.path, pulled.job, None, env)?;
+        pulled.sent = true;
+    }
+    Ok((pulled, sent))
+}
+
+/// srun's local_user_init, step `job.step` created: what its nodes run. A copy [`early`] sent
+/// becomes the step's (removed at its end); one the batch step sent stays the job's. Where srun
+/// made the job itself, sbcast sends the file to the step's nodes now, while the step's launch
+/// credential ages: Slurm refuses a launch after its `cred_expire` (120 s by default).
+pub fn at_launch(
+    s: &Settings,
+    (mut p, sent_here): (Pulled, bool),
+    job: u32,
+    step: u32,
+    env: &[(String, String)],
+) -> Result<Pulled, Failure> {
+    if p.sent && p.job == job {
+        if sent_here {
+            p.step = Some(step);
+        }
+        return Ok(p);
+    }
+    p.job = job;
+    p.step = None;
+    if s.mode == Mode::Sbcast {
+        p.path = send(s, &p.path, job, Some(step), env)?;
+        p.step = Some(step);
+        p.sent = true;
+    }
+    Ok(p)
+}
+
+/// sbcast `src` to a new name in `sbcast_dir` on the nodes of `job.step` (`None`: of the job).
+fn send(
+    s: &Settings,
+    src: &Path,
+    job: u32,
+    step: Option<u32>,
+    env: &[(String, String)],
+) -> Result<PathBuf, String> {
+    let dest = sent_name(&s.sbcast_dir, job, random()?);
+    sbcast(src, &dest, job, step, env)?;
+    Ok(dest)
+}
+
+/// `gpurun pull --into-cache REF`: the cached image's path.
+fn pull(
+    gpurun: &Path,
+    reference: &str,
+    cache: Option<&Path>,
+    env: &[(String, String)],
+) -> Result<PathBuf, Failure> {
+    let mut cmd = Command::new(gpurun);
+    cmd.args(["pull", "--into-cache", reference])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(c) = cache {
+        cmd.env("GPURUN_CACHEDIR", c);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot start {}: {}", gpurun.display(), io_text(&e)))?;
+    if !out.status.success() {
+        return Err(Failure::Said);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let path = PathBuf::from(text.lines().last().unwrap_or("").trim());
+    if !path.is_absolute() {
+        return Err(Failure::Other(format!(
+            "{} pull --into-cache named no image file (is gpurun older than this plugin?)",
+            gpurun.display()
+        )));
+    }
+    Ok(path)
+}
+
+/// Slurm's own broadcast: `src` to `dest` on every node of step `job.step` (of the job: `None`).
+/// sbcast is taken from srun's directory, where Slurm installs both, else from PATH.
+fn sbcast(
+    src: &Path,
+    dest: &Path,
+    job: u32,
+    step: Option<u32>,
+    env: &[(String, String)],
+) -> Result<(), String> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("sbcast")))
+        .filter(|p| p.is_file());
+    let prog = beside.unwrap_or_else(|| PathBuf::from("sbcast"));
+    let jobid = match step {
+        Some(st) => format!("--jobid={job}.{st}"),
+        None => format!("--jobid={job}"),
+    };
+    let st = Command::new(&prog)
+        .arg(jobid)
+        .arg(src)
+        .arg(dest)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot start {}: {}", prog.display(), io_text(&e)))?;
+    if !st.success() {
+        return Err(format!(
+            "sbcast of the job's image to {} failed ({st}); plugstack.conf sbcast_dir= names \
+             the nodes' directory, pull=shared reads it from a shared file system",
+            dest.display()
+        ));
+    }
+    Ok(())
+}
+
+fn random() -> Result<u64, String> {
+    let mut b = [0u8; 8];
+    // SAFETY: writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        return Err("getrandom failed".into());
+    }
+    Ok(u64::from_ne_bytes(b))
+}
+
+/// The user's name and home directory, from the password database.
+fn user_and_home(uid: u32) -> Result<(String, PathBuf), String> {
+    let mut buf = vec![0u8; 16384];
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut res: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: buffers owned here, sizes given; the strings are read before buf goes away.
+    let rc =
+        unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut res) };
+    if rc != 0 || res.is_null() {
+        return Err(format!(
+            "uid {uid} has no entry in the password database (pull_cache=)"
+        ));
+    }
+    let s = |p: *const libc::c_char| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    Ok((s(pw.pw_name), PathBuf::from(s(pw.pw_dir))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments() {
+        let mut s = Settings::default();
+        assert_eq!(s.mode, Mode::Sbcast);
+        assert_eq!(s.parse_arg("gpurun", "/x"), None);
+        for (k, v, mode) in [
+            ("pull", "node", Mode::Node),
+            ("pull", "sbcast", Mode::Sbcast),
+            ("pull", "shared", Mode::Shared),
+        ] {
+            s.parse_arg(k, v).unwrap().unwrap();
+            assert_eq!(s.mode, mode);
+        }
+        s.parse_arg("pull_cache", "%h/.cache/gpurun")
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.cache.as_deref(), Some("%h/.cache/gpurun"));
+        s.parse_arg("pull_cache", "/lustre/%u/gpurun")
+            .unwrap()
+            .unwrap();
+        s.parse_arg("sbcast_dir", "/local").unwrap().unwrap();
+        assert_eq!(s.sbcast_dir, Path::new("/local"));
+        for (k, v) in [
+            ("pull", "srun"),
+            ("pull_cache", "rel/%u"),
+            ("pull_cache", "/x/%j"),
+            ("pull_cache", "/x/%"),
+            ("sbcast_dir", "tmp"),
+        ] {
+            assert!(s.parse_arg(k, v).unwrap().is_err(), "{k}={v} accepted");
+        }
+    }
+
+    #[test]
+    fn patterns() {
+        let h = Path::new("/home/ann");
+        assert_eq!(
+            expand("/scratch/%u/%U%%", "ann", 1001, h).unwrap(),
+            "/scratch/ann/1001%"
+        );
+        assert_eq!(
+            expand("%h/.cache/gpurun", "ann", 1001, h).unwrap(),
+            "/home/ann/.cache/gpurun"
+        );
+        assert!(expand("/x/%q", "ann", 1, h).is_err());
+    }
+
+    fn pulled(sent: bool) -> Pulled {
+        Pulled {
+            job: 42,
+            step: Some(3),
+            sent,
+            reference: "docker://reg:5000/a/b:t".into(),
+            path: "/var/tmp/gpurun-job.42.00ff.sqsh".into(),
+        }
+    }
+
+    #[test]
+    fn variable() {
+        for sent in [true, false] {
+            let mut p = pulled(sent);
+            assert_eq!(Pulled::decode(&p.encode()), Some(p.clone()));
+            p.step = None;
+            assert_eq!(Pulled::decode(&p.encode()), Some(p));
+        }
+        let mut tabbed = pulled(false);
+        tabbed.path = "/x/a\tb.sqsh".into();
+        assert_eq!(Pulled::decode(&tabbed.encode()), Some(tabbed));
+        for bad in [
+            "",
+            "1\t42\t3\tshared\tdocker://x",
+            "2\t42\t3\tshared\tdocker://x\t/p",
+            "1\tx\t3\tshared\tdocker://x\t/p",
+            "1\t42\t3\tcopied\tdocker://x\t/p",
+            "1\t42\t3\tshared\tdocker://x\trel",
+        ] {
+            assert_eq!(Pulled::decode(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn which_steps_a_file_serves() {
+        let r = "docker://reg:5000/a/b:t";
+        let shared = pulled(false);
+        assert!(shared.serves(42, 3, r));
+        assert!(
+            shared.serves(42, 7, r),
+            "a shared file serves the job's other steps"
+        );
+        assert!(!shared.serves(43, 3, r), "another job");
+        assert!(
+            !shared.serves(42, 3, "docker://reg:5000/a/b:u"),
+            "another image"
+        );
+        let mut sent = pulled(true);
+        assert!(sent.serves(42, 3, r));
+        assert!(
+            !sent.serves(42, 4, r),
+            "a copy serves only the step it was sent for"
+        );
+        assert!(sent.copy_of_step(3) && !sent.copy_of_step(4) && !shared.copy_of_step(3));
+        sent.step = None;
+        assert!(
+            sent.serves(42, 4, r),
+            "a copy for the job serves all its steps"
+        );
+        assert!(!sent.copy_of_step(4), "and no step removes it");
+    }
+
+    #[test]
+    fn at_launch_names_the_step_that_owns_a_copy() {
+        let mut s = Settings::default();
+        let env = [];
+        // sent by this srun before the step (in an allocation): the step's, removed at its end
+        let p = at_launch(&s, (pulled(true), true), 42, 5, &env).unwrap();
+        assert_eq!(p.step, Some(5));
+        assert!(p.copy_of_step(5));
+        // sent by the batch step for the whole job: stays the job's
+        let mut job_wide = pulled(true);
+        job_wide.step = None;
+        let p = at_launch(&s, (job_wide.clone(), false), 42, 5, &env).unwrap();
+        assert_eq!(p, job_wide);
+        // in a shared cache, pulled before the job existed: serves the job's every step
+        s.mode = Mode::Shared;
+        let mut cached = pulled(false);
+        cached.job = 0;
+        let p = at_launch(&s, (cached, false), 43, 1, &env).unwrap();
+        assert_eq!((p.job, p.step, p.sent), (43, None, false));
+        assert!(p.serves(43, 9, &p.reference));
+    }
+
+    #[test]
+    fn only_registry_images_unless_nodes_pull() {
+        let mut s = Settings::default();
+        let reg = Image::Registry("docker://x".into());
+        let file = Image::File("/x.sqsh".into());
+        assert_eq!(registry_ref(&s, Some(&reg)), Some("docker://x"));
+        assert_eq!(registry_ref(&s, Some(&file)), None);
+        assert_eq!(registry_ref(&s, None), None);
+        s.mode = Mode::Node;
+        assert_eq!(registry_ref(&s, Some(&reg)), None);
+    }
+
+    #[test]
+    fn the_step_finds_its_file_and_checks_it() {
+        let t = tempfile::tempdir().unwrap();
+        let uid = unsafe { libc::getuid() };
+        let r = "docker://reg:5000/a/b:t";
+        let mut p = pulled(true);
+        p.path = t.path().join("gpurun-job.42.1.sqsh");
+        std::fs::write(&p.path, "sqsh").unwrap();
+        let img = Image::Registry(r.into());
+        let env = vec!["A=1".to_string(), format!("{VAR}={}", p.encode())];
+        assert_eq!(
+            for_step(&env, Some(&img), 42, 3, uid).unwrap(),
+            Some(p.clone())
+        );
+        assert_eq!(for_step(&env, Some(&img), 42, 4, uid).unwrap(), None);
+        assert_eq!(for_step(&env[..1], Some(&img), 42, 3, uid).unwrap(), None);
+        let file = Image::File("/x.sqsh".into());
+        assert_eq!(for_step(&env, Some(&file), 42, 3, uid).unwrap(), None);
+        // another user's, open to others, missing: refused with the reason
+        let e = for_step(&env, Some(&img), 42, 3, uid + 1).unwrap_err();
+        assert!(e.contains("not the job's user"), "{e}");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p.path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = for_step(&env, Some(&img), 42, 3, uid).unwrap_err();
+        assert!(e.contains("others may write"), "{e}");
+        std::fs::remove_file(&p.path).unwrap();
+        let e = for_step(&env, Some(&img), 42, 3, uid).unwrap_err();
+        assert!(e.contains("sbcast") && e.contains("No such file"), "{e}");
+    }
+
+    #[test]
+    fn copies_are_named_and_removed_by_job() {
+        let t = tempfile::tempdir().unwrap();
+        let uid = unsafe { libc::getuid() };
+        let a = sent_name(t.path(), 42, 0xabc);
+        assert_eq!(
+            a.file_name().unwrap(),
+            "gpurun-job.42.0000000000000abc.sqsh"
+        );
+        let b = sent_name(t.path(), 42, 7);
+        let other_job = sent_name(t.path(), 421, 7);
+        for f in [&a, &b, &other_job] {
+            std::fs::write(f, "x").unwrap();
+        }
+        std::os::unix::fs::symlink(&other_job, t.path().join("gpurun-job.42.link.sqsh")).unwrap();
+        assert_eq!(
+            remove_job_copies(t.path(), 42, uid + 1),
+            0,
+            "not the user's"
+        );
+        assert_eq!(remove_job_copies(t.path(), 42, uid), 2);
+        assert!(!a.exists() && !b.exists() && other_job.exists());
+        assert!(t
+            .path()
+            .join("gpurun-job.42.link.sqsh")
+            .symlink_metadata()
+            .is_ok());
+        remove_sent(&other_job, uid + 1);
+        assert!(other_job.exists());
+        remove_sent(&other_job, uid);
+        assert!(!other_job.exists());
+    }
+}
