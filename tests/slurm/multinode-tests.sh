@@ -5,7 +5,10 @@
 #     the image and on its own node; a real Open MPI program across the nodes (Slurm's PMIx);
 #     PyTorch DistributedDataParallel over gloo across 2 nodes, through the example
 #     slurm/examples/pytorch-ddp.sbatch and through the plugin; a docker:// image from the
-#     test network's registry (and how often each node fetched each blob: printed, a baseline)
+#     test network's registry pulled once per job (the registry's log counts the manifest and
+#     each blob): by srun, sent with sbcast (the default) or read from a shared cache
+#     (pull=shared), by the batch step for all the steps of an sbatch job; each node pulling
+#     (pull=node) as the baseline; errors of a cache or directory the nodes lack
 #   faults: scancel during a 3-node step, a node's slurmd killed during one, a task that
 #     crashes on one node; after each, on every node: no process of the test user, no FUSE or
 #     namespace mount, no state directory of the plugin
@@ -49,7 +52,8 @@ echo "nodes: $MN_NODES, user: $U, gpurun: $GPURUN, work: $W"
 
 # --------------------------------------------------------------- what a job leaves on a node
 # Prints one line per thing left on a node: a process of the test user, a FUSE or nsfs mount in
-# the node's mount namespace, a state directory of the plugin in the node's /tmp.
+# the node's mount namespace, a state directory of the plugin in the node's /tmp, a copy of a
+# job's image that sbcast made in its /var/tmp.
 leftovers() {
   local n i p uid
   for n in "${NODES[@]}"; do
@@ -60,7 +64,8 @@ leftovers() {
     done
     bash "$MN" exec "$n" sh -c '
       awk -v n="$1" '\''$0 ~ / - (fuse|fuse\.[^ ]*|nsfs) / {print n ": mount " $5}'\'' /proc/self/mountinfo
-      for d in /tmp/gpurun-spank.*; do [ -e "$d" ] && echo "$1: state directory $d"; done' - "$n"
+      for d in /tmp/gpurun-spank.*; do [ -e "$d" ] && echo "$1: state directory $d"; done
+      for f in /var/tmp/gpurun-job.*; do [ -e "$f" ] && echo "$1: image copy $f"; done' - "$n"
   done
 }
 # CHECK-NAME: wait (up to 30 s) until no node has anything left; say how long it took.
@@ -180,32 +185,148 @@ fi
 clean_after "after the MPI and DDP steps"
 
 # --------------------------------------------------------------- docker:// from the test network
-section "--container-image=docker://$MN_REGISTRY/… in a 3-node step"
+section "--container-image=docker://$MN_REGISTRY/… in 3-node jobs: one pull per job"
 REF=$MN_REGISTRY/gpurun/multinode:t
 if as_user sh -c "umoci init --layout oci && umoci new --image oci:t && umoci unpack --rootless --image oci:t bundle \
      && cp -a '$R/.' bundle/rootfs/ && umoci repack --image oci:t bundle \
      && skopeo copy -q --dest-cert-dir '$MN_REGISTRY_CA_DIR' oci:oci:t 'docker://$REF'" >push.log 2>&1; then
   blobs=$(as_user skopeo inspect --raw --cert-dir "$MN_REGISTRY_CA_DIR" "docker://$REF" | grep -o 'sha256:[0-9a-f]*' | sort -u)
-  # fetches of the image's blobs, by blob, since the log line LINE
+  # GET requests of the image's manifest and of each blob since the log line LINE, from the
+  # registry's access log: "manifest×N 1a2b3c4d5e6f×N …"
   fetches() {
-    tail -n +"$(( $1 + 1 ))" "$MN_REGISTRY_LOG" | grep -o '"GET /v2/gpurun/multinode/blobs/sha256:[0-9a-f]*' \
-      | sed 's/.*blobs\///' | sort | uniq -c | awk '{printf "%s×%s ", substr($2, 8, 12), $1}'
+    local log b
+    log=$(tail -n +"$(( $1 + 1 ))" "$MN_REGISTRY_LOG" | grep -o '"GET /v2/gpurun/multinode/[^ ]*')
+    printf 'manifest×%s' "$(grep -c /manifests/ <<<"$log")"
+    for b in $blobs; do printf ' %s×%s' "${b:7:12}" "$(grep -c "/blobs/$b" <<<"$log")"; done
   }
-  for cache in node shared; do
-    # a fresh cache per run: node-local (the default's place, /var/tmp) or one in the shared home
-    if [ $cache = node ]; then c=/var/tmp/gpurun-mn-cache.$$; else c=$W/shared-cache; fi
+  # every count in fetches' line (from its field FIRST on) is N
+  all_are() { [ "$(fetches "$1" | cut -d' ' -f"$2"- | tr ' ' '\n' | sed 's/.*×//' | sort -u)" = "$3" ]; }
+  # images converted: in srun's cache (this machine's /var/tmp), and in the caches in the nodes'
+  # /var/tmp since the count NODE_IMAGES was taken
+  images_here() { ls "$1"/images/*.sqsh 2>/dev/null | wc -l; }
+  images_on_nodes() {
+    local n t=0
+    for n in "${NODES[@]}"; do t=$((t + $(bash "$MN" exec "$n" sh -c 'ls /var/tmp/*/images/*.sqsh 2>/dev/null | wc -l'))); done
+    echo $((t - ${NODE_IMAGES:-0}))
+  }
+  # what each task ran: its host, and the image file of its container
+  step_cmd=(sh -c '/probe; echo "image=$GPURUN_CONTAINER"')
+  images_of() { sed -n 's/^image=//p' "$1" | sort -u; }
+  # srun (on this machine, the login side) trusts the registry's CA as the nodes do
+  login=(env SSL_CERT_FILE="$MN_CA_BUNDLE")
+  PLUG=$(cat "$MN_PLUGSTACK")
+  plugin_args() { echo "$PLUG $*" > "$MN_PLUGSTACK"; }   # srun and each step read it afresh
+
+  # the default, pull=sbcast: srun pulls, sbcast copies the file to the step's nodes
+  c=/var/tmp/gpurun-mn-login.$$.1; mark=$(wc -l <"$MN_REGISTRY_LOG"); NODE_IMAGES=0; NODE_IMAGES=$(images_on_nodes)
+  as_user "${login[@]}" GPURUN_CACHEDIR="$c" srun "${T[@]}" -N3 --container-image="docker://$REF" "${step_cmd[@]}" >reg-sbcast.out 2>reg-sbcast.err
+  img=$(images_of reg-sbcast.out)
+  [ "$(grep -c 'marker=image' reg-sbcast.out)" = 3 ] && [ "$(hosts_of reg-sbcast.out)" = "n1 n2 n3" ] \
+    && [[ "$img" =~ ^/var/tmp/gpurun-job\.[0-9]+\.[0-9a-f]{16}\.sqsh$ ]]
+  res $? "pull=sbcast: 3 tasks on n1 n2 n3 run one sbcast copy of the image ($img)" || cat reg-sbcast.out reg-sbcast.err
+  all_are "$mark" 1 1; res $? "pull=sbcast: the manifest and each blob fetched once per job ($(fetches "$mark"))"
+  [ "$(images_here "$c")" = 1 ] && [ "$(images_on_nodes)" = 0 ]
+  res $? "pull=sbcast: converted once, by srun (images: $(images_here "$c") in srun's cache, $(images_on_nodes) on the nodes)"
+  clean_after "pull=sbcast: the step's copies removed at its end"
+
+  # pull=shared: srun pulls into a cache every node reads (the test user's home); a second
+  # job fetches only the manifest
+  plugin_args pull=shared pull_cache=%h/gpurun-multinode-tests/job-cache
+  for run in 1 2; do
     mark=$(wc -l <"$MN_REGISTRY_LOG")
-    as_user env GPURUN_CACHEDIR="$c" srun "${T[@]}" -N3 --container-image="docker://$REF" /probe >reg-$cache.out 2>reg-$cache.err
-    [ "$(grep -c 'marker=image' reg-$cache.out)" = 3 ] && [ "$(hosts_of reg-$cache.out)" = "n1 n2 n3" ]
-    res $? "--container-image=docker://$REF, $cache cache: 3 tasks in the image on n1 n2 n3" || cat reg-$cache.out reg-$cache.err
-    echo "  registry fetches per blob with a $cache cache ($(echo "$blobs" | wc -l) blobs): $(fetches "$mark")"
+    as_user "${login[@]}" srun "${T[@]}" -N3 --container-image="docker://$REF" "${step_cmd[@]}" >reg-shared$run.out 2>reg-shared$run.err
+    img=$(images_of reg-shared$run.out)
+    [ "$(grep -c 'marker=image' reg-shared$run.out)" = 3 ] && [ "$(hosts_of reg-shared$run.out)" = "n1 n2 n3" ] \
+      && [[ "$img" == "$W"/job-cache/images/*.sqsh ]]
+    res $? "pull=shared, job $run: 3 tasks on n1 n2 n3 run srun's one file in the shared cache ($img)" || cat reg-shared$run.out reg-shared$run.err
+    if [ $run = 1 ]; then
+      all_are "$mark" 1 1; res $? "pull=shared: the manifest and each blob fetched once per job ($(fetches "$mark"))"
+    else
+      all_are "$mark" 2 0 && [ "$(fetches "$mark" | cut -d' ' -f1)" = manifest×1 ]
+      res $? "pull=shared, a second job: the manifest fetched, the image reused from the cache ($(fetches "$mark"))"
+    fi
   done
+  [ "$(images_here "$W/job-cache")" = 1 ] && [ "$(images_on_nodes)" = 0 ]
+  res $? "pull=shared: converted once (images: $(images_here "$W/job-cache") in the shared cache, $(images_on_nodes) on the nodes)"
+
+  # pull=node, as pyxis + enroot: each node pulls and converts
+  plugin_args pull=node
+  c=/var/tmp/gpurun-mn-cache.$$; mark=$(wc -l <"$MN_REGISTRY_LOG"); NODE_IMAGES=0; NODE_IMAGES=$(images_on_nodes)
+  as_user env GPURUN_CACHEDIR="$c" srun "${T[@]}" -N3 --container-image="docker://$REF" /probe >reg-node.out 2>reg-node.err
+  [ "$(grep -c 'marker=image' reg-node.out)" = 3 ] && [ "$(hosts_of reg-node.out)" = "n1 n2 n3" ] \
+    && all_are "$mark" 1 3 && [ "$(images_on_nodes)" = 3 ]
+  res $? "pull=node: each node fetches and converts ($(fetches "$mark"); $(images_on_nodes) images on the nodes)" || cat reg-node.out reg-node.err
+  mark=$(wc -l <"$MN_REGISTRY_LOG")
+  as_user env GPURUN_CACHEDIR="$W/shared-cache" srun "${T[@]}" -N3 --container-image="docker://$REF" /probe >reg-nodeshared.out 2>&1
+  echo "  pull=node with GPURUN_CACHEDIR on the shared home (flock across nodes): $(fetches "$mark")"
+
+  # errors: a pull_cache the nodes do not share; an sbcast_dir the nodes lack
+  plugin_args pull=shared pull_cache=/var/tmp/%u-jobs.$$
+  as_user "${login[@]}" srun "${T[@]}" -N3 --container-image="docker://$REF" /probe >reg-bad1.out 2>reg-bad1.err
+  rc=$?
+  [ $rc = 125 ] && [ "$(grep -c '^gpurun: the image srun pulled, .*is it on a file system every node shares?' reg-bad1.err)" = 3 ] \
+    && ! grep -q marker= reg-bad1.out
+  res $? "pull=shared, pull_cache not shared: status 125, one line per node ($(grep -m1 '^gpurun:' reg-bad1.err | cut -c1-150))" || cat reg-bad1.err
+  rm -rf /var/tmp/"$U"-jobs.$$
+  plugin_args sbcast_dir=/nonexistent
+  as_user "${login[@]}" GPURUN_CACHEDIR="$W/shared-cache" srun "${T[@]}" -N3 --container-image="docker://$REF" /probe >reg-bad2.out 2>reg-bad2.err
+  rc=$?
+  [ $rc != 0 ] && grep -q "error: gpurun: sbcast of the job's image to /nonexistent/gpurun-job\..*failed" reg-bad2.err \
+    && ! grep -q marker= reg-bad2.out
+  res $? "sbcast_dir the nodes lack: srun fails before the tasks (rc=$rc, $(grep -m1 'gpurun: sbcast' reg-bad2.err | cut -c1-110))" || cat reg-bad2.err
+  echo "$PLUG" > "$MN_PLUGSTACK"
+  clean_after "after the pulls above"
+
+  # #SBATCH --container-image=docker://…: pulled (and sent) once for the job, before the
+  # script starts; both its steps run that copy
+  c=/var/tmp/gpurun-mn-login.$$.2; mark=$(wc -l <"$MN_REGISTRY_LOG")
+  cat > regsteps.sbatch <<EOF
+#!/bin/sh
+#SBATCH -N3
+#SBATCH --container-image=docker://$REF
+#SBATCH -t 2
+#SBATCH -o $W/regsteps.out
+srun sh -c '/probe; echo "image=\$GPURUN_CONTAINER"'
+srun sh -c '/probe; echo "image=\$GPURUN_CONTAINER"'
+EOF
+  job=$(as_user "${login[@]}" GPURUN_CACHEDIR="$c" sbatch --parsable --wait regsteps.sbatch 2>regsteps.err)
+  img=$(images_of regsteps.out)
+  [ "$(grep -c 'marker=image' regsteps.out)" = 6 ] && [ "$(hosts_of regsteps.out)" = "n1 n2 n3" ] \
+    && [[ "$img" =~ ^/var/tmp/gpurun-job\.$job\.[0-9a-f]{16}\.sqsh$ ]]
+  res $? "sbatch -N3 --container-image=docker://, 2 steps: all 6 tasks run one copy ($img)" || cat regsteps.out regsteps.err
+  all_are "$mark" 1 1; res $? "sbatch, 2 steps: the manifest and each blob fetched once per job ($(fetches "$mark"))"
+  sent=$(cat "$MN_LOG_DIR"/n*.slurmd.log | grep -c "sbcast req_uid=.* job_id=$job fname=.* block_no=1$")
+  [ "$sent" = 3 ]; res $? "sbatch, 2 steps: sbcast sent the image once to each node ($sent files)"
+  clean_after "sbatch with a registry image: the job's copies removed by its epilog"
+
+  # srun lines with a registry image of their own, in a job (as under salloc): each srun pulls
+  # (the manifest; blobs and conversion from its cache) and sends a copy before its step, which
+  # removes it at its end
+  c=/var/tmp/gpurun-mn-login.$$.3; mark=$(wc -l <"$MN_REGISTRY_LOG")
+  cat > srunsteps.sbatch <<EOF
+#!/bin/sh
+#SBATCH -N3
+#SBATCH -t 2
+#SBATCH -o $W/srunsteps.out
+srun --container-image=docker://$REF sh -c '/probe; echo "image=\$GPURUN_CONTAINER"'
+echo "copies after step 1: \$(ls /var/tmp | grep -c '^gpurun-job\.')"
+srun --container-image=docker://$REF sh -c '/probe; echo "image=\$GPURUN_CONTAINER"'
+EOF
+  as_user "${login[@]}" GPURUN_CACHEDIR="$c" sbatch --wait srunsteps.sbatch >/dev/null 2>srunsteps.err
+  [ "$(grep -c 'marker=image' srunsteps.out)" = 6 ] && [ "$(images_of srunsteps.out | wc -l)" = 2 ] \
+    && grep -q '^copies after step 1: 0$' srunsteps.out
+  res $? "sbatch, 2 srun lines with a registry image: a copy per step, gone when its step ends ($(grep copies srunsteps.out))" || cat srunsteps.out srunsteps.err
+  all_are "$mark" 2 1 && [ "$(fetches "$mark" | cut -d' ' -f1)" = manifest×2 ]
+  res $? "sbatch, 2 srun lines: each blob fetched once, the manifest once per srun ($(fetches "$mark"))"
+  clean_after "sbatch with srun lines of a registry image"
+
   mark=$(wc -l <"$MN_REGISTRY_LOG")
   as_user env GPURUN_CACHEDIR=/var/tmp/gpurun-mn-cache-exec.$$ srun "${T[@]}" -N3 -n6 --ntasks-per-node=2 \
     gpurun exec "docker://$REF" /probe >reg-exec.out 2>reg-exec.err
   [ "$(grep -c 'marker=image' reg-exec.out)" = 6 ] && [ "$(hosts_of reg-exec.out)" = "n1 n2 n3" ]
   res $? "srun -N3 -n6 gpurun exec docker://$REF: 6 tasks in the image on n1 n2 n3" || cat reg-exec.out reg-exec.err
-  echo "  registry fetches per blob, gpurun exec per task, node caches: $(fetches "$mark")"
+  echo "  registry fetches, gpurun exec per task, node caches: $(fetches "$mark")"
+  rm -rf /var/tmp/gpurun-mn-login.$$.*
 else
   cat push.log; bad "could not push the test image to $MN_REGISTRY"
 fi

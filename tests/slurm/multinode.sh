@@ -13,7 +13,8 @@
 #   multinode.sh stop       cancel jobs, stop every daemon and process on the nodes, remove the
 #                           namespaces, links, mounts and files made, restore $ETC as it was
 #   multinode.sh status     nodes and their state, namespaces, the registry
-#   multinode.sh env        shell assignments for tests: MN_NODES, MN_REGISTRY, MN_REGISTRY_LOG…
+#   multinode.sh env        shell assignments for tests: MN_NODES, MN_REGISTRY, MN_REGISTRY_LOG,
+#                           MN_CA_BUNDLE (the nodes' CA bundle, for the login side), MN_PLUGSTACK…
 #   multinode.sh exec NODE CMD...       run CMD as root in NODE's namespaces
 #   multinode.sh kill-slurmd NODE       SIGKILL NODE's slurmd (its steps keep running)
 #   multinode.sh start-slurmd NODE      start NODE's slurmd again, wait until the node is back
@@ -361,7 +362,9 @@ env_vars() {
   echo "MN_REGISTRY=$NET.1:$REG_PORT"
   echo "MN_REGISTRY_CA_DIR=$DIR/registry/trust"
   echo "MN_REGISTRY_LOG=$DIR/registry/registry.log"
+  echo "MN_CA_BUNDLE=$DIR/ca-certificates.crt"
   echo "MN_LOG_DIR=$DIR/log"
+  echo "MN_PLUGSTACK=$ETC/plugstack.conf"
 }
 
 case "${1:-}" in
