@@ -94,7 +94,9 @@ hosts_of() { sed -n 's/.*host=\([^ ]*\).*/\1/p' "$1" | sort -u | tr '\n' ' ' | s
 
 # --------------------------------------------------------------- images
 R=$W/rootfs
-mkdir -p "$R"/{bin,etc,tmp,proc,sys,dev,root,home}
+# every mount point a default container needs, so that its root is the image server's own mount
+mkdir -p "$R"/{bin,etc,tmp,proc,sys,dev,root,home,var/tmp} "$R$UHOME"
+touch "$R"/etc/{hosts,resolv.conf,localtime}
 cp /bin/busybox "$R/bin/"
 for a in $("$R/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$R/bin/$a"; done
 echo 'root:x:0:0:root:/root:/bin/sh' > "$R/etc/passwd"; echo 'root:x:0:' > "$R/etc/group"
@@ -135,6 +137,46 @@ as_user srun "${T[@]}" -N3 sh -c 'readlink /proc/self/ns/net; ls /tmp | wc -l' >
 [ "$(grep -c net: ns.out | tr -d ' ')" = 3 ] && [ "$(grep net: ns.out | sort -u | wc -l)" = 3 ]
 res $? "each node is its own network namespace"
 clean_after "after the steps above"
+
+# --------------------------------------------------------------- one image mount per node per job
+# The job's image server (one per node and image for the whole job, kept in the job's extern
+# step): after each of an sbatch job's 3 steps, each node runs one server of the image, the same
+# process after every step; the tasks of every step have its file system as their root.
+section "sbatch -N3, 3 steps of --container-image: one image mount per node per job"
+cat > mounts.sbatch <<EOF
+#!/bin/sh
+#SBATCH -N3
+#SBATCH -t 2
+#SBATCH -o $W/mounts.out
+for s in 1 2 3; do
+  srun --container-image=$IMG sh -c "echo step=\$s host=\\\$(hostname) dev=\\\$(stat -c %d /) \\\$(grep -c ' / / .* - fuse' /proc/self/mountinfo)"
+  touch $W/mounts.done\$s; while [ ! -e $W/mounts.go\$s ]; do sleep 0.1; done
+done
+EOF
+# the image servers of IMG on each node: "n1:PID n2:PID n3:PID"
+servers() {
+  local n p
+  for n in "${NODES[@]}"; do
+    for p in $(ip netns pids "gpmn${n#n}"); do
+      tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "^gpurun serve --image $IMG " && printf '%s:%s ' "$n" "$p"
+    done
+  done
+}
+as_user sbatch --wait -Q mounts.sbatch >/dev/null 2>&1 & job=$!
+seen=()
+for s in 1 2 3; do
+  for _ in $(seq 300); do [ -e "$W/mounts.done$s" ] && break; sleep 0.2; done
+  seen+=("$(servers)"); touch "$W/mounts.go$s"
+done
+wait "$job"
+[[ "${seen[0]}" =~ ^n1:[0-9]+\ n2:[0-9]+\ n3:[0-9]+\ $ ]] && [ "${seen[1]}" = "${seen[0]}" ] && [ "${seen[2]}" = "${seen[0]}" ]
+res $? "3 steps on n1 n2 n3: one image server per node, the same after every step (${seen[*]})"
+# per node: the root file system's device in each step
+devs=$(for n in "${NODES[@]}"; do echo "$n:$(sed -n "s/^step=[0-9] host=$n dev=\([0-9]*\).*/\1/p" mounts.out | sort -u | tr '\n' ',')"; done | tr '\n' ' ')
+[ "$(grep -c '^step=.* 1$' mounts.out)" = 9 ] \
+  && [ "$(for n in "${NODES[@]}"; do sed -n "s/^step=[0-9] host=$n dev=\([0-9]*\).*/\1/p" mounts.out | sort -u | wc -l; done | sort -u)" = 1 ]
+res $? "3 steps: each node's tasks have the server's file system as their root, the same in every step ($devs)" || cat mounts.out
+clean_after "the job's image servers gone with the job"
 
 # --------------------------------------------------------------- MPI
 section "Open MPI across nodes (PMIx)"

@@ -120,6 +120,8 @@ TaskPlugin=task/none
 # ping cycle adds to it), and scancel escalates to SIGKILL sooner
 SlurmdTimeout=$SLURMD_TIMEOUT
 KillWait=5
+# an extern step per job on each node, where the SPANK plugin keeps the job's image servers
+PrologFlags=contain
 PlugStackConfig=$ETC/plugstack.conf
 EOF
     for i in $(seq "$n"); do
