@@ -242,7 +242,7 @@ if "$NVCC" -cudart static -O2 -o "$W/hold" "$W/hold.cu"; then
     # the container running /w/hold: its entry for GPU 0 (by UUID), memory and utilisation
     read -r mem util < <(python3 -c '
 import json, sys
-cs = [c for c in json.load(open(sys.argv[1])) if c["command"][:1] == ["/w/hold"]]
+cs = [c for c in json.load(open(sys.argv[1]))["containers"] if c["command"][:1] == ["/w/hold"]]
 g = [g for c in cs for g in c["gpus"] if g["uuid"] == sys.argv[2]]
 print(g[0]["memory_used_bytes"], g[0]["utilization_percent"]) if g else print(-1, -1)
 ' "$W/ps.json" "${UUIDS[0]}")
@@ -254,7 +254,9 @@ print(g[0]["memory_used_bytes"], g[0]["utilization_percent"]) if g else print(-1
     wait "$hold_pid"
     check "the CUDA container ran to the end" grep -q released "$W/hold.txt"
     as_user "$G" ps --json > "$W/ps-after.json"
-    check "ps is empty once it exited" grep -q '^\[\]$' "$W/ps-after.json"
+    check "ps lists no container once it exited" python3 -c '
+import json, sys
+sys.exit(len(json.load(open(sys.argv[1]))["containers"]) != 0)' "$W/ps-after.json"
 else
     bad "nvcc built the GPU memory holder"
 fi
