@@ -1,0 +1,151 @@
+//! The state file `gpurun hold` writes once its container is ready and gpurun's SPANK plugin
+//! reads to join it: one definition for both sides. The plugin depends on this crate alone of
+//! gpurun's, so that srun and slurmstepd load nothing else of it.
+//!
+//! `{"pid": N, "root": "/…", "env": ["K=V", …], "cwd": "/…"}`
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// A process inside the prepared user and mount namespaces.
+    pub pid: i32,
+    /// The container's root, as seen inside that mount namespace.
+    pub root: PathBuf,
+    /// The container's environment, `K=V`, as `gpurun exec` would give it.
+    pub env: Vec<String>,
+    /// The working directory inside the container.
+    pub cwd: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StateError {
+    #[error("holder state is not valid JSON of its form: {0}")]
+    Json(String),
+    #[error("holder state: pid {0} is not a process id")]
+    Pid(i32),
+    #[error("holder state: \"{0}\" is not an absolute path")]
+    NotAbsolute(&'static str),
+    #[error("holder state: env entry {0:?} is not \"K=V\"")]
+    Env(String),
+}
+
+impl State {
+    /// One line of JSON, newline-terminated.
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("strings and numbers serialise");
+        s.push('\n');
+        s
+    }
+
+    /// Parse and check what a reader relies on: a positive pid, absolute paths, `K=V` entries.
+    pub fn parse(text: &str) -> Result<State, StateError> {
+        let s: State = serde_json::from_str(text).map_err(|e| StateError::Json(e.to_string()))?;
+        if s.pid <= 0 {
+            return Err(StateError::Pid(s.pid));
+        }
+        if !s.root.is_absolute() {
+            return Err(StateError::NotAbsolute("root"));
+        }
+        if !s.cwd.is_absolute() {
+            return Err(StateError::NotAbsolute("cwd"));
+        }
+        if let Some(bad) = s
+            .env
+            .iter()
+            .find(|e| !matches!(e.split_once('='), Some((k, _)) if !k.is_empty()))
+        {
+            return Err(StateError::Env(bad.clone()));
+        }
+        Ok(s)
+    }
+
+    /// The environment as (name, value) pairs; a value may contain `=`.
+    pub fn env_pairs(&self) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .filter_map(|e| e.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State {
+        State {
+            pid: 42,
+            root: "/".into(),
+            env: vec!["PATH=/usr/bin".into(), "A=b=c".into(), "E=".into()],
+            cwd: "/w".into(),
+        }
+    }
+
+    #[test]
+    fn written_state_reads_back() {
+        let s = state();
+        let line = s.to_line();
+        assert!(line.ends_with("}\n") && !line[..line.len() - 1].contains('\n'));
+        assert_eq!(State::parse(&line).unwrap(), s);
+        assert_eq!(
+            s.env_pairs(),
+            [
+                ("PATH".into(), "/usr/bin".into()),
+                ("A".into(), "b=c".into()),
+                ("E".into(), "".into())
+            ]
+        );
+    }
+
+    /// The exact text gpurun writes: a change here is a change of the format both sides read.
+    #[test]
+    fn the_format() {
+        assert_eq!(
+            state().to_line(),
+            "{\"pid\":42,\"root\":\"/\",\"env\":[\"PATH=/usr/bin\",\"A=b=c\",\"E=\"],\"cwd\":\"/w\"}\n"
+        );
+        let spaced =
+            r#"{"pid": 42, "root": "/", "env": ["PATH=/usr/bin", "A=b=c", "E="], "cwd": "/w"}"#;
+        assert_eq!(State::parse(spaced).unwrap(), state());
+    }
+
+    #[test]
+    fn bad_states_are_refused() {
+        type Check = fn(&StateError) -> bool;
+        let table: &[(&str, Check)] = &[
+            ("", |e| matches!(e, StateError::Json(_))),
+            ("{", |e| matches!(e, StateError::Json(_))),
+            (r#"{"pid": 1, "root": "/", "cwd": "/"}"#, |e| {
+                matches!(e, StateError::Json(_))
+            }),
+            (r#"{"pid": 1, "root": "/", "env": [1], "cwd": "/"}"#, |e| {
+                matches!(e, StateError::Json(_))
+            }),
+            (r#"{"pid": 0, "root": "/", "env": [], "cwd": "/"}"#, |e| {
+                *e == StateError::Pid(0)
+            }),
+            (r#"{"pid": 1, "root": "r", "env": [], "cwd": "/"}"#, |e| {
+                *e == StateError::NotAbsolute("root")
+            }),
+            (r#"{"pid": 1, "root": "/", "env": [], "cwd": "w"}"#, |e| {
+                *e == StateError::NotAbsolute("cwd")
+            }),
+            (
+                r#"{"pid": 1, "root": "/", "env": ["NOEQ"], "cwd": "/"}"#,
+                |e| *e == StateError::Env("NOEQ".into()),
+            ),
+            (
+                r#"{"pid": 1, "root": "/", "env": ["=v"], "cwd": "/"}"#,
+                |e| *e == StateError::Env("=v".into()),
+            ),
+        ];
+        for (text, want) in table {
+            let e = State::parse(text).unwrap_err();
+            assert!(want(&e), "{text}: {e}");
+        }
+    }
+}
