@@ -179,7 +179,15 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
             go(launch(image, a.opts, action, None, &ctx), &ctx)
         }
         Command::Hold(a) => go(
-            launch(a.image, a.opts, Action::Hold, Some(a.state), &ctx),
+            launch(
+                a.image,
+                a.opts,
+                Action::Hold {
+                    entrypoint: a.entrypoint,
+                },
+                Some(a.state),
+                &ctx,
+            ),
             &ctx,
         ),
         Command::Pull(args) => pull(args, &ctx),

@@ -881,3 +881,101 @@ fn the_terminal_is_passed_through() {
     let out = stdout(&o);
     assert!(out.contains("on-a-tty"), "{out}\n{}", stderr(&o));
 }
+
+/// `gpurun hold IMG --state FILE`, until the state is written or it exits: the state's text (if
+/// any) and the holder's output after SIGTERM.
+fn hold(
+    img: &Path,
+    state: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<String>, std::process::Output) {
+    let mut a = vec!["hold"];
+    a.extend_from_slice(extra);
+    a.extend(["--state", state.to_str().unwrap(), img.to_str().unwrap()]);
+    let mut child = gpurun(&a)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !state.exists() && t0.elapsed() < Duration::from_secs(20) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = std::fs::read_to_string(state).ok();
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    (text, child.wait_with_output().unwrap())
+}
+
+/// An image whose entrypoint exports a variable and changes directory, or fails with ENTRY_FAIL.
+fn entrypoint_image(s: &Scratch) -> std::path::PathBuf {
+    busybox_image(s, "entry", |root| {
+        std::fs::create_dir_all(root.join(".gpurun")).unwrap();
+        std::fs::write(
+            root.join(".gpurun/meta.json"),
+            r#"{"env":["PATH=/bin"],"entrypoint":["/entry.sh"]}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("entry.sh"),
+            "#!/bin/sh\n[ -n \"$ENTRY_FAIL\" ] && { echo 'entry.sh: cannot start' >&2; exit 3; }\n\
+             export ENTRY_SET=yes\ncd /tmp\nexec \"$@\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            root.join("entry.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+    })
+}
+
+/// What `gpurun hold` writes is what the SPANK plugin reads (both use the hold-state crate);
+/// with --entrypoint the image's entrypoint runs first and the environment and directory it
+/// leaves are the container's.
+#[test]
+fn hold_writes_the_state_the_plugin_reads() {
+    let s = Scratch::new();
+    let img = entrypoint_image(&s);
+    for (name, extra, entry) in [
+        ("plain", &[][..], false),
+        ("entry", &["--entrypoint"][..], true),
+    ] {
+        let state = s.join(format!("{name}.json"));
+        let (text, o) = hold(&img, &state, extra, &[]);
+        let text = text.unwrap_or_else(|| panic!("{name}: no state: {}", stderr(&o)));
+        let st = hold_state::State::parse(&text).unwrap();
+        assert!(st.pid > 0 && st.root == Path::new("/"), "{name}: {st:?}");
+        assert_eq!(
+            st.env.iter().any(|e| e == "ENTRY_SET=yes"),
+            entry,
+            "{name}: {st:?}"
+        );
+        assert!(st.env.iter().any(|e| e == "PATH=/bin"), "{name}: {st:?}");
+        let cwd = if entry { "/tmp" } else { "/" };
+        assert_eq!(st.cwd, Path::new(cwd), "{name}");
+    }
+}
+
+/// An entrypoint that exits instead of starting its command: exit 125 and one line with the way
+/// out, after the entrypoint's own.
+#[test]
+fn hold_reports_a_failing_entrypoint() {
+    let s = Scratch::new();
+    let img = entrypoint_image(&s);
+    let state = s.join("state.json");
+    let (text, o) = hold(&img, &state, &["--entrypoint"], &[("ENTRY_FAIL", "1")]);
+    assert_eq!(text, None);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("entry.sh: cannot start"), "{err}");
+    assert!(
+        err.contains("gpurun: the image's entrypoint (/entry.sh) exited with status 3 instead of starting the command; without it: srun --no-container-entrypoint"),
+        "{err}"
+    );
+    assert!(!state.exists());
+}

@@ -1,6 +1,7 @@
 //! The plugin's command-line options (pyxis-compatible names) and plugstack.conf arguments, and
 //! how they become a `gpurun hold` command line. Pure: no Slurm, no syscalls.
 
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,7 +17,7 @@ pub struct OptSpec {
 }
 
 /// Same names and meanings as pyxis, so job scripts written for pyxis run unchanged.
-pub const OPTIONS: [OptSpec; 7] = [
+pub const OPTIONS: [OptSpec; 12] = [
     OptSpec {
         name: c"container-image",
         arginfo: Some(c"IMAGE"),
@@ -37,7 +38,8 @@ pub const OPTIONS: [OptSpec; 7] = [
     OptSpec {
         name: c"container-env",
         arginfo: Some(c"NAME[,NAME...]"),
-        usage: c"[gpurun] these variables keep the host's value even where the image sets them",
+        usage: c"[gpurun] these variables keep the host's value even where the image sets them \
+                 (and the entrypoint sees it)",
     },
     OptSpec {
         name: c"container-writable",
@@ -45,14 +47,41 @@ pub const OPTIONS: [OptSpec; 7] = [
         usage: c"[gpurun] make the container root writable (tmpfs overlay, dropped at step end)",
     },
     OptSpec {
+        name: c"container-readonly",
+        arginfo: None,
+        usage: c"[gpurun] keep the container root read-only (the default)",
+    },
+    OptSpec {
         name: c"container-remap-root",
         arginfo: None,
         usage: c"[gpurun] be root inside the container (no privilege outside)",
     },
     OptSpec {
+        name: c"no-container-remap-root",
+        arginfo: None,
+        usage: c"[gpurun] keep your own uid inside the container (the default)",
+    },
+    OptSpec {
+        name: c"container-mount-home",
+        arginfo: None,
+        usage: c"[gpurun] bind the home directory into the container (the default)",
+    },
+    OptSpec {
         name: c"no-container-mount-home",
         arginfo: None,
         usage: c"[gpurun] do not bind the home directory into the container",
+    },
+    OptSpec {
+        name: c"container-entrypoint",
+        arginfo: None,
+        usage: c"[gpurun] run the image's entrypoint once per node before the tasks; the \
+                 environment it sets is theirs",
+    },
+    OptSpec {
+        name: c"no-container-entrypoint",
+        arginfo: None,
+        usage: c"[gpurun] do not run the image's entrypoint (the default, unless plugstack.conf \
+                 says execute_entrypoint=1)",
     },
 ];
 
@@ -61,8 +90,13 @@ const MOUNTS: usize = 1;
 const WORKDIR: usize = 2;
 const ENV: usize = 3;
 const WRITABLE: usize = 4;
-const REMAP_ROOT: usize = 5;
-const NO_HOME: usize = 6;
+const READONLY: usize = 5;
+const REMAP_ROOT: usize = 6;
+const NO_REMAP_ROOT: usize = 7;
+const MOUNT_HOME: usize = 8;
+const NO_HOME: usize = 9;
+const ENTRYPOINT: usize = 10;
+const NO_ENTRYPOINT: usize = 11;
 
 /// Where the image comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,16 +114,33 @@ pub struct Mount {
     pub ro: bool,
 }
 
-/// Everything the user asked for with the plugin's options.
+/// Everything the user asked for with the plugin's options. A switch and its `no-`/opposite
+/// form set one `Option<bool>`: None where neither was given (gpurun's default then).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ContainerOpts {
     pub image: Option<Image>,
     pub mounts: Vec<Mount>,
     pub workdir: Option<PathBuf>,
     pub env_from_host: Vec<String>,
-    pub writable: bool,
-    pub remap_root: bool,
-    pub no_mount_home: bool,
+    pub writable: Option<bool>,
+    pub remap_root: Option<bool>,
+    pub mount_home: Option<bool>,
+    pub entrypoint: Option<bool>,
+}
+
+/// Set a switch that has two options; giving both is an error, as in pyxis.
+fn switch(slot: &mut Option<bool>, value: bool, (on, off): (usize, usize)) -> Result<(), String> {
+    match *slot {
+        Some(v) if v != value => Err(format!(
+            "both --{} and --{} were given",
+            OPTIONS[on].name.to_string_lossy(),
+            OPTIONS[off].name.to_string_lossy()
+        )),
+        _ => {
+            *slot = Some(value);
+            Ok(())
+        }
+    }
 }
 
 impl ContainerOpts {
@@ -115,9 +166,24 @@ impl ContainerOpts {
                 self.workdir = Some(PathBuf::from(d));
             }
             ENV => self.env_from_host = parse_env_names(&need(arg)?)?,
-            WRITABLE => self.writable = true,
-            REMAP_ROOT => self.remap_root = true,
-            NO_HOME => self.no_mount_home = true,
+            WRITABLE | READONLY => {
+                switch(&mut self.writable, idx == WRITABLE, (WRITABLE, READONLY))?
+            }
+            REMAP_ROOT | NO_REMAP_ROOT => switch(
+                &mut self.remap_root,
+                idx == REMAP_ROOT,
+                (REMAP_ROOT, NO_REMAP_ROOT),
+            )?,
+            MOUNT_HOME | NO_HOME => switch(
+                &mut self.mount_home,
+                idx == MOUNT_HOME,
+                (MOUNT_HOME, NO_HOME),
+            )?,
+            ENTRYPOINT | NO_ENTRYPOINT => switch(
+                &mut self.entrypoint,
+                idx == ENTRYPOINT,
+                (ENTRYPOINT, NO_ENTRYPOINT),
+            )?,
             _ => unreachable!("OPTIONS has {} entries", OPTIONS.len()),
         }
         Ok(())
@@ -234,8 +300,14 @@ fn absolute(cwd: &Path, p: &Path) -> PathBuf {
 }
 
 /// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
-/// Relative paths are resolved against `cwd`, the job's working directory.
-pub fn holder_args(o: &ContainerOpts, cwd: &Path, state: &Path) -> Result<Vec<String>, String> {
+/// Relative paths are resolved against `cwd`, the job's working directory; `entrypoint` is
+/// whether the image's entrypoint runs (the option, else plugstack.conf's execute_entrypoint).
+pub fn holder_args(
+    o: &ContainerOpts,
+    cwd: &Path,
+    state: &Path,
+    entrypoint: bool,
+) -> Result<Vec<String>, String> {
     let image = match o.image.as_ref() {
         Some(Image::File(p)) => absolute(cwd, p).display().to_string(),
         Some(Image::Registry(r)) => r.clone(),
@@ -255,19 +327,33 @@ pub fn holder_args(o: &ContainerOpts, cwd: &Path, state: &Path) -> Result<Vec<St
         a.push("--pwd".into());
         a.push(w.display().to_string());
     }
-    if o.writable {
-        a.push("--writable-tmpfs".into());
-    }
-    if o.remap_root {
-        a.push("--fakeroot".into());
-    }
-    if o.no_mount_home {
-        a.push("--no-home".into());
-    }
+    // gpurun's defaults are pyxis's usual ones: read-only root, own uid, home bound
+    let flags = [
+        (o.writable == Some(true), "--writable-tmpfs"),
+        (o.remap_root == Some(true), "--fakeroot"),
+        (o.mount_home == Some(false), "--no-home"),
+        (entrypoint, "--entrypoint"),
+    ];
+    a.extend(
+        flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, f)| f.to_string()),
+    );
     a.push(image);
     a.push("--state".into());
     a.push(state.display().to_string());
     Ok(a)
+}
+
+/// What the holder's environment gets in addition for the entrypoint: as in pyxis, the host's
+/// value of each `--container-env` name is set before the entrypoint runs (`GPURUNENV_K` is
+/// gpurun's "K inside" variable, which wins over the image's value).
+pub fn entrypoint_env(from_host: &[String], step: &HashMap<String, String>) -> Vec<String> {
+    from_host
+        .iter()
+        .filter_map(|k| step.get(k).map(|v| format!("GPURUNENV_{k}={v}")))
+        .collect()
 }
 
 /// Arguments from the plugin's plugstack.conf line, e.g.
@@ -278,6 +364,9 @@ pub struct PluginArgs {
     pub gpurun: PathBuf,
     /// How long a step waits for its container (an image pulled from a registry takes longer).
     pub timeout: Duration,
+    /// Whether the image's entrypoint runs when neither --container-entrypoint nor
+    /// --no-container-entrypoint is given (pyxis's `execute_entrypoint=`, default no).
+    pub execute_entrypoint: bool,
     /// Who pulls a registry image and how the nodes get it (`pull=`, `pull_cache=`,
     /// `sbcast_dir=`).
     pub job_image: jobimage::Settings,
@@ -288,6 +377,7 @@ impl Default for PluginArgs {
         PluginArgs {
             gpurun: PathBuf::from("/usr/local/bin/gpurun"),
             timeout: Duration::from_secs(300),
+            execute_entrypoint: false,
             job_image: jobimage::Settings::default(),
         }
     }
@@ -298,7 +388,8 @@ pub fn parse_plugin_args<'a>(
 ) -> Result<PluginArgs, String> {
     let unknown = |a: &str| {
         format!(
-            "unknown plugstack.conf argument {a:?} (gpurun=PATH, timeout=SECONDS, {})",
+            "unknown plugstack.conf argument {a:?} (gpurun=PATH, timeout=SECONDS, \
+             execute_entrypoint=0|1, {})",
             jobimage::ARGS
         )
     };
@@ -311,6 +402,13 @@ pub fn parse_plugin_args<'a>(
                 Ok(s) if s > 0 => p.timeout = Duration::from_secs(s),
                 _ => return Err(format!("timeout={v}: needs a positive number of seconds")),
             },
+            Some(("execute_entrypoint", v)) => {
+                p.execute_entrypoint = match v {
+                    "1" | "true" | "yes" | "y" => true,
+                    "0" | "false" | "no" | "n" => false,
+                    _ => return Err(format!("execute_entrypoint={v}: needs 1 or 0 (yes, no)")),
+                }
+            }
             Some((k, v)) => match p.job_image.parse_arg(k, v) {
                 Some(r) => r?,
                 None => return Err(unknown(a)),
@@ -419,28 +517,94 @@ mod tests {
         assert!(o.set(OPTIONS.len(), None).is_err());
     }
 
+    /// Each switch and its opposite, as pyxis: the same one twice is fine (slurmstepd calls
+    /// again), both is an error that names them.
+    #[test]
+    fn switches() {
+        let table = [
+            (
+                WRITABLE,
+                READONLY,
+                "container-writable",
+                "container-readonly",
+            ),
+            (
+                REMAP_ROOT,
+                NO_REMAP_ROOT,
+                "container-remap-root",
+                "no-container-remap-root",
+            ),
+            (
+                MOUNT_HOME,
+                NO_HOME,
+                "container-mount-home",
+                "no-container-mount-home",
+            ),
+            (
+                ENTRYPOINT,
+                NO_ENTRYPOINT,
+                "container-entrypoint",
+                "no-container-entrypoint",
+            ),
+        ];
+        let slot = |o: &ContainerOpts, on: usize| match on {
+            WRITABLE => o.writable,
+            REMAP_ROOT => o.remap_root,
+            MOUNT_HOME => o.mount_home,
+            _ => o.entrypoint,
+        };
+        for (on, off, on_name, off_name) in table {
+            for (first, value) in [(on, true), (off, false)] {
+                let mut o = ContainerOpts::default();
+                assert_eq!(slot(&o, on), None);
+                o.set(first, None).unwrap();
+                o.set(first, None).unwrap();
+                assert_eq!(slot(&o, on), Some(value), "{on_name}");
+                assert!(o.has_container_settings());
+                let other = if first == on { off } else { on };
+                let e = o.set(other, None).unwrap_err();
+                assert!(e.contains(&format!("--{on_name} and --{off_name}")), "{e}");
+            }
+        }
+    }
+
     #[test]
     fn table_matches_indices() {
         let names: Vec<_> = OPTIONS.iter().map(|o| o.name.to_str().unwrap()).collect();
-        assert_eq!(names[IMAGE], "container-image");
-        assert_eq!(names[MOUNTS], "container-mounts");
-        assert_eq!(names[WORKDIR], "container-workdir");
-        assert_eq!(names[ENV], "container-env");
-        assert_eq!(names[WRITABLE], "container-writable");
-        assert_eq!(names[REMAP_ROOT], "container-remap-root");
-        assert_eq!(names[NO_HOME], "no-container-mount-home");
-        for i in [WRITABLE, REMAP_ROOT, NO_HOME] {
-            assert!(OPTIONS[i].arginfo.is_none());
+        let want = [
+            (IMAGE, "container-image"),
+            (MOUNTS, "container-mounts"),
+            (WORKDIR, "container-workdir"),
+            (ENV, "container-env"),
+            (WRITABLE, "container-writable"),
+            (READONLY, "container-readonly"),
+            (REMAP_ROOT, "container-remap-root"),
+            (NO_REMAP_ROOT, "no-container-remap-root"),
+            (MOUNT_HOME, "container-mount-home"),
+            (NO_HOME, "no-container-mount-home"),
+            (ENTRYPOINT, "container-entrypoint"),
+            (NO_ENTRYPOINT, "no-container-entrypoint"),
+        ];
+        assert_eq!(want.len(), OPTIONS.len());
+        for (i, name) in want {
+            assert_eq!(names[i], name);
+            assert_eq!(OPTIONS[i].arginfo.is_some(), i <= ENV, "{name}");
         }
     }
 
     #[test]
     fn holder_command_line() {
         let mut o = ContainerOpts::default();
-        assert!(holder_args(&o, Path::new("/w"), Path::new("/s")).is_err());
+        assert!(holder_args(&o, Path::new("/w"), Path::new("/s"), false).is_err());
         o.set(IMAGE, Some("./img.sqsh")).unwrap();
         assert_eq!(
-            holder_args(&o, Path::new("/home/u/job"), Path::new("/tmp/d/state.json")).unwrap(),
+            holder_args(
+                &o,
+                Path::new("/home/u/job"),
+                Path::new("/tmp/d/state.json"),
+                false
+            )
+            .unwrap(),
             [
                 "hold",
                 "/home/u/job/./img.sqsh",
@@ -455,7 +619,7 @@ mod tests {
             o.set(f, None).unwrap();
         }
         assert_eq!(
-            holder_args(&o, Path::new("/w"), Path::new("/s")).unwrap(),
+            holder_args(&o, Path::new("/w"), Path::new("/s"), true).unwrap(),
             [
                 "hold",
                 "--bind",
@@ -467,11 +631,36 @@ mod tests {
                 "--writable-tmpfs",
                 "--fakeroot",
                 "--no-home",
+                "--entrypoint",
                 "docker://ubuntu",
                 "--state",
                 "/s"
             ]
         );
+        // the defaults spelled out change nothing: read-only, own uid, home bound
+        let mut d = ContainerOpts::default();
+        d.set(IMAGE, Some("/i.sqsh")).unwrap();
+        for f in [READONLY, NO_REMAP_ROOT, MOUNT_HOME] {
+            d.set(f, None).unwrap();
+        }
+        assert_eq!(
+            holder_args(&d, Path::new("/w"), Path::new("/s"), false).unwrap(),
+            ["hold", "/i.sqsh", "--state", "/s"]
+        );
+    }
+
+    #[test]
+    fn entrypoint_gets_the_named_host_values() {
+        let step: HashMap<String, String> = [("A", "1"), ("B", "x=y"), ("C", "3")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let names = ["B".to_string(), "MISSING".into(), "A".into()];
+        assert_eq!(
+            entrypoint_env(&names, &step),
+            ["GPURUNENV_B=x=y", "GPURUNENV_A=1"]
+        );
+        assert!(entrypoint_env(&[], &step).is_empty());
     }
 
     #[test]
@@ -480,6 +669,22 @@ mod tests {
         let p = parse_plugin_args(["gpurun=/opt/gpurun/bin/gpurun", "timeout=20"]).unwrap();
         assert_eq!(p.gpurun, Path::new("/opt/gpurun/bin/gpurun"));
         assert_eq!(p.timeout, Duration::from_secs(20));
+        assert!(!PluginArgs::default().execute_entrypoint);
+        for (v, want) in [
+            ("1", true),
+            ("yes", true),
+            ("y", true),
+            ("0", false),
+            ("no", false),
+        ] {
+            let arg = format!("execute_entrypoint={v}");
+            assert_eq!(
+                parse_plugin_args([arg.as_str()])
+                    .unwrap()
+                    .execute_entrypoint,
+                want
+            );
+        }
         let p = parse_plugin_args(["pull=shared", "pull_cache=%h/.cache/gpurun"]).unwrap();
         assert_eq!(p.job_image.mode, jobimage::Mode::Shared);
         for bad in [
@@ -488,6 +693,7 @@ mod tests {
             "timeout=x",
             "verbose",
             "pull=x",
+            "execute_entrypoint=maybe",
         ] {
             assert!(parse_plugin_args([bad]).is_err(), "{bad} accepted");
         }

@@ -366,7 +366,11 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
     let (opts, sent) = job_image(&p.opts, &mut env, job, step, creds.uid)?;
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
-    let args = options::holder_args(&opts, &cwd, &holder::state_path(&dir))?;
+    let entrypoint = opts.entrypoint.unwrap_or(p.args.execute_entrypoint);
+    if entrypoint {
+        env.extend(options::entrypoint_env(&opts.env_from_host, &map));
+    }
+    let args = options::holder_args(&opts, &cwd, &holder::state_path(&dir), entrypoint)?;
     log_debug(&format!(
         "gpurun: {} {}",
         p.args.gpurun.display(),

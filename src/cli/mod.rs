@@ -333,6 +333,10 @@ pub struct HoldArgs {
     /// Write the container's state (JSON: pid, root, env, cwd) here once it is ready
     #[arg(long, value_name = "FILE")]
     pub state: PathBuf,
+    /// Run the image's entrypoint once first; the environment and directory it leaves are the
+    /// container's (the plugin's --container-entrypoint)
+    #[arg(long)]
+    pub entrypoint: bool,
     /// Image: a squashfs file
     pub image: String,
 }

@@ -214,13 +214,19 @@ fn child(
         // The holder's mount namespace is now the container as its tasks see it ("root": "/"):
         // a task joins with two setns calls. Copying the mount tree, pivoting and unmounting the
         // host's tree in each task took a lock global to the node, one task after the other.
-        let st = serde_json::json!({
-            "pid": std::process::id(),
-            "root": "/",
-            "env": plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-            "cwd": plan.cwd,
-        });
-        if f.write_all(format!("{st}\n").as_bytes()).is_err() || ready.write_all(b"R").is_err() {
+        let mut st = hold_state::State {
+            pid: std::process::id() as i32,
+            root: PathBuf::from("/"),
+            env: plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            cwd: plan.cwd.clone(),
+        };
+        if !prep.argv.is_empty() {
+            match run_entrypoint(prep, &old_mask, &plan.cwd) {
+                Ok((env, cwd)) => (st.env, st.cwd) = (env, cwd),
+                Err(e) => return e,
+            }
+        }
+        if f.write_all(st.to_line().as_bytes()).is_err() || ready.write_all(b"R").is_err() {
             return (exit::GPURUN_FAILED, "cannot write the holder state".into());
         }
         drop(ready);
@@ -243,6 +249,60 @@ fn child(
         Ok(cmd) => supervise(cmd),
         Err(e) => e,
     }
+}
+
+/// pyxis's --container-entrypoint for the holder, whose argv is the image's entrypoint followed
+/// by `plan::HOLD_STOP`: run it in the container, once, and take the environment and working
+/// directory of the shell it execs, which stops itself; then end that shell.
+fn run_entrypoint(
+    prep: &Prepared,
+    mask: &SigSet,
+    cwd: &Path,
+) -> Result<(Vec<String>, PathBuf), (i32, String)> {
+    let in_cwd = nix::unistd::chdir(cwd).is_ok();
+    // as for any command gpurun starts: nothing it execs gains privileges
+    sys::set_no_new_privs().map_err(|e| (exit::GPURUN_FAILED, e.to_string()))?;
+    let pid = spawn_command(prep, mask)?;
+    let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED));
+    let entry = prep.argv[..prep.argv.len() - super::plan::HOLD_STOP.len()]
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let ended = |how: String| {
+        Err((
+            exit::GPURUN_FAILED,
+            format!("the image's entrypoint ({entry}) {how} instead of starting the command; without it: srun --no-container-entrypoint"),
+        ))
+    };
+    match status {
+        Ok(WaitStatus::Stopped(..)) => {}
+        Ok(WaitStatus::Exited(_, code)) => return ended(format!("exited with status {code}")),
+        Ok(WaitStatus::Signaled(_, sig, _)) => return ended(format!("was killed by {sig}")),
+        other => return ended(format!("ended ({other:?})")),
+    }
+    let environ = std::fs::read(format!("/proc/{pid}/environ"));
+    let dir = std::fs::read_link(format!("/proc/{pid}/cwd"));
+    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+    let _ = waitpid(pid, None);
+    let environ = environ.map_err(|e| {
+        (
+            exit::GPURUN_FAILED,
+            format!("cannot read the environment the entrypoint left: {e}"),
+        )
+    })?;
+    let env = environ
+        .split(|&b| b == 0)
+        .filter(|e| !e.is_empty())
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .filter(|e| e.split_once('=').is_some_and(|(k, _)| !k.is_empty()))
+        .collect();
+    // where the working directory was missing the plugin says so, as without an entrypoint
+    let dir = match dir {
+        Ok(d) if in_cwd => d,
+        _ => cwd.to_path_buf(),
+    };
+    Ok((env, dir))
 }
 
 /// The holder's C keeps the namespace until P forwards a signal (SIGTERM from the SPANK plugin),

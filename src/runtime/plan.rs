@@ -116,9 +116,16 @@ pub enum Action {
     Run(Vec<String>),
     /// An interactive shell (Some: the user's choice) and the arguments it is given.
     Shell(Option<String>, Vec<String>),
-    /// Prepare the container and run nothing (the Slurm holder).
-    Hold,
+    /// Prepare the container and run nothing (the Slurm holder); with `entrypoint`, the
+    /// image's entrypoint runs first, once, and stops in front of [`HOLD_STOP`].
+    Hold {
+        entrypoint: bool,
+    },
 }
+
+/// What the holder gives the image's entrypoint as its command, as pyxis does: a shell that
+/// stops itself, so that the environment the entrypoint exec'd it with can be read.
+pub const HOLD_STOP: [&str; 3] = ["sh", "-c", "kill -STOP $$"];
 
 /// The user's request (from the command line).
 #[derive(Debug, Clone, Default)]
@@ -429,7 +436,11 @@ fn argv_for(action: &Action, image: &ImageView, host: &HostView) -> Result<Vec<S
     };
     Ok(match action {
         Action::Exec(argv) => argv.clone(),
-        Action::Hold => Vec::new(),
+        Action::Hold { entrypoint } if *entrypoint && !image.meta.entrypoint.is_empty() => {
+            let stop = HOLD_STOP.iter().map(|a| a.to_string());
+            image.meta.entrypoint.iter().cloned().chain(stop).collect()
+        }
+        Action::Hold { .. } => Vec::new(),
         Action::Run(args) => {
             let mut argv = image.meta.entrypoint.clone();
             argv.extend(if args.is_empty() {
@@ -1532,8 +1543,19 @@ mod tests {
             ),
             (
                 Action::Exec(vec!["ls".into(), "-l".into()]),
-                meta,
+                meta.clone(),
                 vec!["ls", "-l"],
+            ),
+            (Action::Hold { entrypoint: false }, meta.clone(), vec![]),
+            (
+                Action::Hold { entrypoint: true },
+                meta,
+                vec!["/entry", "sh", "-c", "kill -STOP $$"],
+            ),
+            (
+                Action::Hold { entrypoint: true },
+                ImageMeta::default(),
+                vec![],
             ),
         ];
         for (action, meta, want) in cases {

@@ -6,7 +6,8 @@
 #   plain srun/sbatch + `gpurun exec`: device nodes and CUDA_VISIBLE_DEVICES inside the container
 #     against what the job may open outside, --gres/--gpus/--gpus-per-task, two concurrent jobs,
 #     SLURM_*/PMI*/PMIx variables, the PMIx server directory, a real Open MPI program (both ways)
-#   the SPANK plugin (when loaded: cluster.sh start MODE PLUGIN.so gpurun=...): every option, one
+#   the SPANK plugin (when loaded: cluster.sh start MODE PLUGIN.so gpurun=...): every option (the
+#     entrypoint's on an image of its own), one
 #     holder shared by the tasks of a step, one image server shared by the steps of a job and
 #     ended with it, cleanup, per-task GPUs, #SBATCH, a registry image (local docker-registry),
 #     error lines
@@ -225,7 +226,9 @@ if ! srun --help 2>/dev/null | grep -q -- '--container-image='; then
   bad "SPANK plugin not loaded (tests/slurm/cluster.sh start MODE target/debug/libspank_gpurun.so gpurun=\$PWD/target/debug/gpurun)"
 else
   opts=$(srun --help 2>/dev/null)
-  for o in container-image= container-mounts= container-workdir= container-env= container-writable container-remap-root no-container-mount-home; do
+  for o in container-image= container-mounts= container-workdir= container-env= container-writable container-readonly \
+           container-remap-root no-container-remap-root container-mount-home no-container-mount-home \
+           container-entrypoint no-container-entrypoint; do
     grep -q -- "--$o" <<<"$opts"; res $? "srun --help lists --$o"
   done
   srun "${T[@]}" -n2 -o 'plug.%t' --container-image="$IMG" /probe 2>plug.err
@@ -333,6 +336,53 @@ EOF
   [ "$out" = 1 ]; res $? "home is mounted by default ($out)"
   out=$(srun "${T[@]}" --container-image="$IMG" --no-container-mount-home sh -c "grep -c ' $HOME ' /proc/self/mountinfo" 2>>stderr.log)
   [ "$out" = 0 ]; res $? "--no-container-mount-home ($out)"
+
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mount-home sh -c "grep -c ' $HOME ' /proc/self/mountinfo" 2>>stderr.log)
+  [ "$out" = 1 ]; res $? "--container-mount-home ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-readonly sh -c 'touch /newfile 2>&1; true' 2>>stderr.log)
+  case "$out" in *"Read-only file system"*) true ;; *) false ;; esac; res $? "--container-readonly ($(echo $out))"
+  out=$(srun "${T[@]}" --container-image="$IMG" --no-container-remap-root id -u 2>>stderr.log)
+  [ "$out" = "$(id -u)" ]; res $? "--no-container-remap-root: your own uid ($out)"
+  for pair in "container-writable container-readonly" "container-remap-root no-container-remap-root" \
+              "container-mount-home no-container-mount-home" "container-entrypoint no-container-entrypoint"; do
+    set -- $pair
+    out=$(srun "${T[@]}" --container-image="$IMG" "--$1" "--$2" true 2>&1); rc=$?
+    [ "$rc" != 0 ] && grep -q "gpurun: both --$1 and --$2 were given" <<<"$out"; res $? "--$1 --$2: refused by srun (rc=$rc)"
+  done
+
+  # --container-entrypoint, as pyxis: the image's entrypoint runs once per node and step, before
+  # the tasks; what it exports and writes is theirs. Off by default.
+  E=$W/entry-rootfs; cp -a "$R" "$E"
+  printf '{"env": ["PATH=/bin", "FOO=image"], "entrypoint": ["/entry.sh"]}\n' > "$E/.gpurun/meta.json"
+  cat > "$E/entry.sh" <<'EOF'
+#!/bin/sh
+[ -n "${ENTRY_FAIL-}" ] && { echo "entry.sh: cannot start" >&2; exit 3; }
+echo "$$" >> ./entry.runs
+export ENTRY_SET=yes ENTRY_SAW_FOO="$FOO"
+[ -w / ] && echo made > /entry-made
+exec "$@"
+EOF
+  chmod 755 "$E/entry.sh"
+  mksquashfs "$E" "$W/entry.sqsh" -noappend -quiet -no-progress -all-root >/dev/null
+  EIMG=$W/entry.sqsh
+  rm -f entry.runs
+  out=$(srun "${T[@]}" -n2 --container-image="$EIMG" --container-entrypoint sh -c 'echo $ENTRY_SET' 2>>stderr.log)
+  runs=$(wc -l < entry.runs 2>/dev/null)
+  [ "$(echo $out)" = "yes yes" ] && [ "$runs" = 1 ]; res $? "--container-entrypoint: run once for the 2-task step, its variables in both tasks ($(echo $out); $runs runs)"
+  rm -f entry.runs
+  out=$(srun "${T[@]}" --container-image="$EIMG" sh -c 'echo ${ENTRY_SET-unset}' 2>>stderr.log)
+  [ "$out" = unset ] && [ ! -e entry.runs ]; res $? "without it the entrypoint does not run ($out)"
+  out=$(srun "${T[@]}" --container-image="$EIMG" --no-container-entrypoint sh -c 'echo ${ENTRY_SET-unset}' 2>>stderr.log)
+  [ "$out" = unset ] && [ ! -e entry.runs ]; res $? "--no-container-entrypoint ($out)"
+  out=$(FOO=host srun "${T[@]}" --container-image="$EIMG" --container-entrypoint sh -c 'echo $ENTRY_SAW_FOO' 2>>stderr.log)
+  [ "$out" = image ]; res $? "--container-entrypoint: the entrypoint sees the image's FOO ($out)"
+  out=$(FOO=host srun "${T[@]}" --container-image="$EIMG" --container-entrypoint --container-env=FOO sh -c 'echo $ENTRY_SAW_FOO $FOO' 2>>stderr.log)
+  [ "$out" = "host host" ]; res $? "--container-entrypoint --container-env=FOO: the entrypoint sees the host's FOO ($out)"
+  out=$(srun "${T[@]}" --container-image="$EIMG" --container-entrypoint --container-writable cat /entry-made 2>>stderr.log)
+  [ "$out" = made ]; res $? "--container-entrypoint --container-writable: what the entrypoint wrote is there ($out)"
+  out=$(ENTRY_FAIL=1 srun "${T[@]}" -n2 --container-image="$EIMG" --container-entrypoint true 2>&1); rc=$?
+  [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q 'cannot start.*exited with status 3.*--no-container-entrypoint' <<<"$out"
+  res $? "a failing entrypoint: exit 125, one line with its error and the way out (rc=$rc: $(echo "$out" | tr '\n' '|'))"
 
   cat > plug.sbatch <<EOF
 #!/bin/sh
