@@ -81,8 +81,8 @@ fn whole_tree_through_gpurun_exec() {
 
 #[test]
 fn extract_fallback_when_dev_fuse_is_unusable() {
-    if !is_root() {
-        return; // needs a private mount namespace to hide /dev/fuse from gpurun
+    if !root_or_skip("for a private mount namespace that hides /dev/fuse from gpurun") {
+        return;
     }
     let s = Scratch::new();
     let (img, want) = image(&s);

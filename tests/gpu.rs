@@ -80,8 +80,7 @@ fn sh(cmd: &mut Command) {
 
 /// Build the fake driver. `gpus` device nodes nvidia0.. (needs root for mknod; None without).
 fn fake_driver(gpus: u32) -> Option<FakeDriver> {
-    if !common::is_root() {
-        eprintln!("skipped: needs root for mknod");
+    if !common::root_or_skip("for mknod of the fake GPUs") {
         return None;
     }
     common::setup();
@@ -857,8 +856,8 @@ fn slurm_with_gpus() -> bool {
 #[test]
 fn slurm_step_sees_exactly_its_gpus() {
     if !common::is_root() || !slurm_with_gpus() {
-        eprintln!(
-            "skipped: needs root, a running Slurm with gres gpu and /dev/nvidia0-1 (recipes/slurm)"
+        common::skip(
+            "needs root, a running Slurm with gres gpu and /dev/nvidia0-1 (recipes/slurm)",
         );
         return;
     }

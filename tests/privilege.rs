@@ -210,8 +210,7 @@ fn corrupt_images_give_errors_not_hangs() {
 
 #[test]
 fn a_setuid_install_is_refused() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root to make a setuid-root copy");
+    if !common::root_or_skip("to make a setuid-root copy") {
         return;
     }
     let s = Scratch::new();

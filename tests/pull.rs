@@ -1011,8 +1011,7 @@ fn a_failed_pull_resumes_counts_and_cleans() {
 
 #[test]
 fn full_disk_leaves_no_partial_image() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root to mount a small tmpfs");
+    if !common::root_or_skip("to mount a small tmpfs") {
         return;
     }
     let s = Scratch::new();

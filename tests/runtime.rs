@@ -64,8 +64,8 @@ fn exec_with(opts: &[&str], img: &Path, args: &[&str]) -> std::process::Output {
 /// as a mount point: one line names the directory and the fix; chowned, the same directory runs.
 #[test]
 fn a_directory_image_that_is_not_the_users_says_so() {
-    if !is_root() {
-        return; // as the user, the directory would be the user's own
+    if !root_or_skip("for a directory that is not the test user's") {
+        return;
     }
     let s = Scratch::new();
     let root = s.join("rootdir");
@@ -626,8 +626,7 @@ fn mount_points_the_image_lacks() {
 /// since 25.0), not only for the directory's own filesystem.
 #[test]
 fn read_only_binds_cover_their_submounts() {
-    if !is_root() {
-        eprintln!("skipped: needs root to mount below the bound directory");
+    if !root_or_skip("to mount below the bound directory") {
         return;
     }
     // mount_setattr (Linux 5.12) makes a tree read-only; before it, only the top mount is.
@@ -636,7 +635,7 @@ fn read_only_binds_cover_their_submounts() {
         .split(['.', '-'])
         .map(|n| n.parse::<u32>().unwrap_or(0));
     if (v.next().unwrap_or(0), v.next().unwrap_or(0)) < (5, 12) {
-        eprintln!("skipped: kernel {release} has no mount_setattr");
+        skip(&format!("kernel {release} has no mount_setattr"));
         return;
     }
     struct Unmount(std::path::PathBuf);
@@ -823,8 +822,8 @@ fn dry_run_prints_the_plan() {
 
 #[test]
 fn without_fuse_the_image_is_extracted_once() {
-    if !is_root() {
-        return; // needs a private mount namespace to take /dev/fuse away from the test user
+    if !root_or_skip("for a private mount namespace that takes /dev/fuse away from the test user") {
+        return;
     }
     let s = Scratch::new();
     let img = image(&s);

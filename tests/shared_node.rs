@@ -26,11 +26,7 @@ fn shared_tmp(s: &Scratch, name: &str) -> PathBuf {
 
 /// Two users: without root there is only one, and nothing to test.
 fn two_users() -> bool {
-    let two = common::is_root();
-    if !two {
-        eprintln!("skipped: needs root to act as two users");
-    }
-    two
+    common::root_or_skip("to act as two users")
 }
 
 /// Run `script` with sh as `user`; it must succeed.

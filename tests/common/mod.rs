@@ -17,6 +17,25 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Say that the running test does not do its work here, and why: "SKIP name: why", written to
+/// stderr directly (the harness captures only print!/eprint!), so a passing run shows it.
+pub fn skip(why: &str) {
+    use std::io::Write;
+    let t = std::thread::current();
+    let name = t.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr().lock(), "SKIP {name}: {why}");
+}
+
+/// Whether the test runs as root (tests switch to the test user themselves); when not, it is
+/// reported as skipped: "needs root WHAT".
+pub fn root_or_skip(what: &str) -> bool {
+    let root = is_root();
+    if !root {
+        skip(&format!("needs root {what}"));
+    }
+    root
+}
+
 pub fn gpurun_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpurun"))
 }
