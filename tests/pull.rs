@@ -569,23 +569,65 @@ fn docker_v2_offline_sources_and_platforms() {
     no_temp_files(s.path());
 }
 
-#[test]
-fn basic_auth_registry() {
+/// A registry that wants a login (tester / s3cret-pass) with test/simple:v2 in it; the
+/// reference to pull. The registry is dropped before the scratch directory it serves from.
+struct AuthRegistry {
+    reg: Registry,
+    s: Scratch,
+    src: String,
+}
+
+fn auth_registry() -> AuthRegistry {
     let s = Scratch::new();
     let reg = Registry::start(&s.join("reg"), Some(("tester", "s3cret-pass")));
-    fixture(&s, &reg);
+    let mut l = Layout::new(&s.join("layout"));
+    let layers = [(layer1(), Comp::Gzip), (marker("simple"), Comp::Gzip)];
+    l.image("simple", &layers, "amd64", None, config());
+    reg.push(&l.dir, "simple", "test/simple:v2", "v2s2");
+    s.chown_all();
     let src = format!("docker://{}/test/simple:v2", reg.addr());
+    AuthRegistry { reg, s, src }
+}
 
-    let o = pull(&s, &[&src, "-o", "a.sqsh"], &[]);
+impl AuthRegistry {
+    /// Write the docker config.json that `pull` reads (DOCKER_CONFIG); its path.
+    fn docker_config(&self, json: &str) -> PathBuf {
+        let dc = self.s.join("docker-config");
+        std::fs::create_dir_all(&dc).unwrap();
+        std::fs::write(dc.join("config.json"), json).unwrap();
+        self.s.chown_all();
+        dc.join("config.json")
+    }
+
+    /// Pull as OUT.sqsh, which must then hold the image.
+    fn pull_ok(&self, out: &str, env: &[(&str, &str)]) -> Output {
+        let o = pull_ok(&self.s, &[&self.src, "-o", out], env);
+        assert!(!stderr(&o).contains("s3cret"), "{}", stderr(&o));
+        let image = support::read_image(&self.s.join(out));
+        assert_eq!(file(&image, "etc/marker"), "simple");
+        o
+    }
+}
+
+#[test]
+fn basic_auth_without_credentials_names_the_variables() {
+    let a = auth_registry();
+    let o = pull(&a.s, &[&a.src, "-o", "a.sqsh"], &[]);
     one_line_error(
         &o,
         EXIT_AUTH,
-        &[&reg.addr(), "refused access", "GPURUN_DOCKER_USERNAME"],
+        &[&a.reg.addr(), "refused access", "GPURUN_DOCKER_USERNAME"],
     );
-    // a wrong password reads differently from none: the credentials found were refused
+    assert!(!a.s.join("a.sqsh").exists());
+}
+
+/// A wrong password reads differently from none: the credentials found were refused.
+#[test]
+fn basic_auth_wrong_password_from_the_variables_says_so() {
+    let a = auth_registry();
     let o = pull(
-        &s,
-        &[&src, "-o", "a.sqsh"],
+        &a.s,
+        &[&a.src, "-o", "a.sqsh"],
         &[
             ("GPURUN_DOCKER_USERNAME", "tester"),
             ("GPURUN_DOCKER_PASSWORD", "wrong-pass"),
@@ -595,66 +637,57 @@ fn basic_auth_registry() {
         &o,
         EXIT_AUTH,
         &[
-            &reg.addr(),
+            &a.reg.addr(),
             "refused the credentials from GPURUN_DOCKER_USERNAME and GPURUN_DOCKER_PASSWORD",
             "check the user name and password",
         ],
     );
     assert!(!stderr(&o).contains("wrong-pass"));
-    let dc = s.join("docker-config");
-    std::fs::create_dir_all(&dc).unwrap();
+}
+
+#[test]
+fn basic_auth_wrong_password_from_docker_config_names_the_file() {
+    let a = auth_registry();
     let wrong = "dGVzdGVyOndyb25nLXBhc3M="; // base64("tester:wrong-pass")
-    std::fs::write(
-        dc.join("config.json"),
-        format!(r#"{{"auths":{{"{}":{{"auth":"{wrong}"}}}}}}"#, reg.addr()),
-    )
-    .unwrap();
-    s.chown_all();
-    let o = pull(&s, &[&src, "-o", "a.sqsh"], &[]);
-    let found_in = format!(
-        "refused the credentials found in {}",
-        dc.join("config.json").display()
-    );
+    let cfg = a.docker_config(&format!(
+        r#"{{"auths":{{"{}":{{"auth":"{wrong}"}}}}}}"#,
+        a.reg.addr()
+    ));
+    let o = pull(&a.s, &[&a.src, "-o", "a.sqsh"], &[]);
+    let found_in = format!("refused the credentials found in {}", cfg.display());
     one_line_error(&o, EXIT_AUTH, &[&found_in]);
     assert!(!stderr(&o).contains("wrong-pass"));
+}
 
-    let o = pull_ok(
-        &s,
-        &[&src, "-o", "env.sqsh"],
+#[test]
+fn basic_auth_login_from_the_variables() {
+    let a = auth_registry();
+    a.pull_ok(
+        "env.sqsh",
         &[
             ("GPURUN_DOCKER_USERNAME", "tester"),
             ("GPURUN_DOCKER_PASSWORD", "s3cret-pass"),
         ],
     );
-    assert!(!stderr(&o).contains("s3cret"));
-    assert_eq!(
-        file(&support::read_image(&s.join("env.sqsh")), "etc/marker"),
-        "simple"
-    );
+}
 
-    // docker config.json with base64 "auth"; a fresh cache so the blobs come from the registry
+/// docker's config.json with a base64 "auth", under the registry's http:// URL.
+#[test]
+fn basic_auth_login_from_docker_config() {
+    let a = auth_registry();
     let auth = "dGVzdGVyOnMzY3JldC1wYXNz"; // base64("tester:s3cret-pass")
-    std::fs::write(
-        dc.join("config.json"),
-        format!(
-            r#"{{"auths":{{"http://{}":{{"auth":"{auth}"}}}}}}"#,
-            reg.addr()
-        ),
-    )
-    .unwrap();
-    s.chown_all();
-    pull_ok(
-        &s,
-        &[&src, "-o", "cfg.sqsh"],
-        &[("GPURUN_CACHEDIR", s.join("cache2").to_str().unwrap())],
-    );
-    assert_eq!(
-        file(&support::read_image(&s.join("cfg.sqsh")), "etc/marker"),
-        "simple"
-    );
+    a.docker_config(&format!(
+        r#"{{"auths":{{"http://{}":{{"auth":"{auth}"}}}}}}"#,
+        a.reg.addr()
+    ));
+    a.pull_ok("cfg.sqsh", &[]);
+}
 
-    // a credential helper named by credsStore (docker's protocol: server on stdin, JSON out)
-    let bin = s.join("bin");
+/// A credential helper named by credsStore (docker's protocol: the server on stdin, JSON out).
+#[test]
+fn basic_auth_login_from_a_credential_helper() {
+    let a = auth_registry();
+    let bin = a.s.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let helper = bin.join("docker-credential-gpuruntest");
     std::fs::write(
@@ -662,23 +695,14 @@ fn basic_auth_registry() {
         format!(
             "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\n[ \"$server\" = \"{}\" ] || exit 1\n\
              echo '{{\"ServerURL\":\"'$server'\",\"Username\":\"tester\",\"Secret\":\"s3cret-pass\"}}'\n",
-            reg.addr()
+            a.reg.addr()
         ),
     )
     .unwrap();
     std::fs::set_permissions(&helper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    std::fs::write(dc.join("config.json"), r#"{"credsStore":"gpuruntest"}"#).unwrap();
-    s.chown_all();
+    a.docker_config(r#"{"credsStore":"gpuruntest"}"#);
     let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.display());
-    pull_ok(
-        &s,
-        &[&src, "-o", "helper.sqsh"],
-        &[
-            ("GPURUN_CACHEDIR", s.join("cache3").to_str().unwrap()),
-            ("PATH", &path),
-        ],
-    );
-    assert!(s.join("helper.sqsh").exists());
+    a.pull_ok("helper.sqsh", &[("PATH", &path)]);
 }
 
 #[test]
