@@ -82,8 +82,9 @@ SLURM_STEP_GPUS / CUDA_VISIBLE_DEVICES to pick the GPUs. Pull once on a login no
 to node-local disk) and point every rank at the same .sqsh file: one file on the parallel
 filesystem, read through the page cache. The SPANK plugin (slurm/) adds pyxis-style options
 (--container-image, --container-mounts, --container-workdir, --container-env,
---container-writable, --container-remap-root, --no-container-mount-home) and starts one
-container per node per step that the tasks join.
+--container-writable/-readonly, --[no-]container-remap-root, --[no-]container-mount-home,
+--[no-]container-entrypoint) and starts one container per node per step that the tasks
+join.
 ";
 
 /// Also the EXIT STATUS part of gpurun(1).
@@ -143,8 +144,9 @@ everything after the image goes to the container. An option gpurun does not have
 --userns, --overlay, …) is refused with what to use instead.
 Coming from enroot and pyxis: .sqsh files from enroot import run as they are; srun
 --container-image, --container-mounts, --container-workdir, --container-env,
---container-writable, --container-remap-root, --no-container-mount-home come with gpurun's
-SPANK plugin (gpurun help slurm). The whole table: docs/apptainer-and-pyxis.md.
+--container-writable/-readonly, --[no-]container-remap-root, --[no-]container-mount-home,
+--[no-]container-entrypoint come with gpurun's SPANK plugin (gpurun help slurm). The whole
+table: docs/apptainer-and-pyxis.md.
 ";
 
 #[cfg(test)]

@@ -114,14 +114,14 @@ const TABLE: &[Entry] = &[
     ("--container-writable", Peer::Pyxis, ANY, "on the gpurun command line use --writable-tmpfs"),
     ("--container-remap-root", Peer::Pyxis, ANY, "on the gpurun command line use --fakeroot"),
     ("--no-container-mount-home", Peer::Pyxis, ANY, "on the gpurun command line use --no-home"),
+    ("--container-mount-home", Peer::Pyxis, ANY, "on the gpurun command line the home directory is bound by default; --no-home leaves it out"),
+    ("--no-container-remap-root", Peer::Pyxis, ANY, "on the gpurun command line you run as yourself by default; leave it out"),
+    ("--container-readonly", Peer::Pyxis, ANY, "on the gpurun command line the root is read-only by default; leave it out"),
+    ("--container-entrypoint", Peer::Pyxis, ANY, "on the gpurun command line gpurun run IMAGE starts the image's entrypoint"),
+    ("--no-container-entrypoint", Peer::Pyxis, ANY, "on the gpurun command line gpurun exec IMAGE CMD runs CMD without it"),
     // pyxis, not in gpurun's plugin
-    ("--container-mount-home", Peer::PyxisOnly, ANY, "gpurun binds the home directory by default; --no-home leaves it out"),
-    ("--no-container-remap-root", Peer::PyxisOnly, ANY, "gpurun runs as you by default; leave it out"),
-    ("--container-readonly", Peer::PyxisOnly, ANY, "gpurun's root is read-only by default; leave it out"),
     ("--container-name", Peer::PyxisOnly, ANY, "not yet: named containers kept between steps"),
     ("--container-save", Peer::PyxisOnly, ANY, "not yet: saving a container as a new image"),
-    ("--container-entrypoint", Peer::PyxisOnly, ANY, "gpurun run IMAGE starts the image's entrypoint; gpurun exec does not"),
-    ("--no-container-entrypoint", Peer::PyxisOnly, ANY, "gpurun exec does not start the image's entrypoint"),
     ("--container-entrypoint-log", Peer::PyxisOnly, ANY, "gpurun has no entrypoint log"),
 ];
 
