@@ -400,7 +400,7 @@ impl Config {
             "cache_dir",
             opt(
                 &self.cache_dir.value,
-                crate::image::cache::cache_root().display().to_string(),
+                crate::store::cache_dir::cache_root().display().to_string(),
             ),
             &self.cache_dir.from,
         );

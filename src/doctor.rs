@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::runtime::sys;
+use crate::sys;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -308,7 +308,7 @@ fn cache_check(root: &Path) -> Check {
     use crate::store::private_dir::{own_dir, Visibility};
     // One that is there already must be the caller's own and private (made by nobody else).
     if root.symlink_metadata().is_ok() {
-        let fix = crate::image::cache::CACHE_FIX;
+        let fix = crate::store::cache_dir::CACHE_FIX;
         if let Err(e) = own_dir(root, Visibility::Private, fix) {
             let detail = format!("{}: {}", e.path.display(), e.problem);
             return check("cache", Status::Fail, detail, fix);

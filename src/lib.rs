@@ -12,6 +12,7 @@ pub mod image;
 pub mod ps;
 pub mod runtime;
 pub mod store;
+pub mod sys;
 pub mod version;
 
 /// Lock a mutex even when a thread panicked while holding it. Every mutex gpurun shares

@@ -114,14 +114,14 @@ fn go(l: Launch, ctx: &Ctx) -> i32 {
 }
 
 fn main() {
-    gpurun::runtime::sys::process_start();
+    gpurun::sys::process_start();
     std::process::exit(run(std::env::args_os().collect()))
 }
 
 fn run(args: Vec<std::ffi::OsString>) -> i32 {
     // Before anything else, for every command: installed setuid-root by mistake, `pull -o` would
     // write (and read layouts and archives) as root wherever the caller names.
-    if gpurun::runtime::sys::is_setuid() {
+    if gpurun::sys::is_setuid() {
         let exe = std::env::current_exe().unwrap_or_else(|_| "gpurun".into());
         eprintln!(
             "gpurun: {}",
@@ -151,7 +151,7 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
             std::process::exit(FAILED);
         }
     };
-    gpurun::image::cache::configure(gpurun::image::cache::Settings {
+    gpurun::store::cache_dir::configure(gpurun::store::cache_dir::Settings {
         dir: cfg.cache_dir.value.clone(),
         shared: cfg.shared_cache.value.clone(),
     });
@@ -370,7 +370,7 @@ fn inspect(a: gpurun::cli::InspectArgs, ctx: &Ctx) -> i32 {
 fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
     use gpurun::image::gc;
     use gpurun::image::inspect::human_size;
-    let cache = gpurun::image::cache::Cache::open(&gpurun::image::cache::cache_root())?;
+    let cache = gpurun::image::cache::Cache::open(&gpurun::store::cache_dir::cache_root())?;
     let from_files = match &ctx.cfg.cache_dir.from {
         Origin::Site(_) | Origin::User(_) => ctx.cfg.cache_dir.value.as_deref(),
         _ => None,
@@ -454,7 +454,7 @@ fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
 fn doctor(json: bool, ctx: &Ctx) -> i32 {
     let checks = gpurun::doctor::run(
         &ctx.cfg.nv_driver_paths.value,
-        &gpurun::image::cache::cache_root(),
+        &gpurun::store::cache_dir::cache_root(),
     );
     if json {
         println!(

@@ -53,7 +53,7 @@ pub fn attach(cmd: Command, vars: Vars) -> Command {
     // This process's GPURUN_ variables that are set, and whether each is empty.
     let set: Vec<(String, bool)> = match vars {
         Vars::All => Vec::new(),
-        Vars::Set | Vars::Help => crate::runtime::sys::env_with_prefix("GPURUN_"),
+        Vars::Set | Vars::Help => crate::sys::env_with_prefix("GPURUN_"),
     };
     let wanted = |long: &str| {
         let here = set.iter().find(|(k, _)| is_var_of(k, long));

@@ -251,7 +251,7 @@ fn nvml_use(asked: &Request, requirements: bool) -> NvmlUse {
 /// (`FactsDir`), one file per boot, driver version and set of GPUs or sources (`file`). Opened
 /// once per start; `None` unless the cache directory is the caller's own and private.
 struct Facts {
-    dir: crate::image::cache::FactsDir,
+    dir: crate::store::kept_facts::FactsDir,
     boot: String,
 }
 
@@ -259,7 +259,7 @@ impl Facts {
     fn open(root: Option<&Path>) -> Option<Facts> {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
         Some(Facts {
-            dir: crate::image::cache::FactsDir::open(root?.to_path_buf())?,
+            dir: crate::store::kept_facts::FactsDir::open(root?.to_path_buf())?,
             boot: boot.trim().to_string(),
         })
     }
@@ -270,7 +270,7 @@ impl Facts {
     fn file(&self, kind: &str, driver_version: &str, ids: &[String]) -> Option<PathBuf> {
         let mut sorted = ids.to_vec();
         sorted.sort();
-        let set = crate::image::cache::short_hash(&sorted.join(","));
+        let set = crate::store::short_hash(&sorted.join(","));
         self.dir
             .file(kind, &format!("{}-{driver_version}-{set}.json", self.boot))
     }
@@ -303,7 +303,7 @@ fn candidates_kept(
         })
         .collect();
     let file = facts.and_then(|f| f.file("driver-libs", version, &key));
-    crate::image::cache::kept(
+    crate::store::kept_facts::kept(
         file.as_deref(),
         |_| true,
         || driver::candidates(sources, Some(version)).map_err(GpuError::from),
@@ -348,7 +348,7 @@ fn gpus_from_proc_kept(
         listed.sort_unstable();
         listed == buses
     };
-    crate::image::cache::kept(file.as_deref(), listed_now, || {
+    crate::store::kept_facts::kept(file.as_deref(), listed_now, || {
         gpus_from_proc(proc_dir).ok_or(())
     })
     .ok()

@@ -152,7 +152,7 @@ pub fn query(lib: &Path, detail: bool) -> Result<NvmlInfo, NvmlError> {
 /// [`query`] in a forked child, so that NVML's threads never live in this process (which must stay
 /// single-threaded to enter a user namespace). Errors come back as text.
 pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
-    let out = crate::runtime::sys::in_child(|| {
+    let out = crate::sys::in_child(|| {
         let r: Result<NvmlInfo, String> = query(lib, detail).map_err(|e| e.to_string());
         serde_json::to_vec(&r).unwrap_or_default()
     })
@@ -168,7 +168,7 @@ pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
 /// concurrent starts race harmlessly). MIG layouts change at run time: callers ask NVML afresh
 /// for MIG devices.
 pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<NvmlInfo, String> {
-    crate::image::cache::kept(
+    crate::store::kept_facts::kept(
         Some(file),
         |i| same_gpus(i, proc_uuids),
         || query_in_child(lib, false),

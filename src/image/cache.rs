@@ -21,15 +21,15 @@
 //! A site may name a shared cache (`shared_cache` in the site file) that a site account fills
 //! and every user reads: its blobs and images are used without downloading, never written.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::fs::{self, File};
+use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use super::reference::valid_digest;
+use crate::store::cache_dir::{settings, visibility, CACHE_FIX};
 use crate::store::private_dir::{self, PlaceError, Visibility};
+use crate::store::whole_file::write_atomically;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -41,53 +41,6 @@ pub enum CacheError {
     Lock { path: PathBuf, source: io::Error },
     #[error("'{0}' is not a sha256 digest")]
     BadDigest(String),
-}
-
-/// What the user can do when the cache directory is refused.
-pub const CACHE_FIX: &str =
-    "set GPURUN_CACHEDIR (or cache_dir in ~/.config/gpurun/config.toml) to a directory of your own";
-
-/// The cache settings of this process, from the config (set once by the command line's entry).
-#[derive(Debug, Clone, Default)]
-pub struct Settings {
-    /// `cache_dir` / `GPURUN_CACHEDIR`.
-    pub dir: Option<PathBuf>,
-    /// The site's shared read-only cache.
-    pub shared: Option<PathBuf>,
-}
-
-static SETTINGS: OnceLock<Settings> = OnceLock::new();
-
-/// Take the config's cache settings for this process (before any cache is opened).
-pub fn configure(s: Settings) {
-    let _ = SETTINGS.set(s);
-}
-
-fn settings() -> &'static Settings {
-    SETTINGS.get_or_init(Settings::default)
-}
-
-/// The cache root (see the module comment for the order of precedence).
-pub fn cache_root() -> PathBuf {
-    cache_root_from(
-        settings().dir.clone(),
-        std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from),
-        nix::unistd::getuid().as_raw(),
-    )
-}
-
-/// [`cache_root`] from given values (also for `gpurun cache gc`, which works out the roots of
-/// other gpurun processes).
-pub fn cache_root_from(configured: Option<PathBuf>, xdg: Option<PathBuf>, uid: u32) -> PathBuf {
-    // Empty or relative values are ignored, as the XDG spec asks.
-    let usable = |p: &PathBuf| p.is_absolute();
-    if let Some(p) = configured.filter(usable) {
-        return p;
-    }
-    if let Some(p) = xdg.filter(usable) {
-        return p.join("gpurun");
-    }
-    PathBuf::from(format!("/var/tmp/gpurun-{uid}"))
 }
 
 #[derive(Debug, Clone)]
@@ -252,21 +205,6 @@ fn ref_name(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
 }
 
-/// Who may read the cache at `root`: everyone where it is the site's shared cache and the caller
-/// its owner (filling it), else only the caller.
-fn visibility(root: &Path) -> Visibility {
-    let me = nix::unistd::geteuid().as_raw();
-    let published = settings().shared.as_ref().is_some_and(|s| {
-        let real = |p: &Path| fs::canonicalize(p).ok();
-        real(root).is_some_and(|r| Some(r) == real(s))
-            && fs::metadata(s).is_ok_and(|m| m.uid() == me)
-    });
-    match published {
-        true => Visibility::Readable,
-        false => Visibility::Private,
-    }
-}
-
 /// An exclusive flock(2), released on drop or when the process dies (so a killed pull never
 /// leaves a stale lock behind).
 #[derive(Debug)]
@@ -293,202 +231,9 @@ impl FileLock {
     }
 }
 
-/// Write `file` whole or not at all: a reader sees the old contents or the new, never a part.
-pub fn write_atomically(file: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_whole(file, |f| f.write_all(bytes))
-}
-
-/// Write `file` whole or not at all, by `write`. The new contents go to an unnamed file first
-/// (O_TMPFILE), named only once whole, so a writer that fails or is killed midway leaves no
-/// partial file. A replacement is linked under a temporary name and renamed over the old file
-/// (a kill in that instant leaves the temporary name, which `prune` removes).
-/// Where there are no unnamed files, or they cannot be named (no usable /proc/self/fd), a
-/// temporary file of this call's own, made new (never one left by another writer), removed on
-/// failure. Two processes may write the same file at once: each temporary name is its own.
-pub fn write_whole(file: &Path, write: impl Fn(&mut File) -> io::Result<()>) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = file.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = file.with_file_name(format!(".{name}.{}.{call}.tmp", std::process::id()));
-    let renamed = || {
-        fs::rename(&tmp, file).inspect_err(|_| {
-            let _ = fs::remove_file(&tmp);
-        })
-    };
-    let dir = file.parent().filter(|d| !d.as_os_str().is_empty());
-    let unnamed = OpenOptions::new()
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_TMPFILE)
-        .open(dir.unwrap_or(Path::new(".")));
-    if let Ok(mut f) = unnamed {
-        write(&mut f)?;
-        // Named at once where there is no file yet.
-        let named = match link_unnamed(&f, file) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                link_unnamed(&f, &tmp).and_then(|_| renamed())
-            }
-            named => named,
-        };
-        if named.is_ok() {
-            return Ok(());
-        }
-    }
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    write(&mut f).and_then(|_| renamed()).inspect_err(|_| {
-        let _ = fs::remove_file(&tmp);
-    })
-}
-
-/// Give the unnamed (O_TMPFILE) file `f` the name `to`.
-fn link_unnamed(f: &File, to: &Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
-    let to = std::ffi::CString::new(to.as_os_str().as_bytes())?;
-    // SAFETY: two NUL-terminated paths that outlive the call.
-    let rc = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            libc::AT_SYMLINK_FOLLOW,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// The fact kept in `file` while it still `holds`, else what `find` finds, kept there for the
-/// next start when it holds. A file that is missing, damaged or not writable just means `find`.
-pub fn kept<T, E>(
-    file: Option<&Path>,
-    holds: impl Fn(&T) -> bool,
-    find: impl FnOnce() -> Result<T, E>,
-) -> Result<T, E>
-where
-    T: serde::Serialize + serde::de::DeserializeOwned,
-{
-    let old = file
-        .and_then(|f| std::fs::read(f).ok())
-        .and_then(|b| serde_json::from_slice::<T>(&b).ok())
-        .filter(&holds);
-    if let Some(old) = old {
-        return Ok(old);
-    }
-    let new = find()?;
-    if let (Some(f), true) = (file, holds(&new)) {
-        let _ = write_atomically(f, &serde_json::to_vec(&new).unwrap_or_default());
-    }
-    Ok(new)
-}
-
-/// Where facts are kept between starts (`kept`): one directory per kind under a root, the user's
-/// gpurun cache, each the caller's own and private (store/private_dir.rs). Where the root is
-/// refused (someone else made it), nothing is kept, and the user is told once.
-pub struct FactsDir {
-    root: PathBuf,
-}
-
-impl FactsDir {
-    /// `root`, made if missing; None (said once on stderr) unless it is the caller's and private.
-    pub fn open(root: PathBuf) -> Option<FactsDir> {
-        match private_dir::own_dir(&root, visibility(&root), CACHE_FIX) {
-            Ok(root) => Some(FactsDir { root }),
-            Err(e) => {
-                static SAID: std::sync::Once = std::sync::Once::new();
-                SAID.call_once(|| {
-                    eprintln!(
-                        "gpurun: warning: cache directory {e}; nothing is kept between starts"
-                    )
-                });
-                None
-            }
-        }
-    }
-
-    /// The file `name` for facts of `kind`; None unless its directory is private too.
-    pub fn file(&self, kind: &str, name: &str) -> Option<PathBuf> {
-        private_dir::own_subdir(&self.root, kind, Visibility::Private, CACHE_FIX)
-            .ok()
-            .map(|dir| dir.join(name))
-    }
-}
-
-/// Keep at most `max_files` files and `max_bytes` in `dir` (a directory of kept things, each
-/// made again when missing), the most recently used first: by the later of access and
-/// modification time, as `gpurun cache gc` judges use. A writer's temporary file (`.NAME.tmp`)
-/// left by a gpurun killed mid-rename is removed once older than gc's grace period. Best effort.
-pub fn prune(dir: &Path, max_files: usize, max_bytes: u64) {
-    use std::os::unix::fs::MetadataExt;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    let mut kept = Vec::new();
-    for e in entries.flatten() {
-        let (path, name) = (e.path(), e.file_name());
-        let Ok(m) = fs::symlink_metadata(&path) else {
-            continue;
-        };
-        let stale = now - m.mtime() > super::gc::GRACE.as_secs() as i64;
-        if name.to_string_lossy().starts_with('.') {
-            if stale {
-                let _ = fs::remove_file(&path);
-            }
-        } else if m.is_file() {
-            kept.push((m.atime().max(m.mtime()), m.len(), path));
-        }
-    }
-    kept.sort_by(|a, b| b.cmp(a));
-    let mut total = 0u64;
-    for (i, (_, len, path)) in kept.iter().enumerate() {
-        total += len;
-        if i >= max_files || total > max_bytes {
-            let _ = fs::remove_file(path);
-        }
-    }
-}
-
-/// A short name for `key` in a file name (the first 6 bytes of its SHA-256, in hex).
-pub fn short_hash(key: &str) -> String {
-    use sha2::Digest;
-    hex::encode(&sha2::Sha256::digest(key.as_bytes())[..6])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn facts_only_in_a_private_directory() {
-        use std::os::unix::fs::PermissionsExt;
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path().join("cache");
-        let f = FactsDir::open(root.clone()).unwrap().file("k", "x.json");
-        assert_eq!(f, Some(root.join("k/x.json")));
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!((mode(&root), mode(&root.join("k"))), (0o700, 0o700));
-        // A kind's directory that is a link: no facts there.
-        let d = FactsDir::open(root.clone()).unwrap();
-        std::os::unix::fs::symlink(t.path(), root.join("l")).unwrap();
-        assert_eq!(d.file("l", "x.json"), None);
-        // Someone else's root: no facts at all.
-        if nix::unistd::geteuid().is_root() {
-            std::os::unix::fs::chown(&root, Some(54321), None).unwrap();
-            assert!(FactsDir::open(root.clone()).is_none());
-        }
-    }
 
     #[test]
     fn a_cache_someone_else_made_is_refused() {
@@ -513,31 +258,6 @@ mod tests {
     }
 
     #[test]
-    fn short_hashes_are_stable_and_distinct() {
-        assert_eq!(short_hash("a"), short_hash("a"));
-        assert_eq!(short_hash("a").len(), 12);
-        assert_ne!(short_hash("1:2"), short_hash("1:3"));
-    }
-
-    #[test]
-    fn root_precedence() {
-        let p = |s: &str| Some(PathBuf::from(s));
-        assert_eq!(cache_root_from(p("/c"), p("/x"), 7), PathBuf::from("/c"));
-        assert_eq!(
-            cache_root_from(None, p("/x"), 7),
-            PathBuf::from("/x/gpurun")
-        );
-        assert_eq!(
-            cache_root_from(p("rel"), p(""), 7),
-            PathBuf::from("/var/tmp/gpurun-7")
-        );
-        assert_eq!(
-            cache_root_from(None, None, 1000),
-            PathBuf::from("/var/tmp/gpurun-1000")
-        );
-    }
-
-    #[test]
     fn paths_refuse_non_digests() {
         let dir = tempfile::tempdir().unwrap();
         let c = Cache::open(dir.path()).unwrap();
@@ -545,40 +265,5 @@ mod tests {
         assert!(c.blob_path(&d).unwrap().ends_with("a".repeat(64)));
         assert!(c.blob_path("sha256:../../etc/passwd").is_err());
         let _l = c.lock(&d).unwrap();
-    }
-
-    #[test]
-    fn prune_keeps_the_most_recently_used_within_bounds() {
-        let dir = tempfile::tempdir().unwrap();
-        let now = std::time::SystemTime::now();
-        let file = |name: &str, len: usize, age_s: u64| {
-            let p = dir.path().join(name);
-            fs::write(&p, vec![0u8; len]).unwrap();
-            let t = now - std::time::Duration::from_secs(age_s);
-            let f = File::options().write(true).open(&p).unwrap();
-            f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t))
-                .unwrap();
-        };
-        file("a.blocks", 100, 10);
-        file("b.blocks", 100, 20);
-        file("c.blocks", 100, 30);
-        file("d.blocks", 100, 40);
-        file(".e.blocks.7.tmp", 100, 3600);
-        file(".f.blocks.8.tmp", 100, 5);
-        let names = || {
-            let mut v: Vec<String> = fs::read_dir(dir.path())
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        };
-        prune(dir.path(), 3, 1000);
-        assert_eq!(
-            names(),
-            [".f.blocks.8.tmp", "a.blocks", "b.blocks", "c.blocks"]
-        );
-        prune(dir.path(), 3, 250);
-        assert_eq!(names(), [".f.blocks.8.tmp", "a.blocks", "b.blocks"]);
     }
 }

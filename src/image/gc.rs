@@ -26,9 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use super::cache::Cache;
-
-/// Entries younger than this are never removed.
-pub const GRACE: Duration = Duration::from_secs(600);
+use crate::store::cache_dir::{cache_root_from, GRACE};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -171,7 +169,7 @@ pub fn cache_root_of(env: &[(String, String)], from_files: Option<&Path>, uid: u
             .filter(|p| p.is_absolute())
     };
     let explicit = get("GPURUN_CACHEDIR").or_else(|| from_files.map(Path::to_path_buf));
-    super::cache::cache_root_from(explicit, get("XDG_CACHE_HOME"), uid)
+    cache_root_from(explicit, get("XDG_CACHE_HOME"), uid)
 }
 
 fn environ(pid: u32) -> Option<Vec<(String, String)>> {
@@ -196,7 +194,7 @@ impl Activity {
             open: Default::default(),
             gpurun_running: false,
         };
-        for p in crate::ps::own_processes(uid) {
+        for p in crate::store::processes::own_processes(uid) {
             if p.pid == me {
                 continue;
             }

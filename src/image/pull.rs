@@ -21,7 +21,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
-use super::cache::{cache_root, Cache, CacheError};
+use super::cache::{Cache, CacheError};
 use super::flatten::{flatten, normalize, ExtraFile, FlattenError, Layer, Report};
 use super::meta::{ImageMeta, META_PATH};
 use super::reference::{ImageRef, ReferenceError, Source};
@@ -30,6 +30,7 @@ use super::registry::{
     RegistryError,
 };
 use super::squash::{SquashError, SquashWriter};
+use crate::store::cache_dir::cache_root;
 
 /// Exit codes of `gpurun pull` (and of commands that pull through [`ensure_local`]). Other
 /// failures exit with [`crate::exit::GPURUN_FAILED`] (125).

@@ -21,8 +21,8 @@ use std::time::Duration;
 use nix::errno::Errno;
 
 use super::server::{self, Reply, Request, Status};
-use super::sys::{self, Spawn};
 use crate::image::sqfs::Archive;
+use crate::sys::{self, Spawn};
 
 /// Bumped when the messages between gpurun and its servers change.
 const PROTOCOL: u32 = 1;
@@ -246,11 +246,7 @@ pub fn server_name(uid: u32, image_id: &str, gid: u32, scope: &str) -> String {
         "{image_id}|{gid}|{}|{}|{PROTOCOL}|{scope}",
         b.version, b.commit
     );
-    format!(
-        "{}{}",
-        server_prefix(uid),
-        crate::image::cache::short_hash(&key)
-    )
+    format!("{}{}", server_prefix(uid), crate::store::short_hash(&key))
 }
 
 fn server_prefix(uid: u32) -> String {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::sys::{self, Spawn};
+use crate::sys::{self, Spawn};
 
 /// What a start asks of the keeper, with the server's descriptors attached.
 #[derive(Serialize, Deserialize)]

@@ -25,8 +25,8 @@ use nix::unistd::{fork, ForkResult, Pid};
 use super::attach::Attached;
 use super::plan::{Mount, MountSource, Plan};
 use super::server::Reply;
-use super::sys::{self, Create, SysError};
 use crate::exit;
+use crate::sys::{self, Create, SysError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {

@@ -10,4 +10,3 @@ pub mod launch;
 pub mod plan;
 pub mod server;
 pub mod start;
-pub mod sys;

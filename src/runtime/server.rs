@@ -25,8 +25,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{fuse, sys};
+use super::fuse;
 use crate::image::sqfs::Archive;
+use crate::sys;
 
 /// Where the server mounts the image, in its own mount namespace.
 const MOUNT: &str = "/tmp";
@@ -421,7 +422,7 @@ impl Server {
         };
         let written = self.archive.keep_blocks(&file, &kept_id(&self.args.id));
         if let (Ok(true), Some(dir)) = (written, file.parent()) {
-            crate::image::cache::prune(dir, KEPT_FILES, KEPT_BYTES);
+            crate::store::kept_facts::prune(dir, KEPT_FILES, KEPT_BYTES);
         }
     }
 

@@ -12,13 +12,15 @@ use super::launch::{self, HoldState, LaunchError, Lower};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
-use super::{attach, extract, sys};
+use super::{attach, extract};
 use crate::exit;
-use crate::image::cache::{cache_root, Cache};
+use crate::image::cache::Cache;
 use crate::image::meta::MetaError;
 use crate::image::pull::{ensure_local, PullError, PullOptions};
 use crate::image::sif::OpenError;
 use crate::image::sqfs::Archive;
+use crate::store::cache_dir::cache_root;
+use crate::sys;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -177,7 +179,7 @@ impl Image {
             return find(String::new());
         };
         let id = format!("{id}:{IMAGE_FACTS_FORMAT}");
-        crate::image::cache::kept(Some(file), |f: &ImageFacts| f.id == id, || find(id.clone()))
+        crate::store::kept_facts::kept(Some(file), |f: &ImageFacts| f.id == id, || find(id.clone()))
     }
 
     fn exists(&self, p: &str) -> bool {
@@ -286,7 +288,8 @@ fn kept_facts(archive: &Archive, root: PathBuf) -> Option<(PathBuf, String)> {
 /// The file of `kind` (`image-facts`, `image-blocks`) kept for the image file `file_key` in the
 /// user's private cache at `root`.
 fn kept_file(root: PathBuf, kind: &str, file_key: &str, ext: &str) -> Option<PathBuf> {
-    use crate::image::cache::{short_hash, FactsDir};
+    use crate::store::kept_facts::FactsDir;
+    use crate::store::short_hash;
     let name = format!("{}.{ext}", short_hash(file_key));
     FactsDir::open(root)?.file(kind, &name)
 }

@@ -799,7 +799,7 @@ impl Archive {
             *lock(&self.recorded) = None;
             return Ok(false);
         };
-        crate::image::cache::write_whole(file, |f| kept::write(f, id, &blocks))?;
+        crate::store::whole_file::write_whole(file, |f| kept::write(f, id, &blocks))?;
         self.kept_written.store(true, Ordering::Release);
         *lock(&self.recorded) = None;
         Ok(true)
