@@ -323,7 +323,7 @@ impl Config {
 
     /// The settings of this process: the site and user files and the environment.
     pub fn load() -> Result<Config, ConfigError> {
-        let env = crate::runtime::start::host_env();
+        let env = crate::env_vars::host_env();
         let get = |k: &str| {
             env.iter()
                 .find(|(n, _)| n == k)

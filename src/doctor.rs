@@ -189,7 +189,7 @@ fn fuse_check() -> Check {
 }
 
 fn gpu_checks(driver_paths: &[PathBuf]) -> Vec<Check> {
-    let env = crate::runtime::start::host_env();
+    let env = crate::env_vars::host_env();
     let l = match crate::gpu::list(driver_paths, &env) {
         Ok(l) => l,
         Err(e) => {
@@ -385,7 +385,7 @@ fn slurm_check(env: &[(String, String)]) -> Check {
 
 /// Every check, in the order a user should fix them.
 pub fn run(driver_paths: &[PathBuf], cache_root: &Path) -> Vec<Check> {
-    let env = crate::runtime::start::host_env();
+    let env = crate::env_vars::host_env();
     let mut out = userns_checks(&probe_namespaces());
     out.push(fuse_check());
     out.extend(gpu_checks(driver_paths));

@@ -6,9 +6,11 @@
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod env_vars;
 pub mod gpu;
 pub mod help;
 pub mod image;
+pub mod mount;
 pub mod ps;
 pub mod runtime;
 pub mod store;

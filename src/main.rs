@@ -248,7 +248,7 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
 /// The settings, then the options set by their `GPURUN_<FLAG>` variables (`flags` in JSON).
 fn config_show(cfg: &Config, json: bool) {
     use gpurun::cli::flag_vars;
-    let env = gpurun::runtime::start::host_env();
+    let env = gpurun::env_vars::host_env();
     let flags = flag_vars::set_in(&flag_vars::all(), &env);
     if json {
         let mut v = serde_json::to_value(cfg).expect("config serialises");

@@ -174,7 +174,7 @@ pub fn containers(driver_paths: &[PathBuf]) -> Vec<Container> {
 /// Fill memory and utilisation from NVML: a container's memory is what NVML lists for the
 /// processes under its gpurun process.
 fn add_nvml(out: &mut [Container], driver_paths: &[PathBuf], children: &HashMap<u32, Vec<u32>>) {
-    let env = crate::runtime::start::host_env();
+    let env = crate::env_vars::host_env();
     let Ok(list) = crate::gpu::list(driver_paths, &env) else {
         return;
     };

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gpurun::gpu::{self, GpuOpts};
-use gpurun::runtime::plan::{Mount, MountSource};
+use gpurun::mount::{Mount, MountSource};
 
 const VERSION: &str = "550.54.14";
 

@@ -206,7 +206,7 @@ pub struct FlagSetting {
 pub fn set_in(vars: &[FlagVar], env: &[(String, String)]) -> Vec<FlagSetting> {
     vars.iter()
         .filter_map(|v| {
-            let value = crate::runtime::env::var(env, &v.var)?;
+            let value = crate::env_vars::var(env, &v.var)?;
             (!value.trim().is_empty()).then(|| FlagSetting {
                 flag: v.flag.clone(),
                 value: value.to_string(),

@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde::Serialize;
 
-use crate::runtime::env::var;
-use crate::runtime::plan::{Mount, MountSource};
+use crate::env_vars::var;
+use crate::mount::{Mount, MountSource};
 use devices::{GpuNode, Request};
 
 /// gpurun's directory for the driver in the container (a tmpfs of its own).
@@ -770,21 +770,6 @@ fn linked(libs: &[driver::Library]) -> Vec<Mount> {
         .enumerate()
         .map(|(k, d)| Mount::bind(*d, Path::new(HOST_DIR).join(k.to_string()), true));
     binds.chain(links).collect()
-}
-
-impl GpuPlan {
-    /// What the launch plan takes from GPU support.
-    pub fn into_extras(self) -> crate::runtime::plan::Extras {
-        crate::runtime::plan::Extras {
-            mounts: self.mounts,
-            env: self.env,
-            ld_library_path_prepend: self.ld_library_path_prepend,
-            ld_library_path_append: self.ld_library_path_append,
-            path_append: self.path_append,
-            filter_nvidia_dev: true,
-            ..Default::default()
-        }
-    }
 }
 
 /// Does the host's /dev hold nvidia entries (which the container must then not see unless GPU

@@ -3,19 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::env_vars::var;
 use crate::image::env_list::EnvList;
 
 /// Used when neither the image nor the user gives a PATH.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// The value of `key` in an environment list; the last one when it is set twice, as composing
-/// the environment would leave it.
-pub fn var<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    env.iter()
-        .rev()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-}
 
 /// The directories a command name is searched in: the container's PATH (an empty entry is the
 /// working directory, as in execvp).
@@ -305,14 +297,6 @@ mod tests {
         list.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
-    }
-
-    #[test]
-    fn var_takes_the_last_setting() {
-        let env = kv(&[("A", "1"), ("B", "x"), ("A", "2")]);
-        assert_eq!(var(&env, "A"), Some("2"));
-        assert_eq!(var(&env, "B"), Some("x"));
-        assert_eq!(var(&env, "C"), None);
     }
 
     #[test]

@@ -23,9 +23,10 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
 use super::attach::Attached;
-use super::plan::{Mount, MountSource, Plan};
+use super::plan::Plan;
 use super::server::Reply;
 use crate::exit;
+use crate::mount::{Mount, MountSource};
 use crate::sys::{self, Create, SysError};
 
 #[derive(Debug, thiserror::Error)]

@@ -9,49 +9,9 @@ use serde::Serialize;
 
 use super::env::{compose, EnvError, EnvInputs};
 use crate::gpu::cdi::Applied;
+use crate::gpu::GpuPlan;
 use crate::image::meta::ImageMeta;
-
-/// What a mount inside the container is made from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum MountSource {
-    /// A host file or directory (recursive bind).
-    Bind { src: PathBuf },
-    /// A fresh tmpfs with this mode for its root.
-    Tmpfs { mode: u32 },
-    /// A file whose contents gpurun generates (passwd, group, driver params…).
-    File { contents: String },
-    /// A symlink created in the container's writable scratch (e.g. /dev/fd → /proc/self/fd).
-    Symlink { target: PathBuf },
-}
-
-/// One mount (or symlink) in the container, applied in plan order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Mount {
-    /// Absolute path inside the container.
-    pub dst: PathBuf,
-    #[serde(flatten)]
-    pub source: MountSource,
-    pub readonly: bool,
-    /// Skip silently when the host source does not exist (host files that are only sometimes there).
-    pub optional: bool,
-}
-
-impl Mount {
-    pub fn bind(src: impl Into<PathBuf>, dst: impl Into<PathBuf>, readonly: bool) -> Mount {
-        Mount {
-            dst: dst.into(),
-            source: MountSource::Bind { src: src.into() },
-            readonly,
-            optional: false,
-        }
-    }
-
-    pub fn optional(mut self) -> Mount {
-        self.optional = true;
-        self
-    }
-}
+use crate::mount::{Mount, MountSource};
 
 impl Mount {
     fn new(dst: impl Into<PathBuf>, source: MountSource) -> Mount {
@@ -219,6 +179,19 @@ pub struct Extras {
 }
 
 impl Extras {
+    /// What the launch plan takes from GPU support.
+    pub fn from_gpu(g: GpuPlan) -> Extras {
+        Extras {
+            mounts: g.mounts,
+            env: g.env,
+            ld_library_path_prepend: g.ld_library_path_prepend,
+            ld_library_path_append: g.ld_library_path_append,
+            path_append: g.path_append,
+            filter_nvidia_dev: true,
+            ..Default::default()
+        }
+    }
+
     /// Add the CDI devices' edits (`gpu::cdi`): their device nodes and mounts as binds, after
     /// GPU support's and in place of any of those at the same destination, and their environment,
     /// set as GPU support's is. Where they bring GPUs, the host's CUDA_VISIBLE_DEVICES and
@@ -632,7 +605,7 @@ pub fn plan(
     // `srun --mpi=pmix`: Slurm's PMIx server keeps the socket and shared-memory files its ranks
     // open in PMIX_SERVER_TMPDIR, under slurmd's spool directory (/var/spool/slurmd/pmix.J.S):
     // the ranks in the container must find it at the same path.
-    if let Some(dir) = super::env::var(&host.env, "PMIX_SERVER_TMPDIR") {
+    if let Some(dir) = crate::env_vars::var(&host.env, "PMIX_SERVER_TMPDIR") {
         let dir = normalize(Path::new(dir));
         let covered = mounts.iter().any(|m| {
             matches!(m.source, MountSource::Bind { .. })

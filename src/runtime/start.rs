@@ -1,8 +1,6 @@
 //! From a command line to a running container: gather the facts about the host and the image,
 //! make the plan, and launch it (or print it with --dry-run).
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use std::time::Duration;
@@ -13,6 +11,7 @@ use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
 use super::{attach, extract};
+use crate::env_vars::host_env;
 use crate::exit;
 use crate::image::cache::Cache;
 use crate::image::meta::MetaError;
@@ -304,18 +303,6 @@ fn kept_blocks(archive: &Archive, root: PathBuf) -> Option<PathBuf> {
     Some(file)
 }
 
-/// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
-pub fn host_env() -> Vec<(String, String)> {
-    std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, lossy(v))))
-        .collect()
-}
-
-fn lossy(v: OsString) -> String {
-    v.into_string()
-        .unwrap_or_else(|v| String::from_utf8_lossy(&v.into_vec()).into_owned())
-}
-
 /// The host /dev entries worth a bind in a filtered /dev: directories, symlinks, and the nodes this
 /// user may open at all. Virtual consoles, loop and memory devices (root's only) are left out:
 /// they would cost a mount each on every start and could not be opened inside anyway.
@@ -413,7 +400,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
             for w in &g.warnings {
                 eprintln!("gpurun: warning: {w}");
             }
-            g.into_extras()
+            Extras::from_gpu(g)
         }
         None => Extras {
             filter_nvidia_dev: crate::gpu::host_has_nvidia_dev(),
@@ -462,7 +449,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         }
     } else if l.log == 1 {
         for m in &plan.mounts {
-            if let plan::MountSource::Bind { src } = &m.source {
+            if let crate::mount::MountSource::Bind { src } = &m.source {
                 let ro = if m.readonly { " (ro)" } else { "" };
                 eprintln!("gpurun: bind {} -> {}{ro}", src.display(), m.dst.display());
             }

@@ -1,0 +1,39 @@
+//! An environment as gpurun handles it: (name, value) pairs, in order, as the host gives them
+//! and as the container's is composed (runtime/env.rs).
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+
+/// Environment of this process; values that are not UTF-8 are kept lossily rather than dropped.
+pub fn host_env() -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, lossy(v))))
+        .collect()
+}
+
+fn lossy(v: OsString) -> String {
+    v.into_string()
+        .unwrap_or_else(|v| String::from_utf8_lossy(&v.into_vec()).into_owned())
+}
+
+/// The value of `key` in an environment list; the last one when it is set twice, as composing
+/// the environment would leave it.
+pub fn var<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn var_takes_the_last_setting() {
+        let env = [("A", "1"), ("B", "x"), ("A", "2")].map(|(k, v)| (k.into(), v.into()));
+        assert_eq!(var(&env, "A"), Some("2"));
+        assert_eq!(var(&env, "B"), Some("x"));
+        assert_eq!(var(&env, "C"), None);
+    }
+}
