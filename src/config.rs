@@ -102,7 +102,7 @@ pub const DEFAULT_SERVER_IDLE: &str = "10m";
 pub fn parse_idle(s: &str) -> Result<std::time::Duration, String> {
     match s.trim() {
         "0" => Ok(std::time::Duration::ZERO),
-        t => crate::image::gc::parse_age(t)
+        t => crate::units::parse_age(t)
             .map_err(|_| format!("'{s}' is not an idle time; use 0 (off) or e.g. 90s, 10m, 2h")),
     }
 }

@@ -304,8 +304,8 @@ fn space(p: &Path) -> Option<(PathBuf, u64, u64)> {
 const LOW_SPACE: u64 = 20 << 30;
 
 fn cache_check(root: &Path) -> Check {
-    use crate::image::inspect::human_size;
     use crate::store::private_dir::{own_dir, Visibility};
+    use crate::units::human_size;
     // One that is there already must be the caller's own and private (made by nobody else).
     if root.symlink_metadata().is_ok() {
         let fix = crate::store::cache_dir::CACHE_FIX;

@@ -15,6 +15,7 @@ pub mod ps;
 pub mod runtime;
 pub mod store;
 pub mod sys;
+pub mod units;
 pub mod version;
 
 /// Lock a mutex even when a thread panicked while holding it. Every mutex gpurun shares

@@ -348,7 +348,7 @@ fn inspect(a: gpurun::cli::InspectArgs, ctx: &Ctx) -> i32 {
         handle_signals: false,
         ..pull_options(a.platform, a.insecure, ctx)
     };
-    match inspect::inspect(&a.image, &opts) {
+    match inspect::inspect(&a.image, &opts, gpurun::gpu::require::constraints) {
         Ok(r) => {
             if a.json {
                 println!(
@@ -369,7 +369,7 @@ fn inspect(a: gpurun::cli::InspectArgs, ctx: &Ctx) -> i32 {
 
 fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
     use gpurun::image::gc;
-    use gpurun::image::inspect::human_size;
+    use gpurun::units::human_size;
     let cache = gpurun::image::cache::Cache::open(&gpurun::store::cache_dir::cache_root())?;
     let from_files = match &ctx.cfg.cache_dir.from {
         Origin::Site(_) | Origin::User(_) => ctx.cfg.cache_dir.value.as_deref(),

@@ -224,7 +224,7 @@ pub fn render(r: &Report) -> String {
             v.pid,
             v.image.display(),
             v.scope,
-            crate::image::inspect::human_size(v.rss_bytes),
+            crate::units::human_size(v.rss_bytes),
             v.cpu_seconds,
             v.idle_timeout_seconds,
             if pids.is_empty() {
@@ -251,7 +251,7 @@ fn render_containers(v: &[Container]) -> String {
             .map(|g| {
                 let mut t = g.minor.to_string();
                 if let Some(m) = g.memory_used_bytes {
-                    t.push_str(&format!("({}", crate::image::inspect::human_size(m)));
+                    t.push_str(&format!("({}", crate::units::human_size(m)));
                     if let Some(u) = g.utilization_percent {
                         t.push_str(&format!(" {u}%"));
                     }

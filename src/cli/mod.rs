@@ -129,10 +129,10 @@ pub enum CacheCommand {
 #[derive(Args, Debug)]
 pub struct GcArgs {
     /// Remove the least recently used entries until the cache is at most this big (e.g. 20G, 500M)
-    #[arg(long, value_name = "SIZE", value_parser = crate::image::gc::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::units::parse_size)]
     pub max_size: Option<u64>,
     /// Remove entries not used for this long (e.g. 30d, 12h, 90m)
-    #[arg(long, value_name = "AGE", value_parser = crate::image::gc::parse_age)]
+    #[arg(long, value_name = "AGE", value_parser = crate::units::parse_age)]
     pub older_than: Option<std::time::Duration>,
     /// Say what would be removed, remove nothing
     #[arg(long)]

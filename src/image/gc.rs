@@ -69,52 +69,6 @@ pub enum GcError {
     },
 }
 
-/// `20G`, `500M`, `1.5T`, `4096` (bytes); powers of 1024.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
-    let mult: u64 = match unit
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 1,
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        "T" => 1 << 40,
-        _ => {
-            return Err(format!(
-                "'{s}': unknown unit; use a size like 500M, 20G or 1T"
-            ))
-        }
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .ok()
-        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
-        .ok_or_else(|| format!("'{s}' is not a size; use a size like 500M, 20G or 1T"))?;
-    Ok((n * mult as f64) as u64)
-}
-
-/// `30d`, `12h`, `90m`, `2w`, `45s`.
-pub fn parse_age(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let bad = || format!("'{s}' is not an age; use e.g. 30d, 12h, 90m or 2w");
-    let unit = t.chars().last().ok_or_else(bad)?;
-    let secs: u64 = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86400,
-        'w' => 7 * 86400,
-        _ => return Err(bad()),
-    };
-    let n: u64 = t[..t.len() - 1].trim().parse().map_err(|_| bad())?;
-    Ok(Duration::from_secs(n.saturating_mul(secs)))
-}
-
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -358,42 +312,6 @@ pub fn remove(e: &Entry) -> Result<bool, GcError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        let ok: &[(&str, u64)] = &[
-            ("4096", 4096),
-            ("20G", 20 << 30),
-            ("20GiB", 20 << 30),
-            ("500m", 500 << 20),
-            ("1.5T", 3 << 39),
-            ("0", 0),
-            ("1k", 1024),
-        ];
-        for (s, want) in ok {
-            assert_eq!(parse_size(s), Ok(*want), "{s}");
-        }
-        for bad in ["", "G", "20X", "-1G", "1.2.3M"] {
-            assert!(parse_size(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn ages() {
-        let ok: &[(&str, u64)] = &[
-            ("30d", 30 * 86400),
-            ("12h", 43200),
-            ("90m", 5400),
-            ("2w", 1209600),
-            ("45s", 45),
-        ];
-        for (s, want) in ok {
-            assert_eq!(parse_age(s), Ok(Duration::from_secs(*want)), "{s}");
-        }
-        for bad in ["", "30", "d", "3x", "-1d", "1.5d"] {
-            assert!(parse_age(bad).is_err(), "{bad}");
-        }
-    }
 
     fn e(size: u64, last_used: u64, in_use: bool) -> Entry {
         Entry {

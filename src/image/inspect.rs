@@ -11,6 +11,7 @@ use super::meta::{ImageMeta, MetaError};
 use super::pull::{PullError, PullOptions};
 use super::sif::OpenError;
 use super::sqfs::Archive;
+use crate::units::human_size;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
@@ -64,12 +65,17 @@ pub fn open_file(path: &Path) -> Result<Archive, InspectError> {
     Ok(super::sif::open_archive(path)?)
 }
 
+/// What an image asks of the GPU driver, from its environment: `gpu::require::constraints`,
+/// which the caller passes in (image/ does not import gpu/).
+pub type Requirements = fn(&[(String, String)]) -> Vec<(String, String)>;
+
 fn report(
     image: String,
     format: String,
     size_bytes: u64,
     compression: Option<String>,
     m: ImageMeta,
+    requirements: Requirements,
 ) -> Report {
     let env: Vec<(String, String)> = m
         .env
@@ -82,19 +88,30 @@ fn report(
         format,
         size_bytes,
         compression,
-        cuda_requirement: crate::gpu::require::constraints(&env).into_iter().collect(),
+        cuda_requirement: requirements(&env).into_iter().collect(),
         meta: m,
         platforms: Vec::new(),
     }
 }
 
 /// Inspect a file or a `docker://` reference.
-pub fn inspect(image: &str, opts: &PullOptions) -> Result<Report, InspectError> {
+pub fn inspect(
+    image: &str,
+    opts: &PullOptions,
+    requirements: Requirements,
+) -> Result<Report, InspectError> {
     if image.starts_with("docker://") {
         let r = super::pull::remote_meta(image, opts)?;
         return Ok(Report {
             platforms: r.platforms,
-            ..report(image.to_string(), "registry".into(), r.size, None, r.meta)
+            ..report(
+                image.to_string(),
+                "registry".into(),
+                r.size,
+                None,
+                r.meta,
+                requirements,
+            )
         });
     }
     let path = Path::new(image);
@@ -109,23 +126,14 @@ pub fn inspect(image: &str, opts: &PullOptions) -> Result<Report, InspectError> 
     };
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let comp = format!("{:?}", archive.compressor()).to_lowercase();
-    Ok(report(image.to_string(), format, size, Some(comp), meta))
-}
-
-/// Human-readable size: 1.5 GiB.
-pub fn human_size(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    Ok(report(
+        image.to_string(),
+        format,
+        size,
+        Some(comp),
+        meta,
+        requirements,
+    ))
 }
 
 /// The report as text, one field a line; lists indented below their name.
@@ -198,10 +206,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_words() {
-        assert_eq!(human_size(512), "512 B");
-        assert_eq!(human_size(1536), "1.5 KiB");
-        assert_eq!(human_size(20 << 30), "20.0 GiB");
+    fn shell_words_quote() {
         let w = |v: &[&str]| shell_words(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert_eq!(
             w(&["python", "-c", "print('x')"]),

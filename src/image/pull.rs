@@ -320,7 +320,7 @@ fn short(digest: &str) -> &str {
 
 /// Sizes in messages and bars: binary units (KiB, MiB, GiB), as everywhere in gpurun.
 fn mb(bytes: u64) -> String {
-    super::inspect::human_size(bytes)
+    crate::units::human_size(bytes)
 }
 
 // ---------------------------------------------------------------- registry sources
