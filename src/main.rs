@@ -46,9 +46,9 @@ fn launch(
     state: Option<PathBuf>,
     ctx: &Ctx,
 ) -> Launch {
-    let mut gpu = o.gpu.clone();
-    gpu.driver.paths = gpu.driver.or_configured(&ctx.cfg.nv_driver_paths.value);
-    gpu.cdi_spec_dirs = ctx.cfg.cdi_spec_dirs();
+    let gpu = o
+        .gpu
+        .opts(&ctx.cfg.nv_driver_paths.value, ctx.cfg.cdi_spec_dirs());
     Launch {
         image,
         request: request(&o, &ctx.cfg),

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use crate::gpu::{DriverPaths, GpuOpts};
+
 #[derive(Parser, Debug)]
 #[command(
     name = "gpurun",
@@ -252,10 +254,84 @@ pub struct LaunchOpts {
     #[arg(long, value_name = "NAME")]
     pub hostname: Option<String>,
     #[command(flatten)]
-    pub gpu: crate::gpu::GpuOpts,
+    pub gpu: GpuArgs,
     /// Print the launch plan (mounts, env, devices, uid map) as JSON and run nothing
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// GPU options of exec, run and shell.
+#[derive(Args, Debug, Clone, Default)]
+pub struct GpuArgs {
+    /// Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is
+    /// present (env GPURUN_NV=1|0)
+    #[arg(long, conflicts_with = "no_nv")]
+    pub nv: bool,
+    /// No GPU support, even when a driver is present
+    #[arg(long)]
+    pub no_nv: bool,
+    /// GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none
+    /// [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm's GPUs, else all allowed]
+    #[arg(long, value_name = "LIST|all|none")]
+    pub gpus: Option<String>,
+    /// Driver capabilities beyond compute and utility: video, graphics, all
+    /// [default: NVIDIA_DRIVER_CAPABILITIES]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub nv_caps: Vec<String>,
+    /// A device as the site's CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g.
+    /// nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)
+    #[arg(long = "device", value_name = "VENDOR/CLASS=NAME")]
+    pub devices: Vec<String>,
+    #[command(flatten)]
+    pub driver: DriverPathArgs,
+}
+
+impl GpuArgs {
+    /// The options for gpu/: these, the configuration's CDI spec directories, and the driver
+    /// paths given here or else configured.
+    pub fn opts(
+        &self,
+        configured_driver_paths: &[PathBuf],
+        cdi_spec_dirs: Vec<PathBuf>,
+    ) -> GpuOpts {
+        GpuOpts {
+            nv: self.nv,
+            no_nv: self.no_nv,
+            gpus: self.gpus.clone(),
+            nv_caps: self.nv_caps.clone(),
+            devices: self.devices.clone(),
+            cdi_spec_dirs,
+            driver: DriverPaths {
+                paths: self.driver.or_configured(configured_driver_paths),
+            },
+            kept_facts: None,
+        }
+    }
+}
+
+/// `--nv-driver-path`, for the GPU options of exec/run/shell and for `gpurun gpus`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DriverPathArgs {
+    /// Extra ld.so.cache files or directories holding the driver's libraries, searched before
+    /// /usr/local/nvidia and /etc/ld.so.cache
+    #[arg(
+        long = "nv-driver-path",
+        env = "GPURUN_NV_DRIVER_PATH",
+        value_delimiter = ':',
+        value_name = "PATH"
+    )]
+    pub paths: Vec<PathBuf>,
+}
+
+impl DriverPathArgs {
+    /// `--nv-driver-path` when given, else the configuration's `nv_driver_paths`.
+    pub fn or_configured(&self, configured: &[PathBuf]) -> Vec<PathBuf> {
+        if self.paths.is_empty() {
+            configured.to_vec()
+        } else {
+            self.paths.clone()
+        }
+    }
 }
 
 /// Everything after the image goes to the container, as with Docker and Apptainer: `run IMG
@@ -323,7 +399,7 @@ pub struct GpusArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub driver: crate::gpu::DriverPaths,
+    pub driver: DriverPathArgs,
 }
 
 #[derive(Args, Debug)]
@@ -441,6 +517,16 @@ pub fn refusal(args: &[String], e: &clap::Error) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn driver_paths_given_win_over_configured() {
+        let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let configured = p(&["/site/ld.so.cache"]);
+        for (given, want) in [(p(&[]), configured.clone()), (p(&["/x"]), p(&["/x"]))] {
+            let d = DriverPathArgs { paths: given };
+            assert_eq!(d.or_configured(&configured), want);
+        }
+    }
 
     fn v(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()

@@ -23,7 +23,6 @@ pub mod require;
 
 use std::path::{Path, PathBuf};
 
-use clap::Args;
 use serde::Serialize;
 
 use crate::env_vars::var;
@@ -42,65 +41,35 @@ pub const HOST_DIR: &str = "/.gpurun/nvidia/host";
 /// CUDA forward-compatibility libraries in an image.
 pub const COMPAT_DIR: &str = "/usr/local/cuda/compat";
 
-/// GPU options of exec, run and shell.
-#[derive(Args, Debug, Clone, Default, Serialize)]
+/// GPU options of exec, run and shell (cli/ fills them from the command line and the config).
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct GpuOpts {
-    /// Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is
-    /// present (env GPURUN_NV=1|0)
-    #[arg(long, conflicts_with = "no_nv")]
+    /// `--nv`: the NVIDIA driver and the allowed GPUs, also where `GPURUN_NV` says no.
     pub nv: bool,
-    /// No GPU support, even when a driver is present
-    #[arg(long)]
+    /// `--no-nv`: no GPU support, even when a driver is present.
     pub no_nv: bool,
-    /// GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none
-    /// [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm's GPUs, else all allowed]
-    #[arg(long, value_name = "LIST|all|none")]
+    /// `--gpus`: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none.
     pub gpus: Option<String>,
-    /// Driver capabilities beyond compute and utility: video, graphics, all
-    /// [default: NVIDIA_DRIVER_CAPABILITIES]
-    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    /// `--nv-caps`: driver capabilities beyond compute and utility.
     pub nv_caps: Vec<String>,
-    /// A device as the site's CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g.
-    /// nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)
-    #[arg(long = "device", value_name = "VENDOR/CLASS=NAME")]
+    /// `--device`: devices as the site's CDI specs define them (VENDOR/CLASS=NAME).
     pub devices: Vec<String>,
     /// Where the CDI specs are (the configuration's cdi_spec_dirs)
-    #[arg(skip)]
     pub cdi_spec_dirs: Vec<PathBuf>,
-    #[command(flatten)]
     #[serde(flatten)]
     pub driver: DriverPaths,
     /// Where facts about the driver and GPUs are kept between starts (the user's cache); none:
     /// nothing is kept.
-    #[arg(skip)]
     #[serde(skip)]
     pub kept_facts: Option<PathBuf>,
 }
 
-/// `--nv-driver-path`, for the GPU options of exec/run/shell and for `gpurun gpus`.
-#[derive(Args, Debug, Clone, Default, Serialize)]
+/// Extra ld.so.cache files or directories holding the driver's libraries, searched before
+/// /usr/local/nvidia and /etc/ld.so.cache (`--nv-driver-path`, else the configuration's).
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct DriverPaths {
-    /// Extra ld.so.cache files or directories holding the driver's libraries, searched before
-    /// /usr/local/nvidia and /etc/ld.so.cache
-    #[arg(
-        long = "nv-driver-path",
-        env = "GPURUN_NV_DRIVER_PATH",
-        value_delimiter = ':',
-        value_name = "PATH"
-    )]
     #[serde(rename = "driver_paths")]
     pub paths: Vec<PathBuf>,
-}
-
-impl DriverPaths {
-    /// `--nv-driver-path` when given, else the configuration's `nv_driver_paths`.
-    pub fn or_configured(&self, configured: &[PathBuf]) -> Vec<PathBuf> {
-        if self.paths.is_empty() {
-            configured.to_vec()
-        } else {
-            self.paths.clone()
-        }
-    }
 }
 
 /// A GPU in the container (for --dry-run and ps).
@@ -928,16 +897,6 @@ pub fn render(l: &GpuList) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn driver_paths_given_win_over_configured() {
-        let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
-        let configured = p(&["/site/ld.so.cache"]);
-        for (given, want) in [(p(&[]), configured.clone()), (p(&["/x"]), p(&["/x"]))] {
-            let d = DriverPaths { paths: given };
-            assert_eq!(d.or_configured(&configured), want);
-        }
-    }
 
     #[test]
     fn nvidia_modprobe_in_path_means_a_driver_may_load_on_demand() {
