@@ -21,11 +21,10 @@ use std::time::Duration;
 use nix::errno::Errno;
 
 use super::server::{self, Reply, Request, Status};
+use super::socket_names::{keeper_name, server_name, server_prefix};
 use crate::image::sqfs::Archive;
 use crate::sys::{self, Spawn};
 
-/// Bumped when the messages between gpurun and its servers change.
-const PROTOCOL: u32 = 1;
 /// How long a start waits for a server to answer, or to start.
 const ANSWER: Duration = Duration::from_secs(30);
 /// How long after its extern step starts a job's keeper may still be starting.
@@ -238,31 +237,6 @@ fn uid() -> u32 {
     nix::unistd::getuid().as_raw()
 }
 
-/// The abstract socket name of a server: the user, then a hash of what must match for a
-/// container to share it (module comment). At most 107 bytes, as sun_path allows.
-pub fn server_name(uid: u32, image_id: &str, gid: u32, scope: &str) -> String {
-    let b = &crate::version::BUILD;
-    let key = format!(
-        "{image_id}|{gid}|{}|{}|{PROTOCOL}|{scope}",
-        b.version, b.commit
-    );
-    format!("{}{}", server_prefix(uid), crate::store::short_hash(&key))
-}
-
-fn server_prefix(uid: u32) -> String {
-    format!("gpurun-{uid}-")
-}
-
-/// The name a stopped server answers `gpurun ps` under (no start looks for it).
-pub fn retired_name(uid: u32, pid: u32) -> String {
-    format!("{}stopping-{pid}", server_prefix(uid))
-}
-
-/// The name of the keeper of Slurm job `job` for user `uid`.
-pub fn keeper_name(uid: u32, job: &str) -> String {
-    format!("gpurun-keep-{uid}-{job}")
-}
-
 /// Where a server started here belongs (module comment). Under Slurm only in a job step
 /// (below a slurmstepd): `salloc`'s shell on a login node is the node's.
 fn scope() -> Scope {
@@ -435,23 +409,6 @@ fn listening_names(table: &str, prefix: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_fit_and_differ_by_what_must_match() {
-        let n = server_name(4294967294, "1:2:3:4.5:6.7:0:8:9", 100, "job 123");
-        assert!(n.starts_with("gpurun-4294967294-"), "{n}");
-        assert!(n.len() <= 107, "{n}");
-        let base = server_name(1000, "id", 100, "");
-        for other in [
-            server_name(1001, "id", 100, ""),
-            server_name(1000, "id2", 100, ""),
-            server_name(1000, "id", 101, ""),
-            server_name(1000, "id", 100, "job 1"),
-        ] {
-            assert_ne!(base, other);
-        }
-        assert_eq!(base, server_name(1000, "id", 100, ""));
-    }
 
     #[test]
     fn listening_sockets_from_the_table() {

@@ -31,7 +31,7 @@ fn build() -> String {
 pub fn run(job: &str) -> i32 {
     sys::set_process_name(c"gpurun-keep");
     let me = nix::unistd::getuid().as_raw();
-    let listener = match sys::listen_abstract(&super::attach::keeper_name(me, job)) {
+    let listener = match sys::listen_abstract(&super::socket_names::keeper_name(me, job)) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("gpurun: cannot keep the image servers of job {job}: {e}");

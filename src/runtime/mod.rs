@@ -9,4 +9,5 @@ pub mod keeper;
 pub mod launch;
 pub mod plan;
 pub mod server;
+pub mod socket_names;
 pub mod start;

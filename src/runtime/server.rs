@@ -470,7 +470,7 @@ impl Server {
         }
         self.stopping = true;
         let me = nix::unistd::getuid().as_raw();
-        let name = super::attach::retired_name(me, std::process::id());
+        let name = super::socket_names::retired_name(me, std::process::id());
         self.listener = (!self.args.private)
             .then(|| sys::listen_abstract(&name).ok())
             .flatten();
