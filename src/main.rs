@@ -249,7 +249,7 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
 fn config_show(cfg: &Config, json: bool) {
     use gpurun::cli::flag_vars;
     let env = gpurun::env_vars::host_env();
-    let flags = flag_vars::set_in(&flag_vars::all(), &env);
+    let flags = flag_vars::set_in(&gpurun::cli::option_vars(), &env);
     if json {
         let mut v = serde_json::to_value(cfg).expect("config serialises");
         v["flags"] = serde_json::to_value(&flags).expect("flags serialise");

@@ -159,9 +159,9 @@ pub struct FlagVar {
     pub flag: String,
 }
 
-/// Every `GPURUN_<FLAG>` variable, sorted by name.
-pub fn all() -> Vec<FlagVar> {
-    let cmd = <super::Cli as clap::CommandFactory>::command();
+/// Every `GPURUN_<FLAG>` variable of `cmd` (cli::option_vars: the command line's), sorted by
+/// name.
+pub fn all(cmd: &Command) -> Vec<FlagVar> {
     let mut args: Vec<&Arg> = cmd.get_arguments().collect();
     for name in COMMANDS {
         args.extend(
@@ -247,7 +247,10 @@ mod tests {
         ] {
             assert!(!is_var_of(var, long), "{var}");
         }
-        let vars: Vec<String> = all().into_iter().map(|v| v.var).collect();
+        let vars: Vec<String> = all(&<crate::cli::Cli as clap::CommandFactory>::command())
+            .into_iter()
+            .map(|v| v.var)
+            .collect();
         for want in [
             "GPURUN_CLEANENV",
             "GPURUN_CONTAIN",
@@ -323,7 +326,7 @@ mod tests {
 
     #[test]
     fn settings_from_the_environment() {
-        let vars = all();
+        let vars = all(&<crate::cli::Cli as clap::CommandFactory>::command());
         let env: Vec<(String, String)> = [
             ("GPURUN_CLEANENV", "1"),
             ("GPURUN_PWD", "/work"),

@@ -481,6 +481,11 @@ pub fn documented() -> clap::Command {
     flag_vars::attach(Cli::command(), flag_vars::Vars::All)
 }
 
+/// Every option's `GPURUN_<FLAG>` variable, sorted by name.
+pub fn option_vars() -> Vec<flag_vars::FlagVar> {
+    flag_vars::all(&Cli::command())
+}
+
 /// Parse this process's command line: options, else their `GPURUN_<FLAG>` variables. Help
 /// asked for shows every option's variable.
 pub fn parse(args: &[String]) -> Result<Cli, clap::Error> {
