@@ -24,8 +24,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::options::Image;
-
 /// srun → the step's nodes: which file the job's pull made. A name starting `SLURM` is kept by
 /// Slurm releases whose `srun --export=NONE` passes only Slurm's variables.
 pub const VAR: &str = "SLURM_SPANK_GPURUN_IMAGE";
@@ -197,24 +195,23 @@ impl Pulled {
     }
 }
 
-/// What srun does for a step: `None` when nodes pull (a file image, `pull=node`).
-pub fn registry_ref<'a>(s: &Settings, image: Option<&'a Image>) -> Option<&'a str> {
-    match image {
-        Some(Image::Registry(r)) if s.mode != Mode::Node => Some(r),
-        _ => None,
-    }
+/// What srun pulls for a step, given the step's registry reference (`Image::registry`): `None`
+/// when nodes pull (a file image, `pull=node`).
+pub fn registry_ref<'a>(s: &Settings, reference: Option<&'a str>) -> Option<&'a str> {
+    reference.filter(|_| s.mode != Mode::Node)
 }
 
-/// The job's file for a step, if srun pulled one (from the step's environment). Refused,
+/// The job's file for a step of a registry image (`reference`), if srun pulled one (from the
+/// step's environment). Refused,
 /// rather than used, when it is not a regular file of the job's user that only they may change.
 pub fn for_step(
     env: &[String],
-    image: Option<&Image>,
+    reference: Option<&str>,
     job: u32,
     step: u32,
     uid: u32,
 ) -> Result<Option<Pulled>, String> {
-    let Some(Image::Registry(reference)) = image else {
+    let Some(reference) = reference else {
         return Ok(None);
     };
     let prefix = format!("{VAR}=");
@@ -620,13 +617,10 @@ mod tests {
     #[test]
     fn only_registry_images_unless_nodes_pull() {
         let mut s = Settings::default();
-        let reg = Image::Registry("docker://x".into());
-        let file = Image::File("/x.sqsh".into());
-        assert_eq!(registry_ref(&s, Some(&reg)), Some("docker://x"));
-        assert_eq!(registry_ref(&s, Some(&file)), None);
+        assert_eq!(registry_ref(&s, Some("docker://x")), Some("docker://x"));
         assert_eq!(registry_ref(&s, None), None);
         s.mode = Mode::Node;
-        assert_eq!(registry_ref(&s, Some(&reg)), None);
+        assert_eq!(registry_ref(&s, Some("docker://x")), None);
     }
 
     #[test]
@@ -637,25 +631,24 @@ mod tests {
         let mut p = pulled(true);
         p.path = t.path().join("gpurun-job.42.1.sqsh");
         std::fs::write(&p.path, "sqsh").unwrap();
-        let img = Image::Registry(r.into());
         let env = vec!["A=1".to_string(), format!("{VAR}={}", p.encode())];
         assert_eq!(
-            for_step(&env, Some(&img), 42, 3, uid).unwrap(),
+            for_step(&env, Some(r), 42, 3, uid).unwrap(),
             Some(p.clone())
         );
-        assert_eq!(for_step(&env, Some(&img), 42, 4, uid).unwrap(), None);
-        assert_eq!(for_step(&env[..1], Some(&img), 42, 3, uid).unwrap(), None);
-        let file = Image::File("/x.sqsh".into());
-        assert_eq!(for_step(&env, Some(&file), 42, 3, uid).unwrap(), None);
+        assert_eq!(for_step(&env, Some(r), 42, 4, uid).unwrap(), None);
+        assert_eq!(for_step(&env[..1], Some(r), 42, 3, uid).unwrap(), None);
+        // a file image: no reference
+        assert_eq!(for_step(&env, None, 42, 3, uid).unwrap(), None);
         // another user's, open to others, missing: refused with the reason
-        let e = for_step(&env, Some(&img), 42, 3, uid + 1).unwrap_err();
+        let e = for_step(&env, Some(r), 42, 3, uid + 1).unwrap_err();
         assert!(e.contains("not the job's user"), "{e}");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p.path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let e = for_step(&env, Some(&img), 42, 3, uid).unwrap_err();
+        let e = for_step(&env, Some(r), 42, 3, uid).unwrap_err();
         assert!(e.contains("others may write"), "{e}");
         std::fs::remove_file(&p.path).unwrap();
-        let e = for_step(&env, Some(&img), 42, 3, uid).unwrap_err();
+        let e = for_step(&env, Some(r), 42, 3, uid).unwrap_err();
         assert!(e.contains("sbcast") && e.contains("No such file"), "{e}");
     }
 

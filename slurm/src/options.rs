@@ -199,6 +199,16 @@ impl ContainerOpts {
     }
 }
 
+impl Image {
+    /// The registry reference, for a registry image.
+    pub fn registry(&self) -> Option<&str> {
+        match self {
+            Image::Registry(r) => Some(r),
+            Image::File(_) => None,
+        }
+    }
+}
+
 /// pyxis's rules: a path starts with `/` or `.`; `REGISTRY#IMAGE` is enroot's registry form;
 /// anything else is a registry reference.
 pub fn parse_image(s: &str) -> Result<Image, String> {
@@ -459,6 +469,9 @@ mod tests {
         ] {
             assert!(parse_image(bad).is_err(), "{bad} accepted");
         }
+        let registry = |s: &str| parse_image(s).unwrap().registry().map(String::from);
+        assert_eq!(registry("ubuntu"), Some("docker://ubuntu".into()));
+        assert_eq!(registry("/x.sqsh"), None);
     }
 
     fn m(src: &str, dst: &str, ro: bool) -> Mount {

@@ -408,7 +408,7 @@ fn job_image(
     step: u32,
     uid: u32,
 ) -> Result<(ContainerOpts, Option<(PathBuf, u32)>), String> {
-    let found = jobimage::for_step(env, opts.image.as_ref(), job, step, uid)?;
+    let found = jobimage::for_step(env, registry(opts), job, step, uid)?;
     let var = format!("{}=", jobimage::VAR);
     env.retain(|e| !e.starts_with(&var));
     let mut opts = opts.clone();
@@ -423,11 +423,16 @@ fn job_image(
     Ok((opts, p.copy_of_step(step).then_some((p.path, uid))))
 }
 
+/// The step's registry reference, for a registry image.
+fn registry(opts: &ContainerOpts) -> Option<&str> {
+    opts.image.as_ref().and_then(options::Image::registry)
+}
+
 /// srun, after its options, before it asks for an allocation or a step (so that neither waits
 /// for the pull): a registry image pulled once for the job (jobimage.rs). A failure ends srun
 /// before anything is submitted.
 fn srun_pull(p: &mut Plugin) -> c_int {
-    let Some(reference) = jobimage::registry_ref(&p.args.job_image, p.opts.image.as_ref()) else {
+    let Some(reference) = jobimage::registry_ref(&p.args.job_image, registry(&p.opts)) else {
         return 0;
     };
     // srun in an allocation (sbatch, salloc) runs its steps in that job
@@ -498,7 +503,7 @@ pub unsafe extern "C" fn slurm_spank_local_user_init(
 /// all its nodes with `pull=sbcast`) and name it in the script's environment, where its sruns
 /// find it. A failure is said on the job's stderr; each srun then pulls for itself.
 fn batch_pull(sp: spank_t, p: &Plugin) {
-    let Some(reference) = jobimage::registry_ref(&p.args.job_image, p.opts.image.as_ref()) else {
+    let Some(reference) = jobimage::registry_ref(&p.args.job_image, registry(&p.opts)) else {
         return;
     };
     let Some(job) = item_u32(sp, S_JOB_ID) else {
