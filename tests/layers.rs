@@ -1,7 +1,8 @@
 //! ARCHITECTURE's layers held against the code: every `crate::`, `super::` and `self::` path in
 //! src/ (in main.rs also `gpurun::`) points into its own layer or one below, the parts of a layer
 //! ("image|gpu") stay apart, no files use each other round a circle, every file is in a layer,
-//! and slurm/ uses nothing of gpurun. Paths are read from the text, comments and strings left out.
+//! and slurm/ uses nothing of gpurun (nor do its files form a circle). Paths are read from the
+//! text, comments and strings left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -314,7 +315,7 @@ fn check(root: &Path) -> Vec<String> {
         _ => format!("{} of layer {}", layers[l].1[p].join(" "), layers[l].0),
     };
     let mut problems = Vec::new();
-    let mut edges: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    let mut edges = Edges::new();
     let mut said = BTreeSet::new();
     for f in &files {
         let Some(from) = place(&layers, f) else {
@@ -350,18 +351,25 @@ fn check(root: &Path) -> Vec<String> {
             }
         }
     }
-    for circle in circles(&edges) {
-        let steps: Vec<String> = (circle.iter().zip(circle.iter().cycle().skip(1)))
-            .map(|(a, b)| format!("src/{a}:{} -> src/{b}", edges[a][b]))
-            .collect();
-        problems.push(format!("circle: {}", steps.join(", ")));
-    }
+    problems.extend(said_circles(&edges, "src"));
     problems.extend(slurm_apart(root));
     problems
 }
 
+/// Each circle of `edges` (files of `dir`) as one line: every step with the line that makes it.
+fn said_circles(edges: &Edges, dir: &str) -> Vec<String> {
+    let step = |(a, b): (&String, &String)| format!("{dir}/{a}:{} -> {dir}/{b}", edges[a][b]);
+    (circles(edges).iter())
+        .map(|c| c.iter().zip(c.iter().cycle().skip(1)).map(step))
+        .map(|steps| format!("circle: {}", steps.collect::<Vec<_>>().join(", ")))
+        .collect()
+}
+
+/// Which file uses which, at which line first (test modules left out).
+type Edges = BTreeMap<String, BTreeMap<String, usize>>;
+
 /// Files that use each other round a circle, each circle as a path through it.
-fn circles(edges: &BTreeMap<String, BTreeMap<String, usize>>) -> Vec<Vec<String>> {
+fn circles(edges: &Edges) -> Vec<Vec<String>> {
     let next = |f: &String| edges.get(f).into_iter().flat_map(|m| m.keys());
     let reach = |from: &String| {
         let mut seen = BTreeSet::new();
@@ -410,10 +418,11 @@ fn circles(edges: &BTreeMap<String, BTreeMap<String, usize>>) -> Vec<Vec<String>
     out
 }
 
-/// slurm/ is apart: no gpurun:: path in its code, no dependency on the gpurun package.
+/// slurm/ is apart: no gpurun:: path in its code, no dependency on the gpurun package; and
+/// no circle of its own files.
 fn slurm_apart(root: &Path) -> Vec<String> {
     let slurm = root.join("slurm");
-    let mut problems = Vec::new();
+    let mut problems = slurm_circles(&slurm.join("src"));
     let mut paths = Vec::new();
     rust_files(&slurm, &mut paths);
     for p in paths {
@@ -443,6 +452,25 @@ fn slurm_apart(root: &Path) -> Vec<String> {
         }
     }
     problems
+}
+
+fn slurm_circles(src: &Path) -> Vec<String> {
+    let mut paths = Vec::new();
+    rust_files(src, &mut paths);
+    let rel = |p: &Path| p.strip_prefix(src).unwrap().to_string_lossy().into_owned();
+    let files: BTreeSet<String> = paths.iter().map(|p| rel(p)).collect();
+    let mut edges = Edges::new();
+    for f in &files {
+        let code = code_only(&fs::read_to_string(src.join(f)).unwrap_or_default());
+        for (line, path, in_test) in references(&code, &module_of(f), false) {
+            let target = file_of(&path, &files);
+            if !in_test && &target != f {
+                let to = edges.entry(f.clone()).or_default();
+                to.entry(target).or_insert(line);
+            }
+        }
+    }
+    said_circles(&edges, "slurm/src")
 }
 
 #[test]
@@ -548,54 +576,48 @@ fn planted_arrows_up_and_across_are_caught() {
 #[test]
 fn planted_circles_strays_and_slurm_imports_are_caught() {
     let t = copy();
-    let down = plant(
-        t.path(),
-        "src/store/mod.rs",
-        "use crate::sys::process_start;\n",
-    );
-    let back = plant(
-        t.path(),
-        "src/sys.rs",
-        "pub use crate::store::short_hash;\n",
-    );
-    plant(t.path(), "src/lib.rs", "pub mod stray;\n");
-    fs::write(t.path().join("src/stray.rs"), "").unwrap();
-    let slurm = plant(
-        t.path(),
+    let root = t.path();
+    let down = plant(root, "src/store/mod.rs", "use crate::sys::process_start;\n");
+    let back = plant(root, "src/sys.rs", "pub use crate::store::short_hash;\n");
+    plant(root, "src/lib.rs", "pub mod stray;\n");
+    fs::write(root.join("src/stray.rs"), "").unwrap();
+    let gpurun = plant(
+        root,
         "slurm/src/state.rs",
         "use gpurun::runtime::plan::Plan;\n",
     );
-    plant(t.path(), "slurm/Cargo.toml", "gpurun = { path = \"..\" }\n");
+    let state = plant(root, "slurm/src/state.rs", "use crate::holder::Creds;\n");
+    plant(root, "slurm/Cargo.toml", "gpurun = { path = \"..\" }\n");
     // Neither comments nor strings nor a test module's `super` are imports.
-    plant(
-        t.path(),
-        "src/store/processes.rs",
-        "// crate::cli\nconst S: &str = \"crate::ps\";\n",
-    );
-    let problems = check(t.path());
+    let ignored = "// crate::cli\nconst S: &str = \"crate::ps\";\n";
+    plant(root, "src/store/processes.rs", ignored);
+    let problems = check(root);
     let want = [
         format!(
             "circle: src/store/mod.rs:{down} -> src/sys.rs, src/sys.rs:{back} -> src/store/mod.rs"
         ),
         "src/stray.rs: in no layer".into(),
-        format!("slurm/src/state.rs:{slurm}: uses gpurun"),
+        format!("slurm/src/state.rs:{gpurun}: uses gpurun"),
+        // holder.rs uses state.rs already
+        format!("-> slurm/src/state.rs, slurm/src/state.rs:{state} -> slurm/src/holder.rs"),
         "slurm/Cargo.toml".into(),
     ];
     for w in &want {
-        assert!(
-            problems.iter().any(|p| p.contains(w.as_str())),
-            "no '{w}' in:\n{}",
-            problems.join("\n")
-        );
+        let hit = problems.iter().any(|p| p.contains(w.as_str()));
+        assert!(hit, "no '{w}' in:\n{}", problems.join("\n"));
     }
     assert_eq!(problems.len(), want.len(), "{}", problems.join("\n"));
 }
 
 #[test]
 fn use_trees_and_literals_are_read_as_rust_reads_them() {
-    let code = code_only(
-        "use super::{a::{self, B}, c};\nlet s = \"crate::x\"; let c = '\"'; // crate::y\nfn f<'a>() { crate::z::w(r#\"crate::q\"#) }\n#[cfg(test)]\nmod tests { use super::*; }\n",
-    );
+    let code = code_only(concat!(
+        "use super::{a::{self, B}, c};\n",
+        "let s = \"crate::x\"; let c = '\"'; // crate::y\n",
+        "fn f<'a>() { crate::z::w(r#\"crate::q\"#) }\n",
+        "#[cfg(test)]\n",
+        "mod tests { use super::*; }\n",
+    ));
     let refs = references(&code, &["m".into(), "n".into()], false);
     let got: Vec<(usize, String, bool)> = (refs.into_iter())
         .map(|(l, p, t)| (l, p.join("::"), t))
