@@ -1,8 +1,8 @@
 //! ARCHITECTURE's layers held against the code: every `crate::`, `super::` and `self::` path in
 //! src/ (in main.rs also `gpurun::`) points into its own layer or one below, the parts of a layer
 //! ("image|gpu") stay apart, no files use each other round a circle, every file is in a layer,
-//! and slurm/ uses nothing of gpurun (nor do its files form a circle). Paths are read from the
-//! text, comments and strings left out.
+//! clap is used in the top layer only, and slurm/ uses nothing of gpurun (nor do its files form
+//! a circle). Paths are read from the text, comments and strings left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -325,6 +325,16 @@ fn check(root: &Path) -> Vec<String> {
             continue;
         };
         let code = code_only(&fs::read_to_string(src.join(f)).unwrap_or_default());
+        // The command line's parser belongs to the top layer alone.
+        if from.0 > 0 {
+            let clap = code
+                .lines()
+                .position(|l| l.contains("clap::") || l.contains("use clap"));
+            if let Some(n) = clap {
+                let top = &layers[0].0;
+                problems.push(format!("src/{f}:{}: uses clap outside layer {top}", n + 1));
+            }
+        }
         for (line, path, in_test) in references(&code, &module_of(f), f == "main.rs") {
             let target = file_of(&path, &files);
             if &target == f {
@@ -536,6 +546,11 @@ fn planted_arrows_up_and_across_are_caught() {
         "src/image/inspect.rs",
         "fn f() -> Vec<(String, String)> {\n    crate::gpu::require::constraints(&[])\n}\n",
     );
+    let clap = plant(
+        t.path(),
+        "src/gpu/mod.rs",
+        "#[derive(clap::Args)]\nstruct A {}\n",
+    );
     let grouped = plant(
         t.path(),
         "src/store/mod.rs",
@@ -568,9 +583,12 @@ fn planted_arrows_up_and_across_are_caught() {
         "-> src/ps.rs",
         "up from",
     ]);
+    said(&[&format!(
+        "src/gpu/mod.rs:{clap}: uses clap outside layer commands"
+    )]);
     // And the circles these arrows close, nothing else.
     let arrows = problems.iter().filter(|p| !p.starts_with("circle: "));
-    assert_eq!(arrows.count(), 4, "{}", problems.join("\n"));
+    assert_eq!(arrows.count(), 5, "{}", problems.join("\n"));
 }
 
 #[test]
