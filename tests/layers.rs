@@ -362,7 +362,9 @@ fn check(root: &Path) -> Vec<String> {
         }
     }
     problems.extend(said_circles(&edges, "src"));
-    problems.extend(slurm_apart(root));
+    for dir in parse_apart(&text) {
+        problems.extend(apart(root, &dir));
+    }
     problems
 }
 
@@ -428,13 +430,24 @@ fn circles(edges: &Edges) -> Vec<Vec<String>> {
     out
 }
 
-/// slurm/ is apart: no gpurun:: path in its code, no dependency on the gpurun package; and
-/// no circle of its own files.
-fn slurm_apart(root: &Path) -> Vec<String> {
-    let slurm = root.join("slurm");
-    let mut problems = slurm_circles(&slurm.join("src"));
+/// The crates below `apart:` (`slurm/`), each a line's first word.
+fn parse_apart(text: &str) -> Vec<String> {
+    let mut lines = text.lines().skip_while(|l| l.trim() != "apart:").skip(1);
+    let words = lines.by_ref().take_while(|l| !l.trim().is_empty());
+    let first = words.filter_map(|l| l.split_whitespace().next());
+    first
+        .filter(|w| w.ends_with('/'))
+        .map(String::from)
+        .collect()
+}
+
+/// A crate that is apart: no gpurun:: path in its code, no dependency on the gpurun package,
+/// and no circle of its own files.
+fn apart(root: &Path, dir: &str) -> Vec<String> {
+    let krate = root.join(dir);
+    let mut problems = crate_circles(&krate.join("src"), &format!("{dir}src"));
     let mut paths = Vec::new();
-    rust_files(&slurm, &mut paths);
+    rust_files(&krate, &mut paths);
     for p in paths {
         let code = code_only(&fs::read_to_string(&p).unwrap_or_default());
         for (n, line) in code.lines().enumerate() {
@@ -442,29 +455,26 @@ fn slurm_apart(root: &Path) -> Vec<String> {
             let at = line.match_indices("gpurun::").map(|(i, _)| i);
             if at.into_iter().any(|i| i == 0 || !is_ident(b[i - 1])) {
                 let f = p.strip_prefix(root).unwrap().display();
-                problems.push(format!("{f}:{}: uses gpurun; slurm/ is apart", n + 1));
+                problems.push(format!("{f}:{}: uses gpurun; {dir} is apart", n + 1));
             }
         }
     }
-    let toml = fs::read_to_string(slurm.join("Cargo.toml")).unwrap_or_default();
+    let toml = fs::read_to_string(krate.join("Cargo.toml")).unwrap_or_default();
     for (n, line) in toml.lines().enumerate() {
         let key = line.split('=').next().unwrap_or("").trim();
-        let path = line
-            .split("path")
-            .nth(1)
-            .map(|v| v.trim_start_matches([' ', '=', '"']));
+        let path = (line.split("path").nth(1)).map(|v| v.trim_start_matches([' ', '=', '"']));
         let to_root = path.is_some_and(|v| v.starts_with("..\"") || v.starts_with("../\""));
         if key == "gpurun" || key.starts_with("gpurun.") || to_root {
             let l = n + 1;
             problems.push(format!(
-                "slurm/Cargo.toml:{l}: depends on gpurun; slurm/ is apart"
+                "{dir}Cargo.toml:{l}: depends on gpurun; {dir} is apart"
             ));
         }
     }
     problems
 }
 
-fn slurm_circles(src: &Path) -> Vec<String> {
+fn crate_circles(src: &Path, dir: &str) -> Vec<String> {
     let mut paths = Vec::new();
     rust_files(src, &mut paths);
     let rel = |p: &Path| p.strip_prefix(src).unwrap().to_string_lossy().into_owned();
@@ -480,7 +490,7 @@ fn slurm_circles(src: &Path) -> Vec<String> {
             }
         }
     }
-    said_circles(&edges, "slurm/src")
+    said_circles(&edges, dir)
 }
 
 #[test]
@@ -493,7 +503,7 @@ fn the_code_keeps_its_layers() {
     );
 }
 
-/// A copy of the repository's ARCHITECTURE, src/ and slurm/ to plant imports in.
+/// A copy of the repository's ARCHITECTURE, src/ and the crates apart, to plant imports in.
 fn copy() -> tempfile::TempDir {
     fn copy_dir(from: &Path, to: &Path) {
         fs::create_dir_all(to).unwrap();
@@ -512,12 +522,14 @@ fn copy() -> tempfile::TempDir {
     let t = tempfile::tempdir().unwrap();
     fs::copy(repo.join("ARCHITECTURE"), t.path().join("ARCHITECTURE")).unwrap();
     copy_dir(&repo.join("src"), &t.path().join("src"));
-    copy_dir(&repo.join("slurm/src"), &t.path().join("slurm/src"));
-    fs::copy(
-        repo.join("slurm/Cargo.toml"),
-        t.path().join("slurm/Cargo.toml"),
-    )
-    .unwrap();
+    for krate in ["slurm", "hold-state"] {
+        copy_dir(
+            &repo.join(krate).join("src"),
+            &t.path().join(krate).join("src"),
+        );
+        let toml = |at: &Path| at.join(krate).join("Cargo.toml");
+        fs::copy(toml(repo), toml(t.path())).unwrap();
+    }
     t
 }
 
@@ -536,27 +548,21 @@ fn plant(root: &Path, file: &str, lines: &str) -> usize {
 #[test]
 fn planted_arrows_up_and_across_are_caught() {
     let t = copy();
-    let up = plant(
-        t.path(),
-        "src/gpu/nvml.rs",
-        "use crate::runtime::plan::Plan;\n",
-    );
-    let across = plant(
-        t.path(),
-        "src/image/inspect.rs",
-        "fn f() -> Vec<(String, String)> {\n    crate::gpu::require::constraints(&[])\n}\n",
-    );
+    let root = t.path();
+    let up = plant(root, "src/gpu/nvml.rs", "use crate::runtime::plan::Plan;\n");
+    let call = "fn f() -> Vec<(String, String)> {\n    crate::gpu::require::constraints(&[])\n}\n";
+    let across = plant(root, "src/image/inspect.rs", call);
     let clap = plant(
-        t.path(),
+        root,
         "src/gpu/mod.rs",
         "#[derive(clap::Args)]\nstruct A {}\n",
     );
     let grouped = plant(
-        t.path(),
+        root,
         "src/store/mod.rs",
         "use crate::{sys, cli::{self, Cli}};\n",
     );
-    let relative = plant(t.path(), "src/runtime/keeper.rs", "use super::super::ps;\n");
+    let relative = plant(root, "src/runtime/keeper.rs", "use super::super::ps;\n");
     let problems = check(t.path());
     let said = |want: &[&str]| {
         let hit = problems.iter().any(|p| want.iter().all(|w| p.contains(w)));
@@ -592,7 +598,7 @@ fn planted_arrows_up_and_across_are_caught() {
 }
 
 #[test]
-fn planted_circles_strays_and_slurm_imports_are_caught() {
+fn planted_circles_strays_and_imports_into_crates_apart_are_caught() {
     let t = copy();
     let root = t.path();
     let down = plant(root, "src/store/mod.rs", "use crate::sys::process_start;\n");
@@ -606,6 +612,7 @@ fn planted_circles_strays_and_slurm_imports_are_caught() {
     );
     let state = plant(root, "slurm/src/state.rs", "use crate::holder::Creds;\n");
     plant(root, "slurm/Cargo.toml", "gpurun = { path = \"..\" }\n");
+    let shared = plant(root, "hold-state/src/lib.rs", "use gpurun::sys;\n");
     // Neither comments nor strings nor a test module's `super` are imports.
     let ignored = "// crate::cli\nconst S: &str = \"crate::ps\";\n";
     plant(root, "src/store/processes.rs", ignored);
@@ -619,6 +626,7 @@ fn planted_circles_strays_and_slurm_imports_are_caught() {
         // holder.rs uses state.rs already
         format!("-> slurm/src/state.rs, slurm/src/state.rs:{state} -> slurm/src/holder.rs"),
         "slurm/Cargo.toml".into(),
+        format!("hold-state/src/lib.rs:{shared}: uses gpurun; hold-state/ is apart"),
     ];
     for w in &want {
         let hit = problems.iter().any(|p| p.contains(w.as_str()));
