@@ -1,0 +1,101 @@
+//! `docker-archive:FILE`: a `docker save` tar, its layers read in place.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::error::PullError;
+use super::image_config::image_meta;
+use crate::image::flatten::{normalize, Layer};
+use crate::image::meta::ImageMeta;
+
+/// The most a `docker save` archive's manifest.json or image config may be (real ones: KiBs).
+const MAX_JSON: u64 = 16 << 20;
+
+/// A `docker save` archive: manifest.json names the config and the layer members, which are read
+/// in place (seek to the member's data) rather than extracted.
+pub(super) fn docker_archive(
+    file: &Path,
+    source: &str,
+) -> Result<(Vec<Layer>, ImageMeta), PullError> {
+    let fail = |detail: String| PullError::Source {
+        source_ref: source.to_string(),
+        detail,
+    };
+    let f = File::open(file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
+    // Index the members (name -> data offset, size); only manifest.json and the config are
+    // read, later, by offset: a hostile archive of many members costs no memory.
+    let mut members: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut ar = tar::Archive::new(f);
+    for e in ar.entries().map_err(|e| fail(e.to_string()))? {
+        let e = e.map_err(|e| fail(e.to_string()))?;
+        let name = normalize(&String::from_utf8_lossy(&e.path_bytes())).path;
+        members.insert(name, (e.raw_file_position(), e.size()));
+    }
+    let read_member = |name: &str| -> Result<Vec<u8>, PullError> {
+        let &(pos, size) = members
+            .get(&normalize(name).path)
+            .ok_or_else(|| fail(format!("{name} is missing")))?;
+        if size > MAX_JSON {
+            return Err(PullError::BadImage {
+                image: source.to_string(),
+                detail: format!(
+                    "{name} is {size} bytes, too big for image metadata (at most {MAX_JSON}): not a docker save archive"
+                ),
+            });
+        }
+        let mut f = File::open(file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
+        let mut v = Vec::with_capacity(size as usize);
+        f.seek(SeekFrom::Start(pos))
+            .and_then(|_| f.take(size).read_to_end(&mut v))
+            .map_err(|e| fail(format!("{name}: {e}")))?;
+        Ok(v)
+    };
+    #[derive(Deserialize)]
+    struct Entry {
+        #[serde(rename = "Config")]
+        config: String,
+        #[serde(rename = "Layers")]
+        layers: Vec<String>,
+    }
+    if !members.contains_key("manifest.json") {
+        return Err(fail("no manifest.json: not a docker save archive".into()));
+    }
+    let manifest: Vec<Entry> = serde_json::from_slice(&read_member("manifest.json")?)
+        .map_err(|e| fail(format!("manifest.json: {e}")))?;
+    let entry = match manifest.as_slice() {
+        [one] => one,
+        _ => {
+            return Err(fail(format!(
+                "holds {} images; gpurun reads archives of one",
+                manifest.len()
+            )))
+        }
+    };
+    let config = read_member(&entry.config)
+        .map_err(|_| fail(format!("config {} is missing or unreadable", entry.config)))?;
+    let mut layers = Vec::new();
+    for l in entry.layers.iter().rev() {
+        let &(pos, size) = members
+            .get(&normalize(l).path)
+            .ok_or_else(|| fail(format!("layer {l} is missing")))?;
+        let path = file.to_path_buf();
+        layers.push(Layer {
+            name: l.clone(),
+            size,
+            open: Box::new(move || {
+                let mut f = File::open(&path)?;
+                f.seek(SeekFrom::Start(pos))?;
+                Ok(Box::new(f.take(size)) as Box<dyn Read + Send>)
+            }),
+        });
+    }
+    let meta = image_meta(&config, source, "").map_err(|detail| PullError::BadImage {
+        image: source.to_string(),
+        detail,
+    })?;
+    Ok((layers, meta))
+}

@@ -1,0 +1,108 @@
+//! What can go wrong in a pull, and the exit status each failure gives.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::image::cache::CacheError;
+use crate::image::flatten::FlattenError;
+use crate::image::reference::ReferenceError;
+use crate::image::registry::RegistryError;
+use crate::image::squash::SquashError;
+
+/// Exit codes of `gpurun pull` (and of commands that pull through [`super::ensure_local`]). Other
+/// failures exit with [`crate::exit::GPURUN_FAILED`] (125).
+pub mod exit {
+    /// The image, tag, platform or blob does not exist.
+    pub const NOT_FOUND: i32 = 20;
+    /// The registry refused the credentials, or there were none and it wants some.
+    pub const AUTH: i32 = 21;
+    /// The registry could not be reached or kept failing (connection errors, 5xx, 429).
+    pub const NETWORK: i32 = 22;
+    /// The image is malformed: bad manifest, config or layer, digest mismatch.
+    pub const BAD_IMAGE: i32 = 23;
+    /// No space left for the cache or the output.
+    pub const DISK_FULL: i32 = 24;
+    /// Interrupted by SIGINT / SIGTERM (128 + SIGINT, as shells report it).
+    pub const INTERRUPTED: i32 = 130;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Reference(#[from] ReferenceError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error(transparent)]
+    Flatten(#[from] FlattenError),
+    #[error(transparent)]
+    Squash(#[from] SquashError),
+    #[error("{0}")]
+    Platform(String),
+    #[error("{0} already exists; remove it or pass --force to replace it")]
+    Exists(PathBuf),
+    #[error("cannot write {path} ({source}); choose another -o")]
+    Output { path: PathBuf, source: io::Error },
+    #[error("{path}: the disk is full; free space or choose another -o")]
+    DiskFull { path: PathBuf },
+    #[error("source {source_ref}: {detail}")]
+    Source { source_ref: String, detail: String },
+    #[error("image {image}: {detail}")]
+    BadImage { image: String, detail: String },
+    #[error("ensure_local needs a docker:// reference, not '{0}'")]
+    NotRegistry(String),
+    #[error("cannot start the async runtime ({0})")]
+    Runtime(io::Error),
+}
+
+impl PullError {
+    /// The process exit status for this error (see [`exit`]).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            PullError::Registry(e) => match e {
+                RegistryError::NotFound { .. } | RegistryError::NoPlatform { .. } => {
+                    exit::NOT_FOUND
+                }
+                RegistryError::Auth { .. }
+                | RegistryError::Refused { .. }
+                | RegistryError::Credentials { .. } => exit::AUTH,
+                RegistryError::Network { .. } | RegistryError::RateLimited { .. } => exit::NETWORK,
+                RegistryError::BadImage { .. } | RegistryError::Digest { .. } => exit::BAD_IMAGE,
+                RegistryError::DiskFull { .. } => exit::DISK_FULL,
+                RegistryError::Io { .. } | RegistryError::Cache(_) => crate::exit::GPURUN_FAILED,
+            },
+            PullError::Flatten(FlattenError::Read { .. } | FlattenError::Entry { .. })
+            | PullError::BadImage { .. } => exit::BAD_IMAGE,
+            PullError::Squash(SquashError::DiskFull { .. }) | PullError::DiskFull { .. } => {
+                exit::DISK_FULL
+            }
+            PullError::Output { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
+                exit::DISK_FULL
+            }
+            PullError::Source { .. } => exit::NOT_FOUND,
+            _ => crate::exit::GPURUN_FAILED,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_are_distinct() {
+        let codes = [
+            exit::NOT_FOUND,
+            exit::AUTH,
+            exit::NETWORK,
+            exit::BAD_IMAGE,
+            exit::DISK_FULL,
+            exit::INTERRUPTED,
+        ];
+        for (i, a) in codes.iter().enumerate() {
+            assert!(![0, 1, 2, 125, 126, 127].contains(a));
+            assert!(codes[i + 1..].iter().all(|b| a != b));
+        }
+    }
+}

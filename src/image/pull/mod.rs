@@ -1,0 +1,161 @@
+//! `gpurun pull`: any source into one squashfs file, and [`ensure_local`] for the runtime.
+//!
+//! Flow (DESIGN decision 2): resolve the manifest (and platform) and config → layer blobs into
+//! the cache, several at once, top layer first, digest-checked → meanwhile the layers are
+//! flattened top-down into one tar stream (each layer as soon as its blob is complete) →
+//! `tar2sqfs` writes a temp file beside the target → rename. The output appears complete or not at
+//! all; the cache only ever holds verified blobs (`*.partial` files are resume points).
+//!
+//! Known limits: `docker-archive:` members are trusted, not re-hashed (`oci:` blobs are checked
+//! against their digests); file names that are not UTF-8 are stored lossily.
+
+mod dir_source;
+mod docker_archive_source;
+mod error;
+mod image_config;
+mod oci_layout_source;
+mod options;
+mod progress;
+mod registry_source;
+mod staging;
+mod write_image;
+
+use std::path::{Path, PathBuf};
+
+use crate::image::cache::Cache;
+use crate::image::reference::Source;
+use crate::image::registry::RegistryError;
+use crate::store::cache_dir::cache_root;
+
+use dir_source::rootfs_dir;
+use docker_archive_source::docker_archive;
+pub use error::{exit, PullError};
+use oci_layout_source::oci_layout;
+use options::wanted_platform;
+pub use options::PullOptions;
+use progress::Ui;
+use registry_source::{client_for, resolve_docker, resolve_manifest, runtime};
+pub use registry_source::{remote_meta, Remote};
+use staging::{cleanup_on_signal, Staging};
+use write_image::build;
+
+/// `gpurun pull SOURCE [-o OUT]`: returns the path written.
+pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<PathBuf, PullError> {
+    let src = Source::parse(source)?;
+    // `-o DIR` puts the default name in DIR.
+    let out = match output {
+        Some(o) if o.is_dir() => o.join(default_output(&src)),
+        Some(o) => o.to_path_buf(),
+        None => PathBuf::from(default_output(&src)),
+    };
+    if out.symlink_metadata().is_ok() && !opts.force {
+        return Err(PullError::Exists(out));
+    }
+    // Before anything is downloaded: an output directory gpurun cannot write to is said now.
+    let staging = Staging::beside(&out)?;
+    let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
+    let ui = Ui::new(opts.quiet);
+    let rt = runtime()?;
+    if opts.handle_signals {
+        rt.spawn(cleanup_on_signal());
+    }
+    let ((layers, meta), downloads) = match &src {
+        Source::Docker(image) => {
+            let (layers, meta, d) = rt.block_on(resolve_docker(image, opts, &cache, &ui, None))?;
+            ((layers, meta), Some(d))
+        }
+        Source::OciLayout { dir, tag } => (oci_layout(dir, tag.as_deref(), source, opts)?, None),
+        Source::DockerArchive(file) => (docker_archive(file, source)?, None),
+        Source::Dir(dir) => (rootfs_dir(dir, source)?, None),
+    };
+    let built = build(&layers, &meta, staging, opts, &ui);
+    if let Some(d) = downloads {
+        d.finish(&rt, built.is_err())?;
+    }
+    built?;
+    Ok(out)
+}
+
+/// A cached `.sqsh` for a `docker://` reference, keyed by the manifest digest of the host's (or
+/// `opts.platform`'s) image: pulled on first use, reused after. Safe against concurrent callers.
+pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, PullError> {
+    let Source::Docker(image) = Source::parse(reference)? else {
+        return Err(PullError::NotRegistry(reference.to_string()));
+    };
+    let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
+    let ui = Ui::new(opts.quiet);
+    let rt = runtime()?;
+    if opts.handle_signals {
+        rt.spawn(cleanup_on_signal());
+    }
+    // With an image cached for this reference, an unreachable registry is not fatal: one retry,
+    // then the image the reference last resolved to (compute nodes often have no internet).
+    let key = format!("{image} {}", wanted_platform(opts)?);
+    let fallback = cache.recall_ref(&key);
+    let mut client = client_for(&image, opts)?;
+    if fallback.is_some() {
+        client = client.attempts(2);
+    }
+    let (digest, manifest_bytes) = match rt.block_on(resolve_manifest(&client, &image, opts)) {
+        Ok((r, _)) => r,
+        Err(PullError::Registry(
+            e @ (RegistryError::Network { .. } | RegistryError::RateLimited { .. }),
+        )) => match fallback {
+            Some((digest, path)) => {
+                if !opts.quiet {
+                    eprintln!(
+                        "gpurun: warning: {e}; using the cached image {image} last resolved to ({digest})"
+                    );
+                }
+                return Ok(path);
+            }
+            None => return Err(e.into()),
+        },
+        Err(e) => return Err(e),
+    };
+    let remember = || {
+        // Best effort: without it only the offline fallback is lost.
+        let _ = cache.remember_ref(&key, &digest);
+    };
+    if let Some(found) = cache.find_image(&digest)? {
+        remember();
+        return Ok(found);
+    }
+    let _lock = cache.lock(&digest)?;
+    let out = cache.image_path(&digest)?;
+    if out.exists() {
+        return Ok(out);
+    }
+    let staging = Staging::beside(&out)?;
+    let resolved = (digest.clone(), manifest_bytes);
+    let (layers, meta, downloads) = rt.block_on(resolve_docker(
+        &image,
+        opts,
+        &cache,
+        &ui,
+        Some((client, resolved)),
+    ))?;
+    let built = build(&layers, &meta, staging, opts, &ui);
+    downloads.finish(&rt, built.is_err())?;
+    built?;
+    remember();
+    Ok(out)
+}
+
+fn default_output(src: &Source) -> String {
+    let stem = |p: &Path| {
+        p.file_stem()
+            .or_else(|| p.file_name())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "image".into())
+    };
+    match src {
+        Source::Docker(r) => r.default_file_name(),
+        Source::OciLayout { dir, tag } => match tag {
+            Some(t) => format!("{}_{t}.sqsh", stem(dir)),
+            None => format!("{}.sqsh", stem(dir)),
+        },
+        Source::DockerArchive(f) => format!("{}.sqsh", stem(f)),
+        Source::Dir(d) => format!("{}.sqsh", stem(&d.canonicalize().unwrap_or(d.clone()))),
+    }
+}

@@ -1,0 +1,234 @@
+//! `oci:DIR[:TAG]`: an OCI image layout on disk; every blob is checked against its digest.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+
+use super::error::PullError;
+use super::image_config::image_meta;
+use super::options::{wanted_platform, PullOptions};
+use crate::image::flatten::Layer;
+use crate::image::meta::ImageMeta;
+use crate::image::registry::{choose_platform, Descriptor, Manifest, RegistryError};
+
+pub(super) fn oci_layout(
+    dir: &Path,
+    tag: Option<&str>,
+    source: &str,
+    opts: &PullOptions,
+) -> Result<(Vec<Layer>, ImageMeta), PullError> {
+    let fail = |detail: String| PullError::Source {
+        source_ref: source.to_string(),
+        detail,
+    };
+    let blob = |digest: &str| -> Result<PathBuf, PullError> {
+        let (alg, hex) = digest
+            .split_once(':')
+            .filter(|(a, h)| !a.contains('/') && !h.contains('/') && !h.contains(".."))
+            .ok_or_else(|| fail(format!("'{digest}' is not a digest")))?;
+        Ok(dir.join("blobs").join(alg).join(hex))
+    };
+    let read = |p: &Path| fs::read(p).map_err(|e| fail(format!("{}: {e}", p.display())));
+    // Blobs are content-addressed: what a layout holds must hash to its name.
+    let read_blob = |digest: &str| -> Result<Vec<u8>, PullError> {
+        sha256_digest(digest).map_err(fail)?;
+        let bytes = read(&blob(digest)?)?;
+        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        if actual != digest {
+            return Err(PullError::BadImage {
+                image: source.to_string(),
+                detail: format!(
+                    "blob {digest} does not match its digest (content is {actual}): the layout is corrupt; copy the image again"
+                ),
+            });
+        }
+        Ok(bytes)
+    };
+    let index = Manifest::parse(&read(&dir.join("index.json"))?).map_err(fail)?;
+    let entries = index.manifests.unwrap_or_default();
+    let tag_of = |d: &Descriptor| d.annotations_ref_name();
+    let mut desc = match tag {
+        Some(t) => entries
+            .iter()
+            .find(|d| tag_of(d).as_deref() == Some(t))
+            .cloned()
+            .ok_or_else(|| {
+                let tags: Vec<String> = entries.iter().filter_map(tag_of).collect();
+                fail(format!(
+                    "no tag '{t}' in the layout; tags: {}",
+                    tags.join(", ")
+                ))
+            })?,
+        None if entries.len() == 1 => entries[0].clone(),
+        None => {
+            let tags: Vec<String> = entries.iter().filter_map(tag_of).collect();
+            return Err(fail(format!(
+                "the layout holds {} images; name one as oci:DIR:TAG (tags: {})",
+                entries.len(),
+                tags.join(", ")
+            )));
+        }
+    };
+    let mut bytes = read_blob(&desc.digest)?;
+    let mut m = Manifest::parse(&bytes).map_err(fail)?;
+    if m.is_index() {
+        let want = wanted_platform(opts)?;
+        let sub = m.manifests.clone().unwrap_or_default();
+        desc = choose_platform(&sub, &want)
+            .map_err(|available| {
+                PullError::Registry(RegistryError::NoPlatform {
+                    image: source.to_string(),
+                    wanted: want.to_string(),
+                    available,
+                })
+            })?
+            .clone();
+        bytes = read_blob(&desc.digest)?;
+        m = Manifest::parse(&bytes).map_err(fail)?;
+    }
+    let config = m
+        .config
+        .as_ref()
+        .ok_or_else(|| fail("the manifest has no config".into()))?;
+    let config_bytes = read_blob(&config.digest)?;
+    let mut layers = Vec::new();
+    for l in m.layers.iter().rev() {
+        let p = blob(&l.digest)?;
+        if !p.exists() {
+            return Err(fail(format!("layer blob {} is missing", p.display())));
+        }
+        let want = sha256_digest(&l.digest).map_err(fail)?;
+        let (name, size) = (l.digest.clone(), l.size);
+        layers.push(Layer {
+            name: name.clone(),
+            size,
+            open: Box::new(move || {
+                let f = File::open(&p)?;
+                Ok(Box::new(Verified::new(f, &name, want, size)) as Box<dyn Read + Send>)
+            }),
+        });
+    }
+    let meta =
+        image_meta(&config_bytes, source, &desc.digest).map_err(|detail| PullError::BadImage {
+            image: source.to_string(),
+            detail,
+        })?;
+    Ok((layers, meta))
+}
+
+/// The hex of a `sha256:` digest; layouts with other algorithms are refused, not trusted.
+fn sha256_digest(digest: &str) -> Result<[u8; 32], String> {
+    digest
+        .strip_prefix("sha256:")
+        .and_then(|h| hex::decode(h).ok())
+        .and_then(|b| <[u8; 32]>::try_from(b).ok())
+        .ok_or_else(|| format!("'{digest}' is not a sha256 digest (the only kind gpurun checks)"))
+}
+
+/// A layer blob of a local layout, hashed as the flattener reads it: at its declared size (or
+/// at EOF) it must match its digest, or the read fails and so does the pull, which leaves
+/// nothing. A corrupt or tampered layout never becomes an image; no second pass over the file.
+struct Verified<R> {
+    inner: R,
+    name: String,
+    want: [u8; 32],
+    size: u64,
+    seen: u64,
+    hasher: Option<Sha256>,
+}
+
+impl<R> Verified<R> {
+    fn new(inner: R, name: &str, want: [u8; 32], size: u64) -> Self {
+        Verified {
+            inner,
+            name: name.to_string(),
+            want,
+            size,
+            seen: 0,
+            hasher: Some(Sha256::new()),
+        }
+    }
+
+    fn check(&mut self) -> io::Result<()> {
+        let Some(h) = self.hasher.take() else {
+            return Ok(());
+        };
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        if self.seen != self.size {
+            return Err(bad(format!(
+                "blob {} is {} bytes, its descriptor says {}: the layout is corrupt; copy the image again",
+                self.name, self.seen, self.size
+            )));
+        }
+        if h.finalize().as_slice() != self.want {
+            return Err(bad(format!(
+                "blob {} does not match its digest: the layout is corrupt; copy the image again",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for Verified<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // The blob ends at its declared size; only bytes that went through the hash are used.
+        let room = (self.size - self.seen) as usize;
+        if room == 0 {
+            self.check()?;
+            return Ok(0);
+        }
+        let len = buf.len().min(room);
+        let n = self.inner.read(&mut buf[..len])?;
+        if let Some(h) = self.hasher.as_mut() {
+            h.update(&buf[..n]);
+        }
+        self.seen += n as u64;
+        if n == 0 || self.seen == self.size {
+            self.check()?;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_blobs_are_checked_against_their_digest() {
+        let data = b"layer bytes".to_vec();
+        let want: [u8; 32] = Sha256::digest(&data).into();
+        let read = |bytes: &[u8], size: u64| {
+            let mut v = Vec::new();
+            Verified::new(bytes, "sha256:x", want, size)
+                .read_to_end(&mut v)
+                .map(|_| v)
+                .map_err(|e| e.to_string())
+        };
+        let mut flipped = data.clone();
+        flipped[3] ^= 1;
+        let mut longer = data.clone();
+        longer.extend_from_slice(b"junk");
+        let n = data.len() as u64;
+        assert_eq!(read(&data, n).unwrap(), data);
+        // Bytes past the declared size are never handed out, so they cannot sneak in.
+        assert_eq!(read(&longer, n).unwrap(), data);
+        for (bytes, size, needle) in [
+            (&flipped[..], n, "does not match its digest"),
+            (&data[..5], n, "is 5 bytes, its descriptor says 11"),
+            (&data[..], n - 1, "does not match its digest"),
+            (&data[..], 0, "does not match its digest"),
+        ] {
+            let e = read(bytes, size).unwrap_err();
+            assert!(e.contains(needle), "{e}");
+        }
+        assert!(sha256_digest("sha512:00").is_err());
+        assert!(sha256_digest(&format!("sha256:{}", "ab".repeat(32))).is_ok());
+    }
+}
