@@ -452,30 +452,15 @@ pub fn prepare(
     let Some(explicit) = wanted(opts, host_env) else {
         return Ok(None);
     };
-    let (dev, proc_dir) = roots(host_env);
-    let sources = driver::library_sources(&opts.driver.paths);
-    let (version, early_nvml) = match driver_version(&proc_dir) {
-        Some(v) => (Some(v), None),
-        None => match version_from_nvml(&dev, host_env, &sources, false) {
-            Some((v, n)) => (Some(v), Some(n)),
-            None => (None, None),
-        },
-    };
-    let Some(version) = version else {
-        return match explicit {
-            Some(asked) => Err(GpuError::NoDriver {
-                asked,
-                missing: proc_dir.join("version"),
-            }),
-            None => Ok(None),
-        };
+    let Some(mut host) = find_driver(opts, host_env, explicit)? else {
+        return Ok(None);
     };
     let mut warnings = vec![];
 
     // Which GPUs (decided first: `void` turns everything off). CDI devices are explicit: the
     // environment does not narrow them.
     let by_cdi = cdi.is_some_and(cdi::Applied::gives_gpus);
-    let (open, _denied) = openable(&dev);
+    let (open, _denied) = openable(&host.dev);
     let (asked, source) = if by_cdi {
         (Request::All, devices::Source::Cdi)
     } else {
@@ -485,7 +470,140 @@ pub fn prepare(
         return Ok(None);
     }
 
-    // Driver libraries.
+    let groups = capability_groups(opts, host_env, image_env, &mut warnings);
+    let facts = Facts::open(opts.kept_facts.as_deref());
+    let libs = libraries(facts.as_ref(), &host, &groups)?;
+
+    // NVIDIA_DISABLE_REQUIRE on either side turns the image's rules off.
+    let enforced = !require::disabled(host_env) && !require::disabled(image_env);
+    let requirements = enforced && !require::constraints(image_env).is_empty();
+    let query = GpuQuery {
+        facts: facts.as_ref(),
+        open: &open,
+        asked: &asked,
+        requirements,
+        libs: &libs,
+    };
+    let nvml = query_gpus(&mut host, &query)
+        .map_err(|e| warnings.push(format!("{e}; GPUs are matched by device minor number")))
+        .ok();
+    let sel = match by_cdi {
+        true => devices::Selection {
+            chosen: vec![],
+            cuda_visible_devices: None,
+        },
+        // One node per openable GPU: the request counted the same GPUs.
+        false => devices::select(&with_facts(&open, nvml.as_ref()), &asked, source)?,
+    };
+    let compat = compat_version(image_dir_list, &host.version);
+    let cuda_version = nvml.as_ref().and_then(|n| n.cuda_version.clone());
+    if enforced {
+        // A newer compat libcuda answers for CUDA itself.
+        let cuda = cuda_version.clone().filter(|_| compat.is_none());
+        check_requirements(image_env, &sel, nvml.as_ref(), &host.version, cuda)?;
+    }
+
+    // Mounts: device nodes first, then files.
+    let (mut mounts, gpu_devices) = device_mounts(&sel, nvml.as_ref(), &host);
+    // The CDI spec names every node its GPUs need.
+    if !by_cdi {
+        mounts.extend(control_mounts(&host.dev));
+    }
+    mounts.extend(driver_file_mounts(&libs, &host, opts, host_env));
+
+    Ok(Some(GpuPlan {
+        driver_version: host.version,
+        cuda_version,
+        selected_by: source,
+        mounts,
+        env: visible_env(&sel),
+        ld_library_path_prepend: compat
+            .map(|_| PathBuf::from(COMPAT_DIR))
+            .into_iter()
+            .collect(),
+        ld_library_path_append: vec![PathBuf::from(LIB_DIR)],
+        path_append: vec![PathBuf::from(BIN_DIR)],
+        devices: gpu_devices,
+        warnings,
+    }))
+}
+
+/// The control nodes (nvidiactl, nvidia-uvm…) bound into /dev.
+fn control_mounts(dev: &Path) -> Vec<Mount> {
+    devices::control_nodes(dev)
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().map(PathBuf::from).unwrap_or_default();
+            Mount::bind(p, Path::new("/dev").join(name), false)
+        })
+        .collect()
+}
+
+/// CUDA forward compatibility: the version of the image's libcuda in COMPAT_DIR when it is
+/// newer than the driver's; it then goes first on the loader path.
+fn compat_version(
+    image_dir_list: &dyn Fn(&str) -> Option<Vec<String>>,
+    driver_version: &str,
+) -> Option<String> {
+    image_dir_list(COMPAT_DIR)
+        .and_then(|e| driver::compat_version(&e))
+        .filter(|v| {
+            require::compare_versions(v, driver_version) == Some(std::cmp::Ordering::Greater)
+        })
+}
+
+/// The host's driver as [`prepare`] found it.
+struct HostDriver {
+    dev: PathBuf,
+    proc_dir: PathBuf,
+    /// The directories its libraries are sought in.
+    sources: Vec<PathBuf>,
+    version: String,
+    /// NVML's answer, when only NVML knew the version (taken by [`query_gpus`]).
+    early_nvml: Option<nvml::NvmlInfo>,
+}
+
+/// The host's driver and its version (from /proc, else from NVML). None found: `Ok(None)`,
+/// or an error when GPUs were asked for (`explicit`).
+fn find_driver(
+    opts: &GpuOpts,
+    host_env: &[(String, String)],
+    explicit: Option<String>,
+) -> Result<Option<HostDriver>, GpuError> {
+    let (dev, proc_dir) = roots(host_env);
+    let sources = driver::library_sources(&opts.driver.paths);
+    let (version, early_nvml) = match driver_version(&proc_dir) {
+        Some(v) => (v, None),
+        None => match version_from_nvml(&dev, host_env, &sources, false) {
+            Some((v, n)) => (v, Some(n)),
+            None => {
+                return match explicit {
+                    Some(asked) => Err(GpuError::NoDriver {
+                        asked,
+                        missing: proc_dir.join("version"),
+                    }),
+                    None => Ok(None),
+                }
+            }
+        },
+    };
+    Ok(Some(HostDriver {
+        dev,
+        proc_dir,
+        sources,
+        version,
+        early_nvml,
+    }))
+}
+
+/// The driver capability groups: `--nv-caps`, else NVIDIA_DRIVER_CAPABILITIES of the host,
+/// else of the image; unknown names are a warning.
+fn capability_groups(
+    opts: &GpuOpts,
+    host_env: &[(String, String)],
+    image_env: &[(String, String)],
+    warnings: &mut Vec<String>,
+) -> Vec<driver::Group> {
     let caps: Vec<String> = if !opts.nv_caps.is_empty() {
         opts.nv_caps.clone()
     } else {
@@ -503,122 +621,127 @@ pub fn prepare(
             unknown.join(", ")
         ));
     }
-    let facts = Facts::open(opts.kept_facts.as_deref());
-    let cands = candidates_kept(facts.as_ref(), &sources, &version)?;
-    let libs = driver::choose_libraries(&cands, &version, &groups);
+    groups
+}
+
+/// The driver libraries of `groups`; none at all is an error that names where they were sought.
+fn libraries(
+    facts: Option<&Facts>,
+    host: &HostDriver,
+    groups: &[driver::Group],
+) -> Result<Vec<driver::Library>, GpuError> {
+    let cands = candidates_kept(facts, &host.sources, &host.version)?;
+    let libs = driver::choose_libraries(&cands, &host.version, groups);
     if libs.is_empty() {
         return Err(GpuError::NoLibraries {
-            version,
-            searched: sources
+            version: host.version.clone(),
+            searched: host
+                .sources
                 .iter()
                 .map(|s| s.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
         });
     }
+    Ok(libs)
+}
 
-    // The allowed GPUs' facts: from /proc unless only NVML has what is needed (loading NVML
-    // costs ~40 ms per start on a 2×H200 node, where the whole start takes 13 ms without it).
-    // NVIDIA_DISABLE_REQUIRE on either side turns the image's rules off.
-    let enforced = !require::disabled(host_env) && !require::disabled(image_env);
-    let requirements = enforced && !require::constraints(image_env).is_empty();
-    let fresh = || nvml::query_in_child(&nvml_lib(&libs), false);
-    let queried = match early_nvml {
-        Some(n) => Ok(n),
-        // /proc has them, unless the driver hides it; NVML is asked only for what /proc lacks.
-        None => match gpus_from_proc_kept(facts.as_ref(), &proc_dir, &version) {
-            None => fresh(),
-            Some(info) => match nvml_use(&asked, requirements) {
-                NvmlUse::No => Ok(info),
-                NvmlUse::Kept => {
-                    // NVML sees the GPUs this process may open (a device cgroup hides the others).
-                    let uuids: Vec<String> = info
-                        .gpus
-                        .into_iter()
-                        .filter(|g| g.minor.is_some_and(|m| open.contains(&m)))
-                        .filter_map(|g| g.uuid)
-                        .collect();
-                    match facts
-                        .as_ref()
-                        .and_then(|f| f.file("nvml", &version, &uuids))
-                    {
-                        Some(file) => nvml::query_cached(&nvml_lib(&libs), &file, &uuids),
-                        None => fresh(),
-                    }
-                }
-                NvmlUse::Fresh => fresh(),
-            },
-        },
-    };
-    let nvml = match queried {
-        Ok(n) => Some(n),
-        Err(e) => {
-            warnings.push(format!("{e}; GPUs are matched by device minor number"));
-            None
-        }
-    };
-    // One node per openable GPU: the request counted the same GPUs.
-    let allowed = with_facts(&open, nvml.as_ref());
-    let sel = if by_cdi {
-        devices::Selection {
-            chosen: vec![],
-            cuda_visible_devices: None,
-        }
-    } else {
-        devices::select(&allowed, &asked, source)?
-    };
+/// What [`query_gpus`] decides from.
+struct GpuQuery<'a> {
+    facts: Option<&'a Facts>,
+    /// The minors of the GPUs this process may open.
+    open: &'a [u32],
+    asked: &'a Request,
+    /// The image has NVIDIA_REQUIRE_* rules to check.
+    requirements: bool,
+    libs: &'a [driver::Library],
+}
 
-    // CUDA forward compatibility: the image's newer libcuda goes first on the loader path.
-    let compat = image_dir_list(COMPAT_DIR)
-        .and_then(|e| driver::compat_version(&e))
-        .filter(|v| require::compare_versions(v, &version) == Some(std::cmp::Ordering::Greater));
-
-    // NVIDIA_REQUIRE_* (a newer compat libcuda answers for CUDA itself).
-    let cuda_version = nvml.as_ref().and_then(|n| n.cuda_version.clone());
-    if enforced {
-        let base = require::Facts {
-            cuda: if compat.is_some() {
-                None
-            } else {
-                cuda_version.clone()
-            },
-            driver: Some(version.clone()),
-            arch: None,
-            brand: None,
-        };
-        let per_gpu: Vec<require::Facts> = sel
-            .chosen
-            .iter()
-            .map(|c| {
-                let n = nvml
-                    .as_ref()
-                    .and_then(|n| n.gpus.iter().find(|g| g.minor == Some(c.minor)));
-                require::Facts {
-                    arch: n.and_then(|g| g.arch.clone()),
-                    brand: n.and_then(|g| g.brand.clone()),
-                    ..base.clone()
-                }
-            })
-            .collect();
-        require::check(image_env, &per_gpu, &base)?;
+/// The allowed GPUs' facts: from /proc unless only NVML has what is needed (loading NVML
+/// costs ~40 ms per start on a 2×H200 node, where the whole start takes 13 ms without it).
+fn query_gpus(host: &mut HostDriver, q: &GpuQuery) -> Result<nvml::NvmlInfo, String> {
+    let fresh = || nvml::query_in_child(&nvml_lib(q.libs), false);
+    if let Some(n) = host.early_nvml.take() {
+        return Ok(n);
     }
+    // /proc has them, unless the driver hides it; NVML is asked only for what /proc lacks.
+    let Some(info) = gpus_from_proc_kept(q.facts, &host.proc_dir, &host.version) else {
+        return fresh();
+    };
+    match nvml_use(q.asked, q.requirements) {
+        NvmlUse::No => Ok(info),
+        NvmlUse::Kept => {
+            // NVML sees the GPUs this process may open (a device cgroup hides the others).
+            let uuids: Vec<String> = info
+                .gpus
+                .into_iter()
+                .filter(|g| g.minor.is_some_and(|m| q.open.contains(&m)))
+                .filter_map(|g| g.uuid)
+                .collect();
+            match q.facts.and_then(|f| f.file("nvml", &host.version, &uuids)) {
+                Some(file) => nvml::query_cached(&nvml_lib(q.libs), &file, &uuids),
+                None => fresh(),
+            }
+        }
+        NvmlUse::Fresh => fresh(),
+    }
+}
 
-    // Mounts: device nodes first, then files.
+/// What NVML knows of the GPU with device minor `minor`.
+fn nvml_gpu(nvml: Option<&nvml::NvmlInfo>, minor: u32) -> Option<&nvml::NvmlGpu> {
+    nvml.and_then(|n| n.gpus.iter().find(|g| g.minor == Some(minor)))
+}
+
+/// NVIDIA_REQUIRE_* against the driver, `cuda` and each chosen GPU.
+fn check_requirements(
+    image_env: &[(String, String)],
+    sel: &devices::Selection,
+    nvml: Option<&nvml::NvmlInfo>,
+    version: &str,
+    cuda: Option<String>,
+) -> Result<(), GpuError> {
+    let base = require::Facts {
+        cuda,
+        driver: Some(version.to_string()),
+        arch: None,
+        brand: None,
+    };
+    let per_gpu: Vec<require::Facts> = sel
+        .chosen
+        .iter()
+        .map(|c| {
+            let n = nvml_gpu(nvml, c.minor);
+            require::Facts {
+                arch: n.and_then(|g| g.arch.clone()),
+                brand: n.and_then(|g| g.brand.clone()),
+                ..base.clone()
+            }
+        })
+        .collect();
+    require::check(image_env, &per_gpu, &base)?;
+    Ok(())
+}
+
+/// Each chosen GPU's node (and a MIG device's caps) bound into /dev, and what the plan
+/// reports of each GPU.
+fn device_mounts(
+    sel: &devices::Selection,
+    nvml: Option<&nvml::NvmlInfo>,
+    host: &HostDriver,
+) -> (Vec<Mount>, Vec<GpuDevice>) {
     let mut mounts = vec![];
     let mut gpu_devices = vec![];
     for c in &sel.chosen {
         let name = format!("nvidia{}", c.minor);
         mounts.push(Mount::bind(
-            dev.join(&name),
+            host.dev.join(&name),
             Path::new("/dev").join(&name),
             false,
         ));
-        let n = nvml
-            .as_ref()
-            .and_then(|n| n.gpus.iter().find(|g| g.minor == Some(c.minor)));
+        let n = nvml_gpu(nvml, c.minor);
         if let Some(m) = &c.mig {
-            for cap in mig_caps(&proc_dir, &dev, c.minor, m) {
-                let rel = cap.strip_prefix(&dev).unwrap_or(&cap).to_path_buf();
+            for cap in mig_caps(&host.proc_dir, &host.dev, c.minor, m) {
+                let rel = cap.strip_prefix(&host.dev).unwrap_or(&cap).to_path_buf();
                 mounts.push(Mount::bind(cap, Path::new("/dev").join(rel), false));
             }
         }
@@ -630,32 +753,33 @@ pub fn prepare(
             mig_uuid: c.mig.as_ref().map(|m| m.uuid.clone()),
         });
     }
-    // The CDI spec names every node its GPUs need.
-    let control = if by_cdi {
-        vec![]
-    } else {
-        devices::control_nodes(&dev)
-    };
-    for p in control {
-        let name = p.file_name().map(PathBuf::from).unwrap_or_default();
-        mounts.push(Mount::bind(p, Path::new("/dev").join(name), false));
-    }
+    (mounts, gpu_devices)
+}
+
+/// The driver's files: gpurun's tmpfs at NV_DIR, the libraries, binaries, firmware, IPC
+/// sockets, and the params file without ModifyDeviceFiles.
+fn driver_file_mounts(
+    libs: &[driver::Library],
+    host: &HostDriver,
+    opts: &GpuOpts,
+    host_env: &[(String, String)],
+) -> Vec<Mount> {
     // gpurun's own tmpfs: what an image has there (or a container left there) never shows.
-    mounts.push(Mount {
+    let mut mounts = vec![Mount {
         dst: PathBuf::from(NV_DIR),
         source: MountSource::Tmpfs { mode: 0o755 },
         readonly: false,
         optional: false,
-    });
-    mounts.extend(linked(&libs));
+    }];
+    mounts.extend(linked(libs));
     // A few files, found through PATH: bound one by one, not their whole directory.
     for (name, src) in driver::find_binaries(var(host_env, "PATH"), &opts.driver.paths) {
         mounts.push(Mount::bind(src, Path::new(BIN_DIR).join(name), true));
     }
-    if let Some(fw) = driver::find_firmware(&version, &opts.driver.paths) {
+    if let Some(fw) = driver::find_firmware(&host.version, &opts.driver.paths) {
         mounts.push(Mount::bind(
             fw,
-            Path::new("/lib/firmware/nvidia").join(&version),
+            Path::new("/lib/firmware/nvidia").join(&host.version),
             true,
         ));
     }
@@ -664,7 +788,7 @@ pub fn prepare(
     }
     let params_dst = Path::new("/proc/driver/nvidia/params");
     if params_dst.exists() {
-        if let Ok(p) = std::fs::read_to_string(proc_dir.join("params")) {
+        if let Ok(p) = std::fs::read_to_string(host.proc_dir.join("params")) {
             mounts.push(Mount {
                 dst: params_dst.to_path_buf(),
                 source: MountSource::File {
@@ -675,35 +799,19 @@ pub fn prepare(
             });
         }
     }
+    mounts
+}
 
-    let mut env = vec![];
-    if let Some(v) = &sel.cuda_visible_devices {
-        env.push(("CUDA_VISIBLE_DEVICES".to_string(), v.clone()));
-        env.push((
-            "NVIDIA_VISIBLE_DEVICES".to_string(),
-            if v.is_empty() {
-                "none".into()
-            } else {
-                v.clone()
-            },
-        ));
-    }
-
-    Ok(Some(GpuPlan {
-        driver_version: version,
-        cuda_version,
-        selected_by: source,
-        mounts,
-        env,
-        ld_library_path_prepend: compat
-            .map(|_| PathBuf::from(COMPAT_DIR))
-            .into_iter()
-            .collect(),
-        ld_library_path_append: vec![PathBuf::from(LIB_DIR)],
-        path_append: vec![PathBuf::from(BIN_DIR)],
-        devices: gpu_devices,
-        warnings,
-    }))
+/// CUDA_VISIBLE_DEVICES as the selection renumbered it, and NVIDIA_VISIBLE_DEVICES to match.
+fn visible_env(sel: &devices::Selection) -> Vec<(String, String)> {
+    let Some(v) = &sel.cuda_visible_devices else {
+        return vec![];
+    };
+    let nvidia = if v.is_empty() { "none" } else { v };
+    vec![
+        ("CUDA_VISIBLE_DEVICES".to_string(), v.clone()),
+        ("NVIDIA_VISIBLE_DEVICES".to_string(), nvidia.to_string()),
+    ]
 }
 
 /// Driver libraries as symlinks in LIB_DIR into one read-only bind of each host directory
