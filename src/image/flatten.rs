@@ -326,33 +326,78 @@ pub fn flatten<W: Write>(
     out: W,
     on_read: &(dyn Fn(u64) + Sync),
 ) -> Result<Report, FlattenError> {
-    let mut b = tar::Builder::new(out);
-    let mut merge = Merge::new();
-    // Non-directories written so far; hard links are written last, once their target is known
-    // to be in the image (tar2sqfs aborts on a dangling one).
-    let mut written: HashSet<String> = HashSet::new();
-    let mut links: Vec<PendingLink> = Vec::new();
-    let mut copies: HashMap<(usize, String), String> = HashMap::new();
-    let mut report = Report::default();
-    let now_epoch = 0;
-    merge.begin_layer(0);
-    for f in extra {
-        for a in ancestors(f.path).collect::<Vec<_>>().into_iter().rev() {
-            if merge.decide(a, true) {
-                let mut h = header(EntryType::Directory, 0o755, 0, 0, now_epoch);
-                b.append_data(&mut h, a, io::empty())
-                    .map_err(FlattenError::Write)?;
-            }
-        }
-        merge.decide(f.path, false);
-        let mut h = header(EntryType::Regular, 0o644, 0, 0, now_epoch);
-        h.set_size(f.data.len() as u64);
-        b.append_data(&mut h, f.path, f.data)
-            .map_err(FlattenError::Write)?;
+    let mut f = Flattener {
+        b: tar::Builder::new(out),
+        layers,
+        merge: Merge::new(),
+        written: HashSet::new(),
+        links: Vec::new(),
+        copies: HashMap::new(),
+        report: Report::default(),
+    };
+    f.extra_files(extra)?;
+    for i in 0..layers.len() {
+        f.layer(i, on_read)?;
     }
-    merge.end_layer();
-    for (i, layer) in layers.iter().enumerate() {
-        merge.begin_layer(i + 1);
+    f.pending_links()?;
+    f.b.into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(FlattenError::Write)?;
+    Ok(f.report)
+}
+
+/// One [`flatten`] under way: the stream being written and what the layers above decided.
+struct Flattener<'a, W: Write> {
+    b: tar::Builder<W>,
+    layers: &'a [Layer],
+    merge: Merge,
+    /// Non-directories written so far; hard links are written last, once their target is known
+    /// to be in the image (tar2sqfs aborts on a dangling one).
+    written: HashSet<String>,
+    links: Vec<PendingLink>,
+    /// (layer, replaced link target) -> the path its content was copied to.
+    copies: HashMap<(usize, String), String>,
+    report: Report,
+}
+
+/// The error for an entry `raw` of `layer` that cannot go into the image.
+fn refused(layer: &Layer, raw: &str, why: String) -> FlattenError {
+    FlattenError::Entry {
+        layer: layer.name.clone(),
+        entry: shown(raw),
+        why,
+    }
+}
+
+impl<W: Write> Flattener<'_, W> {
+    /// gpurun's files, ahead of every layer (as a layer 0 above them all).
+    fn extra_files(&mut self, extra: &[ExtraFile<'_>]) -> Result<(), FlattenError> {
+        let now_epoch = 0;
+        self.merge.begin_layer(0);
+        for f in extra {
+            for a in ancestors(f.path).collect::<Vec<_>>().into_iter().rev() {
+                if self.merge.decide(a, true) {
+                    let mut h = header(EntryType::Directory, 0o755, 0, 0, now_epoch);
+                    self.b
+                        .append_data(&mut h, a, io::empty())
+                        .map_err(FlattenError::Write)?;
+                }
+            }
+            self.merge.decide(f.path, false);
+            let mut h = header(EntryType::Regular, 0o644, 0, 0, now_epoch);
+            h.set_size(f.data.len() as u64);
+            self.b
+                .append_data(&mut h, f.path, f.data)
+                .map_err(FlattenError::Write)?;
+        }
+        self.merge.end_layer();
+        Ok(())
+    }
+
+    /// Layer `i` (counted from the top), entry by entry.
+    fn layer(&mut self, i: usize, on_read: &(dyn Fn(u64) + Sync)) -> Result<(), FlattenError> {
+        let layer = &self.layers[i];
+        self.merge.begin_layer(i + 1);
         // What this layer wrote at each non-directory path, to judge a second entry there.
         let mut prints: HashMap<String, Print> = HashMap::new();
         let rerr = |source| FlattenError::Read {
@@ -368,211 +413,298 @@ pub fn flatten<W: Write>(
         let mut ar = Archive::new(reader);
         for entry in ar.entries().map_err(rerr)? {
             let mut entry = entry.map_err(rerr)?;
-            let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-            let norm = normalize(&raw);
-            if norm.escaped {
-                report.note(format!(
-                    "layer {}: entry '{raw}' points outside the image root; stored as '/{}'",
-                    layer.name, norm.path
-                ));
-            }
-            if norm.path.is_empty() {
-                continue; // the root keeps tar2sqfs's defaults
-            }
-            let refuse = |why: String| FlattenError::Entry {
-                layer: layer.name.clone(),
-                entry: shown(&raw),
-                why,
-            };
-            if let Some(why) = over_limits(&norm.path) {
-                return Err(refuse(why));
-            }
-            match classify(&norm.path) {
-                Kind::Whiteout(p) => {
-                    merge.whiteout(&p);
-                    continue;
-                }
-                Kind::Opaque(d) => {
-                    merge.opaque(&d);
-                    continue;
-                }
-                Kind::Internal => continue,
-                Kind::Entry => {}
-            }
-            let et = entry.header().entry_type();
-            if let Some(why) = merge.writes_through(&norm.path, et.is_dir()) {
-                return Err(refuse(why));
-            }
-            if !merge.decide(&norm.path, et.is_dir()) {
-                // The same path twice in one layer: harmless when identical; otherwise Docker
-                // keeps the last entry, and the first is already in the stream: refused.
-                if let Some(first) = prints.get(&norm.path) {
-                    let mut second = Print::meta(&entry);
-                    second.crc = Print::checksum(&mut entry).map_err(rerr)?;
-                    if *first != second {
-                        return Err(refuse(
-                            "it appears twice in this layer and the second differs (Docker keeps the last; gpurun has written the first)".into(),
-                        ));
-                    }
-                }
-                continue;
-            }
-            match et {
-                EntryType::Char | EntryType::Block => {
-                    report.devices_dropped += 1;
-                    continue;
-                }
-                EntryType::Regular
-                | EntryType::Continuous
-                | EntryType::Directory
-                | EntryType::Symlink
-                | EntryType::Link
-                | EntryType::Fifo => {}
-                _ => {
-                    report.unsupported_skipped += 1;
-                    continue;
-                }
-            }
-            let hdr = entry.header();
-            let mut mode = hdr.mode().map_err(rerr)? & 0o7777;
-            if mode & 0o6000 != 0 && !et.is_dir() {
-                mode &= !0o6000;
-                report.setid_cleared += 1;
-            }
-            // Some writers leave numeric fields blank; blank means 0 to GNU tar too.
-            let (uid, gid) = (hdr.uid().unwrap_or(0), hdr.gid().unwrap_or(0));
-            let mtime = hdr.mtime().unwrap_or(0);
-            let xattrs = xattrs(&mut entry).map_err(rerr)?;
-            let out_type = if et == EntryType::Continuous {
-                EntryType::Regular
-            } else {
-                et
-            };
-            let mut h = header(out_type, mode, uid, gid, mtime);
-            let path = norm.path.as_str();
-            let mut print = Print::meta(&entry);
-            report.entries += 1;
-            match out_type {
-                EntryType::Regular => {
-                    write_pax(&mut b, &xattrs)?;
-                    let size = entry.size();
-                    h.set_size(size);
-                    let mut data = Exact::new(&mut entry, size);
-                    b.append_data(&mut h, path, &mut data).map_err(|e| {
-                        // A failed read is the layer's fault (a header that lies about its size,
-                        // a cut or corrupt stream); anything else is the pipe's.
-                        match data.read_failed {
-                            false => FlattenError::Write(e),
-                            true if e.kind() == io::ErrorKind::UnexpectedEof => refuse(format!(
-                                "its header declares {size} bytes but the layer ends first; the blob may be corrupt, pull again"
-                            )),
-                            true => refuse(format!(
-                                "its data cannot be read ({e}); the blob may be corrupt, pull again"
-                            )),
-                        }
-                    })?;
-                    print.crc = data.crc.clone().finalize();
-                    written.insert(path.to_string());
-                }
-                EntryType::Symlink => {
-                    let target = entry.link_name_bytes().unwrap_or_default();
-                    let target = String::from_utf8_lossy(&target).into_owned();
-                    if let Some(why) = over_limits(&target) {
-                        return Err(refuse(format!("its symlink target: {why}")));
-                    }
-                    write_pax(&mut b, &xattrs)?;
-                    b.append_link(&mut h, path, &target)
-                        .map_err(FlattenError::Write)?;
-                    written.insert(path.to_string());
-                }
-                EntryType::Link => {
-                    let raw_t = entry.link_name_bytes().unwrap_or_default();
-                    let raw_t = String::from_utf8_lossy(&raw_t).into_owned();
-                    let t = normalize(&raw_t);
-                    if t.escaped {
-                        report.note(format!(
-                            "layer {}: hard link '{raw}' -> '{raw_t}' leaves the image root; linked to '/{}'",
-                            layer.name, t.path
-                        ));
-                    }
-                    if t.path == path || t.path.is_empty() {
-                        report.note(format!(
-                            "layer {}: hard link '{raw}' -> '{raw_t}' is invalid; skipped",
-                            layer.name
-                        ));
-                        continue;
-                    }
-                    let what = format!("layer {}: hard link '{raw}' -> '{raw_t}'", layer.name);
-                    if merge.link_target_ok(&t.path) {
-                        links.push(PendingLink {
-                            path: path.to_string(),
-                            target: t.path,
-                            header: h,
-                            xattrs,
-                            what,
-                        });
-                    } else if let Some(first) = copies.get(&(i, t.path.clone())) {
-                        // Another link to the same replaced file: share the copy, as before.
-                        links.push(PendingLink {
-                            path: path.to_string(),
-                            target: first.clone(),
-                            header: h,
-                            xattrs,
-                            what,
-                        });
-                    } else if materialise(layers, i, &t.path, path, &mut b)? {
-                        copies.insert((i, t.path), path.to_string());
-                        written.insert(path.to_string());
-                    } else {
-                        report.note(format!(
-                            "{what} has no target in this or a lower layer; skipped"
-                        ));
-                    }
-                }
-                _ => {
-                    write_pax(&mut b, &xattrs)?;
-                    b.append_data(&mut h, path, io::empty())
-                        .map_err(FlattenError::Write)?;
-                    if out_type != EntryType::Directory {
-                        written.insert(path.to_string());
-                    }
-                }
-            }
-            if !et.is_dir() {
-                prints.insert(norm.path.clone(), print);
-            }
+            self.entry(i, &mut entry, &mut prints)?;
         }
         // Read to the end of the compressed stream: the gzip CRC and the zstd checksum sit after
         // the tar's end blocks, and only they catch a corrupt layer from a local layout or archive.
         io::copy(&mut ar.into_inner(), &mut io::sink()).map_err(rerr)?;
-        merge.end_layer();
+        self.merge.end_layer();
+        Ok(())
     }
-    // Chains (a link to a link) resolve over several rounds.
-    loop {
-        let before = links.len();
-        let mut unresolved = Vec::new();
-        for mut l in links {
-            if written.contains(&l.target) {
-                write_pax(&mut b, &l.xattrs)?;
-                b.append_link(&mut l.header, &l.path, &l.target)
-                    .map_err(FlattenError::Write)?;
-                written.insert(l.path);
+
+    /// One entry of layer `i`: judged, then written, or kept for the end (a hard link).
+    fn entry<R: Read>(
+        &mut self,
+        i: usize,
+        entry: &mut tar::Entry<'_, R>,
+        prints: &mut HashMap<String, Print>,
+    ) -> Result<(), FlattenError> {
+        let layer = &self.layers[i];
+        let rerr = |source| FlattenError::Read {
+            layer: layer.name.clone(),
+            source,
+        };
+        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let Some(path) = self.admit(layer, &raw, entry, prints)? else {
+            return Ok(());
+        };
+        let et = entry.header().entry_type();
+        let hdr = entry.header();
+        let mut mode = hdr.mode().map_err(rerr)? & 0o7777;
+        if mode & 0o6000 != 0 && !et.is_dir() {
+            mode &= !0o6000;
+            self.report.setid_cleared += 1;
+        }
+        // Some writers leave numeric fields blank; blank means 0 to GNU tar too.
+        let (uid, gid) = (hdr.uid().unwrap_or(0), hdr.gid().unwrap_or(0));
+        let mtime = hdr.mtime().unwrap_or(0);
+        let xattrs = xattrs(entry).map_err(rerr)?;
+        let out_type = if et == EntryType::Continuous {
+            EntryType::Regular
+        } else {
+            et
+        };
+        let h = header(out_type, mode, uid, gid, mtime);
+        let mut print = Print::meta(entry);
+        self.report.entries += 1;
+        match out_type {
+            EntryType::Regular => {
+                print.crc = self.regular(layer, &raw, &path, h, &xattrs, entry)?
+            }
+            EntryType::Symlink => self.symlink(layer, &raw, &path, h, &xattrs, entry)?,
+            EntryType::Link => {
+                if !self.hard_link(i, &raw, &path, h, xattrs, entry)? {
+                    return Ok(());
+                }
+            }
+            _ => self.other(&path, h, &xattrs, out_type)?,
+        }
+        if !et.is_dir() {
+            prints.insert(path, print);
+        }
+        Ok(())
+    }
+
+    /// The normalised path of an entry that goes into the image, or `None` for one that does
+    /// not (decided above, a whiteout, a device node…); an error for one refused.
+    fn admit<R: Read>(
+        &mut self,
+        layer: &Layer,
+        raw: &str,
+        entry: &mut tar::Entry<'_, R>,
+        prints: &HashMap<String, Print>,
+    ) -> Result<Option<String>, FlattenError> {
+        let norm = normalize(raw);
+        if norm.escaped {
+            self.report.note(format!(
+                "layer {}: entry '{raw}' points outside the image root; stored as '/{}'",
+                layer.name, norm.path
+            ));
+        }
+        if norm.path.is_empty() {
+            return Ok(None); // the root keeps tar2sqfs's defaults
+        }
+        if let Some(why) = over_limits(&norm.path) {
+            return Err(refused(layer, raw, why));
+        }
+        match classify(&norm.path) {
+            Kind::Whiteout(p) => self.merge.whiteout(&p),
+            Kind::Opaque(d) => self.merge.opaque(&d),
+            Kind::Internal => {}
+            Kind::Entry => return self.decide(layer, raw, norm.path, entry, prints),
+        }
+        Ok(None)
+    }
+
+    /// Whether this layer's entry at `path` is the one the image keeps (see [`Merge::decide`]),
+    /// and of a kind it can hold.
+    fn decide<R: Read>(
+        &mut self,
+        layer: &Layer,
+        raw: &str,
+        path: String,
+        entry: &mut tar::Entry<'_, R>,
+        prints: &HashMap<String, Print>,
+    ) -> Result<Option<String>, FlattenError> {
+        let et = entry.header().entry_type();
+        if let Some(why) = self.merge.writes_through(&path, et.is_dir()) {
+            return Err(refused(layer, raw, why));
+        }
+        if !self.merge.decide(&path, et.is_dir()) {
+            // The same path twice in one layer: harmless when identical; otherwise Docker
+            // keeps the last entry, and the first is already in the stream: refused.
+            if let Some(first) = prints.get(&path) {
+                let mut second = Print::meta(entry);
+                second.crc = Print::checksum(entry).map_err(|source| FlattenError::Read {
+                    layer: layer.name.clone(),
+                    source,
+                })?;
+                if *first != second {
+                    return Err(refused(layer, raw,
+                        "it appears twice in this layer and the second differs (Docker keeps the last; gpurun has written the first)".into(),
+                    ));
+                }
+            }
+            return Ok(None);
+        }
+        match et {
+            EntryType::Char | EntryType::Block => self.report.devices_dropped += 1,
+            EntryType::Regular
+            | EntryType::Continuous
+            | EntryType::Directory
+            | EntryType::Symlink
+            | EntryType::Link
+            | EntryType::Fifo => return Ok(Some(path)),
+            _ => self.report.unsupported_skipped += 1,
+        }
+        Ok(None)
+    }
+
+    /// A regular file, its data copied exactly; returns the data's CRC-32.
+    fn regular<R: Read>(
+        &mut self,
+        layer: &Layer,
+        raw: &str,
+        path: &str,
+        mut h: Header,
+        xattrs: &[(String, Vec<u8>)],
+        entry: &mut tar::Entry<'_, R>,
+    ) -> Result<u32, FlattenError> {
+        write_pax(&mut self.b, xattrs)?;
+        let size = entry.size();
+        h.set_size(size);
+        let mut data = Exact::new(entry, size);
+        self.b.append_data(&mut h, path, &mut data).map_err(|e| {
+            // A failed read is the layer's fault (a header that lies about its size,
+            // a cut or corrupt stream); anything else is the pipe's.
+            match data.read_failed {
+                false => FlattenError::Write(e),
+                true if e.kind() == io::ErrorKind::UnexpectedEof => refused(layer, raw, format!(
+                    "its header declares {size} bytes but the layer ends first; the blob may be corrupt, pull again"
+                )),
+                true => refused(layer, raw, format!(
+                    "its data cannot be read ({e}); the blob may be corrupt, pull again"
+                )),
+            }
+        })?;
+        self.written.insert(path.to_string());
+        Ok(data.crc.clone().finalize())
+    }
+
+    fn symlink<R: Read>(
+        &mut self,
+        layer: &Layer,
+        raw: &str,
+        path: &str,
+        mut h: Header,
+        xattrs: &[(String, Vec<u8>)],
+        entry: &mut tar::Entry<'_, R>,
+    ) -> Result<(), FlattenError> {
+        let target = entry.link_name_bytes().unwrap_or_default();
+        let target = String::from_utf8_lossy(&target).into_owned();
+        if let Some(why) = over_limits(&target) {
+            return Err(refused(layer, raw, format!("its symlink target: {why}")));
+        }
+        write_pax(&mut self.b, xattrs)?;
+        self.b
+            .append_link(&mut h, path, &target)
+            .map_err(FlattenError::Write)?;
+        self.written.insert(path.to_string());
+        Ok(())
+    }
+
+    /// A hard link of layer `i`: kept for the end when its target is in the image; its
+    /// target's content copied when that was replaced above; `false` when skipped.
+    fn hard_link<R: Read>(
+        &mut self,
+        i: usize,
+        raw: &str,
+        path: &str,
+        header: Header,
+        xattrs: Vec<(String, Vec<u8>)>,
+        entry: &mut tar::Entry<'_, R>,
+    ) -> Result<bool, FlattenError> {
+        let layer = &self.layers[i];
+        let raw_t = entry.link_name_bytes().unwrap_or_default();
+        let raw_t = String::from_utf8_lossy(&raw_t).into_owned();
+        let t = normalize(&raw_t);
+        if t.escaped {
+            self.report.note(format!(
+                "layer {}: hard link '{raw}' -> '{raw_t}' leaves the image root; linked to '/{}'",
+                layer.name, t.path
+            ));
+        }
+        if t.path == path || t.path.is_empty() {
+            self.report.note(format!(
+                "layer {}: hard link '{raw}' -> '{raw_t}' is invalid; skipped",
+                layer.name
+            ));
+            return Ok(false);
+        }
+        let what = format!("layer {}: hard link '{raw}' -> '{raw_t}'", layer.name);
+        let target = if self.merge.link_target_ok(&t.path) {
+            t.path
+        } else if let Some(first) = self.copies.get(&(i, t.path.clone())) {
+            // Another link to the same replaced file: share the copy, as before.
+            first.clone()
+        } else {
+            if materialise(self.layers, i, &t.path, path, &mut self.b)? {
+                self.copies.insert((i, t.path), path.to_string());
+                self.written.insert(path.to_string());
             } else {
-                unresolved.push(l);
+                self.report.note(format!(
+                    "{what} has no target in this or a lower layer; skipped"
+                ));
+            }
+            return Ok(true);
+        };
+        self.links.push(PendingLink {
+            path: path.to_string(),
+            target,
+            header,
+            xattrs,
+            what,
+        });
+        Ok(true)
+    }
+
+    /// A directory or a fifo: a header only.
+    fn other(
+        &mut self,
+        path: &str,
+        mut h: Header,
+        xattrs: &[(String, Vec<u8>)],
+        out_type: EntryType,
+    ) -> Result<(), FlattenError> {
+        write_pax(&mut self.b, xattrs)?;
+        self.b
+            .append_data(&mut h, path, io::empty())
+            .map_err(FlattenError::Write)?;
+        if out_type != EntryType::Directory {
+            self.written.insert(path.to_string());
+        }
+        Ok(())
+    }
+
+    /// The hard links kept for the end, each once its target is written; chains (a link to a
+    /// link) resolve over several rounds.
+    fn pending_links(&mut self) -> Result<(), FlattenError> {
+        let mut links = std::mem::take(&mut self.links);
+        loop {
+            let before = links.len();
+            let mut unresolved = Vec::new();
+            for mut l in links {
+                if self.written.contains(&l.target) {
+                    write_pax(&mut self.b, &l.xattrs)?;
+                    self.b
+                        .append_link(&mut l.header, &l.path, &l.target)
+                        .map_err(FlattenError::Write)?;
+                    self.written.insert(l.path);
+                } else {
+                    unresolved.push(l);
+                }
+            }
+            links = unresolved;
+            if links.len() == before {
+                break;
             }
         }
-        links = unresolved;
-        if links.len() == before {
-            break;
+        for l in links {
+            self.report
+                .note(format!("{} has no target in the image; skipped", l.what));
         }
+        Ok(())
     }
-    for l in links {
-        report.note(format!("{} has no target in the image; skipped", l.what));
-    }
-    b.into_inner()
-        .and_then(|mut w| w.flush())
-        .map_err(FlattenError::Write)?;
-    Ok(report)
 }
 
 /// Exactly `left` bytes of `inner`, or UnexpectedEof: the tar builder pads a short copy silently,
