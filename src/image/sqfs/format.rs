@@ -287,86 +287,19 @@ pub fn parse_inode(
             let parent_number = src.u32()?;
             ino.body = Body::Dir(dir_loc(block, offset, size, parent_number)?);
         }
-        (Kind::Dir, true) => {
-            ino.nlink = src.u32()?;
-            let size = src.u32()?;
-            let block = src.u32()?;
-            let parent_number = src.u32()?;
-            let index_count = src.u16()?;
-            let offset = src.u16()?;
-            ino.xattr = opt(src.u32()?);
-            let mut loc = dir_loc(block, offset, size, parent_number)?;
-            for _ in 0..index_count {
-                let offset = src.u32()?;
-                let block = src.u32()?;
-                let name_len = src.u32()? as usize + 1;
-                if name_len > MAX_NAME || offset > loc.size {
-                    return Err(format!(
-                        "directory index entry ({name_len} bytes at {offset})"
-                    ));
-                }
-                let name = src.take(name_len)?;
-                loc.index.push(DirIndex {
-                    offset,
-                    block,
-                    name,
-                });
-            }
-            ino.body = Body::Dir(loc);
-        }
-        (Kind::File, ext) => {
-            let (blocks_start, frag, frag_off) = if ext {
-                let start = src.u64()?;
-                ino.size = src.u64()?;
-                let _sparse = src.u64()?;
-                ino.nlink = src.u32()?;
-                let frag = src.u32()?;
-                let off = src.u32()?;
-                ino.xattr = opt(src.u32()?);
-                (start, frag, off)
-            } else {
-                let start = src.u32()? as u64;
-                let frag = src.u32()?;
-                let off = src.u32()?;
-                ino.size = src.u32()? as u64;
-                (start, frag, off)
-            };
-            let fragment = opt(frag).map(|f| (f, frag_off));
-            let bs = block_size as u64;
-            let n = if fragment.is_some() {
-                ino.size / bs
-            } else {
-                ino.size.div_ceil(bs)
-            };
-            if n > max_blocks {
-                return Err(format!(
-                    "file of {} bytes cannot fit in the inode table",
-                    ino.size
-                ));
-            }
-            let words = src.take(n as usize * 4)?;
-            let block_words = words
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            ino.body = Body::File(FileLoc {
-                blocks_start,
-                fragment,
-                block_words,
-            });
-        }
+        (Kind::Dir, true) => extended_dir(src, &mut ino)?,
+        (Kind::File, ext) => file(src, &mut ino, ext, block_size, max_blocks)?,
         (Kind::Symlink, ext) => {
             ino.nlink = src.u32()?;
             let len = src.u32()? as usize;
             if len > MAX_SYMLINK {
                 return Err(format!("symlink target of {len} bytes"));
             }
-            let target = src.take(len)?;
+            ino.body = Body::Symlink(src.take(len)?);
             ino.size = len as u64;
             if ext {
                 ino.xattr = opt(src.u32()?);
             }
-            ino.body = Body::Symlink(target);
         }
         (Kind::BlockDev | Kind::CharDev, ext) => {
             ino.nlink = src.u32()?;
@@ -383,6 +316,86 @@ pub fn parse_inode(
         }
     }
     Ok(ino)
+}
+
+/// The rest of an extended directory inode: its location, xattrs and directory index.
+fn extended_dir(src: &mut impl ByteSource, ino: &mut RawInode) -> FormatResult<()> {
+    ino.nlink = src.u32()?;
+    let size = src.u32()?;
+    let block = src.u32()?;
+    let parent_number = src.u32()?;
+    let index_count = src.u16()?;
+    let offset = src.u16()?;
+    ino.xattr = opt(src.u32()?);
+    let mut loc = dir_loc(block, offset, size, parent_number)?;
+    for _ in 0..index_count {
+        let offset = src.u32()?;
+        let block = src.u32()?;
+        let name_len = src.u32()? as usize + 1;
+        if name_len > MAX_NAME || offset > loc.size {
+            return Err(format!(
+                "directory index entry ({name_len} bytes at {offset})"
+            ));
+        }
+        let name = src.take(name_len)?;
+        loc.index.push(DirIndex {
+            offset,
+            block,
+            name,
+        });
+    }
+    ino.body = Body::Dir(loc);
+    Ok(())
+}
+
+/// The rest of a file inode (basic or extended): size, fragment and block words.
+fn file(
+    src: &mut impl ByteSource,
+    ino: &mut RawInode,
+    ext: bool,
+    block_size: u32,
+    max_blocks: u64,
+) -> FormatResult<()> {
+    let (blocks_start, frag, frag_off) = if ext {
+        let start = src.u64()?;
+        ino.size = src.u64()?;
+        let _sparse = src.u64()?;
+        ino.nlink = src.u32()?;
+        let frag = src.u32()?;
+        let off = src.u32()?;
+        ino.xattr = opt(src.u32()?);
+        (start, frag, off)
+    } else {
+        let start = src.u32()? as u64;
+        let frag = src.u32()?;
+        let off = src.u32()?;
+        ino.size = src.u32()? as u64;
+        (start, frag, off)
+    };
+    let fragment = opt(frag).map(|f| (f, frag_off));
+    let bs = block_size as u64;
+    let n = if fragment.is_some() {
+        ino.size / bs
+    } else {
+        ino.size.div_ceil(bs)
+    };
+    if n > max_blocks {
+        return Err(format!(
+            "file of {} bytes cannot fit in the inode table",
+            ino.size
+        ));
+    }
+    let words = src.take(n as usize * 4)?;
+    let block_words = words
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    ino.body = Body::File(FileLoc {
+        blocks_start,
+        fragment,
+        block_words,
+    });
+    Ok(())
 }
 
 fn dir_loc(block: u32, offset: u16, size: u32, parent_number: u32) -> FormatResult<DirLoc> {

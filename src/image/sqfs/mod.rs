@@ -260,6 +260,39 @@ pub struct Archive {
     kept_written: AtomicBool,
 }
 
+/// The superblock of the squashfs `base` bytes into `file`.
+fn read_superblock(file: &std::fs::File, path: &Path, base: u64) -> Result<Superblock, SqfsError> {
+    let mut buf = [0u8; format::SUPERBLOCK_SIZE];
+    match file.read_exact_at(&mut buf, base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(SqfsError::NotSquashfs {
+                path: path.to_owned(),
+            })
+        }
+        Err(source) => {
+            return Err(SqfsError::Io {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    }
+    Superblock::parse(&buf).map_err(|e| match e {
+        SuperblockError::BadMagic => SqfsError::NotSquashfs {
+            path: path.to_owned(),
+        },
+        SuperblockError::Version(major, minor) => SqfsError::Version {
+            path: path.to_owned(),
+            major,
+            minor,
+        },
+        SuperblockError::Invalid(what) => SqfsError::Corrupt {
+            path: path.to_owned(),
+            what,
+        },
+    })
+}
+
 fn cache<K: std::hash::Hash + Eq, V>(n: usize) -> Mutex<LruCache<K, V>> {
     Mutex::new(LruCache::new(NonZeroUsize::new(n.max(1)).unwrap()))
 }
@@ -276,30 +309,7 @@ impl Archive {
             source,
         };
         let file = open_regular(path).map_err(io)?;
-        let mut buf = [0u8; format::SUPERBLOCK_SIZE];
-        match file.read_exact_at(&mut buf, base) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(SqfsError::NotSquashfs {
-                    path: path.to_owned(),
-                })
-            }
-            Err(e) => return Err(io(e)),
-        }
-        let sb = Superblock::parse(&buf).map_err(|e| match e {
-            SuperblockError::BadMagic => SqfsError::NotSquashfs {
-                path: path.to_owned(),
-            },
-            SuperblockError::Version(major, minor) => SqfsError::Version {
-                path: path.to_owned(),
-                major,
-                minor,
-            },
-            SuperblockError::Invalid(what) => SqfsError::Corrupt {
-                path: path.to_owned(),
-                what,
-            },
-        })?;
+        let sb = read_superblock(&file, path, base)?;
         let comp = Compressor::from_id(sb.compression).map_err(|name| SqfsError::Compressor {
             path: path.to_owned(),
             name,
@@ -338,26 +348,32 @@ impl Archive {
             kept_written: AtomicBool::new(false),
             sb,
         };
-        let id_ptrs = ar.read_u64s(ar.sb.id_table, (ar.sb.id_count as u64).div_ceil(2048))?;
-        let mut ids = Vec::with_capacity(ar.sb.id_count as usize);
-        for i in 0..ar.sb.id_count as u64 {
-            let mut c = ar.cursor(id_ptrs[(i / 2048) as usize], (i % 2048 * 4) as usize);
-            ids.push(ar.fmt(c.u32())?);
+        ar.load_tables()?;
+        Ok(ar)
+    }
+
+    /// The id table, and where the fragment and xattr id tables are, read at open.
+    fn load_tables(&mut self) -> Result<(), SqfsError> {
+        let id_ptrs = self.read_u64s(self.sb.id_table, (self.sb.id_count as u64).div_ceil(2048))?;
+        let mut ids = Vec::with_capacity(self.sb.id_count as usize);
+        for i in 0..self.sb.id_count as u64 {
+            let mut c = self.cursor(id_ptrs[(i / 2048) as usize], (i % 2048 * 4) as usize);
+            ids.push(self.fmt(c.u32())?);
         }
-        ar.ids = ids;
-        if ar.sb.frag_count > 0 && ar.sb.fragment_table != format::INVALID_U64 {
-            ar.frag_ptrs = ar.read_u64s(
-                ar.sb.fragment_table,
-                (ar.sb.frag_count as u64).div_ceil(512),
+        self.ids = ids;
+        if self.sb.frag_count > 0 && self.sb.fragment_table != format::INVALID_U64 {
+            self.frag_ptrs = self.read_u64s(
+                self.sb.fragment_table,
+                (self.sb.frag_count as u64).div_ceil(512),
             )?;
         }
-        if ar.sb.xattr_id_table != format::INVALID_U64 {
-            let head = ar.read_u64s(ar.sb.xattr_id_table, 2)?;
+        if self.sb.xattr_id_table != format::INVALID_U64 {
+            let head = self.read_u64s(self.sb.xattr_id_table, 2)?;
             let count = head[1] & 0xffff_ffff;
-            let ptrs = ar.read_u64s(ar.sb.xattr_id_table + 16, count.div_ceil(512))?;
-            ar.xattr = Some((head[0], ptrs));
+            let ptrs = self.read_u64s(self.sb.xattr_id_table + 16, count.div_ceil(512))?;
+            self.xattr = Some((head[0], ptrs));
         }
-        Ok(ar)
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
