@@ -804,70 +804,15 @@ impl RegistryClient {
             on_bytes(desc.size);
             return Ok((final_path, None));
         }
-        let partial = cache.partial_path(digest)?;
-        // A file of this cache's own (never through a link), appended to where it ends.
-        let mut file = crate::store::private_dir::open_or_create(&partial, cache.file_mode())
-            .map_err(|e| io_err(&partial, e))?;
-        let (mut hasher, mut have) = hash_file(&mut file).map_err(|e| io_err(&partial, e))?;
-        let restart = |file: &mut File| file.set_len(0).and_then(|_| file.rewind());
-        if desc.size > 0 && have > desc.size {
-            restart(&mut file).map_err(|e| io_err(&partial, e))?;
-            hasher = Sha256::new();
-            have = 0;
-        }
-        on_bytes(have);
-        let mut received = 0u64;
+        let mut part = PartialBlob::open(cache.partial_path(digest)?, cache, desc.size)?;
+        on_bytes(part.have);
         let what = format!("blob {digest} of {}", self.image);
         let r = self.oref(self.image.reference_part());
         let mut attempt = 0;
         let mut reauthed = false;
-        while desc.size == 0 || have < desc.size {
-            let res = self
-                .client
-                .pull_blob_stream_partial(&r, digest, have, None)
-                .await;
-            let err = match res {
-                Ok(resp) => {
-                    let stream = match resp {
-                        oci_client::client::BlobResponse::Partial(s) => s,
-                        oci_client::client::BlobResponse::Full(s) => {
-                            // The server ignored the range: start over.
-                            if have > 0 {
-                                restart(&mut file).map_err(|e| io_err(&partial, e))?;
-                                hasher = Sha256::new();
-                                have = 0;
-                            }
-                            s
-                        }
-                    };
-                    let mut stream = stream.stream;
-                    let mut failed = None;
-                    while let Some(chunk) = stream.next().await {
-                        match chunk {
-                            Ok(b) => {
-                                file.write_all(&b).map_err(|e| io_err(&partial, e))?;
-                                hasher.update(&b);
-                                have += b.len() as u64;
-                                received += b.len() as u64;
-                                on_bytes(b.len() as u64);
-                            }
-                            Err(e) => {
-                                failed = Some(OciDistributionError::IoError(e));
-                                break;
-                            }
-                        }
-                    }
-                    match failed {
-                        None if desc.size == 0 => break,
-                        None if have >= desc.size => break,
-                        None => OciDistributionError::IoError(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            format!("connection closed after {have} of {} bytes", desc.size),
-                        )),
-                        Some(e) => e,
-                    }
-                }
-                Err(e) => e,
+        while desc.size == 0 || part.have < desc.size {
+            let Some(err) = self.download_once(&r, desc, &mut part, on_bytes).await? else {
+                break;
             };
             match self.classify(&what, err) {
                 Failure::Fatal(RegistryError::Auth { .. } | RegistryError::Refused { .. })
@@ -892,19 +837,129 @@ impl RegistryClient {
                 Failure::Fatal(e) => return Err(e),
             }
         }
-        file.sync_all().map_err(|e| io_err(&partial, e))?;
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
-        if actual != digest || (desc.size > 0 && have != desc.size) {
-            let _ = fs::remove_file(&partial);
+        let received = part.received;
+        part.commit(desc, &final_path, &self.image.registry)?;
+        drop(lock);
+        Ok((final_path, Some(received)))
+    }
+
+    /// One request for the rest of blob `desc`, appended to `part`. `None`: the blob is whole;
+    /// `Some`: the request failed, to be sorted by [`Self::classify`]; `Err`: the cache's file
+    /// could not be written.
+    async fn download_once(
+        &self,
+        r: &oci_client::Reference,
+        desc: &Descriptor,
+        part: &mut PartialBlob,
+        on_bytes: &(dyn Fn(u64) + Send + Sync),
+    ) -> Result<Option<OciDistributionError>, RegistryError> {
+        let res = self
+            .client
+            .pull_blob_stream_partial(r, desc.digest.as_str(), part.have, None)
+            .await;
+        let stream = match res {
+            Ok(oci_client::client::BlobResponse::Partial(s)) => s,
+            Ok(oci_client::client::BlobResponse::Full(s)) => {
+                // The server ignored the range: start over.
+                if part.have > 0 {
+                    part.restart()?;
+                }
+                s
+            }
+            Err(e) => return Ok(Some(e)),
+        };
+        let mut stream = stream.stream;
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(b) => {
+                    part.append(&b)?;
+                    on_bytes(b.len() as u64);
+                }
+                Err(e) => return Ok(Some(OciDistributionError::IoError(e))),
+            }
+        }
+        if desc.size == 0 || part.have >= desc.size {
+            return Ok(None);
+        }
+        Ok(Some(OciDistributionError::IoError(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "connection closed after {} of {} bytes",
+                part.have, desc.size
+            ),
+        ))))
+    }
+}
+
+/// A blob being downloaded into the cache's `.partial` file, hashed as it grows.
+struct PartialBlob {
+    file: File,
+    path: PathBuf,
+    hasher: Sha256,
+    /// Bytes in the file.
+    have: u64,
+    /// Bytes received by this process (not those a resumed download already had).
+    received: u64,
+}
+
+impl PartialBlob {
+    /// The `.partial` file at `path`, with what an interrupted download left in it (dropped
+    /// when longer than the blob's `size`).
+    fn open(path: PathBuf, cache: &Cache, size: u64) -> Result<PartialBlob, RegistryError> {
+        // A file of this cache's own (never through a link), appended to where it ends.
+        let mut file = crate::store::private_dir::open_or_create(&path, cache.file_mode())
+            .map_err(|e| io_err(&path, e))?;
+        let (hasher, have) = hash_file(&mut file).map_err(|e| io_err(&path, e))?;
+        let mut part = PartialBlob {
+            file,
+            path,
+            hasher,
+            have,
+            received: 0,
+        };
+        if size > 0 && part.have > size {
+            part.restart()?;
+        }
+        Ok(part)
+    }
+
+    /// Empty the file and start the hash over.
+    fn restart(&mut self) -> Result<(), RegistryError> {
+        self.file
+            .set_len(0)
+            .and_then(|_| self.file.rewind())
+            .map_err(|e| io_err(&self.path, e))?;
+        self.hasher = Sha256::new();
+        self.have = 0;
+        Ok(())
+    }
+
+    fn append(&mut self, b: &[u8]) -> Result<(), RegistryError> {
+        self.file.write_all(b).map_err(|e| io_err(&self.path, e))?;
+        self.hasher.update(b);
+        self.have += b.len() as u64;
+        self.received += b.len() as u64;
+        Ok(())
+    }
+
+    /// The whole blob, checked against `desc`, moved to `final_path`; a mismatch removes it.
+    fn commit(
+        self,
+        desc: &Descriptor,
+        final_path: &Path,
+        registry: &str,
+    ) -> Result<(), RegistryError> {
+        self.file.sync_all().map_err(|e| io_err(&self.path, e))?;
+        let actual = format!("sha256:{}", hex::encode(self.hasher.finalize()));
+        if actual != desc.digest || (desc.size > 0 && self.have != desc.size) {
+            let _ = fs::remove_file(&self.path);
             return Err(RegistryError::Digest {
-                registry: self.image.registry.clone(),
-                digest: digest.to_string(),
+                registry: registry.to_string(),
+                digest: desc.digest.clone(),
                 actual,
             });
         }
-        fs::rename(&partial, &final_path).map_err(|e| io_err(&final_path, e))?;
-        drop(lock);
-        Ok((final_path, Some(received)))
+        fs::rename(&self.path, final_path).map_err(|e| io_err(final_path, e))
     }
 }
 
