@@ -619,43 +619,24 @@ impl RegistryClient {
                 auth(format!("token request failed: {}", first_line(&m)))
             }
             OciDistributionError::RegistryError { envelope, url } => {
-                let codes: Vec<String> = envelope
-                    .errors
+                let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+                let detail = codes
                     .iter()
-                    .map(|e| format!("{:?}", e.code).to_uppercase())
-                    .collect();
-                let detail = codes.join(", ");
-                if envelope.errors.iter().any(|e| {
-                    matches!(
-                        e.code,
-                        OciErrorCode::ManifestUnknown
-                            | OciErrorCode::NameUnknown
-                            | OciErrorCode::BlobUnknown
-                            | OciErrorCode::NotFound
-                    )
-                }) {
-                    not_found(detail)
-                } else if envelope
-                    .errors
-                    .iter()
-                    .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied))
-                {
-                    auth(detail)
-                } else if envelope
-                    .errors
-                    .iter()
-                    .any(|e| matches!(e.code, OciErrorCode::Toomanyrequests))
-                {
-                    Failure::Retry(RegistryError::RateLimited {
+                    .map(|c| format!("{c:?}").to_uppercase())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                match envelope_kind(&codes) {
+                    EnvelopeKind::NotFound => not_found(detail),
+                    EnvelopeKind::Auth => auth(detail),
+                    EnvelopeKind::RateLimited => Failure::Retry(RegistryError::RateLimited {
                         registry: registry.clone(),
                         asked: String::new(),
                         url: Some(url),
-                    })
-                } else {
-                    Failure::Fatal(RegistryError::BadImage {
+                    }),
+                    EnvelopeKind::Other => Failure::Fatal(RegistryError::BadImage {
                         image,
                         detail: format!("registry answered {detail} for {what}"),
-                    })
+                    }),
                 }
             }
             OciDistributionError::ServerError { code, message, url } => match code {
@@ -963,6 +944,34 @@ impl PartialBlob {
     }
 }
 
+/// What the error codes of a registry's error envelope come to, the first that applies.
+#[derive(Debug, PartialEq, Eq)]
+enum EnvelopeKind {
+    NotFound,
+    Auth,
+    RateLimited,
+    Other,
+}
+
+fn envelope_kind(codes: &[&OciErrorCode]) -> EnvelopeKind {
+    use OciErrorCode as C;
+    let any = |f: fn(&OciErrorCode) -> bool| codes.iter().any(|c| f(c));
+    if any(|c| {
+        matches!(
+            c,
+            C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound
+        )
+    }) {
+        EnvelopeKind::NotFound
+    } else if any(|c| matches!(c, C::Unauthorized | C::Denied)) {
+        EnvelopeKind::Auth
+    } else if any(|c| matches!(c, C::Toomanyrequests)) {
+        EnvelopeKind::RateLimited
+    } else {
+        EnvelopeKind::Other
+    }
+}
+
 /// sha256 state and length of what an interrupted download already wrote; `f` is left at its end.
 fn hash_file(f: &mut File) -> io::Result<(Sha256, u64)> {
     let mut h = Sha256::new();
@@ -998,6 +1007,23 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn envelope_kinds() {
+        use OciErrorCode as C;
+        for (codes, kind) in [
+            (vec![C::ManifestUnknown], EnvelopeKind::NotFound),
+            (vec![C::Denied, C::BlobUnknown], EnvelopeKind::NotFound),
+            (vec![C::Unauthorized], EnvelopeKind::Auth),
+            (vec![C::Toomanyrequests, C::Denied], EnvelopeKind::Auth),
+            (vec![C::Toomanyrequests], EnvelopeKind::RateLimited),
+            (vec![C::Unsupported], EnvelopeKind::Other),
+            (vec![], EnvelopeKind::Other),
+        ] {
+            let refs: Vec<&OciErrorCode> = codes.iter().collect();
+            assert_eq!(envelope_kind(&refs), kind, "{codes:?}");
+        }
+    }
 
     fn creds(u: &str, p: &str) -> AuthEntry {
         AuthEntry::Creds(Credentials {

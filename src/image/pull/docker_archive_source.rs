@@ -25,16 +25,7 @@ pub(super) fn docker_archive(
         source_ref: source.to_string(),
         detail,
     };
-    let f = File::open(file).map_err(|e| fail(format!("{}: {e}", file.display())))?;
-    // Index the members (name -> data offset, size); only manifest.json and the config are
-    // read, later, by offset: a hostile archive of many members costs no memory.
-    let mut members: HashMap<String, (u64, u64)> = HashMap::new();
-    let mut ar = tar::Archive::new(f);
-    for e in ar.entries().map_err(|e| fail(e.to_string()))? {
-        let e = e.map_err(|e| fail(e.to_string()))?;
-        let name = normalize(&String::from_utf8_lossy(&e.path_bytes())).path;
-        members.insert(name, (e.raw_file_position(), e.size()));
-    }
+    let members = index_members(file).map_err(fail)?;
     let read_member = |name: &str| -> Result<Vec<u8>, PullError> {
         let &(pos, size) = members
             .get(&normalize(name).path)
@@ -98,4 +89,18 @@ pub(super) fn docker_archive(
         detail,
     })?;
     Ok((layers, meta))
+}
+
+/// The archive's members: name -> (data offset, size). Only manifest.json and the config are
+/// read, later, by offset: a hostile archive of many members costs no memory.
+fn index_members(file: &Path) -> Result<HashMap<String, (u64, u64)>, String> {
+    let f = File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut members = HashMap::new();
+    let mut ar = tar::Archive::new(f);
+    for e in ar.entries().map_err(|e| e.to_string())? {
+        let e = e.map_err(|e| e.to_string())?;
+        let name = normalize(&String::from_utf8_lossy(&e.path_bytes())).path;
+        members.insert(name, (e.raw_file_position(), e.size()));
+    }
+    Ok(members)
 }

@@ -19,103 +19,138 @@ pub(super) fn oci_layout(
     source: &str,
     opts: &PullOptions,
 ) -> Result<(Vec<Layer>, ImageMeta), PullError> {
-    let fail = |detail: String| PullError::Source {
-        source_ref: source.to_string(),
-        detail,
-    };
-    let blob = |digest: &str| -> Result<PathBuf, PullError> {
-        let (alg, hex) = digest
-            .split_once(':')
-            .filter(|(a, h)| !a.contains('/') && !h.contains('/') && !h.contains(".."))
-            .ok_or_else(|| fail(format!("'{digest}' is not a digest")))?;
-        Ok(dir.join("blobs").join(alg).join(hex))
-    };
-    let read = |p: &Path| fs::read(p).map_err(|e| fail(format!("{}: {e}", p.display())));
-    // Blobs are content-addressed: what a layout holds must hash to its name.
-    let read_blob = |digest: &str| -> Result<Vec<u8>, PullError> {
-        sha256_digest(digest).map_err(fail)?;
-        let bytes = read(&blob(digest)?)?;
-        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-        if actual != digest {
-            return Err(PullError::BadImage {
-                image: source.to_string(),
-                detail: format!(
-                    "blob {digest} does not match its digest (content is {actual}): the layout is corrupt; copy the image again"
-                ),
-            });
-        }
-        Ok(bytes)
-    };
-    let index = Manifest::parse(&read(&dir.join("index.json"))?).map_err(fail)?;
-    let entries = index.manifests.unwrap_or_default();
-    let tag_of = |d: &Descriptor| d.annotations_ref_name();
-    let mut desc = match tag {
-        Some(t) => entries
-            .iter()
-            .find(|d| tag_of(d).as_deref() == Some(t))
-            .cloned()
-            .ok_or_else(|| {
-                let tags: Vec<String> = entries.iter().filter_map(tag_of).collect();
-                fail(format!(
-                    "no tag '{t}' in the layout; tags: {}",
-                    tags.join(", ")
-                ))
-            })?,
-        None if entries.len() == 1 => entries[0].clone(),
-        None => {
-            let tags: Vec<String> = entries.iter().filter_map(tag_of).collect();
-            return Err(fail(format!(
-                "the layout holds {} images; name one as oci:DIR:TAG (tags: {})",
-                entries.len(),
-                tags.join(", ")
-            )));
-        }
-    };
-    let mut bytes = read_blob(&desc.digest)?;
-    let mut m = Manifest::parse(&bytes).map_err(fail)?;
-    if m.is_index() {
-        let want = wanted_platform(opts)?;
-        let sub = m.manifests.clone().unwrap_or_default();
-        desc = choose_platform(&sub, &want)
-            .map_err(|available| {
-                PullError::Registry(RegistryError::NoPlatform {
-                    image: source.to_string(),
-                    wanted: want.to_string(),
-                    available,
-                })
-            })?
-            .clone();
-        bytes = read_blob(&desc.digest)?;
-        m = Manifest::parse(&bytes).map_err(fail)?;
-    }
+    let layout = Layout { dir, source };
+    let (desc, m) = layout.manifest(tag, opts)?;
     let config = m
         .config
         .as_ref()
-        .ok_or_else(|| fail("the manifest has no config".into()))?;
-    let config_bytes = read_blob(&config.digest)?;
-    let mut layers = Vec::new();
-    for l in m.layers.iter().rev() {
-        let p = blob(&l.digest)?;
-        if !p.exists() {
-            return Err(fail(format!("layer blob {} is missing", p.display())));
-        }
-        let want = sha256_digest(&l.digest).map_err(fail)?;
-        let (name, size) = (l.digest.clone(), l.size);
-        layers.push(Layer {
-            name: name.clone(),
-            size,
-            open: Box::new(move || {
-                let f = File::open(&p)?;
-                Ok(Box::new(Verified::new(f, &name, want, size)) as Box<dyn Read + Send>)
-            }),
-        });
-    }
+        .ok_or_else(|| layout.fail("the manifest has no config".into()))?;
+    let config_bytes = layout.read_blob(&config.digest)?;
+    let layers = m
+        .layers
+        .iter()
+        .rev()
+        .map(|l| layout.layer(l))
+        .collect::<Result<_, _>>()?;
     let meta =
         image_meta(&config_bytes, source, &desc.digest).map_err(|detail| PullError::BadImage {
             image: source.to_string(),
             detail,
         })?;
     Ok((layers, meta))
+}
+
+/// An OCI layout directory, `source` as the user named it.
+struct Layout<'a> {
+    dir: &'a Path,
+    source: &'a str,
+}
+
+impl Layout<'_> {
+    fn fail(&self, detail: String) -> PullError {
+        PullError::Source {
+            source_ref: self.source.to_string(),
+            detail,
+        }
+    }
+
+    fn blob(&self, digest: &str) -> Result<PathBuf, PullError> {
+        let (alg, hex) = digest
+            .split_once(':')
+            .filter(|(a, h)| !a.contains('/') && !h.contains('/') && !h.contains(".."))
+            .ok_or_else(|| self.fail(format!("'{digest}' is not a digest")))?;
+        Ok(self.dir.join("blobs").join(alg).join(hex))
+    }
+
+    fn read(&self, p: &Path) -> Result<Vec<u8>, PullError> {
+        fs::read(p).map_err(|e| self.fail(format!("{}: {e}", p.display())))
+    }
+
+    /// Blobs are content-addressed: what a layout holds must hash to its name.
+    fn read_blob(&self, digest: &str) -> Result<Vec<u8>, PullError> {
+        sha256_digest(digest).map_err(|e| self.fail(e))?;
+        let bytes = self.read(&self.blob(digest)?)?;
+        let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+        if actual != digest {
+            return Err(PullError::BadImage {
+                image: self.source.to_string(),
+                detail: format!(
+                    "blob {digest} does not match its digest (content is {actual}): the layout is corrupt; copy the image again"
+                ),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// The image's manifest (descriptor and content): the one of `tag` in index.json, or its
+    /// only one, and from a multi-platform index the platform `opts` wants.
+    fn manifest(
+        &self,
+        tag: Option<&str>,
+        opts: &PullOptions,
+    ) -> Result<(Descriptor, Manifest), PullError> {
+        let index =
+            Manifest::parse(&self.read(&self.dir.join("index.json"))?).map_err(|e| self.fail(e))?;
+        let entries = index.manifests.unwrap_or_default();
+        let tags = || -> String {
+            let tags: Vec<String> = entries
+                .iter()
+                .filter_map(|d| d.annotations_ref_name())
+                .collect();
+            tags.join(", ")
+        };
+        let mut desc = match tag {
+            Some(t) => entries
+                .iter()
+                .find(|d| d.annotations_ref_name().as_deref() == Some(t))
+                .cloned()
+                .ok_or_else(|| {
+                    self.fail(format!("no tag '{t}' in the layout; tags: {}", tags()))
+                })?,
+            None if entries.len() == 1 => entries[0].clone(),
+            None => {
+                return Err(self.fail(format!(
+                    "the layout holds {} images; name one as oci:DIR:TAG (tags: {})",
+                    entries.len(),
+                    tags()
+                )));
+            }
+        };
+        let mut m = Manifest::parse(&self.read_blob(&desc.digest)?).map_err(|e| self.fail(e))?;
+        if m.is_index() {
+            let want = wanted_platform(opts)?;
+            let sub = m.manifests.clone().unwrap_or_default();
+            desc = choose_platform(&sub, &want)
+                .map_err(|available| {
+                    PullError::Registry(RegistryError::NoPlatform {
+                        image: self.source.to_string(),
+                        wanted: want.to_string(),
+                        available,
+                    })
+                })?
+                .clone();
+            m = Manifest::parse(&self.read_blob(&desc.digest)?).map_err(|e| self.fail(e))?;
+        }
+        Ok((desc, m))
+    }
+
+    /// A layer blob, read through [`Verified`] when the flattener opens it.
+    fn layer(&self, l: &Descriptor) -> Result<Layer, PullError> {
+        let p = self.blob(&l.digest)?;
+        if !p.exists() {
+            return Err(self.fail(format!("layer blob {} is missing", p.display())));
+        }
+        let want = sha256_digest(&l.digest).map_err(|e| self.fail(e))?;
+        let (name, size) = (l.digest.clone(), l.size);
+        Ok(Layer {
+            name: name.clone(),
+            size,
+            open: Box::new(move || {
+                let f = File::open(&p)?;
+                Ok(Box::new(Verified::new(f, &name, want, size)) as Box<dyn Read + Send>)
+            }),
+        })
+    }
 }
 
 /// The hex of a `sha256:` digest; layouts with other algorithms are refused, not trusted.
