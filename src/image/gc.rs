@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use super::cache::Cache;
 use crate::store::cache_dir::{cache_root_from, GRACE};
+use crate::store::processes::{environ, open_files, own_processes};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -126,19 +127,6 @@ pub fn cache_root_of(env: &[(String, String)], from_files: Option<&Path>, uid: u
     cache_root_from(explicit, get("XDG_CACHE_HOME"), uid)
 }
 
-fn environ(pid: u32) -> Option<Vec<(String, String)>> {
-    let b = fs::read(format!("/proc/{pid}/environ")).ok()?;
-    Some(
-        b.split(|c| *c == 0)
-            .filter_map(|kv| {
-                let kv = String::from_utf8_lossy(kv);
-                let (k, v) = kv.split_once('=')?;
-                Some((k.to_string(), v.to_string()))
-            })
-            .collect(),
-    )
-}
-
 impl Activity {
     /// `cache` is the root being collected; `from_files` the config files' cache_dir, if any.
     pub fn scan(cache: &Path, from_files: Option<&Path>) -> Activity {
@@ -148,17 +136,11 @@ impl Activity {
             open: Default::default(),
             gpurun_running: false,
         };
-        for p in crate::store::processes::own_processes(uid) {
+        for p in own_processes(uid) {
             if p.pid == me {
                 continue;
             }
-            if let Ok(fds) = fs::read_dir(format!("/proc/{}/fd", p.pid)) {
-                for fd in fds.flatten() {
-                    if let Ok(t) = fs::read_link(fd.path()) {
-                        a.open.insert(t);
-                    }
-                }
-            }
+            a.open.extend(open_files(p.pid));
             let active = p.is_gpurun
                 && matches!(
                     p.subcommand().as_deref(),

@@ -1,8 +1,9 @@
 //! The user's processes as /proc describes them (for `gpurun ps` and `gpurun cache gc`).
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use procfs::process::{all_processes, FDTarget, Process};
 
 /// A process of this user, as /proc describes it.
 #[derive(Debug, Clone)]
@@ -26,54 +27,72 @@ impl Proc {
     }
 }
 
-/// `(ppid, start ticks)` from /proc/PID/stat; the command name may hold spaces and parentheses,
-/// so fields are counted after its last ')'.
-pub fn parse_stat(stat: &str) -> Option<(u32, u64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] is field 3 (state): ppid is field 4, starttime field 22.
-    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
-}
-
 /// This user's processes.
 pub fn own_processes(uid: u32) -> Vec<Proc> {
-    let mut out = Vec::new();
-    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let dir = e.path();
-        if fs::metadata(&dir).map(|m| m.uid()).ok() != Some(uid) {
-            continue;
-        }
-        let Some((ppid, start_ticks)) = fs::read_to_string(dir.join("stat"))
-            .ok()
-            .and_then(|s| parse_stat(&s))
-        else {
-            continue;
-        };
-        let cmdline: Vec<String> = fs::read(dir.join("cmdline"))
-            .unwrap_or_default()
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let base = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
-        let exe = fs::read_link(dir.join("exe")).ok();
-        let is_gpurun = exe.as_deref().and_then(base).as_deref() == Some("gpurun")
-            || cmdline
-                .first()
-                .map(|c| base(Path::new(c)).as_deref() == Some("gpurun"))
-                == Some(true);
-        out.push(Proc {
-            pid,
-            ppid,
-            cmdline,
-            start_ticks,
-            is_gpurun,
-        });
+    let Ok(all) = all_processes() else {
+        return Vec::new();
+    };
+    all.flatten().filter_map(|p| own_process(&p, uid)).collect()
+}
+
+/// `p`, when it is `uid`'s and still there.
+fn own_process(p: &Process, uid: u32) -> Option<Proc> {
+    if p.uid().ok()? != uid {
+        return None;
     }
-    out
+    let stat = p.stat().ok()?;
+    let pid = u32::try_from(p.pid()).ok()?;
+    let cmdline = cmdline(pid);
+    let base = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let exe = p.exe().ok();
+    let is_gpurun = exe.as_deref().and_then(base).as_deref() == Some("gpurun")
+        || cmdline
+            .first()
+            .map(|c| base(Path::new(c)).as_deref() == Some("gpurun"))
+            == Some(true);
+    Some(Proc {
+        pid,
+        ppid: u32::try_from(stat.ppid).unwrap_or(0),
+        cmdline,
+        start_ticks: stat.starttime,
+        is_gpurun,
+    })
+}
+
+/// The arguments, decoded lossily: procfs's `cmdline` refuses a process with a non-UTF-8 one.
+fn cmdline(pid: u32) -> Vec<String> {
+    fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// What process `pid` has open (the paths of its file descriptors).
+pub fn open_files(pid: u32) -> Vec<PathBuf> {
+    let Ok(fds) = Process::new(pid as i32).and_then(|p| p.fd()) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| match fd.target {
+            FDTarget::Path(p) => Some(p),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Process `pid`'s environment; `None` where it cannot be read.
+pub fn environ(pid: u32) -> Option<Vec<(String, String)>> {
+    let env = Process::new(pid as i32).ok()?.environ().ok()?;
+    Some(
+        env.into_iter()
+            .map(|(k, v)| {
+                let s = |o: std::ffi::OsString| o.to_string_lossy().into_owned();
+                (s(k), s(v))
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -81,10 +100,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_fields() {
-        let s =
-            "1234 (gpu run) (x)) S 99 1234 1234 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 777 1000 10";
-        assert_eq!(parse_stat(s), Some((99, 777)));
-        assert_eq!(parse_stat("garbage"), None);
+    fn this_process_is_listed() {
+        let me = std::process::id();
+        let uid = nix::unistd::getuid().as_raw();
+        let mine = own_processes(uid);
+        let p = mine.iter().find(|p| p.pid == me).expect("listed");
+        assert_eq!(p.ppid, nix::unistd::getppid().as_raw() as u32);
+        assert!(p.start_ticks > 0);
+        assert_eq!(p.cmdline, std::env::args().collect::<Vec<_>>());
+        assert!(!own_processes(uid.wrapping_add(1))
+            .iter()
+            .any(|p| p.pid == me));
+        let path = std::env::current_exe().unwrap();
+        let _open = fs::File::open(&path).unwrap();
+        assert!(open_files(me).contains(&path));
+        // /proc/PID/environ is the environment the process started with: cargo's, with PATH.
+        let env = environ(me).unwrap();
+        assert!(env.iter().any(|(k, v)| k == "PATH" && !v.is_empty()));
+        assert_eq!(environ(u32::MAX), None);
     }
 }
