@@ -320,6 +320,7 @@ pub fn choose_libraries(candidates: &[Candidate], version: &str, groups: &[Group
 }
 
 /// Is this ELF file built for the running architecture (class and machine of its header)?
+/// Two fields of a 20-byte header: not worth `object` or `goblin`, which parse whole files.
 pub fn elf_is_native(header: &[u8]) -> bool {
     if header.len() < 20 || &header[..4] != b"\x7fELF" {
         return false;

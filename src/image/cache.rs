@@ -206,7 +206,7 @@ fn ref_name(key: &str) -> String {
 }
 
 /// An exclusive flock(2), released on drop or when the process dies (so a killed pull never
-/// leaves a stale lock behind).
+/// leaves a stale lock behind). std's `File::lock` (Rust 1.89) is that flock: no fs4 needed.
 #[derive(Debug)]
 pub struct FileLock {
     _file: File,

@@ -314,7 +314,9 @@ fn read_auth_file(f: &Path) -> Option<Vec<u8>> {
     Some(bytes)
 }
 
-/// Run `docker-credential-HELPER get` (the docker credential-helper protocol).
+/// Run `docker-credential-HELPER get` (the docker credential-helper protocol). Not the
+/// docker_credential crate: it runs whatever name a config gives (a path too) and keeps its
+/// helper call private behind its own reading of config.json, without gpurun's trust checks.
 fn credential_helper(helper: &str, registry: &str) -> Result<Option<Credentials>, RegistryError> {
     // A helper is a program on PATH, named by a suffix: never a path.
     let plain = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c);

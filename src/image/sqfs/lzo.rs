@@ -1,6 +1,7 @@
 //! LZO1X decompression, for squashfs images made with `-comp lzo` (enroot's default:
 //! `ENROOT_SQUASH_OPTIONS="-comp lzo -noD"`). Written here because the Rust ports are either
-//! GPL-2.0 (this project is Apache-2.0) or stream-based without an output limit. Follows the
+//! GPL (minilzo-rs, rust-lzo; this project is Apache-2.0) or, as lzokay-native 0.1 (MIT),
+//! without an output limit and panicking on a back-reference before the start. Follows the
 //! format as the Linux kernel documents it (Documentation/staging/lzo.rst); every copy is
 //! checked against the input, the output limit and the data written so far.
 
