@@ -360,6 +360,21 @@ struct Flattener<'a, W: Write> {
     report: Report,
 }
 
+/// An entry on its way into the stream: where it comes from (for errors) and what it becomes.
+struct Out<'e> {
+    layer: &'e Layer,
+    raw: &'e str,
+    path: &'e str,
+    header: Header,
+    xattrs: Vec<(String, Vec<u8>)>,
+}
+
+impl Out<'_> {
+    fn refused(&self, why: String) -> FlattenError {
+        refused(self.layer, self.raw, why)
+    }
+}
+
 /// The error for an entry `raw` of `layer` that cannot go into the image.
 fn refused(layer: &Layer, raw: &str, why: String) -> FlattenError {
     FlattenError::Entry {
@@ -457,17 +472,22 @@ impl<W: Write> Flattener<'_, W> {
         let h = header(out_type, mode, uid, gid, mtime);
         let mut print = Print::meta(entry);
         self.report.entries += 1;
+        let o = Out {
+            layer,
+            raw: &raw,
+            path: &path,
+            header: h,
+            xattrs,
+        };
         match out_type {
-            EntryType::Regular => {
-                print.crc = self.regular(layer, &raw, &path, h, &xattrs, entry)?
-            }
-            EntryType::Symlink => self.symlink(layer, &raw, &path, h, &xattrs, entry)?,
+            EntryType::Regular => print.crc = self.regular(o, entry)?,
+            EntryType::Symlink => self.symlink(o, entry)?,
             EntryType::Link => {
-                if !self.hard_link(i, &raw, &path, h, xattrs, entry)? {
+                if !self.hard_link(i, o, entry)? {
                     return Ok(());
                 }
             }
-            _ => self.other(&path, h, &xattrs, out_type)?,
+            _ => self.other(o)?,
         }
         if !et.is_dir() {
             prints.insert(path, print);
@@ -553,53 +573,45 @@ impl<W: Write> Flattener<'_, W> {
     /// A regular file, its data copied exactly; returns the data's CRC-32.
     fn regular<R: Read>(
         &mut self,
-        layer: &Layer,
-        raw: &str,
-        path: &str,
-        mut h: Header,
-        xattrs: &[(String, Vec<u8>)],
+        mut o: Out<'_>,
         entry: &mut tar::Entry<'_, R>,
     ) -> Result<u32, FlattenError> {
-        write_pax(&mut self.b, xattrs)?;
+        write_pax(&mut self.b, &o.xattrs)?;
         let size = entry.size();
-        h.set_size(size);
+        o.header.set_size(size);
         let mut data = Exact::new(entry, size);
-        self.b.append_data(&mut h, path, &mut data).map_err(|e| {
+        self.b.append_data(&mut o.header, o.path, &mut data).map_err(|e| {
             // A failed read is the layer's fault (a header that lies about its size,
             // a cut or corrupt stream); anything else is the pipe's.
             match data.read_failed {
                 false => FlattenError::Write(e),
-                true if e.kind() == io::ErrorKind::UnexpectedEof => refused(layer, raw, format!(
+                true if e.kind() == io::ErrorKind::UnexpectedEof => o.refused(format!(
                     "its header declares {size} bytes but the layer ends first; the blob may be corrupt, pull again"
                 )),
-                true => refused(layer, raw, format!(
+                true => o.refused(format!(
                     "its data cannot be read ({e}); the blob may be corrupt, pull again"
                 )),
             }
         })?;
-        self.written.insert(path.to_string());
+        self.written.insert(o.path.to_string());
         Ok(data.crc.clone().finalize())
     }
 
     fn symlink<R: Read>(
         &mut self,
-        layer: &Layer,
-        raw: &str,
-        path: &str,
-        mut h: Header,
-        xattrs: &[(String, Vec<u8>)],
+        mut o: Out<'_>,
         entry: &mut tar::Entry<'_, R>,
     ) -> Result<(), FlattenError> {
         let target = entry.link_name_bytes().unwrap_or_default();
         let target = String::from_utf8_lossy(&target).into_owned();
         if let Some(why) = over_limits(&target) {
-            return Err(refused(layer, raw, format!("its symlink target: {why}")));
+            return Err(o.refused(format!("its symlink target: {why}")));
         }
-        write_pax(&mut self.b, xattrs)?;
+        write_pax(&mut self.b, &o.xattrs)?;
         self.b
-            .append_link(&mut h, path, &target)
+            .append_link(&mut o.header, o.path, &target)
             .map_err(FlattenError::Write)?;
-        self.written.insert(path.to_string());
+        self.written.insert(o.path.to_string());
         Ok(())
     }
 
@@ -608,13 +620,10 @@ impl<W: Write> Flattener<'_, W> {
     fn hard_link<R: Read>(
         &mut self,
         i: usize,
-        raw: &str,
-        path: &str,
-        header: Header,
-        xattrs: Vec<(String, Vec<u8>)>,
+        o: Out<'_>,
         entry: &mut tar::Entry<'_, R>,
     ) -> Result<bool, FlattenError> {
-        let layer = &self.layers[i];
+        let (layer, raw, path) = (o.layer, o.raw, o.path);
         let raw_t = entry.link_name_bytes().unwrap_or_default();
         let raw_t = String::from_utf8_lossy(&raw_t).into_owned();
         let t = normalize(&raw_t);
@@ -651,27 +660,21 @@ impl<W: Write> Flattener<'_, W> {
         self.links.push(PendingLink {
             path: path.to_string(),
             target,
-            header,
-            xattrs,
+            header: o.header,
+            xattrs: o.xattrs,
             what,
         });
         Ok(true)
     }
 
     /// A directory or a fifo: a header only.
-    fn other(
-        &mut self,
-        path: &str,
-        mut h: Header,
-        xattrs: &[(String, Vec<u8>)],
-        out_type: EntryType,
-    ) -> Result<(), FlattenError> {
-        write_pax(&mut self.b, xattrs)?;
+    fn other(&mut self, mut o: Out<'_>) -> Result<(), FlattenError> {
+        write_pax(&mut self.b, &o.xattrs)?;
         self.b
-            .append_data(&mut h, path, io::empty())
+            .append_data(&mut o.header, o.path, io::empty())
             .map_err(FlattenError::Write)?;
-        if out_type != EntryType::Directory {
-            self.written.insert(path.to_string());
+        if o.header.entry_type() != EntryType::Directory {
+            self.written.insert(o.path.to_string());
         }
         Ok(())
     }
