@@ -90,24 +90,45 @@ pub fn remote_meta(reference: &str, opts: &PullOptions) -> Result<Remote, PullEr
     rt.block_on(async {
         let client = client_for(&image, opts)?;
         let ((digest, bytes), platforms) = resolve_manifest(&client, &image, opts).await?;
-        let bad = |detail: String| PullError::BadImage {
-            image: image.to_string(),
-            detail,
-        };
-        let m = Manifest::parse(&bytes).map_err(bad)?;
-        let config = m
-            .config
-            .clone()
-            .ok_or_else(|| bad("the manifest has no config".into()))?;
-        let (path, _) = client.fetch_blob(&config, &cache, &|_: u64| {}).await?;
-        let config_bytes = fs::read(&path).map_err(|e| bad(format!("config: {e}")))?;
-        let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
+        let (m, config) = parse_manifest(&image, &bytes)?;
+        let meta = fetch_config(&client, &cache, &image, &config, &digest).await?;
         Ok(Remote {
             meta,
             size: m.layers.iter().map(|l| l.size).sum(),
             platforms,
         })
     })
+}
+
+/// A platform's manifest and its config's descriptor.
+fn parse_manifest(image: &ImageRef, bytes: &[u8]) -> Result<(Manifest, Descriptor), PullError> {
+    let bad = |detail: String| PullError::BadImage {
+        image: image.to_string(),
+        detail,
+    };
+    let m = Manifest::parse(bytes).map_err(bad)?;
+    let config = m
+        .config
+        .clone()
+        .ok_or_else(|| bad("the manifest has no config".into()))?;
+    Ok((m, config))
+}
+
+/// The image's config, fetched into the cache (or found there), as [`ImageMeta`].
+async fn fetch_config(
+    client: &RegistryClient,
+    cache: &Cache,
+    image: &ImageRef,
+    config: &Descriptor,
+    digest: &str,
+) -> Result<ImageMeta, PullError> {
+    let bad = |detail: String| PullError::BadImage {
+        image: image.to_string(),
+        detail,
+    };
+    let (path, _) = client.fetch_blob(config, cache, &|_: u64| {}).await?;
+    let config_bytes = fs::read(&path).map_err(|e| bad(format!("config: {e}")))?;
+    image_meta(&config_bytes, &image.to_string(), digest).map_err(bad)
 }
 
 pub(super) async fn resolve_docker(
@@ -129,21 +150,13 @@ pub(super) async fn resolve_docker(
         image: image.to_string(),
         detail,
     };
-    let m = Manifest::parse(&bytes).map_err(bad)?;
-    let config_desc = m
-        .config
-        .clone()
-        .ok_or_else(|| bad("the manifest has no config".into()))?;
+    let (m, config_desc) = parse_manifest(image, &bytes)?;
     ui.line(&format!(
         "Pulling {image} (manifest {}, {} layers)",
         short(&digest),
         m.layers.len()
     ));
-    let nothing = |_: u64| {};
-    let (config_path, _) = client.fetch_blob(&config_desc, cache, &nothing).await?;
-    let config_bytes = fs::read(&config_path).map_err(|e| bad(format!("config: {e}")))?;
-
-    let meta = image_meta(&config_bytes, &image.to_string(), &digest).map_err(bad)?;
+    let meta = fetch_config(&client, cache, image, &config_desc, &digest).await?;
     // A single-platform image must still be what --platform asked for.
     if opts.platform.is_some() {
         let want = wanted_platform(opts)?;
