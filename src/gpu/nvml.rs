@@ -107,46 +107,64 @@ pub fn query(lib: &Path, detail: bool) -> Result<NvmlInfo, NvmlError> {
                 g.memory_used_bytes = Some(m.used);
             }
             g.utilization_percent = d.utilization_rates().ok().map(|u| u.gpu);
-            let mut procs = d.running_compute_processes().unwrap_or_default();
-            procs.extend(d.running_graphics_processes().unwrap_or_default());
-            g.processes = procs
-                .into_iter()
-                .map(|p| GpuProcess {
-                    pid: p.pid,
-                    used_memory_bytes: match p.used_gpu_memory {
-                        UsedGpuMemory::Used(b) => Some(b),
-                        UsedGpuMemory::Unavailable => None,
-                    },
-                })
-                .collect();
-            g.processes.sort_by_key(|p| p.pid);
-            g.processes.dedup_by_key(|p| p.pid);
+            g.processes = gpu_processes(&d);
         }
-        if d.mig_mode().is_ok_and(|m| m.current == 1) {
-            for i in 0..d.mig_device_count().unwrap_or(0) {
-                let Ok(m) = d.mig_device_by_index(i) else {
-                    continue;
-                };
-                let Ok(uuid) = m.uuid() else { continue };
-                let id = |f: Option<unsafe extern "C" fn(_, *mut u32) -> u32>| -> Option<u32> {
-                    let f = f?;
-                    let mut v = 0u32;
-                    // SAFETY: a valid MIG device handle of this NVML session and a valid out pointer.
-                    (unsafe { f(m.handle(), &mut v) } == 0).then_some(v)
-                };
-                let (gi, ci) = match &raw {
-                    Some(r) => (
-                        id(r.nvmlDeviceGetGpuInstanceId.as_ref().ok().copied()),
-                        id(r.nvmlDeviceGetComputeInstanceId.as_ref().ok().copied()),
-                    ),
-                    None => (None, None),
-                };
-                g.mig.push(MigInfo { uuid, gi, ci });
-            }
-        }
+        g.mig = mig_devices(&d, raw.as_ref());
         info.gpus.push(g);
     }
     Ok(info)
+}
+
+/// The compute and graphics processes on `d`, each once, by pid.
+fn gpu_processes(d: &nvml_wrapper::Device) -> Vec<GpuProcess> {
+    let mut procs = d.running_compute_processes().unwrap_or_default();
+    procs.extend(d.running_graphics_processes().unwrap_or_default());
+    let mut out: Vec<GpuProcess> = procs
+        .into_iter()
+        .map(|p| GpuProcess {
+            pid: p.pid,
+            used_memory_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            },
+        })
+        .collect();
+    out.sort_by_key(|p| p.pid);
+    out.dedup_by_key(|p| p.pid);
+    out
+}
+
+/// The MIG devices of `d` when MIG is on, with their GPU and compute instance ids (from
+/// `raw`: nvml-wrapper does not wrap those).
+fn mig_devices(
+    d: &nvml_wrapper::Device,
+    raw: Option<&nvml_wrapper_sys::bindings::NvmlLib>,
+) -> Vec<MigInfo> {
+    let mut out = vec![];
+    if !d.mig_mode().is_ok_and(|m| m.current == 1) {
+        return out;
+    }
+    for i in 0..d.mig_device_count().unwrap_or(0) {
+        let Ok(m) = d.mig_device_by_index(i) else {
+            continue;
+        };
+        let Ok(uuid) = m.uuid() else { continue };
+        let id = |f: Option<unsafe extern "C" fn(_, *mut u32) -> u32>| -> Option<u32> {
+            let f = f?;
+            let mut v = 0u32;
+            // SAFETY: a valid MIG device handle of this NVML session and a valid out pointer.
+            (unsafe { f(m.handle(), &mut v) } == 0).then_some(v)
+        };
+        let (gi, ci) = match raw {
+            Some(r) => (
+                id(r.nvmlDeviceGetGpuInstanceId.as_ref().ok().copied()),
+                id(r.nvmlDeviceGetComputeInstanceId.as_ref().ok().copied()),
+            ),
+            None => (None, None),
+        };
+        out.push(MigInfo { uuid, gi, ci });
+    }
+    out
 }
 
 /// [`query`] in a forked child, so that NVML's threads never live in this process (which must stay
