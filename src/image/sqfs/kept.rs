@@ -294,6 +294,7 @@ mod tests {
         assert_eq!(parse(&file("", &[]), "", 128), Some(vec![]));
     }
 
+    // Over 80 lines: one table of damaged files, each row one case.
     #[test]
     fn damaged_or_foreign_files_are_refused() {
         let good = file("img:1", &[data(96, &[1; 100]), meta(200, 300, &[2; 7])]);
