@@ -184,6 +184,7 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
                 a.opts,
                 Action::Hold {
                     entrypoint: a.entrypoint,
+                    image_workdir: a.image_workdir,
                 },
                 Some(a.state),
                 &ctx,

@@ -413,6 +413,10 @@ pub struct HoldArgs {
     /// container's (the plugin's --container-entrypoint)
     #[arg(long)]
     pub entrypoint: bool,
+    /// Without --pwd, start in the image's WorkingDir where it has one (the plugin's default,
+    /// as pyxis's), else as without it
+    #[arg(long)]
+    pub image_workdir: bool,
     /// Image: a squashfs file
     pub image: String,
 }

@@ -77,9 +77,12 @@ pub enum Action {
     /// An interactive shell (Some: the user's choice) and the arguments it is given.
     Shell(Option<String>, Vec<String>),
     /// Prepare the container and run nothing (the Slurm holder); with `entrypoint`, the
-    /// image's entrypoint runs first, once, and stops in front of [`HOLD_STOP`].
+    /// image's entrypoint runs first, once, and stops in front of [`HOLD_STOP`]. With
+    /// `image_workdir` and no --pwd, the container starts in the image's WorkingDir where it
+    /// has one (pyxis's default; NGC images: /workspace).
     Hold {
         entrypoint: bool,
+        image_workdir: bool,
     },
 }
 
@@ -409,7 +412,7 @@ fn argv_for(action: &Action, image: &ImageView, host: &HostView) -> Result<Vec<S
     };
     Ok(match action {
         Action::Exec(argv) => argv.clone(),
-        Action::Hold { entrypoint } if *entrypoint && !image.meta.entrypoint.is_empty() => {
+        Action::Hold { entrypoint, .. } if *entrypoint && !image.meta.entrypoint.is_empty() => {
             let stop = HOLD_STOP.iter().map(|a| a.to_string());
             image.meta.entrypoint.iter().cloned().chain(stop).collect()
         }
@@ -626,6 +629,16 @@ pub fn plan(
         Some(p) if !p.is_absolute() => return Err(PlanError::RelativePwd(p.clone())),
         Some(p) => p.clone(),
         None if req.contain => workdir(),
+        None if matches!(
+            action,
+            Action::Hold {
+                image_workdir: true,
+                ..
+            }
+        ) && !image.meta.working_dir.is_empty() =>
+        {
+            workdir()
+        }
         None => {
             let covered = mounts.iter().any(|m| {
                 matches!(m.source, MountSource::Bind { .. }) && host.cwd.starts_with(&m.dst)
@@ -1027,6 +1040,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.cwd, Path::new("/workspace"));
+        // the Slurm plugin's holder: the image's WorkingDir where it has one, else the cwd
+        for (working_dir, want) in [("/workspace", "/workspace"), ("", "/data/proj")] {
+            let meta = ImageMeta {
+                working_dir: working_dir.into(),
+                ..Default::default()
+            };
+            let f = Fixture {
+                cwd: "/data/proj",
+                dev: vec![],
+            };
+            let hold = Action::Hold {
+                entrypoint: false,
+                image_workdir: true,
+            };
+            let p = run_plan(&f, &Request::default(), hold, meta, &Extras::default()).unwrap();
+            assert_eq!(p.cwd, Path::new(want), "WorkingDir {working_dir:?}");
+        }
         let rel = Request {
             pwd: Some("rel".into()),
             ..Default::default()
@@ -1473,6 +1503,10 @@ mod tests {
             cmd: vec!["default".into()],
             ..Default::default()
         };
+        let hold = |entrypoint| Action::Hold {
+            entrypoint,
+            image_workdir: false,
+        };
         let argv = |action: Action, meta: ImageMeta| {
             run_plan(
                 &HOMEDIR,
@@ -1519,17 +1553,13 @@ mod tests {
                 meta.clone(),
                 vec!["ls", "-l"],
             ),
-            (Action::Hold { entrypoint: false }, meta.clone(), vec![]),
+            (hold(false), meta.clone(), vec![]),
             (
-                Action::Hold { entrypoint: true },
+                hold(true),
                 meta,
                 vec!["/entry", "sh", "-c", "kill -STOP $$"],
             ),
-            (
-                Action::Hold { entrypoint: true },
-                ImageMeta::default(),
-                vec![],
-            ),
+            (hold(true), ImageMeta::default(), vec![]),
         ];
         for (action, meta, want) in cases {
             assert_eq!(argv(action.clone(), meta).unwrap(), want, "{action:?}");
