@@ -29,14 +29,25 @@ fn open_ns(pid: i32, ns: &str) -> Result<OwnedFd, String> {
         .map_err(|e| format!("open {p}: {e} (did the container's holder exit?)"))
 }
 
-/// Join the holder's user and mount namespaces. A holder whose mount namespace is already the
-/// container ("root": "/") is joined as it is: the container's root becomes this task's root.
+/// Whether the holder's namespace `ns` is another than this process's.
+fn own_ns(pid: i32, ns: &str) -> bool {
+    let link = |p: String| std::fs::read_link(p).ok();
+    link(format!("/proc/{pid}/ns/{ns}")) != link(format!("/proc/self/ns/{ns}"))
+}
+
+/// Join the holder's user and mount namespaces (and its UTS namespace where it has one). A
+/// holder whose mount namespace is already the container ("root": "/") is joined as it is: the
+/// container's root becomes this task's root.
 /// An older gpurun's holder ("root": its path) is joined through a private copy, pivoted here.
 /// Returns a warning for the user when the working directory had to change.
 pub fn enter(h: &Holder) -> Result<Option<String>, String> {
     // both opened before joining anything: after setns(user) /proc/PID may look different
     let user = open_ns(h.pid, "user")?;
     let mnt = open_ns(h.pid, "mnt")?;
+    // a UTS namespace of the container's own (--container-unshare=uts), joined as the others
+    let uts = own_ns(h.pid, "uts")
+        .then(|| open_ns(h.pid, "uts"))
+        .transpose()?;
     let cwd = cpath(&h.cwd).map_err(|e| format!("{}: {e}", h.cwd.display()))?;
     let mut warning = None;
     // SAFETY: plain syscalls on valid fds and NUL-terminated paths; the task is single-threaded,
@@ -52,6 +63,12 @@ pub fn enter(h: &Holder) -> Result<Option<String>, String> {
             "setns(mount namespace)",
             libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS),
         )?;
+        if let Some(uts) = &uts {
+            check(
+                "setns(UTS namespace)",
+                libc::setns(uts.as_raw_fd(), libc::CLONE_NEWUTS),
+            )?;
+        }
     }
     if h.root != Path::new("/") {
         pivot_into(&h.root)?;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use crate::jobimage;
@@ -17,7 +17,7 @@ pub struct OptSpec {
 }
 
 /// Same names and meanings as pyxis, so job scripts written for pyxis run unchanged.
-pub const OPTIONS: [OptSpec; 12] = [
+pub const OPTIONS: [OptSpec; 13] = [
     OptSpec {
         name: c"container-image",
         arginfo: Some(c"IMAGE"),
@@ -27,13 +27,16 @@ pub const OPTIONS: [OptSpec; 12] = [
     },
     OptSpec {
         name: c"container-mounts",
-        arginfo: Some(c"SRC[:DST[:ro|rw]][,...]"),
-        usage: c"[gpurun] bind host paths into the container",
+        arginfo: Some(c"SRC[:DST[:FLAGS]][,...]"),
+        usage: c"[gpurun] bind host paths into the container; FLAGS joined with +: ro, rw, \
+                 rbind, rprivate, nosuid, x-create=dir|file|auto; umount:DST leaves out a default \
+                 mount",
     },
     OptSpec {
         name: c"container-workdir",
         arginfo: Some(c"DIR"),
-        usage: c"[gpurun] working directory inside the container",
+        usage: c"[gpurun] working directory inside the container (default: the image's \
+                 WorkingDir, else the job's directory)",
     },
     OptSpec {
         name: c"container-env",
@@ -83,6 +86,11 @@ pub const OPTIONS: [OptSpec; 12] = [
         usage: c"[gpurun] do not run the image's entrypoint (the default, unless plugstack.conf \
                  says execute_entrypoint=1)",
     },
+    OptSpec {
+        name: c"container-unshare",
+        arginfo: Some(c"NS[,NS...]"),
+        usage: c"[gpurun] new namespaces for the container: uts (net and ipc: not yet)",
+    },
 ];
 
 const IMAGE: usize = 0;
@@ -97,6 +105,7 @@ const MOUNT_HOME: usize = 8;
 const NO_HOME: usize = 9;
 const ENTRYPOINT: usize = 10;
 const NO_ENTRYPOINT: usize = 11;
+const UNSHARE: usize = 12;
 
 /// Where the image comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,11 +116,22 @@ pub enum Image {
     Registry(String),
 }
 
+/// One `--container-mounts` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    pub src: PathBuf,
-    pub dst: PathBuf,
-    pub ro: bool,
+pub enum Mount {
+    Bind {
+        src: PathBuf,
+        dst: PathBuf,
+        ro: bool,
+    },
+    /// `umount:DST`: one of gpurun's default mounts left out (`--no-mount DST`).
+    Umount(PathBuf),
+}
+
+/// The namespaces of `--container-unshare` gpurun makes (pyxis's others are refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unshare {
+    Uts,
 }
 
 /// Everything the user asked for with the plugin's options. A switch and its `no-`/opposite
@@ -126,6 +146,7 @@ pub struct ContainerOpts {
     pub remap_root: Option<bool>,
     pub mount_home: Option<bool>,
     pub entrypoint: Option<bool>,
+    pub unshare: Vec<Unshare>,
 }
 
 /// Set a switch that has two options; giving both is an error, as in pyxis.
@@ -158,14 +179,9 @@ impl ContainerOpts {
         match idx {
             IMAGE => self.image = Some(parse_image(&need(arg)?)?),
             MOUNTS => self.mounts = parse_mounts(&need(arg)?)?,
-            WORKDIR => {
-                let d = need(arg)?;
-                if !d.starts_with('/') {
-                    return Err(format!("--container-workdir={d}: must be an absolute path"));
-                }
-                self.workdir = Some(PathBuf::from(d));
-            }
+            WORKDIR => self.workdir = Some(container_path(&need(arg)?)),
             ENV => self.env_from_host = parse_env_names(&need(arg)?)?,
+            UNSHARE => self.unshare = parse_unshare(&need(arg)?)?,
             WRITABLE | READONLY => {
                 switch(&mut self.writable, idx == WRITABLE, (WRITABLE, READONLY))?
             }
@@ -240,63 +256,239 @@ pub fn parse_image(s: &str) -> Result<Image, String> {
     }
 }
 
-/// `SRC[:DST[:FLAGS]]` separated by commas; FLAGS is `ro` or `rw` (pyxis's other flags have no
-/// gpurun equivalent and are refused rather than silently ignored).
+/// `SRC[:DST[:FLAGS]]` separated by commas, as in pyxis: SRC a host path, or `umount` (leave
+/// out gpurun's default mount at DST); DST absolute or relative to the container's root; FLAGS
+/// enroot's fstab options joined with `+`.
 pub fn parse_mounts(s: &str) -> Result<Vec<Mount>, String> {
     s.split(',')
         .map(str::trim)
         .filter(|m| !m.is_empty())
-        .map(|m| {
-            let parts: Vec<&str> = m.split(':').collect();
-            let (src, dst, flags) = match parts[..] {
-                [src] => (src, src, None),
-                [src, dst] => (src, dst, None),
-                [src, dst, flags] => (src, dst, Some(flags)),
-                _ => {
-                    return Err(format!(
-                        "--container-mounts: {m:?} is not SRC[:DST[:ro|rw]]"
-                    ))
-                }
-            };
-            if src.is_empty() || dst.is_empty() {
-                return Err(format!("--container-mounts: {m:?} has an empty path"));
+        .map(parse_mount)
+        .collect()
+}
+
+/// The mount flags gpurun's binds have anyway: recursive, private to the container, no set-uid
+/// gain (no_new_privs), the mount point made as the source's kind.
+const SAME_AS_GPURUN: [&str; 7] = [
+    "rbind",
+    "rprivate",
+    "private",
+    "nosuid",
+    "x-create=auto",
+    "x-create=dir",
+    "x-create=file",
+];
+
+/// Flags of enroot's that gpurun's binds do not apply yet.
+const NOT_YET: [&str; 6] = [
+    "nodev",
+    "noexec",
+    "unbindable",
+    "runbindable",
+    "bind",
+    "x-detach",
+];
+
+fn parse_mount(m: &str) -> Result<Mount, String> {
+    let err = |why: String| format!("--container-mounts: {m:?}: {why}");
+    let mut parts = m.splitn(3, ':');
+    let src = parts.next().unwrap_or_default();
+    let dst = parts.next().unwrap_or(src);
+    let flags = parts.next().unwrap_or_default();
+    if src.is_empty() || dst.is_empty() {
+        return Err(err("an empty path".into()));
+    }
+    let dst = container_path(dst);
+    match src {
+        "umount" => return Ok(Mount::Umount(dst)),
+        "tmpfs" => {
+            return Err(err(
+                "tmpfs mounts are not in gpurun yet; bind a host directory instead".into(),
+            ))
+        }
+        _ => {}
+    }
+    let mut ro = false;
+    for f in flags.split('+').filter(|f| !f.is_empty()) {
+        match f {
+            "ro" => ro = true,
+            "rw" => ro = false,
+            f if SAME_AS_GPURUN.contains(&f) => {}
+            f if NOT_YET.contains(&f) => {
+                return Err(err(format!(
+                    "flag {f} is not applied by gpurun yet (it takes ro, rw, {})",
+                    SAME_AS_GPURUN.join(", ")
+                )))
             }
-            if !dst.starts_with('/') {
-                return Err(format!(
-                    "--container-mounts: destination {dst:?} must be absolute"
-                ));
+            f => {
+                return Err(err(format!(
+                    "unknown flag {f} (ro, rw, {})",
+                    SAME_AS_GPURUN.join(", ")
+                )))
             }
-            let ro = match flags {
-                None | Some("rw") => false,
-                Some("ro") => true,
-                Some(f) => {
-                    return Err(format!(
-                        "--container-mounts: flag {f:?} in {m:?}: only ro or rw"
-                    ))
-                }
-            };
-            Ok(Mount {
-                src: PathBuf::from(src),
-                dst: PathBuf::from(dst),
-                ro,
-            })
+        }
+    }
+    Ok(Mount::Bind {
+        src: PathBuf::from(src),
+        dst,
+        ro,
+    })
+}
+
+/// A path inside the container: absolute, or relative to its root, as pyxis resolves it (its
+/// tasks start at `/`); `..` stops at the root.
+pub fn container_path(p: &str) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for c in Path::new(p).components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Variable names, comma separated; an empty one (`FOO,`) is an error, as in pyxis.
+pub fn parse_env_names(s: &str) -> Result<Vec<String>, String> {
+    s.split(',')
+        .map(str::trim)
+        .map(|n| {
+            let ok = !n.is_empty()
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !n.starts_with(|c: char| c.is_ascii_digit());
+            if ok {
+                Ok(n.to_string())
+            } else if n.is_empty() {
+                Err(format!(
+                    "--container-env={s}: an empty name (a comma too many?)"
+                ))
+            } else {
+                Err(format!("--container-env: {n:?} is not a variable name"))
+            }
         })
         .collect()
 }
 
-/// Variable names, comma separated.
-pub fn parse_env_names(s: &str) -> Result<Vec<String>, String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(|n| {
-            let ok = n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !n.starts_with(|c: char| c.is_ascii_digit());
-            if ok {
-                Ok(n.to_string())
-            } else {
-                Err(format!("--container-env: {n:?} is not a variable name"))
+/// `--container-unshare`'s namespaces: pyxis takes net, ipc and uts.
+pub fn parse_unshare(s: &str) -> Result<Vec<Unshare>, String> {
+    let mut out = Vec::new();
+    for ns in s.split(',').map(str::trim) {
+        match ns {
+            "uts" if out.contains(&Unshare::Uts) => {}
+            "uts" => out.push(Unshare::Uts),
+            "net" | "ipc" => {
+                return Err(format!(
+                    "--container-unshare={s}: gpurun cannot give the container its own {ns} \
+                     namespace yet; leave {ns} out"
+                ))
             }
+            "" => return Err(format!("--container-unshare={s}: an empty namespace")),
+            _ => {
+                return Err(format!(
+                    "--container-unshare={s}: unknown namespace {ns:?} (net, ipc, uts)"
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// pyxis's booleans (its variables and plugstack.conf arguments).
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "true" | "yes" | "y" => Some(true),
+        "0" | "false" | "no" | "n" => Some(false),
+        _ => None,
+    }
+}
+
+/// `PYXIS_CONTAINER_*` variables naming a value, and their option.
+const VALUE_VARS: [(&str, usize); 5] = [
+    ("PYXIS_CONTAINER_IMAGE", IMAGE),
+    ("PYXIS_CONTAINER_MOUNTS", MOUNTS),
+    ("PYXIS_CONTAINER_WORKDIR", WORKDIR),
+    ("PYXIS_CONTAINER_ENV", ENV),
+    ("PYXIS_CONTAINER_UNSHARE", UNSHARE),
+];
+
+/// `PYXIS_CONTAINER_*` switches: the option a true value means, and a false one.
+const SWITCH_VARS: [(&str, usize, usize); 5] = [
+    ("PYXIS_CONTAINER_MOUNT_HOME", MOUNT_HOME, NO_HOME),
+    ("PYXIS_CONTAINER_REMAP_ROOT", REMAP_ROOT, NO_REMAP_ROOT),
+    ("PYXIS_CONTAINER_ENTRYPOINT", ENTRYPOINT, NO_ENTRYPOINT),
+    ("PYXIS_CONTAINER_WRITABLE", WRITABLE, READONLY),
+    ("PYXIS_CONTAINER_READONLY", READONLY, WRITABLE),
+];
+
+/// Variables of pyxis's for named containers, which gpurun's plugin has not.
+const NAMED_VARS: [&str; 2] = ["PYXIS_CONTAINER_NAME", "PYXIS_CONTAINER_SAVE"];
+
+impl ContainerOpts {
+    /// Whether option `idx` (or its opposite) was given.
+    fn given(&self, idx: usize) -> bool {
+        match idx {
+            IMAGE => self.image.is_some(),
+            MOUNTS => !self.mounts.is_empty(),
+            WORKDIR => self.workdir.is_some(),
+            ENV => !self.env_from_host.is_empty(),
+            UNSHARE => !self.unshare.is_empty(),
+            WRITABLE | READONLY => self.writable.is_some(),
+            REMAP_ROOT | NO_REMAP_ROOT => self.remap_root.is_some(),
+            MOUNT_HOME | NO_HOME => self.mount_home.is_some(),
+            _ => self.entrypoint.is_some(),
+        }
+    }
+
+    /// The `PYXIS_CONTAINER_*` variables, each acting as its option where that was not given,
+    /// as pyxis reads them after the options (srun's and sbatch's environment, the job's in
+    /// slurmstepd). An empty value is unset; a switch's value that is not one of pyxis's
+    /// booleans is left aside, as pyxis does, with a warning. Returns the warnings.
+    pub fn apply_env_vars(
+        &mut self,
+        var: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<String>, String> {
+        let get = |name: &str| var(name).filter(|v| !v.is_empty());
+        let mut warnings = Vec::new();
+        for (name, idx) in VALUE_VARS {
+            if let Some(v) = get(name).filter(|_| !self.given(idx)) {
+                self.set(idx, Some(&v))
+                    .map_err(|e| format!("{name}={v}: {e}"))?;
+            }
+        }
+        for (name, on, off) in SWITCH_VARS {
+            let Some(v) = get(name).filter(|_| !self.given(on)) else {
+                continue;
+            };
+            match parse_bool(&v) {
+                Some(b) => self.set(if b { on } else { off }, None)?,
+                None => warnings.push(format!(
+                    "{name}={v}: not 1, 0, true, false, yes, no, y or n; left aside"
+                )),
+            }
+        }
+        for name in NAMED_VARS.into_iter().filter(|n| get(n).is_some()) {
+            warnings.push(format!(
+                "{name}: named containers are not in gpurun's plugin yet; left aside"
+            ));
+        }
+        Ok(warnings)
+    }
+}
+
+/// The host's locale variables, which pyxis keeps from the container unless --container-env
+/// names them (the image may not have the locale: perl and apt then warn).
+const LOCALE_VARS: [&str; 3] = ["LANG", "LANGUAGE", "LC_ALL"];
+
+/// The step's environment without the host's locale variables not named in `from_host`: what
+/// the container's environment is composed from.
+pub fn without_host_locale(env: Vec<String>, from_host: &[String]) -> Vec<String> {
+    env.into_iter()
+        .filter(|e| {
+            let name = e.split_once('=').map_or(e.as_str(), |(k, _)| k);
+            !LOCALE_VARS.contains(&name) || from_host.iter().any(|k| k == name)
         })
         .collect()
 }
@@ -309,40 +501,54 @@ fn absolute(cwd: &Path, p: &Path) -> PathBuf {
     }
 }
 
+/// Where and how the holder starts, besides the options.
+pub struct HoldCtx<'a> {
+    /// The job's working directory: relative paths are taken from it.
+    pub cwd: &'a Path,
+    /// The holder's state file.
+    pub state: &'a Path,
+    /// Whether the image's entrypoint runs (the option, else plugstack.conf's
+    /// execute_entrypoint).
+    pub entrypoint: bool,
+    /// The node's host name, the container's in a UTS namespace of its own.
+    pub hostname: &'a str,
+}
+
 /// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
-/// Relative paths are resolved against `cwd`, the job's working directory; `entrypoint` is
-/// whether the image's entrypoint runs (the option, else plugstack.conf's execute_entrypoint).
-pub fn holder_args(
-    o: &ContainerOpts,
-    cwd: &Path,
-    state: &Path,
-    entrypoint: bool,
-) -> Result<Vec<String>, String> {
+pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, String> {
     let image = match o.image.as_ref() {
-        Some(Image::File(p)) => absolute(cwd, p).display().to_string(),
+        Some(Image::File(p)) => absolute(at.cwd, p).display().to_string(),
         Some(Image::Registry(r)) => r.clone(),
         None => return Err("no --container-image".into()),
     };
     let mut a = vec!["hold".to_string()];
     for m in &o.mounts {
-        let mode = if m.ro { ":ro" } else { "" };
-        a.push("--bind".into());
-        a.push(format!(
-            "{}:{}{mode}",
-            absolute(cwd, &m.src).display(),
-            m.dst.display()
-        ));
+        let (flag, value) = match m {
+            Mount::Bind { src, dst, ro } => {
+                let mode = if *ro { ":ro" } else { "" };
+                let src = absolute(at.cwd, src);
+                (
+                    "--bind",
+                    format!("{}:{}{mode}", src.display(), dst.display()),
+                )
+            }
+            Mount::Umount(dst) => ("--no-mount", dst.display().to_string()),
+        };
+        a.extend([flag.to_string(), value]);
     }
-    if let Some(w) = &o.workdir {
-        a.push("--pwd".into());
-        a.push(w.display().to_string());
+    match &o.workdir {
+        Some(w) => a.extend(["--pwd".to_string(), w.display().to_string()]),
+        None => a.push("--image-workdir".into()),
+    }
+    if o.unshare.contains(&Unshare::Uts) {
+        a.extend(["--hostname".to_string(), at.hostname.to_string()]);
     }
     // gpurun's defaults are pyxis's usual ones: read-only root, own uid, home bound
     let flags = [
         (o.writable == Some(true), "--writable-tmpfs"),
         (o.remap_root == Some(true), "--fakeroot"),
         (o.mount_home == Some(false), "--no-home"),
-        (entrypoint, "--entrypoint"),
+        (at.entrypoint, "--entrypoint"),
     ];
     a.extend(
         flags
@@ -352,7 +558,7 @@ pub fn holder_args(
     );
     a.push(image);
     a.push("--state".into());
-    a.push(state.display().to_string());
+    a.push(at.state.display().to_string());
     Ok(a)
 }
 
@@ -377,6 +583,10 @@ pub struct PluginArgs {
     /// Whether the image's entrypoint runs when neither --container-entrypoint nor
     /// --no-container-entrypoint is given (pyxis's `execute_entrypoint=`, default no).
     pub execute_entrypoint: bool,
+    /// Whether tasks in a PyTorch image get RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and
+    /// MASTER_PORT from Slurm's variables (`pytorch_env=`, default yes), as with pyxis + enroot's
+    /// PyTorch hook.
+    pub pytorch_env: bool,
     /// Who pulls a registry image and how the nodes get it (`pull=`, `pull_cache=`,
     /// `sbcast_dir=`).
     pub job_image: jobimage::Settings,
@@ -388,6 +598,7 @@ impl Default for PluginArgs {
             gpurun: PathBuf::from("/usr/local/bin/gpurun"),
             timeout: Duration::from_secs(300),
             execute_entrypoint: false,
+            pytorch_env: true,
             job_image: jobimage::Settings::default(),
         }
     }
@@ -399,7 +610,7 @@ pub fn parse_plugin_args<'a>(
     let unknown = |a: &str| {
         format!(
             "unknown plugstack.conf argument {a:?} (gpurun=PATH, timeout=SECONDS, \
-             execute_entrypoint=0|1, {})",
+             execute_entrypoint=0|1, pytorch_env=0|1, {})",
             jobimage::ARGS
         )
     };
@@ -413,11 +624,12 @@ pub fn parse_plugin_args<'a>(
                 _ => return Err(format!("timeout={v}: needs a positive number of seconds")),
             },
             Some(("execute_entrypoint", v)) => {
-                p.execute_entrypoint = match v {
-                    "1" | "true" | "yes" | "y" => true,
-                    "0" | "false" | "no" | "n" => false,
-                    _ => return Err(format!("execute_entrypoint={v}: needs 1 or 0 (yes, no)")),
-                }
+                p.execute_entrypoint = parse_bool(v)
+                    .ok_or_else(|| format!("execute_entrypoint={v}: needs 1 or 0 (yes, no)"))?
+            }
+            Some(("pytorch_env", v)) => {
+                p.pytorch_env = parse_bool(v)
+                    .ok_or_else(|| format!("pytorch_env={v}: needs 1 or 0 (yes, no)"))?
             }
             Some((k, v)) => match p.job_image.parse_arg(k, v) {
                 Some(r) => r?,
@@ -475,7 +687,7 @@ mod tests {
     }
 
     fn m(src: &str, dst: &str, ro: bool) -> Mount {
-        Mount {
+        Mount::Bind {
             src: src.into(),
             dst: dst.into(),
             ro,
@@ -493,24 +705,216 @@ mod tests {
                 vec![m("/a", "/b", false), m("/c", "/d", true)],
             ),
             ("./rel:/x", vec![m("./rel", "/x", false)]),
+            // enroot's fstab flags, joined with +, that gpurun's binds have anyway
+            ("/a:/b:ro+rprivate", vec![m("/a", "/b", true)]),
+            ("/a:/b:nosuid+rbind+rw", vec![m("/a", "/b", false)]),
+            ("/a:/b:x-create=file+ro", vec![m("/a", "/b", true)]),
+            ("/a:/b:x-create=dir", vec![m("/a", "/b", false)]),
+            // a relative destination is taken from the container's root
+            ("/a:rel/x", vec![m("/a", "/rel/x", false)]),
+            ("/a:../../x", vec![m("/a", "/x", false)]),
+            (
+                "umount:/etc/hosts",
+                vec![Mount::Umount("/etc/hosts".into())],
+            ),
         ];
         for (input, want) in ok {
             assert_eq!(&parse_mounts(input).unwrap(), want, "{input}");
         }
-        for bad in ["/a:rel", "/a:/b:nosuid", "/a:/b:ro:x", ":/b", "/a::ro"] {
-            assert!(parse_mounts(bad).is_err(), "{bad} accepted");
+        let bad = [
+            ("/a:/b:ro:x", "unknown flag ro:x"),
+            (":/b", "an empty path"),
+            ("/a::ro", "an empty path"),
+            (
+                "/a:/b:ro+unbindable",
+                "flag unbindable is not applied by gpurun yet",
+            ),
+            ("/a:/b:nodev", "flag nodev is not applied"),
+            ("/a:/b:noexec", "flag noexec is not applied"),
+            ("/a:/b:sync", "unknown flag sync"),
+            ("tmpfs:/t", "tmpfs mounts are not in gpurun yet"),
+        ];
+        for (input, want) in bad {
+            let e = parse_mounts(input).unwrap_err();
+            assert!(e.contains(want) && !e.contains('\n'), "{input}: {e}");
+        }
+    }
+
+    #[test]
+    fn container_paths() {
+        for (input, want) in [
+            ("/usr/local/bin", "/usr/local/bin"),
+            ("/data/", "/data"),
+            ("../", "/"),
+            ("rel/x", "/rel/x"),
+            ("./a/../b", "/b"),
+            ("/a/../../..", "/"),
+        ] {
+            assert_eq!(container_path(input), Path::new(want), "{input}");
         }
     }
 
     #[test]
     fn env_names() {
         assert_eq!(
-            parse_env_names("PATH, LD_LIBRARY_PATH,").unwrap(),
+            parse_env_names("PATH, LD_LIBRARY_PATH").unwrap(),
             ["PATH", "LD_LIBRARY_PATH"]
         );
-        for bad in ["A-B", "1X", "A=B"] {
-            assert!(parse_env_names(bad).is_err(), "{bad} accepted");
+        for (bad, want) in [
+            ("A-B", "not a variable name"),
+            ("1X", "not a variable name"),
+            ("A=B", "not a variable name"),
+            ("FOO,", "an empty name"),
+            (",FOO", "an empty name"),
+            ("A,,B", "an empty name"),
+        ] {
+            let e = parse_env_names(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn unshare() {
+        assert_eq!(parse_unshare("uts").unwrap(), [Unshare::Uts]);
+        assert_eq!(parse_unshare("uts,uts").unwrap(), [Unshare::Uts]);
+        for (bad, want) in [
+            ("net", "own net namespace yet"),
+            ("uts,ipc", "own ipc namespace yet"),
+            ("pid", "unknown namespace \"pid\""),
+            ("uts,", "an empty namespace"),
+        ] {
+            let e = parse_unshare(bad).unwrap_err();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn locale_of_the_host_is_dropped() {
+        let env: Vec<String> = [
+            "LANG=en_US.UTF-8",
+            "LC_ALL=C",
+            "LANGUAGE=en",
+            "LC_TIME=C",
+            "A=1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(without_host_locale(env.clone(), &[]), ["LC_TIME=C", "A=1"]);
+        assert_eq!(
+            without_host_locale(env, &["LANG".into()]),
+            ["LANG=en_US.UTF-8", "LC_TIME=C", "A=1"]
+        );
+    }
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    /// Each `PYXIS_CONTAINER_*` variable acts as its option; the option wins.
+    #[test]
+    fn pyxis_variables() {
+        let from = |pairs: &[(&str, &str)], opts: &[(usize, Option<&str>)]| {
+            let mut o = ContainerOpts::default();
+            for (i, a) in opts {
+                o.set(*i, *a).unwrap();
+            }
+            o.apply_env_vars(&vars(pairs)).map(|w| (o, w))
+        };
+        let (o, w) = from(
+            &[
+                ("PYXIS_CONTAINER_IMAGE", "ubuntu:24.04"),
+                ("PYXIS_CONTAINER_MOUNTS", "/a:/b:ro"),
+                ("PYXIS_CONTAINER_WORKDIR", "/w"),
+                ("PYXIS_CONTAINER_ENV", "FOO,BAR"),
+                ("PYXIS_CONTAINER_UNSHARE", "uts"),
+                ("PYXIS_CONTAINER_MOUNT_HOME", "0"),
+                ("PYXIS_CONTAINER_REMAP_ROOT", "yes"),
+                ("PYXIS_CONTAINER_ENTRYPOINT", "true"),
+                ("PYXIS_CONTAINER_WRITABLE", "1"),
+                ("PYXIS_CONTAINER_READONLY", "1"),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(
+            o.image,
+            Some(Image::Registry("docker://ubuntu:24.04".into()))
+        );
+        assert_eq!(o.mounts, [m("/a", "/b", true)]);
+        assert_eq!(o.workdir, Some("/w".into()));
+        assert_eq!(o.env_from_host, ["FOO", "BAR"]);
+        assert_eq!(o.unshare, [Unshare::Uts]);
+        // WRITABLE is read before READONLY, as in pyxis
+        let got = (o.mount_home, o.remap_root, o.entrypoint, o.writable);
+        assert_eq!(got, (Some(false), Some(true), Some(true), Some(true)));
+
+        // the options win, each over its variable
+        let (o, _) = from(
+            &[
+                ("PYXIS_CONTAINER_IMAGE", "ubuntu:22.04"),
+                ("PYXIS_CONTAINER_MOUNTS", "/e:/e"),
+                ("PYXIS_CONTAINER_WORKDIR", "/e"),
+                ("PYXIS_CONTAINER_WRITABLE", "1"),
+                ("PYXIS_CONTAINER_REMAP_ROOT", "1"),
+            ],
+            &[
+                (IMAGE, Some("/i.sqsh")),
+                (MOUNTS, Some("/c:/c")),
+                (WORKDIR, Some("/c")),
+                (READONLY, None),
+                (NO_REMAP_ROOT, None),
+            ],
+        )
+        .unwrap();
+        assert_eq!(o.image, Some(Image::File("/i.sqsh".into())));
+        assert_eq!(o.mounts, [m("/c", "/c", false)]);
+        assert_eq!(
+            (o.workdir, o.writable, o.remap_root),
+            (Some("/c".into()), Some(false), Some(false))
+        );
+
+        // READONLY=0 is writable; empty values are unset
+        let (o, w) = from(
+            &[
+                ("PYXIS_CONTAINER_READONLY", "0"),
+                ("PYXIS_CONTAINER_IMAGE", ""),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!((o.writable, o.image, w.len()), (Some(true), None, 0));
+
+        // not a boolean: left aside with a warning; named containers: a warning
+        let (o, w) = from(
+            &[
+                ("PYXIS_CONTAINER_WRITABLE", "on"),
+                ("PYXIS_CONTAINER_NAME", "c1"),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(o.writable, None);
+        assert!(
+            w[0].starts_with("PYXIS_CONTAINER_WRITABLE=on: not 1, 0"),
+            "{w:?}"
+        );
+        assert!(
+            w[1].starts_with("PYXIS_CONTAINER_NAME: named containers"),
+            "{w:?}"
+        );
+
+        // a bad value is the option's error, naming the variable
+        let e = from(&[("PYXIS_CONTAINER_ENV", "FOO,")], &[]).unwrap_err();
+        assert!(
+            e.starts_with("PYXIS_CONTAINER_ENV=FOO,: --container-env"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -526,7 +930,8 @@ mod tests {
         assert!(o.has_container_settings());
         assert!(o.set(IMAGE, Some("  ")).is_err());
         assert!(o.set(IMAGE, None).is_err());
-        assert!(o.set(WORKDIR, Some("rel")).is_err());
+        o.set(WORKDIR, Some("rel")).unwrap();
+        assert_eq!(o.workdir, Some("/rel".into()));
         assert!(o.set(OPTIONS.len(), None).is_err());
     }
 
@@ -597,50 +1002,65 @@ mod tests {
             (NO_HOME, "no-container-mount-home"),
             (ENTRYPOINT, "container-entrypoint"),
             (NO_ENTRYPOINT, "no-container-entrypoint"),
+            (UNSHARE, "container-unshare"),
         ];
         assert_eq!(want.len(), OPTIONS.len());
         for (i, name) in want {
             assert_eq!(names[i], name);
-            assert_eq!(OPTIONS[i].arginfo.is_some(), i <= ENV, "{name}");
+            assert_eq!(
+                OPTIONS[i].arginfo.is_some(),
+                i <= ENV || i == UNSHARE,
+                "{name}"
+            );
+        }
+    }
+
+    fn at<'a>(cwd: &'a str, state: &'a str, entrypoint: bool) -> HoldCtx<'a> {
+        HoldCtx {
+            cwd: Path::new(cwd),
+            state: Path::new(state),
+            entrypoint,
+            hostname: "node1",
         }
     }
 
     #[test]
     fn holder_command_line() {
         let mut o = ContainerOpts::default();
-        assert!(holder_args(&o, Path::new("/w"), Path::new("/s"), false).is_err());
+        assert!(holder_args(&o, &at("/w", "/s", false)).is_err());
         o.set(IMAGE, Some("./img.sqsh")).unwrap();
         assert_eq!(
-            holder_args(
-                &o,
-                Path::new("/home/u/job"),
-                Path::new("/tmp/d/state.json"),
-                false
-            )
-            .unwrap(),
+            holder_args(&o, &at("/home/u/job", "/tmp/d/state.json", false)).unwrap(),
             [
                 "hold",
+                "--image-workdir",
                 "/home/u/job/./img.sqsh",
                 "--state",
                 "/tmp/d/state.json"
             ]
         );
         o.set(IMAGE, Some("ubuntu")).unwrap();
-        o.set(MOUNTS, Some("data:/data:ro,/scratch")).unwrap();
+        o.set(MOUNTS, Some("data:/data:ro,/scratch,umount:/etc/hosts"))
+            .unwrap();
         o.set(WORKDIR, Some("/data")).unwrap();
+        o.set(UNSHARE, Some("uts")).unwrap();
         for f in [WRITABLE, REMAP_ROOT, NO_HOME] {
             o.set(f, None).unwrap();
         }
         assert_eq!(
-            holder_args(&o, Path::new("/w"), Path::new("/s"), true).unwrap(),
+            holder_args(&o, &at("/w", "/s", true)).unwrap(),
             [
                 "hold",
                 "--bind",
                 "/w/data:/data:ro",
                 "--bind",
                 "/scratch:/scratch",
+                "--no-mount",
+                "/etc/hosts",
                 "--pwd",
                 "/data",
+                "--hostname",
+                "node1",
                 "--writable-tmpfs",
                 "--fakeroot",
                 "--no-home",
@@ -657,8 +1077,8 @@ mod tests {
             d.set(f, None).unwrap();
         }
         assert_eq!(
-            holder_args(&d, Path::new("/w"), Path::new("/s"), false).unwrap(),
-            ["hold", "/i.sqsh", "--state", "/s"]
+            holder_args(&d, &at("/w", "/s", false)).unwrap(),
+            ["hold", "--image-workdir", "/i.sqsh", "--state", "/s"]
         );
     }
 
@@ -698,6 +1118,8 @@ mod tests {
                 want
             );
         }
+        assert!(PluginArgs::default().pytorch_env);
+        assert!(!parse_plugin_args(["pytorch_env=0"]).unwrap().pytorch_env);
         let p = parse_plugin_args(["pull=shared", "pull_cache=%h/.cache/gpurun"]).unwrap();
         assert_eq!(p.job_image.mode, jobimage::Mode::Shared);
         for bad in [
@@ -707,6 +1129,7 @@ mod tests {
             "verbose",
             "pull=x",
             "execute_entrypoint=maybe",
+            "pytorch_env=x",
         ] {
             assert!(parse_plugin_args([bad]).is_err(), "{bad} accepted");
         }

@@ -203,8 +203,8 @@ fn job_creds(sp: spank_t) -> Result<Creds, String> {
 fn normal_step(sp: spank_t) -> Option<(u32, u32)> {
     let job = item_u32(sp, S_JOB_ID)?;
     let step = item_u32(sp, S_JOB_STEPID)?;
-    // the batch script runs on the host, as with pyxis: its srun steps get the container
-    // (they inherit the options through SLURM_SPANK_* variables)
+    // the batch script runs on the host (pyxis runs it in the container: not yet here); its
+    // srun steps get the container (they inherit the options through SLURM_SPANK_* variables)
     (step < SLURM_MAX_NORMAL_STEP_ID).then_some((job, step))
 }
 
@@ -287,26 +287,44 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
     })
 }
 
-/// After option parsing. As with pyxis, other --container-* options without an image leave the
-/// step on the host (`#SBATCH --container-mounts` with an image on some srun lines only), but
-/// srun says so, in case the image was forgotten.
+/// After option parsing: the `PYXIS_CONTAINER_*` variables where their options were not given
+/// (srun's and sbatch's environment; in slurmstepd the job's). As with pyxis, other
+/// --container-* options without an image leave the step on the host (`#SBATCH
+/// --container-mounts` with an image on some srun lines only), but srun says so, in case the
+/// image was forgotten.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_init_post_opt(
-    _sp: spank_t,
+    sp: spank_t,
     _ac: c_int,
     _av: *mut *mut c_char,
 ) -> c_int {
     guard("init_post_opt", || {
         let mut p = plugin();
-        if unsafe { spank_context() } == S_CTX_LOCAL
-            && p.opts.image.is_none()
-            && p.opts.has_container_settings()
-        {
+        let ctx = unsafe { spank_context() };
+        let remote = ctx == S_CTX_REMOTE;
+        let job = remote.then(|| state::split_env(job_env(sp).iter().map(String::as_str)));
+        let var = |k: &str| match &job {
+            Some(env) => env.get(k).cloned(),
+            None => std::env::var(k).ok(),
+        };
+        match p.opts.apply_env_vars(&var) {
+            Ok(warnings) if !remote => {
+                for w in warnings {
+                    log_warning(&format!("gpurun: warning: {w}"));
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                log_error(&format!("gpurun: {e}"));
+                return -1;
+            }
+        }
+        if ctx == S_CTX_LOCAL && p.opts.image.is_none() && p.opts.has_container_settings() {
             log_warning(
                 "gpurun: warning: no --container-image: the --container-* options are ignored",
             );
         }
-        if unsafe { spank_context() } == S_CTX_LOCAL {
+        if ctx == S_CTX_LOCAL {
             return srun_pull(&mut p);
         }
         0
@@ -367,10 +385,18 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
     let entrypoint = opts.entrypoint.unwrap_or(p.args.execute_entrypoint);
+    let mut env = options::without_host_locale(env, &opts.env_from_host);
     if entrypoint {
         env.extend(options::entrypoint_env(&opts.env_from_host, &map));
     }
-    let args = options::holder_args(&opts, &cwd, &holder::state_path(&dir), entrypoint)?;
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let at = options::HoldCtx {
+        cwd: &cwd,
+        state: &holder::state_path(&dir),
+        entrypoint,
+        hostname: hostname.trim(),
+    };
+    let args = options::holder_args(&opts, &at)?;
     log_debug(&format!(
         "gpurun: {} {}",
         p.args.gpurun.display(),
@@ -595,7 +621,10 @@ pub unsafe extern "C" fn slurm_spank_task_init(
             Err(e) => fail_task(first(), &e),
         };
         let task_env = state::split_env(job_env(sp).iter().map(String::as_str));
-        let changes = state::task_env(&step.env, &holder.env, &task_env, &p.opts.env_from_host);
+        let mut changes = state::task_env(&step.env, &holder.env, &task_env, &p.opts.env_from_host);
+        if p.args.pytorch_env {
+            changes.extend(state::pytorch_env(&state::applied(&task_env, &changes)));
+        }
         for c in changes {
             let rc = match &c {
                 EnvChange::Set(k, v) => unsafe {
@@ -612,6 +641,14 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         }
         match join::enter(&holder) {
             Ok(None) => {}
+            // as pyxis: a working directory asked for must exist
+            Ok(Some(_)) if p.opts.workdir.is_some() => fail_task(
+                first(),
+                &format!(
+                    "--container-workdir={}: no such directory in the container",
+                    holder.cwd.display()
+                ),
+            ),
             Ok(Some(warning)) => log_user(&format!("gpurun: {warning}")),
             Err(e) => fail_task(true, &format!("cannot enter the container: {e}")),
         }

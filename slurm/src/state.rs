@@ -88,6 +88,78 @@ pub fn task_env(
     out
 }
 
+/// The task's environment once `changes` are applied.
+pub fn applied(task: &HashMap<String, String>, changes: &[EnvChange]) -> HashMap<String, String> {
+    let mut env = task.clone();
+    for c in changes {
+        match c {
+            EnvChange::Set(k, v) => env.insert(k.clone(), v.clone()),
+            EnvChange::Unset(k) => env.remove(k),
+        };
+    }
+    env
+}
+
+/// For a PyTorch image (its environment has PYTORCH_VERSION), what pyxis and enroot's Slurm
+/// PyTorch hook set so that `torch.distributed` finds its peers without torchrun: RANK and
+/// LOCAL_RANK from the task's SLURM_PROCID and SLURM_LOCALID; where `env` (the task's
+/// environment in the container) has none yet, MASTER_ADDR (the step's first node),
+/// MASTER_PORT (SLURM_JOB_ID % 4536 + 61000), WORLD_SIZE (SLURM_NTASKS), and OMP_NUM_THREADS=1
+/// when a node runs more than one task, as torchrun does.
+pub fn pytorch_env(env: &HashMap<String, String>) -> Vec<EnvChange> {
+    if !env.contains_key("PYTORCH_VERSION") {
+        return Vec::new();
+    }
+    let get = |k: &str| env.get(k).filter(|v| !v.is_empty());
+    let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
+    let mut out = Vec::new();
+    for (from, to) in [("SLURM_PROCID", "RANK"), ("SLURM_LOCALID", "LOCAL_RANK")] {
+        if let Some(v) = get(from) {
+            out.push(EnvChange::Set(to.into(), v.clone()));
+        }
+    }
+    let several_per_node =
+        num("SLURM_STEP_NUM_TASKS").unwrap_or(1) > num("SLURM_STEP_NUM_NODES").unwrap_or(1);
+    let unless_set = [
+        (
+            "MASTER_ADDR",
+            get("SLURM_STEP_NODELIST").and_then(|l| first_host(l)),
+        ),
+        (
+            "MASTER_PORT",
+            num("SLURM_JOB_ID").map(|j| (j % 4536 + 61000).to_string()),
+        ),
+        ("WORLD_SIZE", get("SLURM_NTASKS").cloned()),
+        ("OMP_NUM_THREADS", several_per_node.then(|| "1".to_string())),
+    ];
+    for (k, v) in unless_set {
+        if let (None, Some(v)) = (env.get(k), v) {
+            out.push(EnvChange::Set(k.into(), v));
+        }
+    }
+    out
+}
+
+/// The first host name of a Slurm host list (`gpu[07-09,12],login1` → `gpu07`), as
+/// `scontrol show hostnames LIST | head -n1` gives it.
+pub fn first_host(list: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = list;
+    loop {
+        let stop = rest.find([',', '[']).unwrap_or(rest.len());
+        out.push_str(&rest[..stop]);
+        if !rest[stop..].starts_with('[') {
+            break;
+        }
+        let close = rest.find(']')?;
+        let inner = &rest[stop + 1..close];
+        let first = inner.split(',').next()?.split('-').next()?;
+        out.push_str(first);
+        rest = &rest[close + 1..];
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 /// `task`'s comma-separated entries translated by the position-wise map `step` → `container`;
 /// None when the lists are not such a map (then the task's value stands).
 fn renumber(step: &str, container: &str, task: &str) -> Option<String> {
@@ -246,5 +318,71 @@ mod tests {
         // unless the container sets it
         let step3 = env(&[("GONE", "1")]);
         assert_eq!(task_env(&step3, &[], &env(&[]), &[]), []);
+    }
+
+    #[test]
+    fn first_hosts() {
+        for (list, want) in [
+            ("node1", Some("node1")),
+            ("gpu[07-09,12],login1", Some("gpu07")),
+            ("a,b", Some("a")),
+            ("rack[2-3]-n[5-6]", Some("rack2-n5")),
+            ("n[3]", Some("n3")),
+            ("", None),
+            ("n[1-2", None),
+        ] {
+            assert_eq!(first_host(list).as_deref(), want, "{list}");
+        }
+    }
+
+    #[test]
+    fn pytorch() {
+        let slurm = [
+            ("SLURM_PROCID", "5"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_STEP_NODELIST", "n[2-4]"),
+            ("SLURM_JOB_ID", "4540"),
+            ("SLURM_NTASKS", "6"),
+            ("SLURM_STEP_NUM_TASKS", "6"),
+            ("SLURM_STEP_NUM_NODES", "3"),
+        ];
+        assert_eq!(pytorch_env(&env(&slurm)), []);
+        let mut torch = env(&slurm);
+        torch.insert("PYTORCH_VERSION".into(), "2.3.0".into());
+        assert_eq!(
+            pytorch_env(&torch),
+            [
+                set("RANK", "5"),
+                set("LOCAL_RANK", "1"),
+                set("MASTER_ADDR", "n2"),
+                set("MASTER_PORT", "61004"),
+                set("WORLD_SIZE", "6"),
+                set("OMP_NUM_THREADS", "1"),
+            ]
+        );
+        // values already there stay, except the ranks; one task per node: no OMP_NUM_THREADS
+        for (k, v) in [
+            ("MASTER_ADDR", "head"),
+            ("MASTER_PORT", "29500"),
+            ("WORLD_SIZE", "2"),
+            ("RANK", "0"),
+            ("SLURM_STEP_NUM_TASKS", "3"),
+        ] {
+            torch.insert(k.into(), v.into());
+        }
+        assert_eq!(
+            pytorch_env(&torch),
+            [set("RANK", "5"), set("LOCAL_RANK", "1")]
+        );
+    }
+
+    #[test]
+    fn applying_changes() {
+        let task = env(&[("A", "1"), ("B", "2")]);
+        let got = applied(
+            &task,
+            &[set("A", "x"), EnvChange::Unset("B".into()), set("C", "3")],
+        );
+        assert_eq!(got, env(&[("A", "x"), ("C", "3")]));
     }
 }

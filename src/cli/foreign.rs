@@ -119,6 +119,7 @@ const TABLE: &[Entry] = &[
     ("--container-readonly", Peer::Pyxis, ANY, "on the gpurun command line the root is read-only by default; leave it out"),
     ("--container-entrypoint", Peer::Pyxis, ANY, "on the gpurun command line gpurun run IMAGE starts the image's entrypoint"),
     ("--no-container-entrypoint", Peer::Pyxis, ANY, "on the gpurun command line gpurun exec IMAGE CMD runs CMD without it"),
+    ("--container-unshare", Peer::Pyxis, ANY, "on the gpurun command line --hostname NAME gives the container a UTS namespace of its own"),
     // pyxis, not in gpurun's plugin
     ("--container-name", Peer::PyxisOnly, ANY, "not yet: named containers kept between steps"),
     ("--container-save", Peer::PyxisOnly, ANY, "not yet: saving a container as a new image"),
