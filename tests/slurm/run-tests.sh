@@ -228,7 +228,7 @@ else
   opts=$(srun --help 2>/dev/null)
   for o in container-image= container-mounts= container-workdir= container-env= container-writable container-readonly \
            container-remap-root no-container-remap-root container-mount-home no-container-mount-home \
-           container-entrypoint no-container-entrypoint; do
+           container-entrypoint no-container-entrypoint container-unshare=; do
     grep -q -- "--$o" <<<"$opts"; res $? "srun --help lists --$o"
   done
   srun "${T[@]}" -n2 -o 'plug.%t' --container-image="$IMG" /probe 2>plug.err
@@ -384,6 +384,96 @@ EOF
   [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q 'cannot start.*exited with status 3.*--no-container-entrypoint' <<<"$out"
   res $? "a failing entrypoint: exit 125, one line with its error and the way out (rc=$rc: $(echo "$out" | tr '\n' '|'))"
 
+  # pyxis's PYXIS_CONTAINER_* variables act as their options; an option given wins
+  out=$(PYXIS_CONTAINER_IMAGE=$IMG srun "${T[@]}" cat /etc/gpurun-test-marker 2>>stderr.log)
+  [ "$out" = image ]; res $? "PYXIS_CONTAINER_IMAGE: the step runs in the image ($out)"
+  out=$(PYXIS_CONTAINER_IMAGE=$W/missing.sqsh srun "${T[@]}" --container-image="$IMG" cat /etc/gpurun-test-marker 2>>stderr.log)
+  [ "$out" = image ]; res $? "PYXIS_CONTAINER_IMAGE: --container-image wins ($out)"
+  out=$(PYXIS_CONTAINER_MOUNTS=$W/data:/envm PYXIS_CONTAINER_WORKDIR=/envm PYXIS_CONTAINER_ENV=FOO FOO=host \
+    srun "${T[@]}" --container-image="$IMG" sh -c 'echo $(pwd) $(cat x) $FOO' 2>>stderr.log)
+  [ "$out" = "/envm secret host" ]; res $? "PYXIS_CONTAINER_MOUNTS, _WORKDIR, _ENV ($out)"
+  out=$(PYXIS_CONTAINER_MOUNTS=$W/data:/envm PYXIS_CONTAINER_WORKDIR=/envm srun "${T[@]}" --container-image="$IMG" \
+    --container-mounts="$W/data:/cli" --container-workdir=/cli sh -c 'echo $(pwd) $(ls -d /envm 2>/dev/null || echo no-envm)' 2>>stderr.log)
+  [ "$out" = "/cli no-envm" ]; res $? "PYXIS_CONTAINER_MOUNTS, _WORKDIR: the options win ($out)"
+  out=$(PYXIS_CONTAINER_WRITABLE=1 PYXIS_CONTAINER_REMAP_ROOT=1 PYXIS_CONTAINER_MOUNT_HOME=0 srun "${T[@]}" --container-image="$IMG" \
+    sh -c "touch /newfile && echo \$(id -u) \$(grep -c ' $HOME ' /proc/self/mountinfo)" 2>>stderr.log)
+  [ "$out" = "0 0" ]; res $? "PYXIS_CONTAINER_WRITABLE=1, _REMAP_ROOT=1, _MOUNT_HOME=0 ($out)"
+  out=$(PYXIS_CONTAINER_WRITABLE=1 PYXIS_CONTAINER_REMAP_ROOT=yes srun "${T[@]}" --container-image="$IMG" --container-readonly \
+    --no-container-remap-root sh -c 'touch /newfile 2>/dev/null && echo writable || echo readonly; id -u' 2>>stderr.log)
+  [ "$(echo $out)" = "readonly $(id -u)" ]; res $? "PYXIS_CONTAINER_WRITABLE, _REMAP_ROOT: --container-readonly, --no-container-remap-root win ($(echo $out))"
+  out=$(PYXIS_CONTAINER_READONLY=0 srun "${T[@]}" --container-image="$IMG" sh -c 'touch /newfile && echo writable' 2>>stderr.log)
+  [ "$out" = writable ]; res $? "PYXIS_CONTAINER_READONLY=0 is writable ($out)"
+  out=$(PYXIS_CONTAINER_ENTRYPOINT=1 srun "${T[@]}" --container-image="$EIMG" sh -c 'echo ${ENTRY_SET-unset}' 2>>stderr.log)
+  [ "$out" = yes ]; res $? "PYXIS_CONTAINER_ENTRYPOINT=1 ($out)"
+  out=$(PYXIS_CONTAINER_WRITABLE=on srun "${T[@]}" --container-image="$IMG" sh -c 'touch /newfile 2>/dev/null && echo writable || echo readonly' 2>&1)
+  grep -q '^readonly$' <<<"$out" && [ "$(grep -c 'PYXIS_CONTAINER_WRITABLE=on: not 1, 0' <<<"$out")" = 1 ]
+  res $? "PYXIS_CONTAINER_WRITABLE=on: left aside with one warning, as pyxis ($(echo "$out" | tr '\n' '|'))"
+  out=$(PYXIS_CONTAINER_ENV=FOO, srun "${T[@]}" --container-image="$IMG" true 2>&1); rc=$?
+  [ "$rc" != 0 ] && grep -q 'gpurun: PYXIS_CONTAINER_ENV=FOO,: --container-env=FOO,: an empty name' <<<"$out"
+  res $? "PYXIS_CONTAINER_ENV=FOO,: refused by srun with the reason (rc=$rc)"
+  printf '#!/bin/sh\n#SBATCH -t 1\n#SBATCH -o %s/envvar-sbatch.out\nsrun -t 1 cat /etc/gpurun-test-marker\n' "$W" > envvar.sbatch
+  PYXIS_CONTAINER_IMAGE=$IMG sbatch --wait -Q envvar.sbatch >/dev/null 2>&1
+  [ "$(cat envvar-sbatch.out)" = image ]; res $? "PYXIS_CONTAINER_IMAGE given to sbatch: the job's steps run in the image ($(cat envvar-sbatch.out))"
+
+  # an image with a WorkingDir and a LANG of its own
+  V=$W/wd-rootfs; cp -a "$R" "$V"; mkdir -p "$V/workspace"
+  printf '{"env": ["PATH=/bin", "LANG=C.UTF-8"], "working_dir": "/workspace"}\n' > "$V/.gpurun/meta.json"
+  mksquashfs "$V" "$W/wd.sqsh" -noappend -quiet -no-progress -all-root >/dev/null
+  VIMG=$W/wd.sqsh
+  # the host's locale variables stay outside unless --container-env names them, as pyxis
+  out=$(LANG=xx_XX.UTF-8 LC_ALL=xx_XX LANGUAGE=xx srun "${T[@]}" --container-image="$IMG" sh -c 'echo ${LANG-unset} ${LC_ALL-unset} ${LANGUAGE-unset}' 2>>stderr.log)
+  [ "$out" = "unset unset unset" ]; res $? "the host's LANG, LC_ALL, LANGUAGE are not passed in ($out)"
+  out=$(LANG=xx_XX.UTF-8 LC_ALL=xx_XX srun "${T[@]}" --container-image="$VIMG" --container-env=LC_ALL sh -c 'echo $LANG $LC_ALL' 2>>stderr.log)
+  [ "$out" = "C.UTF-8 xx_XX" ]; res $? "the image's LANG stays; --container-env=LC_ALL passes the host's ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-env=FOO, true 2>&1); rc=$?
+  [ "$rc" != 0 ] && grep -q 'gpurun: --container-env=FOO,: an empty name' <<<"$out"; res $? "--container-env=FOO,: refused by srun (rc=$rc)"
+
+  # the working directory: the image's WorkingDir by default; relative as pyxis; missing: an error
+  out=$(srun "${T[@]}" --container-image="$VIMG" pwd 2>>stderr.log)
+  [ "$out" = /workspace ]; res $? "no --container-workdir: the image's WorkingDir ($out)"
+  out=$(srun "${T[@]}" --container-image="$VIMG" --container-workdir=../ pwd 2>>stderr.log)
+  [ "$out" = / ]; res $? "--container-workdir=../ stops at the root ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-workdir=data pwd 2>>stderr.log)
+  [ "$out" = /data ]; res $? "--container-workdir=data: from the container's root ($out)"
+  out=$(srun "${T[@]}" -n2 --container-image="$IMG" --container-workdir=/missing true 2>&1); rc=$?
+  [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q -- '--container-workdir=/missing: no such directory in the container' <<<"$out"
+  res $? "--container-workdir=/missing: exit 125, one line (rc=$rc: $(echo "$out" | tr '\n' '|'))"
+
+  # enroot's fstab flags in --container-mounts
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/m:ro+rprivate+nosuid,./data:rel/d:x-create=dir" \
+    sh -c 'cat /m/x /rel/d/x; touch /m/y 2>/dev/null && echo writable || echo readonly' 2>>stderr.log)
+  [ "$(echo $out)" = "secret secret readonly" ]; res $? "--container-mounts with ro+rprivate+nosuid, a relative destination, x-create=dir ($(echo $out))"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=umount:/etc/hosts sh -c 'wc -c < /etc/hosts' 2>>stderr.log)
+  [ "$out" = 0 ] && [ -s /etc/hosts ]; res $? "--container-mounts=umount:/etc/hosts leaves the host's out ($out bytes)"
+  for m in "$W/data:/m:ro+unbindable|flag unbindable is not applied by gpurun yet" "tmpfs:/t|tmpfs mounts are not in gpurun yet"; do
+    arg=${m%|*}; want=${m#*|}
+    out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$arg" true 2>&1); rc=$?
+    [ "$rc" != 0 ] && [ "$(grep -c 'gpurun:' <<<"$out")" = 1 ] && grep -q "$want" <<<"$out"; res $? "--container-mounts=$arg: refused by srun, one line (rc=$rc)"
+  done
+
+  # --container-unshare: uts (the node's name, a namespace of its own); net and ipc refused
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-unshare=uts sh -c 'echo $(readlink /proc/self/ns/uts) $(hostname)' 2>>stderr.log)
+  host_uts=$(srun "${T[@]}" sh -c 'echo $(readlink /proc/self/ns/uts) $(hostname)' 2>>stderr.log)
+  [ -n "$out" ] && [ "${out#* }" = "${host_uts#* }" ] && [ "${out%% *}" != "${host_uts%% *}" ]; res $? "--container-unshare=uts: own UTS namespace, the node's name ($out | host $host_uts)"
+  out=$(PYXIS_CONTAINER_UNSHARE=uts srun "${T[@]}" --container-image="$IMG" readlink /proc/self/ns/uts 2>>stderr.log)
+  [ -n "$out" ] && [ "$out" != "${host_uts%% *}" ]; res $? "PYXIS_CONTAINER_UNSHARE=uts ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-unshare=net true 2>&1); rc=$?
+  [ "$rc" != 0 ] && grep -q 'gpurun: --container-unshare=net: gpurun cannot give the container its own net namespace yet' <<<"$out"; res $? "--container-unshare=net: refused by srun with the reason (rc=$rc)"
+
+  # a PyTorch image (PYTORCH_VERSION in its environment): torch.distributed's variables from Slurm's
+  P=$W/torch-rootfs; cp -a "$R" "$P"
+  printf '{"env": ["PATH=/bin", "PYTORCH_VERSION=2.3.0"]}\n' > "$P/.gpurun/meta.json"
+  mksquashfs "$P" "$W/torchenv.sqsh" -noappend -quiet -no-progress -all-root >/dev/null
+  show='echo $RANK/$SLURM_PROCID $LOCAL_RANK/$SLURM_LOCALID $WORLD_SIZE $MASTER_ADDR/$SLURM_STEP_NODELIST $MASTER_PORT/$(( SLURM_JOB_ID % 4536 + 61000 )) ${OMP_NUM_THREADS-unset}'
+  srun "${T[@]}" -n2 -o 'torch.%t' --container-image="$W/torchenv.sqsh" sh -c "$show" 2>>stderr.log
+  for t in 0 1; do
+    read -r rank lrank ws addr port omp < "torch.$t"
+    [ "$rank" = "$t/$t" ] && [ "$lrank" = "$t/$t" ] && [ "$ws" = 2 ] && [ "${addr%/*}" = "${addr#*/}" ] && [ "${port%/*}" = "${port#*/}" ] && [ "$omp" = 1 ]
+    res $? "PyTorch image, task $t: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, OMP_NUM_THREADS ($(cat torch.$t))"
+  done
+  out=$(srun "${T[@]}" --container-image="$IMG" sh -c 'echo ${RANK-unset} ${MASTER_PORT-unset}' 2>>stderr.log)
+  [ "$out" = "unset unset" ]; res $? "an image without PYTORCH_VERSION: no RANK, MASTER_PORT ($out)"
+
   cat > plug.sbatch <<EOF
 #!/bin/sh
 #SBATCH --container-image=$IMG
@@ -426,8 +516,8 @@ EOF
     bad "--container-image from a registry: needs docker-registry, skopeo and umoci (tests/setup-machine.sh)"
   fi
 
-  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=/a:relative true 2>&1); rc=$?
-  [ "$rc" != 0 ] && grep -q 'gpurun: --container-mounts: destination "relative" must be absolute' <<<"$out"; res $? "bad --container-mounts: refused by srun with the reason (rc=$rc)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=/a:/b:sync true 2>&1); rc=$?
+  [ "$rc" != 0 ] && grep -q 'gpurun: --container-mounts: "/a:/b:sync": unknown flag sync' <<<"$out"; res $? "bad --container-mounts: refused by srun with the reason (rc=$rc)"
   out=$(srun "${T[@]}" -n2 --container-image="$W/missing.sqsh" true 2>&1); rc=$?
   echo "  missing image -> rc=$rc: $(echo "$out" | tr '\n' '|')"
   [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q "missing.sqsh" <<<"$out"; res $? "missing image: exit 125 and one gpurun line"
