@@ -721,21 +721,28 @@ mod tests {
         for (input, want) in ok {
             assert_eq!(&parse_mounts(input).unwrap(), want, "{input}");
         }
-        let bad = [
-            ("/a:/b:ro:x", "unknown flag ro:x"),
-            (":/b", "an empty path"),
-            ("/a::ro", "an empty path"),
-            (
-                "/a:/b:ro+unbindable",
-                "flag unbindable is not applied by gpurun yet",
-            ),
-            ("/a:/b:nodev", "flag nodev is not applied"),
-            ("/a:/b:noexec", "flag noexec is not applied"),
-            ("/a:/b:sync", "unknown flag sync"),
-            ("tmpfs:/t", "tmpfs mounts are not in gpurun yet"),
-        ];
-        for (input, want) in bad {
-            let e = parse_mounts(input).unwrap_err();
+        refused(
+            parse_mounts,
+            &[
+                ("/a:/b:ro:x", "unknown flag ro:x"),
+                (":/b", "an empty path"),
+                ("/a::ro", "an empty path"),
+                (
+                    "/a:/b:ro+unbindable",
+                    "flag unbindable is not applied by gpurun yet",
+                ),
+                ("/a:/b:nodev", "flag nodev is not applied"),
+                ("/a:/b:noexec", "flag noexec is not applied"),
+                ("/a:/b:sync", "unknown flag sync"),
+                ("tmpfs:/t", "tmpfs mounts are not in gpurun yet"),
+            ],
+        );
+    }
+
+    /// Each input is refused with one line that contains its text.
+    fn refused<T: std::fmt::Debug>(parse: fn(&str) -> Result<T, String>, table: &[(&str, &str)]) {
+        for (input, want) in table {
+            let e = parse(input).unwrap_err();
             assert!(e.contains(want) && !e.contains('\n'), "{input}: {e}");
         }
     }
@@ -760,32 +767,32 @@ mod tests {
             parse_env_names("PATH, LD_LIBRARY_PATH").unwrap(),
             ["PATH", "LD_LIBRARY_PATH"]
         );
-        for (bad, want) in [
-            ("A-B", "not a variable name"),
-            ("1X", "not a variable name"),
-            ("A=B", "not a variable name"),
-            ("FOO,", "an empty name"),
-            (",FOO", "an empty name"),
-            ("A,,B", "an empty name"),
-        ] {
-            let e = parse_env_names(bad).unwrap_err();
-            assert!(e.contains(want), "{bad}: {e}");
-        }
+        refused(
+            parse_env_names,
+            &[
+                ("A-B", "not a variable name"),
+                ("1X", "not a variable name"),
+                ("A=B", "not a variable name"),
+                ("FOO,", "an empty name"),
+                (",FOO", "an empty name"),
+                ("A,,B", "an empty name"),
+            ],
+        );
     }
 
     #[test]
     fn unshare() {
         assert_eq!(parse_unshare("uts").unwrap(), [Unshare::Uts]);
         assert_eq!(parse_unshare("uts,uts").unwrap(), [Unshare::Uts]);
-        for (bad, want) in [
-            ("net", "own net namespace yet"),
-            ("uts,ipc", "own ipc namespace yet"),
-            ("pid", "unknown namespace \"pid\""),
-            ("uts,", "an empty namespace"),
-        ] {
-            let e = parse_unshare(bad).unwrap_err();
-            assert!(e.contains(want), "{bad}: {e}");
-        }
+        refused(
+            parse_unshare,
+            &[
+                ("net", "own net namespace yet"),
+                ("uts,ipc", "own ipc namespace yet"),
+                ("pid", "unknown namespace \"pid\""),
+                ("uts,", "an empty namespace"),
+            ],
+        );
     }
 
     #[test]
