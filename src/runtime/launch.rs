@@ -532,8 +532,10 @@ impl Stage {
     }
 
     /// Open the mount point at `dst` in `root`, made as `kind` where the root lacks it. Where
-    /// the image is read-only there, its nearest directory gets a tmpfs overlay of this
-    /// container's own: no other container sees the mount point, and the image stays as it is.
+    /// the image is read-only there, or its directory cannot be copied up (a directory image
+    /// whose group is one outside the user namespace: EOVERFLOW), its nearest directory gets a
+    /// tmpfs overlay of this container's own, whose top takes the new entry without a copy-up:
+    /// no other container sees the mount point, and the image stays as it is.
     fn mount_point(
         &mut self,
         root: &mut Root,
@@ -541,7 +543,11 @@ impl Stage {
         kind: Create,
     ) -> Result<OwnedFd, SysError> {
         let refused = match sys::open_in_root(&root.fd, dst, kind) {
-            Err(e) if e.errno() == Errno::EROFS && kind != Create::No => e,
+            Err(e)
+                if kind != Create::No && matches!(e.errno(), Errno::EROFS | Errno::EOVERFLOW) =>
+            {
+                e
+            }
             r => return r,
         };
         let found = dst.ancestors().skip(1).find_map(|a| {
