@@ -1,6 +1,6 @@
 //! `gpurun doctor`: can this node run containers? Each check is tried for real where it can be
-//! (a forked child enters a user namespace and mounts an overlay; /dev/fuse is opened; the GPU
-//! device nodes are opened) and says how to fix what fails.
+//! (a forked child enters a user namespace and mounts an overlay and a FUSE file system there;
+//! the GPU device nodes are opened) and says how to fix what fails.
 
 use std::path::{Path, PathBuf};
 
@@ -49,12 +49,14 @@ fn sysctl(name: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// What the forked child found: user namespace, then an overlay with a tmpfs upper in it.
+/// What the forked child found: user namespace, then an overlay with a tmpfs upper in it, and
+/// a FUSE mount as an image server makes it.
 #[derive(Debug, Default, Serialize, serde::Deserialize)]
 struct NsProbe {
     userns: Option<String>,
     mountns: Option<String>,
     overlay: Option<String>,
+    fuse: Option<String>,
 }
 
 fn probe_namespaces() -> NsProbe {
@@ -68,29 +70,20 @@ fn probe_namespaces() -> NsProbe {
             p.userns = err(e);
             p.mountns = Some("not tried".into());
             p.overlay = Some("not tried".into());
+            p.fuse = Some("no user namespace".into());
             return fin(&p);
         }
         if let Err(e) = sys::enter_mount_namespace(sys::Propagation::Private) {
             p.mountns = err(e);
             p.overlay = Some("not tried".into());
+            p.fuse = Some("no mount namespace".into());
             return fin(&p);
         }
         // Scratch on a tmpfs of its own: nothing outside the child's namespace is touched.
         let base = Path::new("/tmp");
-        p.overlay = (|| -> Result<(), String> {
-            sys::mount_tmpfs(base, 0o700).map_err(|e| e.to_string())?;
-            for d in ["lower", "upper", "work", "merged"] {
-                std::fs::create_dir(base.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
-            }
-            sys::mount_overlay(
-                &base.join("lower"),
-                &base.join("upper"),
-                &base.join("work"),
-                &base.join("merged"),
-            )
-            .map_err(|e| e.to_string())
-        })()
-        .err();
+        let tmpfs = sys::mount_tmpfs(base, 0o700).map_err(|e| e.to_string());
+        p.overlay = tmpfs.clone().and_then(|()| overlay_probe(base)).err();
+        p.fuse = tmpfs.and_then(|()| fuse_probe(base, uid, gid)).err();
         fin(&p)
     });
     match out {
@@ -103,6 +96,29 @@ fn probe_namespaces() -> NsProbe {
             ..Default::default()
         },
     }
+}
+
+/// An overlay with a tmpfs upper, under `base`.
+fn overlay_probe(base: &Path) -> Result<(), String> {
+    for d in ["lower", "upper", "work", "merged"] {
+        std::fs::create_dir(base.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
+    }
+    sys::mount_overlay(
+        &base.join("lower"),
+        &base.join("upper"),
+        &base.join("work"),
+        &base.join("merged"),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// /dev/fuse opened and mounted under `base` as an image server mounts it (no one serves it:
+/// the mount ends with the probe's namespace, unused).
+fn fuse_probe(base: &Path, uid: u32, gid: u32) -> Result<(), String> {
+    let at = base.join("fuse");
+    std::fs::create_dir(&at).map_err(|e| format!("mkdir fuse: {e}"))?;
+    let fd = sys::open_fuse().map_err(|e| format!("open /dev/fuse: {e}"))?;
+    sys::mount_fuse(&fd, Path::new("gpurun-doctor"), &at, uid, gid).map_err(|e| e.to_string())
 }
 
 fn userns_checks(p: &NsProbe) -> Vec<Check> {
@@ -176,14 +192,29 @@ fn userns_checks(p: &NsProbe) -> Vec<Check> {
     out
 }
 
-fn fuse_check() -> Check {
-    match sys::open_fuse() {
-        Ok(_) => check("/dev/fuse", Status::Ok, "opened: images are served over FUSE", ""),
-        Err(e) => check(
+fn fuse_check(p: &NsProbe) -> Check {
+    const EXTRACTED: &str =
+        "images are extracted once into the cache instead (slower first start, more disk)";
+    if let Err(e) = sys::open_fuse() {
+        return check(
             "/dev/fuse",
             Status::Warn,
-            format!("cannot open /dev/fuse ({e}): images are extracted once into the cache instead (slower first start, more disk)"),
+            format!("cannot open /dev/fuse ({e}): {EXTRACTED}"),
             "modprobe fuse and make /dev/fuse mode 0666 (the distributions' default), or allow it in the job's device cgroup",
+        );
+    }
+    match &p.fuse {
+        None => check(
+            "/dev/fuse",
+            Status::Ok,
+            "opened and mounted in a user namespace: images are served over FUSE",
+            "",
+        ),
+        Some(e) => check(
+            "/dev/fuse",
+            Status::Warn,
+            format!("/dev/fuse opens, but mounting FUSE in a user namespace failed ({e}): {EXTRACTED}"),
+            "make /dev/fuse the FUSE device (character 10,229: modprobe fuse), and allow FUSE mounts in user namespaces (Linux ≥ 4.18; AppArmor, SELinux or seccomp policy)",
         ),
     }
 }
@@ -386,8 +417,9 @@ fn slurm_check(env: &[(String, String)]) -> Check {
 /// Every check, in the order a user should fix them.
 pub fn run(driver_paths: &[PathBuf], cache_root: &Path) -> Vec<Check> {
     let env = crate::env_vars::host_env();
-    let mut out = userns_checks(&probe_namespaces());
-    out.push(fuse_check());
+    let probe = probe_namespaces();
+    let mut out = userns_checks(&probe);
+    out.push(fuse_check(&probe));
     out.extend(gpu_checks(driver_paths));
     out.push(tools_check());
     out.push(cache_check(cache_root));

@@ -557,3 +557,101 @@ fn completions_complete_images_and_topics() {
         3
     );
 }
+
+/// gpurun ARGS… as the test user in a private mount namespace where /dev/fuse is /dev/null:
+/// it opens, and the kernel refuses to mount it (EINVAL), as with another device in its place.
+fn with_fuse_replaced(cache: &Path, args: &[&str]) -> Output {
+    let (uid, gid) = test_ids();
+    Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind /dev/null /dev/fuse && exec "$@""#)
+        .arg("sh")
+        .arg("setpriv")
+        .args([format!("--reuid={uid}"), format!("--regid={gid}")])
+        .args(["--init-groups", "--", "env", "-i", "PATH=/usr/bin:/bin"])
+        .arg(format!("HOME=/home/{TEST_USER}"))
+        .arg(format!("GPURUN_CACHEDIR={}", cache.display()))
+        .arg(gpurun_bin())
+        .args(args)
+        .current_dir("/")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn fuse_that_cannot_be_mounted_falls_back_to_an_extracted_copy() {
+    if !is_root() {
+        return; // needs a private mount namespace to replace /dev/fuse
+    }
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let cache = s.join("cache");
+    let i = img.to_str().unwrap();
+    for round in 0..2 {
+        let o = with_fuse_replaced(&cache, &["exec", i, "sh", "-c", "head -1 /etc/passwd"]);
+        assert!(o.status.success(), "round {round}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "root:x:0:0:root:/root:/bin/sh\n");
+        let want = format!(
+            "gpurun: /dev/fuse cannot be mounted (mount FUSE on /tmp: EINVAL: Invalid argument); \
+             using an extracted copy of {i} under {}/rootfs (made once)\n",
+            cache.display()
+        );
+        assert_eq!(stderr(&o), want, "round {round}");
+    }
+    let kept = std::fs::read_dir(cache.join("rootfs")).unwrap().count();
+    assert_eq!(kept, 1, "extracted once");
+
+    // doctor mounts FUSE for real, so it sees what the start saw
+    let o = with_fuse_replaced(&cache, &["doctor", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let fuse = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "/dev/fuse")
+        .unwrap()
+        .clone();
+    assert_eq!(fuse["status"], "warn", "{fuse}");
+    let detail = fuse["detail"].as_str().unwrap();
+    assert!(
+        detail
+            .contains("mounting FUSE in a user namespace failed (mount FUSE on /tmp/fuse: EINVAL"),
+        "{detail}"
+    );
+    assert!(fuse["fix"].as_str().unwrap().contains("10,229"), "{fuse}");
+}
+
+#[test]
+fn a_directory_image_whose_group_is_root() {
+    if !is_root() {
+        return; // root extracts the image, as `sudo tar x` does; `chown -R user` keeps group 0
+    }
+    let s = Scratch::new();
+    let root = s.join("sandbox");
+    busybox_rootfs(&root);
+    let (uid, _) = test_ids();
+    run_ok(
+        Command::new("chown")
+            .arg("-R")
+            .arg(uid.to_string())
+            .arg(&root),
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(root.join("usr")).unwrap().gid(), 0);
+    std::fs::create_dir(s.join("data")).unwrap();
+    std::fs::write(s.join("data/f"), "data\n").unwrap();
+    let r = root.to_str().unwrap();
+    // mount points below /home, /usr and /etc, whose copy-up the kernel refuses (EOVERFLOW)
+    let bind = format!("{}:/usr/share/data:ro", s.join("data").display());
+    let script = "grep -c ^gpuruntest: /etc/passwd; cat /usr/share/data/f; cd && pwd";
+    let out = out_ok(&["exec", "--bind", &bind, r, "sh", "-c", script], &[]);
+    assert_eq!(out, format!("1\ndata\n/home/{TEST_USER}\n"));
+    let script = "echo new > /etc/new && cat /etc/new";
+    let out = out_ok(&["exec", "--writable-tmpfs", r, "sh", "-c", script], &[]);
+    assert_eq!(out, "new\n");
+    // the image directory is as it was
+    for p in ["usr/share", "home/gpuruntest", "etc/new"] {
+        assert!(!root.join(p).exists(), "{p} made in the image");
+    }
+}

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-use super::server::{self, Reply, Request, Status};
+use super::server::{self, Ready, Reply, Request, Status};
 use super::socket_names::{keeper_name, server_name, server_prefix};
 use crate::image::sqfs::Archive;
 use crate::sys::{self, Spawn};
@@ -52,6 +52,22 @@ pub struct Scope {
     keeper: Option<String>,
 }
 
+/// Why no server lends its mount.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// FUSE cannot be opened or mounted on this node (the caller extracts the image instead).
+    #[error("/dev/fuse cannot be mounted ({0})")]
+    NoFuse(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for AttachError {
+    fn from(e: String) -> AttachError {
+        AttachError::Failed(e)
+    }
+}
+
 /// What a server is started with besides its image.
 #[derive(Clone, Copy)]
 struct Start<'a> {
@@ -68,7 +84,7 @@ pub fn attach(
     image: &Path,
     idle: Duration,
     kept: Option<&Path>,
-) -> Result<Attached, String> {
+) -> Result<Attached, AttachError> {
     let start = Start { image, idle, kept };
     if idle.is_zero() {
         return private(archive, &start);
@@ -85,7 +101,8 @@ pub fn attach(
             Err(e) if e.errno() == Errno::ECONNREFUSED => {
                 match bind_and_start(archive, &start, &name, &scope) {
                     Ok(()) => continue,
-                    Err(e) => why = e,
+                    Err(e @ AttachError::NoFuse(_)) => return Err(e),
+                    Err(e) => why = e.to_string(),
                 }
                 continue;
             }
@@ -115,7 +132,7 @@ pub fn attach(
 }
 
 /// A server for one container, ending with it.
-fn private(archive: &Archive, start: &Start) -> Result<Attached, String> {
+fn private(archive: &Archive, start: &Start) -> Result<Attached, AttachError> {
     let (mine, theirs) = sys::socket_pair().map_err(|e| e.to_string())?;
     let node = Scope {
         key: String::new(),
@@ -129,8 +146,8 @@ fn private(archive: &Archive, start: &Start) -> Result<Attached, String> {
     };
     spawn(archive, &own, &node, theirs)?;
     request(mine).map_err(|r| match r {
-        Refusal::Failed(e) => e,
-        Refusal::Foreign(uid) => format!("the image server runs as uid {uid}"),
+        Refusal::Failed(e) => AttachError::Failed(e),
+        Refusal::Foreign(uid) => AttachError::Failed(format!("the image server runs as uid {uid}")),
     })
 }
 
@@ -140,18 +157,23 @@ fn bind_and_start(
     start: &Start,
     name: &str,
     scope: &Scope,
-) -> Result<(), String> {
+) -> Result<(), AttachError> {
     let listener = match sys::listen_abstract(name) {
         Ok(l) => l,
         Err(e) if e.errno() == Errno::EADDRINUSE => return Ok(()),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.to_string().into()),
     };
     spawn(archive, start, scope, listener)
 }
 
 /// Start a server on `sock` (listening, or the private one's end), through the job's keeper
 /// where there is one, and wait until it serves.
-fn spawn(archive: &Archive, start: &Start, scope: &Scope, sock: OwnedFd) -> Result<(), String> {
+fn spawn(
+    archive: &Archive,
+    start: &Start,
+    scope: &Scope,
+    sock: OwnedFd,
+) -> Result<(), AttachError> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
     let id = archive.identity().map_err(|e| e.to_string())?.1;
     let args = serve_args(start, &id, scope);
@@ -165,7 +187,11 @@ fn spawn(archive: &Archive, start: &Start, scope: &Scope, sock: OwnedFd) -> Resu
             .map_err(|e| e.to_string())?,
     }
     drop((sock, w));
-    server::wait_ready(r, ANSWER)
+    match server::wait_ready(r, ANSWER) {
+        Ready::Serving => Ok(()),
+        Ready::NoFuse(why) => Err(AttachError::NoFuse(why)),
+        Ready::Failed(e) => Err(AttachError::Failed(e)),
+    }
 }
 
 /// The command line of `gpurun serve` (runtime/server.rs `Args`).

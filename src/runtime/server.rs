@@ -105,6 +105,9 @@ pub enum ServerError {
     UserNamespace(sys::SysError),
     #[error("cannot mount image {0}: {1}")]
     Mount(PathBuf, String),
+    /// /dev/fuse could not be opened or mounted here: the start falls back to an extracted copy.
+    #[error("{0}")]
+    NoFuse(String),
     #[error(transparent)]
     Fuse(#[from] fuse::FuseError),
 }
@@ -119,13 +122,13 @@ pub fn run(args: Args) -> i32 {
     let (archive, session, mount) = match started {
         Ok(s) => s,
         Err(e) => {
-            let _ = write!(ready, "{e}");
+            let _ = ready.write_all(&Ready::from(e).to_json());
             return 1;
         }
     };
     // The FUSE threads' messages reach the containers (`Server::say`), not a terminal.
     let said = sys::stderr_to_pipe().ok();
-    if ready.write_all(b"ok").is_err() {
+    if ready.write_all(&Ready::Serving.to_json()).is_err() {
         return 1;
     }
     drop(ready);
@@ -167,13 +170,14 @@ fn prepare(
     let mount = Path::new(MOUNT);
     let mnt = |e: sys::SysError| ServerError::Mount(args.image.clone(), e.to_string());
     sys::enter_mount_namespace(sys::Propagation::Receive).map_err(mnt)?;
+    let no_fuse = |e: sys::SysError| ServerError::NoFuse(e.to_string());
     let fuse = sys::open_fuse().map_err(|e| {
-        mnt(sys::SysError::Call {
+        no_fuse(sys::SysError::Call {
             what: "open /dev/fuse",
             errno: sys::io_errno(&e),
         })
     })?;
-    sys::mount_fuse(&fuse, &args.image, mount, uid, gid).map_err(mnt)?;
+    sys::mount_fuse(&fuse, &args.image, mount, uid, gid).map_err(no_fuse)?;
     let _ = nix::unistd::chdir("/");
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let archive = Arc::new(archive);
@@ -505,20 +509,46 @@ fn same_file(archive: &Archive, path: &Path) -> bool {
     key(&now) == key(&open)
 }
 
-/// Read what a starting server says on its pipe: Ok once it serves, else its error.
-pub fn wait_ready(pipe: OwnedFd, timeout: Duration) -> Result<(), String> {
-    let ready = sys::wait_readable(&[pipe.as_fd()], Some(timeout)).map_err(|e| e.to_string())?;
+/// What a starting server says on its ready pipe, once.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ready {
+    Serving,
+    /// FUSE cannot be opened or mounted on this node (the start extracts the image instead).
+    NoFuse(String),
+    Failed(String),
+}
+
+impl Ready {
+    fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("ready messages serialise")
+    }
+}
+
+impl From<ServerError> for Ready {
+    fn from(e: ServerError) -> Ready {
+        match e {
+            ServerError::NoFuse(why) => Ready::NoFuse(why),
+            e => Ready::Failed(e.to_string()),
+        }
+    }
+}
+
+/// Read what a starting server says on its pipe: `Serving`, or why it does not.
+pub fn wait_ready(pipe: OwnedFd, timeout: Duration) -> Ready {
+    let ready = match sys::wait_readable(&[pipe.as_fd()], Some(timeout)) {
+        Ok(r) => r,
+        Err(e) => return Ready::Failed(e.to_string()),
+    };
     if !ready[0] {
-        return Err(format!(
+        let s = format!(
             "the image server did not start within {} s",
             timeout.as_secs()
-        ));
+        );
+        return Ready::Failed(s);
     }
-    let mut said = String::new();
-    let _ = File::from(pipe).read_to_string(&mut said);
-    match said.as_str() {
-        "ok" => Ok(()),
-        "" => Err("the image server exited while starting".into()),
-        e => Err(e.to_string()),
-    }
+    let mut said = Vec::new();
+    let _ = File::from(pipe).read_to_end(&mut said);
+    serde_json::from_slice(&said)
+        .unwrap_or_else(|_| Ready::Failed("the image server exited while starting".into()))
 }

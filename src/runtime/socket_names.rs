@@ -2,7 +2,7 @@
 //! (runtime/attach.rs says why sockets, and what a server's name must match).
 
 /// Bumped when the messages between gpurun and its servers change.
-const PROTOCOL: u32 = 1;
+const PROTOCOL: u32 = 2;
 
 /// The abstract socket name of a server: the user, then a hash of what must match for a
 /// container to share it (attach.rs's module comment). At most 107 bytes, as sun_path allows.

@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
+use super::attach::{self, AttachError};
 use super::env::{parse_env_file, EnvError};
 use super::launch::{self, HoldState, LaunchError, Lower};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
-use super::{attach, extract};
+use super::extract;
 use crate::env_vars::host_env;
 use crate::exit;
 use crate::image::cache::Cache;
@@ -209,7 +210,8 @@ impl Image {
     }
 
     /// How the launcher gets the root: a copy of its image server's mount, or extracted once
-    /// when /dev/fuse is unusable (said on stderr, since it costs disk and time the first time).
+    /// when FUSE is unusable here: /dev/fuse cannot be opened, or the server cannot mount it
+    /// (another device in its place, a kernel or LSM that refuses FUSE in a user namespace).
     fn lower(self, idle: Duration) -> Result<Lower, StartError> {
         let (path, archive, blocks) = match self {
             Image::Dir(d) => return Ok(Lower::Dir(d)),
@@ -222,27 +224,35 @@ impl Image {
         };
         // A probe: the server opens its own.
         if let Err(e) = sys::open_fuse() {
-            let cache = Cache::open(&cache_root()).map_err(PullError::from)?;
-            let base = cache.subdir("rootfs").map_err(PullError::from)?;
-            eprintln!(
-                "gpurun: /dev/fuse cannot be opened ({e}); using an extracted copy of {} under {} (made once)",
-                path.display(),
-                base.display()
-            );
-            let dir =
-                extract::cached_rootfs(&path, &archive, &base).map_err(|e| StartError::Image {
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?;
-            return Ok(Lower::Dir(dir));
+            let why = format!("/dev/fuse cannot be opened ({e})");
+            return extracted(&path, &archive, &why);
         }
-        let attached = attach::attach(&archive, &path, idle, blocks.as_deref())
-            .map_err(|e| LaunchError::Setup(format!("cannot serve the image: {e}")))?;
-        Ok(Lower::Served {
-            image: path,
-            attached,
-        })
+        match attach::attach(&archive, &path, idle, blocks.as_deref()) {
+            Ok(attached) => Ok(Lower::Served {
+                image: path,
+                attached,
+            }),
+            Err(e @ AttachError::NoFuse(_)) => extracted(&path, &archive, &e.to_string()),
+            Err(e) => Err(LaunchError::Setup(format!("cannot serve the image: {e}")).into()),
+        }
     }
+}
+
+/// The image at `path` extracted once into the cache, for a node where FUSE is unusable
+/// (`why`, said on stderr since it costs disk and time the first time).
+fn extracted(path: &Path, archive: &Archive, why: &str) -> Result<Lower, StartError> {
+    let cache = Cache::open(&cache_root()).map_err(PullError::from)?;
+    let base = cache.subdir("rootfs").map_err(PullError::from)?;
+    eprintln!(
+        "gpurun: {why}; using an extracted copy of {} under {} (made once)",
+        path.display(),
+        base.display()
+    );
+    let dir = extract::cached_rootfs(path, archive, &base).map_err(|e| StartError::Image {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    Ok(Lower::Dir(dir))
 }
 
 /// What kind of file `md` describes, in words.
