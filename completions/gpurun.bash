@@ -194,7 +194,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__exec)
-            opts="-B -c -C -H -e -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
+            opts="-B -c -C -H -e -w -o -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -233,6 +233,14 @@ _gpurun() {
                     return 0
                     ;;
                 --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --overlay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -362,7 +370,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__run)
-            opts="-B -c -C -H -e -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
+            opts="-B -c -C -H -e -w -o -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -401,6 +409,14 @@ _gpurun() {
                     return 0
                     ;;
                 --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --overlay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -432,7 +448,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__shell)
-            opts="-B -c -C -H -e -f -s -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --shell --quiet --verbose --debug --help --version"
+            opts="-B -c -C -H -e -w -o -f -s -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --shell --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -471,6 +487,14 @@ _gpurun() {
                     return 0
                     ;;
                 --env-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --overlay)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -548,9 +572,9 @@ _gpurun_image() {
         w="${COMP_WORDS[i]}"
         if [[ -z $sub ]]; then
             case "$w" in
-                exec) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path" ;;
-                run) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path" ;;
-                shell) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path -s --shell" ;;
+                exec) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path" ;;
+                run) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path" ;;
+                shell) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path -s --shell" ;;
                 inspect) sub=$w; vals="--platform" ;;
                 -*) ;;
                 *) return 1 ;;

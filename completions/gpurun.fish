@@ -48,16 +48,18 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l no-mount -d 'Leav
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l env -d 'Set variables inside: K=V, or a comma-separated list K=V,K2=V2 (Apptainer\'s rules: gpurun help env), repeatable' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l env-file -d 'Read K=V lines from a file (comma-separated, repeatable)' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s o -l overlay -d 'Keep the root\'s changes in directory DIR (in DIR/upper), over the image; DIR:ro reads them without writing' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l hostname -d 'The container\'s host name (its own UTS namespace)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l gpus -d 'GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm\'s GPUs, else all allowed]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
-complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s C -l containall -d '--contain and --cleanenv together (own PID and IPC namespaces: not yet)'
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l no-home -d 'Do not bind the home directory'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s e -l cleanenv -d 'Start from an empty environment (plus the image\'s and --env)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l writable-tmpfs -d 'Make the root writable with a tmpfs overlay that vanishes on exit'
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s w -l writable -d 'Write changes into the sandbox directory image itself (not a .sqsh or .sif image)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s f -l fakeroot -d 'Map your user to root inside the container (no privilege is gained outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv -d 'Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is present (env GPURUN_NV=1|0)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l no-nv -d 'No GPU support, even when a driver is present'
@@ -73,16 +75,18 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l no-mount -d 'Leave
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l env -d 'Set variables inside: K=V, or a comma-separated list K=V,K2=V2 (Apptainer\'s rules: gpurun help env), repeatable' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l env-file -d 'Read K=V lines from a file (comma-separated, repeatable)' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s o -l overlay -d 'Keep the root\'s changes in directory DIR (in DIR/upper), over the image; DIR:ro reads them without writing' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l hostname -d 'The container\'s host name (its own UTS namespace)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l gpus -d 'GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm\'s GPUs, else all allowed]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
-complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s C -l containall -d '--contain and --cleanenv together (own PID and IPC namespaces: not yet)'
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l no-home -d 'Do not bind the home directory'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s e -l cleanenv -d 'Start from an empty environment (plus the image\'s and --env)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l writable-tmpfs -d 'Make the root writable with a tmpfs overlay that vanishes on exit'
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s w -l writable -d 'Write changes into the sandbox directory image itself (not a .sqsh or .sif image)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s f -l fakeroot -d 'Map your user to root inside the container (no privilege is gained outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv -d 'Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is present (env GPURUN_NV=1|0)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l no-nv -d 'No GPU support, even when a driver is present'
@@ -98,6 +102,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l no-mount -d 'Lea
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l env -d 'Set variables inside: K=V, or a comma-separated list K=V,K2=V2 (Apptainer\'s rules: gpurun help env), repeatable' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l env-file -d 'Read K=V lines from a file (comma-separated, repeatable)' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s o -l overlay -d 'Keep the root\'s changes in directory DIR (in DIR/upper), over the image; DIR:ro reads them without writing' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l hostname -d 'The container\'s host name (its own UTS namespace)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l gpus -d 'GPUs to use: indices, GPU-/MIG- UUIDs or PCI bus ids, comma-separated, or all, none [default: CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES, Slurm\'s GPUs, else all allowed]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
@@ -105,10 +110,11 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l device -d 'A dev
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s s -l shell -d 'Shell to start (default: $SHELL if the image has it, else /bin/sh)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
-complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s C -l containall -d '--contain and --cleanenv together (own PID and IPC namespaces: not yet)'
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l no-home -d 'Do not bind the home directory'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s e -l cleanenv -d 'Start from an empty environment (plus the image\'s and --env)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l writable-tmpfs -d 'Make the root writable with a tmpfs overlay that vanishes on exit'
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s w -l writable -d 'Write changes into the sandbox directory image itself (not a .sqsh or .sif image)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s f -l fakeroot -d 'Map your user to root inside the container (no privilege is gained outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv -d 'Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is present (env GPURUN_NV=1|0)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l no-nv -d 'No GPU support, even when a driver is present'
@@ -215,11 +221,11 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand help" -s V -l version -d '
 function __fish_gpurun_value_options
     switch $argv[1]
         case exec
-            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path
+            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path
         case run
-            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path
+            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path
         case shell
-            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file --hostname --gpus --nv-caps --device --nv-driver-path -s --shell
+            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path -s --shell
         case inspect
             printf '%s\n' --platform
     end

@@ -138,10 +138,11 @@ downloading layers).
 const APPTAINER: &str = "\
 Coming from Apptainer: the same options do the same (-B/--bind, -c/--contain, -C/--containall,
 -e/--cleanenv, --env, --env-file, -H/--home, --no-home, --no-mount, --pwd/--cwd, --fakeroot,
---writable-tmpfs, --hostname, --nv, --no-nv, --device), APPTAINER_<FLAG> is GPURUN_<FLAG>,
+--writable-tmpfs, -w/--writable (a sandbox directory), -o/--overlay DIR[:ro], --hostname,
+--nv, --no-nv, --device), APPTAINER_<FLAG> is GPURUN_<FLAG>,
 APPTAINERENV_K is GPURUNENV_K, APPTAINER_BIND is GPURUN_BIND, .sif files run as they are, and
 everything after the image goes to the container. An option gpurun does not have (--nvccli,
---userns, --overlay, …) is refused with what to use instead.
+--userns, --pid, …) is refused with what to use instead.
 Coming from enroot and pyxis: .sqsh files from enroot import run as they are; srun
 --container-image, --container-mounts, --container-workdir, --container-env,
 --container-writable/-readonly, --[no-]container-remap-root, --[no-]container-mount-home,

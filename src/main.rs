@@ -8,7 +8,7 @@ use gpurun::runtime::start::{start, Launch};
 const FAILED: i32 = gpurun::exit::GPURUN_FAILED;
 
 /// The site's and user's default binds and GPURUN_BIND come first, --bind after (all apply).
-/// --containall is --contain and --cleanenv (its own PID and IPC namespaces are not made yet).
+/// --containall is --contain and --cleanenv, in PID and IPC namespaces of its own.
 fn request(o: &LaunchOpts, cfg: &Config) -> Request {
     let from_files = |b: &&gpurun::config::Sourced<String>| !matches!(b.from, Origin::Env(_));
     let site_binds = cfg.binds.iter().filter(from_files).map(|b| b.value.clone());
@@ -28,6 +28,9 @@ fn request(o: &LaunchOpts, cfg: &Config) -> Request {
         env: o.env.clone(),
         env_files: Vec::new(),
         writable_tmpfs: o.writable_tmpfs,
+        writable: o.writable,
+        overlay: o.overlay.clone(),
+        own_pid_ipc: o.containall,
         fakeroot: o.fakeroot,
     }
 }

@@ -17,6 +17,8 @@ pub enum MountSource {
     File { contents: String },
     /// A symlink created in the container's writable scratch (e.g. /dev/fd → /proc/self/fd).
     Symlink { target: PathBuf },
+    /// A proc file system of the container's own PID namespace (`--containall`).
+    Proc,
 }
 
 /// One mount (or symlink) in the container, applied in plan order.

@@ -300,6 +300,34 @@ pub fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> 
     .map_err(at("mount overlay on", target))
 }
 
+/// A read-only overlay of `lowers` (the first on top) at `target`.
+pub fn mount_overlay_ro(lowers: &[&Path], target: &Path) -> Result<()> {
+    let dirs: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
+    let opts = format!("lowerdir={},userxattr", dirs.join(":"));
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_RDONLY;
+    nix::mount::mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        flags,
+        Some(opts.as_str()),
+    )
+    .map_err(at("mount overlay on", target))
+}
+
+/// A proc file system of this process's PID namespace at `target`.
+pub fn mount_proc(target: &Path) -> Result<()> {
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    nix::mount::mount(Some("proc"), target, Some("proc"), flags, None::<&str>)
+        .map_err(at("mount proc on", target))
+}
+
+/// New PID and IPC namespaces: the next child forked is the PID namespace's init.
+pub fn enter_pid_ipc_namespaces() -> Result<()> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC)
+        .map_err(call("unshare(CLONE_NEWPID|CLONE_NEWIPC)"))
+}
+
 /// Open /dev/fuse (close-on-exec: the container's command must not hold the connection open).
 pub fn open_fuse() -> std::io::Result<OwnedFd> {
     let fd = nix::fcntl::open(
@@ -810,6 +838,16 @@ pub fn wait_readable(
         Err(Errno::EINTR) => Ok(vec![false; fds.len()]),
         Err(e) => Err(call("poll")(e)),
     }
+}
+
+/// Whether the reader of the pipe whose write end is `w` is gone (the read end closed).
+pub fn reader_gone(w: BorrowedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut p = [PollFd::new(w, PollFlags::POLLOUT)];
+    poll(&mut p, PollTimeout::ZERO).is_ok()
+        && p[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLERR))
 }
 
 /// A descriptor of process `pid` that becomes readable when it exits (pidfd_open).

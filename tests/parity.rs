@@ -75,7 +75,7 @@ fn options_of_apptainer_and_pyxis_say_what_to_use() {
         (&["shell", "-u", img], "(Apptainer's --userns)"),
         (&["exec", "--rocm", img, "true"], "no AMD ROCm support"),
         (&["exec", "--fusemount", "host:sshfs x /y", img, "true"], "--bind its mount point"),
-        (&["exec", "--overlay", "o", img, "true"], "not yet"),
+        (&["exec", "--ipc", img, "true"], "use --containall: the container gets PID and IPC namespaces of its own"),
         (
             &["exec", "--container-image=x.sqsh", "true"],
             "--container-image is an srun option of gpurun's Slurm plugin",
@@ -654,4 +654,135 @@ fn a_directory_image_whose_group_is_root() {
     for p in ["usr/share", "home/gpuruntest", "etc/new"] {
         assert!(!root.join(p).exists(), "{p} made in the image");
     }
+}
+
+#[test]
+fn writable_sandbox_and_persistent_overlay() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    let sandbox = s.join("sandbox");
+    busybox_rootfs(&sandbox);
+    std::fs::create_dir(s.join("ov")).unwrap();
+    s.chown_all();
+    let sb = sandbox.to_str().unwrap();
+    // --writable: changes go to the directory itself
+    let out = out_ok(
+        &[
+            "exec",
+            "-w",
+            sb,
+            "sh",
+            "-c",
+            "echo kept > /etc/kept; rm /bin/ls; echo ok",
+        ],
+        &[],
+    );
+    assert_eq!(out, "ok\n");
+    assert_eq!(
+        std::fs::read_to_string(sandbox.join("etc/kept")).unwrap(),
+        "kept\n"
+    );
+    assert!(!sandbox.join("bin/ls").exists());
+    let o = with_env(&["exec", sb, "sh", "-c", "echo x > /etc/x"], &[]);
+    assert!(
+        stderr(&o).contains("Read-only file system"),
+        "read-only without -w: {}",
+        stderr(&o)
+    );
+    one_line(
+        &with_env(&["exec", "--writable", img, "true"], &[]),
+        125,
+        &format!(
+            "--writable needs a sandbox directory image; {img} is read-only: use --writable-tmpfs"
+        ),
+    );
+    one_line(
+        &with_env(&["exec", "-w", "--writable-tmpfs", sb, "true"], &[]),
+        125,
+        "--writable, --writable-tmpfs and --overlay each say where changes go: give one",
+    );
+
+    // --overlay DIR: changes kept in DIR/upper from one run to the next; DIR:ro reads them
+    let ov = s.join("ov");
+    let o = ov.to_str().unwrap();
+    let script = "echo 1 > /etc/p; rm /bin/ls; echo ok";
+    assert_eq!(
+        out_ok(&["exec", "--overlay", o, img, "sh", "-c", script], &[]),
+        "ok\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ov.join("upper/etc/p")).unwrap(),
+        "1\n"
+    );
+    let script = "cat /etc/p; test -e /bin/ls || echo gone; echo 2 >> /etc/p; cat /etc/p";
+    assert_eq!(
+        out_ok(&["exec", "-o", o, img, "sh", "-c", script], &[]),
+        "1\ngone\n1\n2\n"
+    );
+    let ro = format!("{o}:ro");
+    let script = "cat /etc/p; echo 3 > /etc/p || echo refused";
+    let out = with_env(&["exec", "--overlay", &ro, img, "sh", "-c", script], &[]);
+    assert_eq!(stdout(&out), "1\n2\nrefused\n", "{}", stderr(&out));
+    // the image itself is as it was
+    assert_eq!(
+        out_ok(
+            &["exec", img, "sh", "-c", "test -e /etc/p || ls /bin/ls"],
+            &[]
+        ),
+        "/bin/ls\n"
+    );
+    let missing = s.join("nope");
+    one_line(
+        &with_env(
+            &["exec", "--overlay", missing.to_str().unwrap(), img, "true"],
+            &[],
+        ),
+        125,
+        &format!(
+            "--overlay {}: no such directory; create it",
+            missing.display()
+        ),
+    );
+    one_line(
+        &with_env(&["exec", "--overlay", "/etc", img, "true"], &[]),
+        125,
+        "--overlay /etc: cannot create upper/ in it (Permission denied",
+    );
+    one_line(
+        &with_env(&["exec", "--overlay", &format!("{o}:rx"), img, "true"], &[]),
+        125,
+        "use DIR or DIR:ro",
+    );
+}
+
+#[test]
+fn containall_has_its_own_pid_and_ipc_namespaces() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    let host = |ns: &str| std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+    let (pid, ipc) = (host("pid"), host("ipc"));
+    let script =
+        "echo $$; readlink /proc/self/ns/pid; readlink /proc/self/ns/ipc; ls /proc | grep -c '^[0-9]'";
+    let out = out_ok(&["exec", "-C", img, "sh", "-c", script], &[]);
+    let l: Vec<&str> = out.lines().collect();
+    // gpurun's supervisor is the namespace's init (1), the command 2; ls and grep 3 and 4
+    assert_eq!(l[0], "2", "{out}");
+    assert_ne!(Path::new(l[1]), pid, "{out}");
+    assert_ne!(Path::new(l[2]), ipc, "{out}");
+    assert_eq!(
+        l[3], "4",
+        "only the container's processes in its /proc: {out}"
+    );
+    // without it, the host's
+    let script = "readlink /proc/self/ns/pid; readlink /proc/self/ns/ipc";
+    let out = out_ok(&["exec", img, "sh", "-c", script], &[]);
+    assert_eq!(out, format!("{}\n{}\n", pid.display(), ipc.display()));
+    // a --containall container's processes end with it
+    let out = out_ok(
+        &["exec", "-C", img, "sh", "-c", "sleep 100 & echo started"],
+        &[],
+    );
+    assert_eq!(out, "started\n");
 }

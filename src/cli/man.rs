@@ -22,6 +22,7 @@ Examples:
   gpurun exec --gpus 0,1 -B /scratch:/data:ro torch.sqsh python train.py --data /data
   gpurun exec --containall --env OMP_NUM_THREADS=8,LANG=C.UTF-8 torch.sqsh ./bench
   GPURUN_CLEANENV=1 gpurun exec docker://alpine:3 env
+  gpurun exec --overlay ~/torch-changes torch.sqsh pip install --user einops
 Everything after the image is the command's: gpurun exec IMG ls --help lists ls's help.
 ";
 
@@ -37,6 +38,7 @@ pub const SHELL_EXAMPLES: &str = "\
 Examples:
   gpurun shell torch.sqsh
   gpurun shell -s /bin/bash --writable-tmpfs --fakeroot debian.sqsh
+  gpurun shell --writable --fakeroot ./debian-sandbox/
   gpurun shell debian.sqsh -c 'cat /etc/os-release'
 ";
 

@@ -217,7 +217,7 @@ pub struct LaunchOpts {
     /// Do not bind the home directory, use a private /tmp, and bind no cwd
     #[arg(short = 'c', long)]
     pub contain: bool,
-    /// --contain and --cleanenv together (own PID and IPC namespaces: not yet)
+    /// --contain and --cleanenv together, in PID and IPC namespaces of its own
     #[arg(short = 'C', long)]
     pub containall: bool,
     /// Do not bind the home directory
@@ -247,6 +247,13 @@ pub struct LaunchOpts {
     /// Make the root writable with a tmpfs overlay that vanishes on exit
     #[arg(long)]
     pub writable_tmpfs: bool,
+    /// Write changes into the sandbox directory image itself (not a .sqsh or .sif image)
+    #[arg(short = 'w', long)]
+    pub writable: bool,
+    /// Keep the root's changes in directory DIR (in DIR/upper), over the image; DIR:ro reads
+    /// them without writing
+    #[arg(short = 'o', long, value_name = "DIR[:ro]")]
+    pub overlay: Option<String>,
     /// Map your user to root inside the container (no privilege is gained outside)
     #[arg(short = 'f', long)]
     pub fakeroot: bool,

@@ -11,7 +11,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
 use super::attach::Attached;
-use super::plan::Plan;
+use super::plan::{Changes, Plan};
 use super::server::Reply;
 use crate::exit;
 use crate::mount::{Mount, MountSource};
@@ -114,6 +114,10 @@ pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, La
     sys::block_signal(parent_death_signal(), true);
     sys::enter_user_namespace(plan.uid.inside, plan.gid.inside)
         .map_err(LaunchError::UserNamespace)?;
+    if plan.own_pid_ipc {
+        // C, forked next, is the PID namespace's init: it already reaps and supervises.
+        sys::enter_pid_ipc_namespaces()?;
+    }
     sys::become_subreaper()?;
     if hold.is_some() {
         sys::die_with_parent(libc::SIGKILL)?;
@@ -192,7 +196,14 @@ fn child(
     state: Option<File>,
     old_mask: SigSet,
 ) -> (i32, String) {
-    if sys::die_with_parent(parent_death_signal()).is_err() || nix::unistd::getppid() != parent {
+    // P gone before the death signal was set? In a PID namespace of C's own P has no pid
+    // there (getppid is 0): its end of the ready pipe tells.
+    let orphaned = if plan.own_pid_ipc {
+        sys::reader_gone(ready.as_fd())
+    } else {
+        nix::unistd::getppid() != parent
+    };
+    if sys::die_with_parent(parent_death_signal()).is_err() || orphaned {
         return (exit::GPURUN_FAILED, "gpurun exited during start-up".into());
     }
     let mut ready = File::from(ready);
@@ -397,6 +408,12 @@ fn setup_root(plan: &Plan, lower: Lower) -> Result<PathBuf, String> {
     }
     // Every host source is captured before STAGE is mounted over /tmp.
     let srcs = capture_sources(plan)?;
+    let kept = match &plan.changes {
+        Changes::Overlay { dir, .. } => {
+            Some(sys::clone_tree(dir).map_err(|e| format!("--overlay {}: {e}", dir.display()))?)
+        }
+        _ => None,
+    };
     // Only P holds the server's connection (dropped here): the container ends with P.
     let (tree, what, dir) = match lower {
         Lower::Dir(d) => {
@@ -412,10 +429,11 @@ fn setup_root(plan: &Plan, lower: Lower) -> Result<PathBuf, String> {
     let lower_p = stage.dir("lower")?;
     let dst = sys::open_path(&lower_p).map_err(|e| e.to_string())?;
     sys::attach_tree(&tree, &dst, &lower_p).map_err(|e| format!("cannot mount {what}: {e}"))?;
-    if !served {
+    if !served && plan.changes != Changes::InPlace {
         sys::remount_readonly(&lower_p).map_err(|e| e.to_string())?;
     }
-    let root = stage.root(lower_p, served, plan.writable)?;
+    let kept = kept.map(|t| stage.attach("overlay", &t)).transpose()?;
+    let root = stage.root(lower_p, served, &plan.changes, kept)?;
     let mut root = Root::open(&root).map_err(|e| e.to_string())?;
     let files = stage.dir("files")?;
     // Every mount point first: an overlay made for one would hide the mounts made below its
@@ -432,7 +450,7 @@ fn setup_root(plan: &Plan, lower: Lower) -> Result<PathBuf, String> {
         let applied = apply_mount(&mut root, &mut stage, m, src.as_ref(), &files, i);
         applied.or_else(|e| refused(m, e, dir.as_deref()))?;
     }
-    if !plan.writable {
+    if !plan.changes.writable() {
         let tops = stage.overlays.iter().map(sys::fd_path);
         for p in std::iter::once(root.path.clone())
             .filter(|_| !served)
@@ -502,22 +520,81 @@ impl Stage {
         Ok(d)
     }
 
+    /// A captured tree attached at a new directory `name` of the stage.
+    fn attach(&self, name: &str, tree: &OwnedFd) -> Result<PathBuf, String> {
+        let d = self.dir(name)?;
+        let dst = sys::open_path(&d).map_err(|e| e.to_string())?;
+        sys::attach_tree(tree, &dst, &d).map_err(|e| e.to_string())?;
+        Ok(d)
+    }
+
     /// The container's root, with the image attached at `lower`: a read-only root is the
     /// server's read-only mount itself, and a mount point it lacks gets an overlay on its
     /// directory only (`mount_point`), not one over the whole image, whose every lookup and
-    /// open that would cost. A directory image, or a writable root, gets one as a whole.
-    fn root(&mut self, lower: PathBuf, served: bool, writable: bool) -> Result<PathBuf, String> {
-        if served && !writable {
-            return Ok(lower);
-        }
-        let top = self.dir("root")?;
+    /// open that would cost. A directory image, or a writable root, gets one as a whole;
+    /// `--writable` writes to the directory itself; `--overlay` (attached at `kept`) keeps
+    /// the changes in its directory.
+    fn root(
+        &mut self,
+        lower: PathBuf,
+        served: bool,
+        changes: &Changes,
+        kept: Option<PathBuf>,
+    ) -> Result<PathBuf, String> {
+        let top = match changes {
+            Changes::InPlace => return Ok(lower),
+            Changes::None if served => return Ok(lower),
+            Changes::Overlay { dir, readonly } => {
+                let kept = kept.ok_or("--overlay: its directory was not captured")?;
+                return self.persistent(&lower, &kept, dir, *readonly);
+            }
+            _ => self.dir("root")?,
+        };
         match self.overlay(&lower, &top) {
             Ok(()) => Ok(top),
-            Err(e) if writable => Err(format!(
+            Err(e) if changes.writable() => Err(format!(
                 "--writable-tmpfs needs overlayfs in a user namespace (Linux ≥ 5.11): {e}"
             )),
             Err(_) => Ok(lower),
         }
+    }
+
+    /// `--overlay DIR` (attached at `at`): DIR/upper over the image, DIR/work its work
+    /// directory (both made when missing); with `readonly`, DIR/upper as one more lower layer.
+    fn persistent(
+        &mut self,
+        lower: &Path,
+        at: &Path,
+        dir: &Path,
+        readonly: bool,
+    ) -> Result<PathBuf, String> {
+        let top = self.dir("root")?;
+        let (upper, work) = (at.join("upper"), at.join("work"));
+        let why = |e: String| format!("--overlay {}: {e}", dir.display());
+        if readonly {
+            if !upper.is_dir() {
+                return Err(why(
+                    "has no upper/ (a writable --overlay run makes it)".into()
+                ));
+            }
+            sys::mount_overlay_ro(&[&upper, lower], &top).map_err(|e| why(e.to_string()))?;
+            return Ok(top);
+        }
+        for d in ["upper", "work"] {
+            match std::fs::create_dir(at.join(d)) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    let e = format!("cannot create {d}/ in it ({e}); give a directory you can write, or add :ro");
+                    return Err(why(e));
+                }
+                _ => {}
+            }
+        }
+        sys::mount_overlay(lower, &upper, &work, &top).map_err(|e| {
+            why(format!(
+                "{e} (overlayfs in a user namespace needs Linux ≥ 5.11 and a local file system for DIR)"
+            ))
+        })?;
+        Ok(top)
     }
 
     /// A tmpfs overlay on `lower`, where new entries go, mounted at `at`.
@@ -587,7 +664,7 @@ fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
             Ok(true) => Create::Dir,
             _ => Create::File,
         }),
-        MountSource::Tmpfs { .. } => Some(Create::Dir),
+        MountSource::Tmpfs { .. } | MountSource::Proc => Some(Create::Dir),
         MountSource::File { .. } => Some(Create::File),
         MountSource::Symlink { .. } => None,
     }
@@ -624,6 +701,11 @@ fn apply_mount(
             attach(root, stage, m, &sys::clone_tree(&f)?, Create::File)
         }
         MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
+        MountSource::Proc => {
+            let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
+            root.not_the_root(&dst, &m.dst)?;
+            sys::mount_proc(&sys::fd_path(&dst))
+        }
     }
 }
 

@@ -46,6 +46,31 @@ pub enum RootSource {
     Dir(PathBuf),
 }
 
+/// Where the root's changes go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Changes {
+    /// Nowhere: the root is read-only.
+    #[default]
+    None,
+    /// A tmpfs overlay, gone when the container ends (`--writable-tmpfs`).
+    Tmpfs,
+    /// The directory image itself (`--writable`).
+    InPlace,
+    /// A persistent overlay directory (`--overlay DIR[:ro]`): DIR/upper over the image, its
+    /// work directory DIR/work; read-only, DIR/upper is one more lower layer.
+    Overlay { dir: PathBuf, readonly: bool },
+}
+
+impl Changes {
+    pub fn writable(&self) -> bool {
+        !matches!(
+            self,
+            Changes::None | Changes::Overlay { readonly: true, .. }
+        )
+    }
+}
+
 /// The whole launch, as data. `--dry-run` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
@@ -57,8 +82,11 @@ pub struct Plan {
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
     pub argv: Vec<String>,
-    /// A tmpfs overlay keeps the root writable (`--writable-tmpfs`); otherwise it is read-only.
-    pub writable: bool,
+    /// Where the root's changes go (`Changes::None`: it is read-only).
+    pub changes: Changes,
+    /// PID and IPC namespaces of the container's own (`--containall`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub own_pid_ipc: bool,
     /// The container's host name, in a UTS namespace of its own (`--hostname`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
@@ -110,6 +138,12 @@ pub struct Request {
     /// Parsed --env-file contents.
     pub env_files: Vec<(String, String)>,
     pub writable_tmpfs: bool,
+    /// `--writable`: changes go to the directory image itself.
+    pub writable: bool,
+    /// `--overlay DIR[:ro]`.
+    pub overlay: Option<String>,
+    /// PID and IPC namespaces of the container's own (`--containall`).
+    pub own_pid_ipc: bool,
     pub fakeroot: bool,
 }
 
@@ -247,8 +281,62 @@ pub enum PlanError {
     NothingToRun,
     #[error("image {0}: not a root filesystem (it has no /bin, /usr, /lib or /etc, nor the command); give the directory that holds bin/, usr/ and etc/, or a .sqsh or .sif file")]
     NotARoot(PathBuf),
+    #[error("--writable needs a sandbox directory image; {0} is read-only: use --writable-tmpfs (changes vanish) or --overlay DIR (changes kept in DIR)")]
+    NotWritable(PathBuf),
+    #[error("--writable, --writable-tmpfs and --overlay each say where changes go: give one")]
+    Changes,
+    #[error("--overlay {0:?}: {1}")]
+    Overlay(String, &'static str),
+    #[error("--overlay {0}: no such directory; create it (mkdir -p) or fix the path")]
+    OverlayMissing(PathBuf),
     #[error(transparent)]
     Env(#[from] EnvError),
+}
+
+/// Where the root's changes go, from `--writable`, `--writable-tmpfs` and `--overlay`.
+fn changes(req: &Request, host: &HostView, root: &RootSource) -> Result<Changes, PlanError> {
+    let given = [req.writable, req.writable_tmpfs, req.overlay.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(PlanError::Changes);
+    }
+    if req.writable_tmpfs {
+        return Ok(Changes::Tmpfs);
+    }
+    if req.writable {
+        return match root {
+            RootSource::Dir(_) => Ok(Changes::InPlace),
+            RootSource::Squashfs(p) => Err(PlanError::NotWritable(p.clone())),
+        };
+    }
+    let Some(spec) = &req.overlay else {
+        return Ok(Changes::None);
+    };
+    let (dir, readonly) = match spec.rsplit_once(':') {
+        Some((d, "ro")) => (d, true),
+        Some((d, "rw")) => (d, false),
+        Some(_) => return Err(PlanError::Overlay(spec.clone(), "use DIR or DIR:ro")),
+        None => (spec.as_str(), false),
+    };
+    if dir.is_empty() {
+        return Err(PlanError::Overlay(
+            spec.clone(),
+            "give a directory: DIR or DIR:ro",
+        ));
+    }
+    let dir = host.cwd.join(dir);
+    if (host.exists)(&dir) != HostPath::Exists {
+        return Err(PlanError::OverlayMissing(dir));
+    }
+    Ok(Changes::Overlay { dir, readonly })
+}
+
+/// With PID and IPC namespaces of its own, the container gets a /proc of its namespace and a
+/// /dev/shm of its own instead of the host's.
+fn own_pid_ipc(mounts: &mut Vec<Mount>) {
+    for m in mounts.iter_mut().filter(|m| m.dst == Path::new("/proc")) {
+        m.source = MountSource::Proc;
+    }
+    mounts.push(Mount::new("/dev/shm", MountSource::Tmpfs { mode: 0o1777 }));
 }
 
 /// Host directories that are never bound as the working directory: binding them would hide the
@@ -501,6 +589,9 @@ pub fn plan(
     } else {
         mounts.push(Mount::bind("/dev", "/dev", false));
     }
+    if req.own_pid_ipc {
+        own_pid_ipc(&mut mounts);
+    }
     let skips = parse_no_mount(&req.no_mount)?;
     if let Some(h) = req.hostname.as_deref().filter(|h| !valid_hostname(h)) {
         return Err(PlanError::Hostname(h.to_string()));
@@ -713,7 +804,8 @@ pub fn plan(
         env,
         cwd,
         argv: argv?,
-        writable: req.writable_tmpfs,
+        changes: changes(req, host, &image.root)?,
+        own_pid_ipc: req.own_pid_ipc,
         hostname: req.hostname.clone(),
         cdi: extras.cdi.clone(),
     })
@@ -984,7 +1076,7 @@ mod tests {
         assert_eq!(env(&p, "HOME"), Some("/home/alice"));
         assert_eq!(env(&p, "FOO"), Some("1"));
         assert_eq!(env(&p, "GPURUN_CONTAINER"), Some("/img.sqsh"));
-        assert!(!p.writable);
+        assert_eq!(p.changes, Changes::None);
     }
 
     #[test]
@@ -1573,5 +1665,94 @@ mod tests {
         )
         .unwrap();
         assert_eq!(env(&p, "PS1"), Some("gpurun> "));
+    }
+
+    #[test]
+    fn where_changes_go() {
+        let host = alice("/home/alice/work", Vec::new(), Vec::new());
+        let sqsh = RootSource::Squashfs("/img.sqsh".into());
+        let dir = RootSource::Dir("/sb".into());
+        let ov = |dir: &str, readonly| Changes::Overlay {
+            dir: dir.into(),
+            readonly,
+        };
+        let req = |writable, tmpfs, overlay: Option<&str>| Request {
+            writable,
+            writable_tmpfs: tmpfs,
+            overlay: overlay.map(String::from),
+            ..Request::default()
+        };
+        // (request, root, what comes of it: Ok changes, or Err with the error's text)
+        let cases: Vec<(Request, &RootSource, Result<Changes, &str>)> = vec![
+            (req(false, false, None), &sqsh, Ok(Changes::None)),
+            (req(false, true, None), &sqsh, Ok(Changes::Tmpfs)),
+            (req(true, false, None), &dir, Ok(Changes::InPlace)),
+            (
+                req(true, false, None),
+                &sqsh,
+                Err("--writable needs a sandbox directory image; /img.sqsh is read-only"),
+            ),
+            (req(true, true, None), &dir, Err("give one")),
+            (req(false, true, Some("o")), &sqsh, Err("give one")),
+            (
+                req(false, false, Some("o")),
+                &sqsh,
+                Ok(ov("/home/alice/work/o", false)),
+            ),
+            (req(false, false, Some("/o:ro")), &dir, Ok(ov("/o", true))),
+            (req(false, false, Some("/o:rw")), &dir, Ok(ov("/o", false))),
+            (
+                req(false, false, Some("/o:x")),
+                &dir,
+                Err("use DIR or DIR:ro"),
+            ),
+            (
+                req(false, false, Some(":ro")),
+                &dir,
+                Err("give a directory"),
+            ),
+            (
+                req(false, false, Some("/missing/o")),
+                &dir,
+                Err("/missing/o: no such directory"),
+            ),
+        ];
+        for (r, root, want) in cases {
+            let got = changes(&r, &host, root);
+            match (&got, want) {
+                (Ok(c), Ok(w)) => assert_eq!(*c, w, "{r:?}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{r:?}: {e}"),
+                _ => panic!("{r:?}: {got:?}"),
+            }
+        }
+        assert!(Changes::Tmpfs.writable() && Changes::InPlace.writable());
+        assert!(
+            !Changes::None.writable() && !ov("/o", true).writable() && ov("/o", false).writable()
+        );
+    }
+
+    #[test]
+    fn containall_gets_its_own_proc_and_shm() {
+        let req = Request {
+            own_pid_ipc: true,
+            ..Request::default()
+        };
+        let p = exec_plan(&req).unwrap();
+        assert!(p.own_pid_ipc);
+        assert_eq!(at_of(&p, "/proc"), Some(MountSource::Proc));
+        assert_eq!(
+            at_of(&p, "/dev/shm"),
+            Some(MountSource::Tmpfs { mode: 0o1777 })
+        );
+        let p = exec_plan(&Request::default()).unwrap();
+        assert!(matches!(at_of(&p, "/proc"), Some(MountSource::Bind { .. })));
+        assert_eq!(at_of(&p, "/dev/shm"), None);
+    }
+
+    fn at_of(p: &Plan, d: &str) -> Option<MountSource> {
+        p.mounts
+            .iter()
+            .find(|m| m.dst == Path::new(d))
+            .map(|m| m.source.clone())
     }
 }
