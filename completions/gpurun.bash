@@ -194,7 +194,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__exec)
-            opts="-B -c -C -H -e -w -o -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
+            opts="-B -c -C -H -e -w -o -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --save --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -261,6 +261,10 @@ _gpurun() {
                     return 0
                     ;;
                 --nv-driver-path)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --save)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -572,7 +576,7 @@ _gpurun_image() {
         w="${COMP_WORDS[i]}"
         if [[ -z $sub ]]; then
             case "$w" in
-                exec) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path" ;;
+                exec) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path --save" ;;
                 run) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path" ;;
                 shell) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path -s --shell" ;;
                 inspect) sub=$w; vals="--platform" ;;

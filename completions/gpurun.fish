@@ -54,6 +54,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l gpus -d 'GPUs to 
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l save -d 'Once the command has succeeded, write the container\'s root with its changes as a new image OUT (the image\'s metadata kept)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l no-home -d 'Do not bind the home directory'
@@ -221,7 +222,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand help" -s V -l version -d '
 function __fish_gpurun_value_options
     switch $argv[1]
         case exec
-            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path
+            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path --save
         case run
             printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path
         case shell

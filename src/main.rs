@@ -31,6 +31,7 @@ fn request(o: &LaunchOpts, cfg: &Config) -> Request {
         writable: o.writable,
         overlay: o.overlay.clone(),
         own_pid_ipc: o.containall,
+        save_changes: None,
         fakeroot: o.fakeroot,
     }
 }
@@ -64,6 +65,7 @@ fn launch(
         quiet: ctx.quiet,
         log: if ctx.debug { 2 } else { u8::from(ctx.verbose) },
         server_idle: ctx.cfg.server_idle(),
+        save: None,
     }
 }
 
@@ -167,10 +169,8 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
     match cli.command {
         Command::Exec(a) => {
             let (image, command) = split_target(&a.target);
-            go(
-                launch(image, a.opts, Action::Exec(command), None, &ctx),
-                &ctx,
-            )
+            let l = launch(image, a.opts, Action::Exec(command), None, &ctx);
+            go(Launch { save: a.save, ..l }, &ctx)
         }
         Command::Run(a) => {
             let (image, args) = split_target(&a.image.target);

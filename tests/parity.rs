@@ -786,3 +786,66 @@ fn containall_has_its_own_pid_and_ipc_namespaces() {
     );
     assert_eq!(out, "started\n");
 }
+
+#[test]
+fn exec_save_writes_image_and_changes_as_a_new_image() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    let out = s.join("saved.sqsh");
+    let o = out.to_str().unwrap();
+    let script = "echo saved > /etc/saved; rm /bin/ls; mkdir -p /opt/d; echo f > /opt/d/f";
+    let done = with_env(&["exec", "--save", o, img, "sh", "-c", script], &[]);
+    assert!(done.status.success(), "{}", stderr(&done));
+    // the changes, the image, and its metadata (entrypoint /bin/echo, its environment)
+    let check = "cat /etc/saved /opt/d/f; test -e /bin/ls || echo gone; echo $CUDA_VERSION";
+    assert_eq!(
+        out_ok(&["exec", o, "sh", "-c", check], &[]),
+        "saved\nf\ngone\n12.4.1\n"
+    );
+    assert_eq!(
+        out_ok(&["run", o, "from", "entrypoint"], &[]),
+        "from entrypoint\n"
+    );
+    // the mount points made for the container (its home, the cwd) are not part of it
+    let list = run_ok(Command::new("unsquashfs").args(["-l", "-d", "", o]));
+    let list = stdout(&list);
+    assert!(!list.contains(&format!("home/{TEST_USER}")), "{list}");
+    assert!(
+        !list.contains(".wh.") && list.contains("/opt/d/f"),
+        "{list}"
+    );
+    // the image is unchanged
+    assert_eq!(out_ok(&["exec", img, "ls", "/bin/ls"], &[]), "/bin/ls\n");
+
+    one_line(
+        &with_env(&["exec", "--save", o, img, "true"], &[]),
+        125,
+        &format!("--save {o}: it exists already; remove it or choose another name"),
+    );
+    one_line(
+        &with_env(&["exec", "--save", "/proc/x.sqsh", img, "true"], &[]),
+        125,
+        "--save /proc/x.sqsh: its directory cannot be written",
+    );
+    // a command that fails saves nothing, and leaves nothing beside OUT
+    let out2 = s.join("failed.sqsh");
+    let o2 = out2.to_str().unwrap();
+    let failed = with_env(&["exec", "--save", o2, img, "sh", "-c", "exit 3"], &[]);
+    assert_eq!(failed.status.code(), Some(3), "{}", stderr(&failed));
+    assert!(
+        stderr(&failed).contains("is not written"),
+        "{}",
+        stderr(&failed)
+    );
+    let left: Vec<_> = std::fs::read_dir(s.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') || n.starts_with("failed"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // nor anything in the cache
+    let (uid, _) = test_ids();
+    let kept = std::fs::read_dir(format!("/var/tmp/gpurun-{uid}/save")).map_or(0, |d| d.count());
+    assert_eq!(kept, 0, "changes' directories removed");
+}

@@ -6,7 +6,7 @@
 //!
 //! Not all: `--bind`'s is `GPURUN_BIND`, which adds to `--bind` (config.rs); `--nv`'s is
 //! `GPURUN_NV`, which also turns GPU support off (`GPURUN_NV=0`, gpu/mod.rs); `--json`,
-//! `--output` and the hidden `hold`'s own options have none.
+//! `--output`, `--save` (an output too) and the hidden `hold`'s own options have none.
 
 use std::ffi::OsStr;
 
@@ -21,7 +21,9 @@ use crate::config::Origin;
 const COMMANDS: &[&str] = &["exec", "run", "shell", "hold", "pull", "inspect"];
 
 /// Options (by id) without a variable of this form.
-const WITHOUT: &[&str] = &["help", "version", "json", "bind", "nv", "output", "state"];
+const WITHOUT: &[&str] = &[
+    "help", "version", "json", "bind", "nv", "output", "save", "state",
+];
 
 /// Variables for options that are not made by `var_name` (set by hand where they are read).
 const BY_HAND: &[(&str, &str)] = &[

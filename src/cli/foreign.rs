@@ -118,7 +118,7 @@ const TABLE: &[Entry] = &[
     ("--container-unshare", Peer::Pyxis, ANY, "on the gpurun command line --hostname NAME gives the container a UTS namespace of its own"),
     // pyxis, not in gpurun's plugin
     ("--container-name", Peer::PyxisOnly, ANY, "not yet: named containers kept between steps"),
-    ("--container-save", Peer::PyxisOnly, ANY, "not yet: saving a container as a new image"),
+    ("--container-save", Peer::PyxisOnly, ANY, "not in gpurun's Slurm plugin yet; on the command line: gpurun exec --save OUT.sqsh IMAGE CMD"),
     ("--container-entrypoint-log", Peer::PyxisOnly, ANY, "gpurun has no entrypoint log"),
 ];
 

@@ -348,6 +348,10 @@ impl DriverPathArgs {
 pub struct ExecArgs {
     #[command(flatten)]
     pub opts: LaunchOpts,
+    /// Once the command has succeeded, write the container's root with its changes as a new
+    /// image OUT (the image's metadata kept)
+    #[arg(long, value_name = "OUT.sqsh")]
+    pub save: Option<PathBuf>,
     /// The image (a .sqsh or .sif file, a root filesystem directory, or docker://REF), then the
     /// command and its arguments
     #[arg(

@@ -90,7 +90,7 @@ fn remove_stale(base: &Path, now: u128) {
 }
 
 /// Best-effort removal of a (partial) tree of ours, making directories writable first.
-fn remove_tree(p: &Path) {
+pub fn remove_tree(p: &Path) {
     if std::fs::remove_dir_all(p).is_ok() {
         return;
     }

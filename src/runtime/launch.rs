@@ -86,7 +86,7 @@ pub struct HoldState {
 }
 
 /// Run a plan. Returns the exit code gpurun should exit with (the command's own).
-pub fn run(plan: &Plan, lower: Lower, hold: Option<HoldState>) -> Result<i32, LaunchError> {
+pub fn run(plan: &Plan, lower: &Lower, hold: Option<HoldState>) -> Result<i32, LaunchError> {
     if sys::is_setuid() {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gpurun"));
         return Err(LaunchError::Setuid(exe));
@@ -190,7 +190,7 @@ impl Prepared {
 fn child(
     plan: &Plan,
     prep: &Prepared,
-    lower: Lower,
+    lower: &Lower,
     ready: OwnedFd,
     parent: Pid,
     state: Option<File>,
@@ -401,7 +401,7 @@ fn die_by(sig: Signal, core: bool) -> ! {
 }
 
 /// Build the container root in C's private mount namespace; returns its path.
-fn setup_root(plan: &Plan, lower: Lower) -> Result<PathBuf, String> {
+fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> {
     sys::enter_mount_namespace(sys::Propagation::Private).map_err(|e| e.to_string())?;
     if let Some(h) = &plan.hostname {
         sys::enter_uts_namespace(h).map_err(|e| e.to_string())?;
@@ -417,11 +417,16 @@ fn setup_root(plan: &Plan, lower: Lower) -> Result<PathBuf, String> {
     // Only P holds the server's connection (dropped here): the container ends with P.
     let (tree, what, dir) = match lower {
         Lower::Dir(d) => {
-            let t = sys::clone_tree(&d).map_err(|e| format!("cannot use image directory: {e}"))?;
-            (t, format!("image directory {}", d.display()), Some(d))
+            let t = sys::clone_tree(d).map_err(|e| format!("cannot use image directory: {e}"))?;
+            (
+                t,
+                format!("image directory {}", d.display()),
+                Some(d.as_path()),
+            )
         }
         Lower::Served { image, attached } => {
-            (attached.mount, format!("image {}", image.display()), None)
+            let t = attached.mount.try_clone().map_err(|e| e.to_string())?;
+            (t, format!("image {}", image.display()), None)
         }
     };
     let served = dir.is_none();
@@ -444,11 +449,11 @@ fn setup_root(plan: &Plan, lower: Lower) -> Result<PathBuf, String> {
             continue;
         };
         let made = stage.mount_point(&mut root, &m.dst, kind);
-        made.map(drop).or_else(|e| refused(m, e, dir.as_deref()))?;
+        made.map(drop).or_else(|e| refused(m, e, dir))?;
     }
     for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
         let applied = apply_mount(&mut root, &mut stage, m, src.as_ref(), &files, i);
-        applied.or_else(|e| refused(m, e, dir.as_deref()))?;
+        applied.or_else(|e| refused(m, e, dir))?;
     }
     if !plan.changes.writable() {
         let tops = stage.overlays.iter().map(sys::fd_path);
@@ -908,7 +913,7 @@ fn exec_failure(
 /// P after fork: wait for C, forwarding signals, and end it should the image server end first.
 fn parent_loop(
     child: Pid,
-    lower: Lower,
+    lower: &Lower,
     ready: OwnedFd,
     err_r: OwnedFd,
     hold: Option<HoldState>,
@@ -916,7 +921,9 @@ fn parent_loop(
 ) -> Result<i32, LaunchError> {
     // C has its copy of the mount; P keeps the connection to the server.
     let server = match lower {
-        Lower::Served { image, attached } => Some((attached.conn, attached.server, image)),
+        Lower::Served { image, attached } => {
+            Some((&attached.conn, attached.server, image.as_path()))
+        }
         Lower::Dir(_) => None,
     };
     // C says R once the holder's root is built, and closes `ready` when its command starts.
@@ -960,7 +967,7 @@ fn parent_loop(
 /// Should the server end first, C is killed: its image is gone (the second value says so).
 fn wait_child(
     child: Pid,
-    mut server: Option<(OwnedFd, u32, PathBuf)>,
+    mut server: Option<(&OwnedFd, u32, &Path)>,
 ) -> Result<(WaitStatus, Option<String>), LaunchError> {
     use std::os::fd::AsFd;
     let mut mask = SigSet::empty();

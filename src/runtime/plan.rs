@@ -142,6 +142,8 @@ pub struct Request {
     pub writable: bool,
     /// `--overlay DIR[:ro]`.
     pub overlay: Option<String>,
+    /// `--save`: the overlay directory that collects the changes to save.
+    pub save_changes: Option<PathBuf>,
     /// PID and IPC namespaces of the container's own (`--containall`).
     pub own_pid_ipc: bool,
     pub fakeroot: bool,
@@ -285,6 +287,8 @@ pub enum PlanError {
     NotWritable(PathBuf),
     #[error("--writable, --writable-tmpfs and --overlay each say where changes go: give one")]
     Changes,
+    #[error("--save keeps the changes of a container whose root is the image's: leave out --writable and --overlay")]
+    SaveWith,
     #[error("--overlay {0:?}: {1}")]
     Overlay(String, &'static str),
     #[error("--overlay {0}: no such directory; create it (mkdir -p) or fix the path")]
@@ -298,6 +302,16 @@ fn changes(req: &Request, host: &HostView, root: &RootSource) -> Result<Changes,
     let given = [req.writable, req.writable_tmpfs, req.overlay.is_some()];
     if given.iter().filter(|g| **g).count() > 1 {
         return Err(PlanError::Changes);
+    }
+    if let Some(dir) = &req.save_changes {
+        if req.writable || req.overlay.is_some() {
+            return Err(PlanError::SaveWith);
+        }
+        let dir = dir.clone();
+        return Ok(Changes::Overlay {
+            dir,
+            readonly: false,
+        });
     }
     if req.writable_tmpfs {
         return Ok(Changes::Tmpfs);

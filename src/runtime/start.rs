@@ -7,16 +7,17 @@ use std::time::Duration;
 
 use super::attach::{self, AttachError};
 use super::env::{parse_env_file, EnvError};
+use super::extract;
 use super::launch::{self, HoldState, LaunchError, Lower};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
 };
-use super::extract;
 use crate::env_vars::host_env;
 use crate::exit;
 use crate::image::cache::Cache;
+use crate::image::meta::ImageMeta;
 use crate::image::meta::MetaError;
-use crate::image::pull::{ensure_local, PullError, PullOptions};
+use crate::image::pull::{ensure_local, save, save_target, PullError, PullOptions, SaveTarget};
 use crate::image::sif::OpenError;
 use crate::image::sqfs::Archive;
 use crate::store::cache_dir::cache_root;
@@ -30,6 +31,8 @@ pub enum StartError {
     ImageDenied(PathBuf),
     #[error("image {path}: {reason}")]
     Image { path: PathBuf, reason: String },
+    #[error("--save {0}: {1}")]
+    Save(PathBuf, String),
     #[error("--env-file {0}: {1}; check the path")]
     EnvFile(PathBuf, std::io::Error),
     #[error(transparent)]
@@ -88,6 +91,84 @@ pub struct Launch {
     /// How long an image server waits for another container before it exits; zero: the
     /// container gets a server of its own (runtime/server.rs).
     pub server_idle: Duration,
+    /// `--save OUT`: the root, with its changes, written as a new image once the command
+    /// has succeeded.
+    pub save: Option<PathBuf>,
+}
+
+/// `--save OUT`: where the image goes, and the overlay directory collecting the changes (in
+/// the cache: a local file system, as overlayfs wants; removed at the end).
+struct Save {
+    target: SaveTarget,
+    dir: ChangesDir,
+}
+
+/// The overlay directory of `--save`, removed with what it holds however the start ends.
+struct ChangesDir(PathBuf);
+
+impl Drop for ChangesDir {
+    fn drop(&mut self) {
+        extract::remove_tree(&self.0);
+    }
+}
+
+impl Save {
+    /// Claim OUT (it must not exist) and make the changes' directory, before the command runs.
+    fn prepare(out: &Path) -> Result<Save, StartError> {
+        let refused = |why: String| StartError::Save(out.to_path_buf(), why);
+        if out.symlink_metadata().is_ok() {
+            return Err(refused(
+                "it exists already; remove it or choose another name".into(),
+            ));
+        }
+        let target = save_target(out).map_err(|e| match e {
+            PullError::Output { source, .. } => refused(format!(
+                "its directory cannot be written ({source}); choose another place"
+            )),
+            e => e.into(),
+        })?;
+        let cache = Cache::open(&cache_root()).map_err(PullError::from)?;
+        let base = cache.subdir("save").map_err(PullError::from)?;
+        let dir = tempfile::Builder::new()
+            .prefix("changes-")
+            .tempdir_in(&base)
+            .map_err(|source| PullError::Output { path: base, source })?
+            .keep();
+        Ok(Save {
+            target,
+            dir: ChangesDir(dir),
+        })
+    }
+
+    /// After the command: OUT from the image (`lower`) and the changes, if it succeeded.
+    /// `mount_points`: those the image lacks, made in the changes for the container's mounts.
+    fn finish(
+        self,
+        status: i32,
+        lower: &Lower,
+        (meta, mount_points): (&ImageMeta, Vec<PathBuf>),
+        pull: &PullOptions,
+    ) -> Result<i32, StartError> {
+        use std::os::fd::AsRawFd;
+        let image = match lower {
+            Lower::Dir(d) => d.clone(),
+            Lower::Served { attached, .. } => {
+                PathBuf::from(format!("/proc/self/fd/{}", attached.mount.as_raw_fd()))
+            }
+        };
+        let saved = if status == 0 {
+            let changes = self.dir.0.join("upper");
+            let changes = (changes.as_path(), mount_points);
+            save(self.target, changes, &image, meta, pull).map(|_| status)
+        } else {
+            eprintln!(
+                "gpurun: the command exited with status {status}; {} is not written (--save keeps a container whose command succeeded)",
+                self.target.out().display()
+            );
+            Ok(status)
+        };
+        Ok(saved?)
+    }
 }
 
 /// An image, opened: what the planner reads from it and what the launcher mounts.
@@ -440,6 +521,11 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         },
         exists: &host_exists,
     };
+    let saving = match &l.save {
+        Some(out) if !l.dry_run => Some((Save::prepare(out)?, meta.clone())),
+        _ => None,
+    };
+    request.save_changes = saving.as_ref().map(|(s, _)| s.dir.0.clone());
     let image_exists = |p: &str| image.exists(p);
     let view = ImageView {
         root: image.root(),
@@ -473,8 +559,16 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         return Ok(0);
     }
     let hold = l.state.map(|path| HoldState { path });
+    let made: Vec<PathBuf> = (plan.mounts.iter())
+        .filter(|m| saving.is_some() && !image.exists(&m.dst.to_string_lossy()))
+        .filter_map(|m| m.dst.strip_prefix("/").ok().map(Path::to_path_buf))
+        .collect();
     let lower = image.lower(l.server_idle)?;
-    Ok(launch::run(&plan, lower, hold)?)
+    let status = launch::run(&plan, &lower, hold);
+    match saving {
+        Some((s, meta)) => s.finish(status?, &lower, (&meta, made), &pull),
+        None => Ok(status?),
+    }
 }
 
 #[cfg(test)]

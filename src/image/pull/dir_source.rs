@@ -6,7 +6,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use super::error::PullError;
-use crate::image::flatten::Layer;
+use crate::image::flatten::{Layer, OPAQUE_MARKER, WHITEOUT_PREFIX};
 use crate::image::meta::ImageMeta;
 use crate::image::registry::Platform;
 
@@ -18,16 +18,34 @@ pub(super) fn rootfs_dir(dir: &Path, source: &str) -> Result<(Vec<Layer>, ImageM
             detail: format!("{} is not a directory", dir.display()),
         });
     }
+    let meta = ImageMeta {
+        source: source.to_string(),
+        platform: Platform::host().to_string(),
+        ..Default::default()
+    };
+    Ok((vec![dir_layer(dir, source, false, Vec::new())], meta))
+}
+
+/// The tree under `dir` as a layer named `name`, but for the paths in `skip` (relative). An
+/// overlay's `upper` directory has its whiteouts and opaque directories written as OCI ones,
+/// and its own xattrs left out.
+pub(super) fn dir_layer(dir: &Path, name: &str, upper: bool, skip: Vec<PathBuf>) -> Layer {
     let root = dir.to_path_buf();
-    let layer = Layer {
-        name: source.to_string(),
+    Layer {
+        name: name.to_string(),
         size: 0,
         open: Box::new(move || {
             let (reader, writer) = io::pipe()?;
-            let root = root.clone();
+            let (root, skip) = (root.clone(), skip.clone());
             let handle = std::thread::spawn(move || -> io::Result<()> {
                 let mut b = tar::Builder::new(writer);
-                pack_dir(&root, Path::new(""), &mut b, &mut HashMap::new())?;
+                let mut p = Packer {
+                    root: &root,
+                    upper,
+                    skip,
+                    seen: HashMap::new(),
+                };
+                p.dir(Path::new(""), &mut b)?;
                 b.into_inner().map(drop)
             });
             Ok(Box::new(ThreadReader {
@@ -35,66 +53,114 @@ pub(super) fn rootfs_dir(dir: &Path, source: &str) -> Result<(Vec<Layer>, ImageM
                 handle: Some(handle),
             }) as Box<dyn Read + Send>)
         }),
-    };
-    let meta = ImageMeta {
-        source: source.to_string(),
-        platform: Platform::host().to_string(),
-        ..Default::default()
-    };
-    Ok((vec![layer], meta))
+    }
 }
 
-/// Write the tree under `root/rel` into `b`, names sorted, each directory before what it holds:
-/// a second name of a file already written becomes a hard link to the first (`seen`: device and
-/// inode to path), xattrs go into PAX records, symlinks are stored, never followed. Sockets
-/// are skipped (they mean nothing in an image).
-fn pack_dir<W: io::Write>(
-    root: &Path,
-    rel: &Path,
-    b: &mut tar::Builder<W>,
-    seen: &mut HashMap<(u64, u64), PathBuf>,
-) -> io::Result<()> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let mut names: Vec<_> = fs::read_dir(root.join(rel))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<io::Result<_>>()?;
-    names.sort();
-    for name in names {
-        let rel = rel.join(&name);
-        let full = root.join(&rel);
-        let md = fs::symlink_metadata(&full)?;
-        let ft = md.file_type();
-        if ft.is_socket() {
-            continue;
+/// Writes a directory tree into a tar stream (`dir_layer`).
+struct Packer<'a> {
+    root: &'a Path,
+    /// An overlay's upper directory (`dir_layer`).
+    upper: bool,
+    /// Paths left out.
+    skip: Vec<PathBuf>,
+    /// Device and inode to the path first written with them.
+    seen: HashMap<(u64, u64), PathBuf>,
+}
+
+/// xattrs of overlayfs's own bookkeeping in an upper directory.
+const OVERLAY_XATTRS: [&str; 2] = [
+    "SCHILY.xattr.user.overlay.",
+    "SCHILY.xattr.trusted.overlay.",
+];
+
+impl Packer<'_> {
+    /// Write the tree under `root/rel` into `b`, names sorted, each directory before what it
+    /// holds: a second name of a file already written becomes a hard link to the first, xattrs
+    /// go into PAX records, symlinks are stored, never followed. Sockets are skipped (they mean
+    /// nothing in an image).
+    fn dir<W: io::Write>(&mut self, rel: &Path, b: &mut tar::Builder<W>) -> io::Result<()> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let mut names: Vec<_> = fs::read_dir(self.root.join(rel))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<io::Result<_>>()?;
+        names.sort();
+        for name in names {
+            let rel = rel.join(&name);
+            let full = self.root.join(&rel);
+            let md = fs::symlink_metadata(&full)?;
+            let ft = md.file_type();
+            if ft.is_socket() || self.skip.contains(&rel) {
+                continue;
+            }
+            if self.upper && ft.is_char_device() && md.rdev() == 0 {
+                let mut wh = std::ffi::OsString::from(WHITEOUT_PREFIX);
+                wh.push(&name);
+                empty_entry(b, &rel.with_file_name(wh))?;
+                continue;
+            }
+            self.entry(&rel, &full, &md, b)?;
         }
+        Ok(())
+    }
+
+    /// One entry of `dir`, and what a directory holds.
+    fn entry<W: io::Write>(
+        &mut self,
+        rel: &Path,
+        full: &Path,
+        md: &fs::Metadata,
+        b: &mut tar::Builder<W>,
+    ) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let ft = md.file_type();
         let mut h = tar::Header::new_gnu();
-        h.set_metadata_in_mode(&md, tar::HeaderMode::Complete);
-        let xattrs = read_xattrs(&full);
+        h.set_metadata_in_mode(md, tar::HeaderMode::Complete);
+        let mut xattrs = read_xattrs(full);
+        let opaque = self.upper
+            && xattrs
+                .iter()
+                .any(|(k, v)| k.ends_with(".overlay.opaque") && v == b"y");
+        if self.upper {
+            xattrs.retain(|(k, _)| !OVERLAY_XATTRS.iter().any(|o| k.starts_with(o)));
+        }
         if !xattrs.is_empty() {
             b.append_pax_extensions(xattrs.iter().map(|(k, v)| (k.as_str(), v.as_slice())))?;
         }
         if ft.is_file() && md.nlink() > 1 {
-            if let Some(first) = seen.get(&(md.dev(), md.ino())) {
+            if let Some(first) = self.seen.get(&(md.dev(), md.ino())) {
                 h.set_entry_type(tar::EntryType::Link);
                 h.set_size(0);
-                b.append_link(&mut h, &rel, first)?;
-                continue;
+                return b.append_link(&mut h, rel, first);
             }
-            seen.insert((md.dev(), md.ino()), rel.clone());
+            self.seen.insert((md.dev(), md.ino()), rel.to_path_buf());
         }
         if ft.is_dir() {
-            b.append_data(&mut h, &rel, io::empty())?;
-            pack_dir(root, &rel, b, seen)?;
-        } else if ft.is_symlink() {
-            b.append_link(&mut h, &rel, fs::read_link(&full)?)?;
+            b.append_data(&mut h, rel, io::empty())?;
+            if opaque {
+                empty_entry(b, &rel.join(OPAQUE_MARKER))?;
+            }
+            return self.dir(rel, b);
+        }
+        let full = full.to_path_buf();
+        let rel = rel.to_path_buf();
+        if ft.is_symlink() {
+            b.append_link(&mut h, &rel, fs::read_link(&full)?)
         } else if ft.is_file() {
-            b.append_data(&mut h, &rel, File::open(&full)?)?;
+            b.append_data(&mut h, &rel, File::open(&full)?)
         } else {
             // fifos and device nodes: header only (devices are dropped by the flattener)
-            b.append_data(&mut h, &rel, io::empty())?;
+            b.append_data(&mut h, &rel, io::empty())
         }
     }
-    Ok(())
+}
+
+/// An empty regular file at `path` (a whiteout or an opaque directory's marker).
+fn empty_entry<W: io::Write>(b: &mut tar::Builder<W>, path: &Path) -> io::Result<()> {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(0o644);
+    h.set_size(0);
+    b.append_data(&mut h, path, io::empty())
 }
 
 /// A file's xattrs as PAX records (`SCHILY.xattr.NAME`), without following a symlink; none

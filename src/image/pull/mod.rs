@@ -17,6 +17,7 @@ mod oci_layout_source;
 mod options;
 mod progress;
 mod registry_source;
+mod save;
 mod staging;
 mod write_image;
 
@@ -36,6 +37,7 @@ pub use options::PullOptions;
 use progress::Ui;
 use registry_source::{client_for, resolve_docker, resolve_manifest, runtime};
 pub use registry_source::{remote_meta, Remote};
+pub use save::{save, save_target, SaveTarget};
 use staging::{cleanup_on_signal, Staging};
 use write_image::build;
 
