@@ -83,8 +83,8 @@ to node-local disk) and point every rank at the same .sqsh file: one file on the
 filesystem, read through the page cache. The SPANK plugin (slurm/) adds pyxis-style options
 (--container-image, --container-mounts, --container-workdir, --container-env,
 --container-writable/-readonly, --[no-]container-remap-root, --[no-]container-mount-home,
---[no-]container-entrypoint, --container-unshare, and pyxis's PYXIS_CONTAINER_* variables) and
-starts one container per node per step that the tasks join.
+--[no-]container-entrypoint, --container-unshare, --container-save, and pyxis's
+PYXIS_CONTAINER_* variables) and starts one container per node per step that the tasks join.
 ";
 
 /// Also the EXIT STATUS part of gpurun(1).
@@ -146,8 +146,8 @@ everything after the image goes to the container. An option gpurun does not have
 Coming from enroot and pyxis: .sqsh files from enroot import run as they are; srun
 --container-image, --container-mounts, --container-workdir, --container-env,
 --container-writable/-readonly, --[no-]container-remap-root, --[no-]container-mount-home,
---[no-]container-entrypoint, --container-unshare come with gpurun's SPANK plugin (gpurun help
-slurm). The whole table: docs/apptainer-and-pyxis.md.
+--[no-]container-entrypoint, --container-unshare, --container-save come with gpurun's SPANK
+plugin (gpurun help slurm). The whole table: docs/apptainer-and-pyxis.md.
 ";
 
 #[cfg(test)]

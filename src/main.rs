@@ -181,19 +181,14 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
             let action = Action::Shell(a.shell, args);
             go(launch(image, a.opts, action, None, &ctx), &ctx)
         }
-        Command::Hold(a) => go(
-            launch(
-                a.image,
-                a.opts,
-                Action::Hold {
-                    entrypoint: a.entrypoint,
-                    image_workdir: a.image_workdir,
-                },
-                Some(a.state),
-                &ctx,
-            ),
-            &ctx,
-        ),
+        Command::Hold(a) => {
+            let action = Action::Hold {
+                entrypoint: a.entrypoint,
+                image_workdir: a.image_workdir,
+            };
+            let l = launch(a.image, a.opts, action, Some(a.state), &ctx);
+            go(Launch { save: a.save, ..l }, &ctx)
+        }
         Command::Pull(args) => pull(args, &ctx),
         Command::Gpus(a) => {
             let paths = a.driver.or_configured(&ctx.cfg.nv_driver_paths.value);

@@ -43,6 +43,8 @@ pub struct Running {
     pidfd: Option<OwnedFd>,
     started: Instant,
     timeout: Duration,
+    /// Stopped already (at the last task's exit, to save the container).
+    stopped: bool,
 }
 
 pub fn state_path(dir: &Path) -> PathBuf {
@@ -121,6 +123,7 @@ pub fn start(spec: &Spec) -> Result<Running, String> {
         pidfd,
         started: Instant::now(),
         timeout: spec.timeout,
+        stopped: false,
     })
 }
 
@@ -259,6 +262,9 @@ impl Running {
     /// SIGTERM, wait up to `grace` for the holder to unmount and exit, then SIGKILL; remove the
     /// state directory.
     pub fn stop(&mut self, grace: Duration) {
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
         self.signal(libc::SIGTERM);
         if !self.wait_exit(grace) {
             self.signal(libc::SIGKILL);

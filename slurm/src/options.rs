@@ -91,6 +91,12 @@ pub const OPTIONS: [OptSpec; 13] = [
         arginfo: Some(c"NS[,NS...]"),
         usage: c"[gpurun] new namespaces for the container: uts (net and ipc: not yet)",
     },
+    OptSpec {
+        name: c"container-save",
+        arginfo: Some(c"PATH"),
+        usage: c"[gpurun] at the step's end, save the container's root with its changes as a \
+                 new squashfs image PATH (on each node's file system; PATH must not exist)",
+    },
 ];
 
 const IMAGE: usize = 0;
@@ -106,6 +112,7 @@ const NO_HOME: usize = 9;
 const ENTRYPOINT: usize = 10;
 const NO_ENTRYPOINT: usize = 11;
 const UNSHARE: usize = 12;
+const SAVE: usize = 13;
 
 /// Where the image comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +154,8 @@ pub struct ContainerOpts {
     pub mount_home: Option<bool>,
     pub entrypoint: Option<bool>,
     pub unshare: Vec<Unshare>,
+    /// `--container-save`: relative to the job's working directory.
+    pub save: Option<PathBuf>,
 }
 
 /// Set a switch that has two options; giving both is an error, as in pyxis.
@@ -200,6 +209,7 @@ impl ContainerOpts {
                 idx == ENTRYPOINT,
                 (ENTRYPOINT, NO_ENTRYPOINT),
             )?,
+            SAVE => self.save = Some(PathBuf::from(need(arg)?)),
             _ => unreachable!("OPTIONS has {} entries", OPTIONS.len()),
         }
         Ok(())
@@ -556,6 +566,10 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
             .filter(|(on, _)| *on)
             .map(|(_, f)| f.to_string()),
     );
+    if let Some(s) = &o.save {
+        a.push("--save".into());
+        a.push(absolute(cwd, s).display().to_string());
+    }
     a.push(image);
     a.push("--state".into());
     a.push(at.state.display().to_string());
@@ -939,6 +953,7 @@ mod tests {
         assert!(o.set(IMAGE, None).is_err());
         o.set(WORKDIR, Some("rel")).unwrap();
         assert_eq!(o.workdir, Some("/rel".into()));
+        assert!(o.set(SAVE, None).is_err());
         assert!(o.set(OPTIONS.len(), None).is_err());
     }
 
@@ -1010,13 +1025,14 @@ mod tests {
             (ENTRYPOINT, "container-entrypoint"),
             (NO_ENTRYPOINT, "no-container-entrypoint"),
             (UNSHARE, "container-unshare"),
+            (SAVE, "container-save"),
         ];
         assert_eq!(want.len(), OPTIONS.len());
         for (i, name) in want {
             assert_eq!(names[i], name);
             assert_eq!(
                 OPTIONS[i].arginfo.is_some(),
-                i <= ENV || i == UNSHARE,
+                i <= ENV || i == UNSHARE || i == SAVE,
                 "{name}"
             );
         }
@@ -1054,6 +1070,7 @@ mod tests {
         for f in [WRITABLE, REMAP_ROOT, NO_HOME] {
             o.set(f, None).unwrap();
         }
+        o.set(SAVE, Some("out/saved.sqsh")).unwrap();
         assert_eq!(
             holder_args(&o, &at("/w", "/s", true)).unwrap(),
             [
@@ -1072,6 +1089,8 @@ mod tests {
                 "--fakeroot",
                 "--no-home",
                 "--entrypoint",
+                "--save",
+                "/w/out/saved.sqsh",
                 "docker://ubuntu",
                 "--state",
                 "/s"

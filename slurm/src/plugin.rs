@@ -57,6 +57,7 @@ const S_JOB_UID: c_int = 0;
 const S_JOB_GID: c_int = 1;
 const S_JOB_ID: c_int = 2;
 const S_JOB_STEPID: c_int = 3;
+const S_JOB_LOCAL_TASK_COUNT: c_int = 6;
 const S_JOB_ENV: c_int = 10;
 const S_TASK_ID: c_int = 11;
 const S_JOB_SUPPLEMENTARY_GIDS: c_int = 19;
@@ -100,6 +101,8 @@ struct Plugin {
     keeper: Option<std::process::Child>,
     /// In srun: the job's registry image, pulled before the step (and whether srun sent it).
     pulled: Option<(jobimage::Pulled, bool)>,
+    /// In slurmstepd: the step's tasks on this node that have exited.
+    exited: u32,
 }
 
 struct Step {
@@ -691,6 +694,32 @@ pub unsafe extern "C" fn slurm_spank_task_post_fork(
             Err(e) => log_debug(&format!(
                 "gpurun: job {job}: no keeper of image servers: {e}"
             )),
+        }
+        0
+    })
+}
+
+/// Remote, in slurmstepd as each task exits: with --container-save, once the last task of the
+/// node has exited, stop the holder and let it write the image. slurmstepd kills what is left
+/// in the step (the holder too) before it calls `slurm_spank_exit`.
+#[no_mangle]
+pub unsafe extern "C" fn slurm_spank_task_exit(
+    sp: spank_t,
+    _ac: c_int,
+    _av: *mut *mut c_char,
+) -> c_int {
+    guard("task_exit", || {
+        let mut p = plugin();
+        if p.opts.save.is_none() {
+            return 0;
+        }
+        p.exited += 1;
+        if item_u32(sp, S_JOB_LOCAL_TASK_COUNT) != Some(p.exited) {
+            return 0;
+        }
+        let timeout = p.args.timeout;
+        if let Some(Ok(s)) = p.step.as_mut() {
+            s.running.stop(timeout);
         }
         0
     })

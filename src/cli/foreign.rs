@@ -116,9 +116,9 @@ const TABLE: &[Entry] = &[
     ("--container-entrypoint", Peer::Pyxis, ANY, "on the gpurun command line gpurun run IMAGE starts the image's entrypoint"),
     ("--no-container-entrypoint", Peer::Pyxis, ANY, "on the gpurun command line gpurun exec IMAGE CMD runs CMD without it"),
     ("--container-unshare", Peer::Pyxis, ANY, "on the gpurun command line --hostname NAME gives the container a UTS namespace of its own"),
+    ("--container-save", Peer::Pyxis, ANY, "on the gpurun command line use gpurun exec --save OUT.sqsh IMAGE CMD"),
     // pyxis, not in gpurun's plugin
     ("--container-name", Peer::PyxisOnly, ANY, "not yet: named containers kept between steps"),
-    ("--container-save", Peer::PyxisOnly, ANY, "not in gpurun's Slurm plugin yet; on the command line: gpurun exec --save OUT.sqsh IMAGE CMD"),
     ("--container-entrypoint-log", Peer::PyxisOnly, ANY, "gpurun has no entrypoint log"),
 ];
 

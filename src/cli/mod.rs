@@ -428,6 +428,9 @@ pub struct HoldArgs {
     /// as pyxis's), else as without it
     #[arg(long)]
     pub image_workdir: bool,
+    /// When the holder is stopped, write the root with its changes as a new image here
+    #[arg(long, value_name = "OUT.sqsh")]
+    pub save: Option<PathBuf>,
     /// Image: a squashfs file
     pub image: String,
 }

@@ -92,7 +92,7 @@ pub struct Launch {
     /// container gets a server of its own (runtime/server.rs).
     pub server_idle: Duration,
     /// `--save OUT`: the root, with its changes, written as a new image once the command
-    /// has succeeded.
+    /// has succeeded (a holder's: once it is stopped).
     pub save: Option<PathBuf>,
 }
 
@@ -101,6 +101,8 @@ pub struct Launch {
 struct Save {
     target: SaveTarget,
     dir: ChangesDir,
+    /// A holder's container: its end is the Slurm step's, whatever its status.
+    held: bool,
 }
 
 /// The overlay directory of `--save`, removed with what it holds however the start ends.
@@ -114,7 +116,7 @@ impl Drop for ChangesDir {
 
 impl Save {
     /// Claim OUT (it must not exist) and make the changes' directory, before the command runs.
-    fn prepare(out: &Path) -> Result<Save, StartError> {
+    fn prepare(out: &Path, held: bool) -> Result<Save, StartError> {
         let refused = |why: String| StartError::Save(out.to_path_buf(), why);
         if out.symlink_metadata().is_ok() {
             return Err(refused(
@@ -137,6 +139,7 @@ impl Save {
         Ok(Save {
             target,
             dir: ChangesDir(dir),
+            held,
         })
     }
 
@@ -156,7 +159,7 @@ impl Save {
                 PathBuf::from(format!("/proc/self/fd/{}", attached.mount.as_raw_fd()))
             }
         };
-        let saved = if status == 0 {
+        let saved = if status == 0 || self.held {
             let changes = self.dir.0.join("upper");
             let changes = (changes.as_path(), mount_points);
             save(self.target, changes, &image, meta, pull).map(|_| status)
@@ -522,7 +525,10 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         exists: &host_exists,
     };
     let saving = match &l.save {
-        Some(out) if !l.dry_run => Some((Save::prepare(out)?, meta.clone())),
+        Some(out) if !l.dry_run => {
+            let held = matches!(l.action, Action::Hold { .. });
+            Some((Save::prepare(out, held)?, meta.clone()))
+        }
         _ => None,
     };
     request.save_changes = saving.as_ref().map(|(s, _)| s.dir.0.clone());

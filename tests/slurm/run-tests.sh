@@ -228,7 +228,7 @@ else
   opts=$(srun --help 2>/dev/null)
   for o in container-image= container-mounts= container-workdir= container-env= container-writable container-readonly \
            container-remap-root no-container-remap-root container-mount-home no-container-mount-home \
-           container-entrypoint no-container-entrypoint container-unshare=; do
+           container-entrypoint no-container-entrypoint container-unshare= container-save=; do
     grep -q -- "--$o" <<<"$opts"; res $? "srun --help lists --$o"
   done
   srun "${T[@]}" -n2 -o 'plug.%t' --container-image="$IMG" /probe 2>plug.err
@@ -323,6 +323,13 @@ EOF
   [ "$out" = readonly ]; res $? "root is read-only by default ($out)"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-writable sh -c 'echo x > /newfile && cat /newfile' 2>>stderr.log)
   [ "$out" = x ]; res $? "--container-writable ($out)"
+  # --container-save: the root with the step's changes is a new image at the step's end
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-save=saved.sqsh sh -c 'echo kept > /etc/kept; rm /etc/gpurun-test-marker; echo ran' 2>>stderr.log)
+  [ "$out" = ran ] && [ -f "$W/saved.sqsh" ]; res $? "--container-save=saved.sqsh: written in the job's directory ($out)"
+  out=$(srun "${T[@]}" --container-image=./saved.sqsh sh -c 'cat /etc/kept; cat /etc/gpurun-test-marker 2>/dev/null || echo no-marker; echo $FOO' 2>>stderr.log)
+  [ "$(echo $out)" = "kept no-marker image" ]; res $? "--container-save: the next step runs it, changes and metadata kept ($(echo $out))"
+  srun "${T[@]}" --container-image="$IMG" --container-save=saved.sqsh true 2>save2.err
+  [ $? != 0 ] && grep -q 'saved.sqsh: it exists already' save2.err; res $? "--container-save to an existing file: refused ($(tail -n 1 save2.err))"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root id -u 2>>stderr.log)
   [ "$out" = 0 ]; res $? "--container-remap-root: uid 0 inside ($out)"
   # The image server's file system is read-only as a whole: a task that tries to remount its
