@@ -103,6 +103,10 @@ struct Save {
     dir: ChangesDir,
     /// A holder's container: its end is the Slurm step's, whatever its status.
     held: bool,
+    /// The image's metadata, for the new one.
+    meta: ImageMeta,
+    /// The mount points the image lacks, made in the changes for the container's mounts.
+    mount_points: Vec<PathBuf>,
 }
 
 /// The overlay directory of `--save`, removed with what it holds however the start ends.
@@ -115,8 +119,12 @@ impl Drop for ChangesDir {
 }
 
 impl Save {
-    /// Claim OUT (it must not exist) and make the changes' directory, before the command runs.
-    fn prepare(out: &Path, held: bool) -> Result<Save, StartError> {
+    /// For `--save OUT` (not with --dry-run): claim OUT (it must not exist) and make the
+    /// changes' directory, before the command runs.
+    fn prepare(l: &Launch, meta: &ImageMeta) -> Result<Option<Save>, StartError> {
+        let Some(out) = l.save.as_deref().filter(|_| !l.dry_run) else {
+            return Ok(None);
+        };
         let refused = |why: String| StartError::Save(out.to_path_buf(), why);
         if out.symlink_metadata().is_ok() {
             return Err(refused(
@@ -136,22 +144,17 @@ impl Save {
             .tempdir_in(&base)
             .map_err(|source| PullError::Output { path: base, source })?
             .keep();
-        Ok(Save {
+        Ok(Some(Save {
             target,
             dir: ChangesDir(dir),
-            held,
-        })
+            held: matches!(l.action, Action::Hold { .. }),
+            meta: meta.clone(),
+            mount_points: Vec::new(),
+        }))
     }
 
     /// After the command: OUT from the image (`lower`) and the changes, if it succeeded.
-    /// `mount_points`: those the image lacks, made in the changes for the container's mounts.
-    fn finish(
-        self,
-        status: i32,
-        lower: &Lower,
-        (meta, mount_points): (&ImageMeta, Vec<PathBuf>),
-        pull: &PullOptions,
-    ) -> Result<i32, StartError> {
+    fn finish(self, status: i32, lower: &Lower, pull: &PullOptions) -> Result<i32, StartError> {
         use std::os::fd::AsRawFd;
         let image = match lower {
             Lower::Dir(d) => d.clone(),
@@ -161,8 +164,8 @@ impl Save {
         };
         let saved = if status == 0 || self.held {
             let changes = self.dir.0.join("upper");
-            let changes = (changes.as_path(), mount_points);
-            save(self.target, changes, &image, meta, pull).map(|_| status)
+            let changes = (changes.as_path(), self.mount_points);
+            save(self.target, changes, &image, &self.meta, pull).map(|_| status)
         } else {
             eprintln!(
                 "gpurun: the command exited with status {status}; {} is not written (--save keeps a container whose command succeeded)",
@@ -524,14 +527,8 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         },
         exists: &host_exists,
     };
-    let saving = match &l.save {
-        Some(out) if !l.dry_run => {
-            let held = matches!(l.action, Action::Hold { .. });
-            Some((Save::prepare(out, held)?, meta.clone()))
-        }
-        _ => None,
-    };
-    request.save_changes = saving.as_ref().map(|(s, _)| s.dir.0.clone());
+    let mut saving = Save::prepare(&l, &meta)?;
+    request.save_changes = saving.as_ref().map(|s| s.dir.0.clone());
     let image_exists = |p: &str| image.exists(p);
     let view = ImageView {
         root: image.root(),
@@ -541,22 +538,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         exists: &image_exists,
     };
     let plan = plan::plan(&request, &l.action, &host, &view, &extras)?;
-    if l.log >= 2 {
-        eprintln!("gpurun: root {:?}", plan.root);
-        for m in &plan.mounts {
-            eprintln!(
-                "gpurun: mount {}",
-                serde_json::to_string(m).expect("mounts serialise")
-            );
-        }
-    } else if l.log == 1 {
-        for m in &plan.mounts {
-            if let crate::mount::MountSource::Bind { src } = &m.source {
-                let ro = if m.readonly { " (ro)" } else { "" };
-                eprintln!("gpurun: bind {} -> {}{ro}", src.display(), m.dst.display());
-            }
-        }
-    }
+    log_plan(&plan, l.log);
     if l.dry_run {
         println!(
             "{}",
@@ -565,15 +547,37 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         return Ok(0);
     }
     let hold = l.state.map(|path| HoldState { path });
-    let made: Vec<PathBuf> = (plan.mounts.iter())
-        .filter(|m| saving.is_some() && !image.exists(&m.dst.to_string_lossy()))
-        .filter_map(|m| m.dst.strip_prefix("/").ok().map(Path::to_path_buf))
-        .collect();
+    if let Some(s) = &mut saving {
+        s.mount_points = (plan.mounts.iter())
+            .filter(|m| !image.exists(&m.dst.to_string_lossy()))
+            .filter_map(|m| m.dst.strip_prefix("/").ok().map(Path::to_path_buf))
+            .collect();
+    }
     let lower = image.lower(l.server_idle)?;
     let status = launch::run(&plan, &lower, hold);
     match saving {
-        Some((s, meta)) => s.finish(status?, &lower, (&meta, made), &pull),
+        Some(s) => s.finish(status?, &lower, &pull),
         None => Ok(status?),
+    }
+}
+
+/// What to say on stderr about the plan: 0 nothing, 1 the host paths bound, 2 every mount.
+fn log_plan(plan: &plan::Plan, log: u8) {
+    if log >= 2 {
+        eprintln!("gpurun: root {:?}", plan.root);
+        for m in &plan.mounts {
+            eprintln!(
+                "gpurun: mount {}",
+                serde_json::to_string(m).expect("mounts serialise")
+            );
+        }
+    } else if log == 1 {
+        for m in &plan.mounts {
+            if let crate::mount::MountSource::Bind { src } = &m.source {
+                let ro = if m.readonly { " (ro)" } else { "" };
+                eprintln!("gpurun: bind {} -> {}{ro}", src.display(), m.dst.display());
+            }
+        }
     }
 }
 
