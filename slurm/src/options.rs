@@ -17,7 +17,7 @@ pub struct OptSpec {
 }
 
 /// Same names and meanings as pyxis, so job scripts written for pyxis run unchanged.
-pub const OPTIONS: [OptSpec; 13] = [
+pub const OPTIONS: [OptSpec; 14] = [
     OptSpec {
         name: c"container-image",
         arginfo: Some(c"IMAGE"),
@@ -416,12 +416,13 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 }
 
 /// `PYXIS_CONTAINER_*` variables naming a value, and their option.
-const VALUE_VARS: [(&str, usize); 5] = [
+const VALUE_VARS: [(&str, usize); 6] = [
     ("PYXIS_CONTAINER_IMAGE", IMAGE),
     ("PYXIS_CONTAINER_MOUNTS", MOUNTS),
     ("PYXIS_CONTAINER_WORKDIR", WORKDIR),
     ("PYXIS_CONTAINER_ENV", ENV),
     ("PYXIS_CONTAINER_UNSHARE", UNSHARE),
+    ("PYXIS_CONTAINER_SAVE", SAVE),
 ];
 
 /// `PYXIS_CONTAINER_*` switches: the option a true value means, and a false one.
@@ -434,7 +435,7 @@ const SWITCH_VARS: [(&str, usize, usize); 5] = [
 ];
 
 /// Variables of pyxis's for named containers, which gpurun's plugin has not.
-const NAMED_VARS: [&str; 2] = ["PYXIS_CONTAINER_NAME", "PYXIS_CONTAINER_SAVE"];
+const NAMED_VARS: [&str; 1] = ["PYXIS_CONTAINER_NAME"];
 
 impl ContainerOpts {
     /// Whether option `idx` (or its opposite) was given.
@@ -445,6 +446,7 @@ impl ContainerOpts {
             WORKDIR => self.workdir.is_some(),
             ENV => !self.env_from_host.is_empty(),
             UNSHARE => !self.unshare.is_empty(),
+            SAVE => self.save.is_some(),
             WRITABLE | READONLY => self.writable.is_some(),
             REMAP_ROOT | NO_REMAP_ROOT => self.remap_root.is_some(),
             MOUNT_HOME | NO_HOME => self.mount_home.is_some(),
@@ -568,7 +570,7 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
     );
     if let Some(s) = &o.save {
         a.push("--save".into());
-        a.push(absolute(cwd, s).display().to_string());
+        a.push(absolute(at.cwd, s).display().to_string());
     }
     a.push(image);
     a.push("--state".into());
