@@ -71,7 +71,7 @@ fn launch(
 
 /// `gpurun stop [IMAGE]`: a line for each server stopped.
 fn stop(image: Option<&std::path::Path>, quiet: bool) -> i32 {
-    let stopped = gpurun::runtime::attach::stop(image);
+    let stopped = gpurun::runtime::image_server::attach::stop(image);
     if !quiet {
         for s in &stopped {
             let busy = match s.containers.len() {
@@ -210,16 +210,18 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
             0
         }
         Command::Stop(a) => stop(a.image.as_deref(), ctx.quiet),
-        Command::Serve(a) => gpurun::runtime::server::run(gpurun::runtime::server::Args {
-            image: a.image,
-            id: a.id,
-            idle: std::time::Duration::from_secs(a.idle),
-            scope: a.scope,
-            anchor: a.anchor,
-            kept: a.kept,
-            private: a.private,
-        }),
-        Command::Keep(a) => gpurun::runtime::keeper::run(&a.job),
+        Command::Serve(a) => {
+            gpurun::runtime::image_server::serve::run(gpurun::runtime::image_server::serve::Args {
+                image: a.image,
+                id: a.id,
+                idle: std::time::Duration::from_secs(a.idle),
+                scope: a.scope,
+                anchor: a.anchor,
+                kept: a.kept,
+                private: a.private,
+            })
+        }
+        Command::Keep(a) => gpurun::runtime::image_server::job_keeper::run(&a.job),
         Command::Config(a) => match a.command {
             ConfigCommand::Show(j) => {
                 config_show(&ctx.cfg, j.json);
@@ -376,7 +378,7 @@ fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
     };
     if matches!(c, CacheCommand::Clean) {
         // Image servers hold their images open: the idle ones end first.
-        gpurun::runtime::attach::stop(None);
+        gpurun::runtime::image_server::attach::stop(None);
     }
     let entries = gc::list(&cache, &gc::Activity::scan(cache.root(), from_files))?;
     let now = std::time::SystemTime::now()

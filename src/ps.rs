@@ -2,7 +2,7 @@
 //! found from /proc (gpurun keeps no state files): a container is a `gpurun exec|run|shell|hold`
 //! process (P) whose parent is not gpurun; its first gpurun child is the container's init (C),
 //! whose root is the container's root: the GPUs bound are the /dev/nvidiaN nodes seen there.
-//! Servers say themselves what they serve and to whom (runtime/attach.rs).
+//! Servers say themselves what they serve and to whom (runtime/image_server/attach.rs).
 
 use std::collections::HashMap;
 use std::fs;
@@ -44,12 +44,12 @@ pub struct Container {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub containers: Vec<Container>,
-    pub servers: Vec<crate::runtime::server::Status>,
+    pub servers: Vec<crate::runtime::image_server::serve::Status>,
 }
 
 /// This user's containers and image servers on this node.
 pub fn report(driver_paths: &[PathBuf]) -> Report {
-    let servers = crate::runtime::attach::servers();
+    let servers = crate::runtime::image_server::attach::servers();
     let mut containers = containers(driver_paths);
     for c in &mut containers {
         c.server = (servers.iter())

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use gpurun::image::sqfs::Archive;
-use gpurun::runtime::fuse::serve;
+use gpurun::runtime::image_server::fuse_fs::serve;
 
 fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()

@@ -562,7 +562,11 @@ fn planted_arrows_up_and_across_are_caught() {
         "src/store/mod.rs",
         "use crate::{sys, cli::{self, Cli}};\n",
     );
-    let relative = plant(root, "src/runtime/keeper.rs", "use super::super::ps;\n");
+    let relative = plant(
+        root,
+        "src/runtime/image_server/job_keeper.rs",
+        "use super::super::super::ps;\n",
+    );
     let problems = check(t.path());
     let said = |want: &[&str]| {
         let hit = problems.iter().any(|p| want.iter().all(|w| p.contains(w)));
@@ -585,7 +589,7 @@ fn planted_arrows_up_and_across_are_caught() {
         "up from",
     ]);
     said(&[
-        &format!("src/runtime/keeper.rs:{relative}:"),
+        &format!("src/runtime/image_server/job_keeper.rs:{relative}:"),
         "-> src/ps.rs",
         "up from",
     ]);

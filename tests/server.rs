@@ -1,5 +1,5 @@
-//! The image server shared by a user's containers of one image (runtime/server.rs,
-//! runtime/attach.rs), as the unprivileged test user: containers attach to one server and stay
+//! The image server shared by a user's containers of one image (runtime/image_server/serve.rs,
+//! runtime/image_server/attach.rs), as the unprivileged test user: containers attach to one server and stay
 //! apart from each other; the server exits when idle, stopped, replaced or cleaned away, is
 //! replaced when it died, and is made once by many first starts at once.
 

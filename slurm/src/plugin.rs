@@ -672,7 +672,7 @@ fn fail_task(say: bool, msg: &str) -> ! {
 
 /// Remote, in the job's extern step (`PrologFlags=contain`; with `task_id` -1): start the keeper
 /// of the job's image servers, so that one server per image serves every step of the job on
-/// this node and ends with it (runtime/keeper.rs in gpurun). Without an extern step each step's
+/// this node and ends with it (runtime/image_server/job_keeper.rs in gpurun). Without an extern step each step's
 /// holder starts a server of the step's own.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_task_post_fork(

@@ -441,7 +441,7 @@ pub struct StopArgs {
     pub image: Option<PathBuf>,
 }
 
-/// An image server's settings (runtime/server.rs `Args`).
+/// An image server's settings (runtime/image_server/serve.rs `Args`).
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     #[arg(long)]

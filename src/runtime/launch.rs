@@ -1,6 +1,6 @@
 //! Fork, apply the plan, exec; forward signals; pass the exit status back.
 //!
-//! Process model: gpurun (P) holds a copy of its image server's mount (runtime/attach.rs),
+//! Process model: gpurun (P) holds a copy of its image server's mount (runtime/image_server/attach.rs),
 //! enters a new user namespace (single-threaded, so unshare is allowed) and forks the container
 //! process (C). C makes a private mount namespace, attaches the image's mount, applies the
 //! plan's mounts, pivots into the root and execs. P forwards signals to C, returns C's status,
@@ -22,9 +22,9 @@ use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
-use super::attach::Attached;
+use super::image_server::attach::Attached;
+use super::image_server::serve::Reply;
 use super::plan::{Changes, Plan};
-use super::server::Reply;
 use crate::exit;
 use crate::mount::{Mount, MountSource};
 use crate::sys::{self, Create, SysError};
@@ -72,7 +72,7 @@ const FORWARDED: [Signal; 7] = [
 pub enum Lower {
     /// A directory on the host (a sandbox or an extracted image).
     Dir(PathBuf),
-    /// The image, as its server lends it (runtime/server.rs): C attaches the mount.
+    /// The image, as its server lends it (runtime/image_server/serve.rs): C attaches the mount.
     Served { image: PathBuf, attached: Attached },
 }
 

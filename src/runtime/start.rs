@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
-use super::attach::{self, AttachError};
 use super::env::{parse_env_file, EnvError};
 use super::extract;
+use super::image_server::attach::{self, AttachError};
 use super::launch::{self, HoldState, LaunchError, Lower};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
@@ -89,7 +89,7 @@ pub struct Launch {
     /// 2 (--debug) every mount of the plan.
     pub log: u8,
     /// How long an image server waits for another container before it exits; zero: the
-    /// container gets a server of its own (runtime/server.rs).
+    /// container gets a server of its own (runtime/image_server/serve.rs).
     pub server_idle: Duration,
     /// `--save OUT`: the root, with its changes, written as a new image once the command
     /// has succeeded (a holder's: once it is stopped).

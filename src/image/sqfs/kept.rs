@@ -8,7 +8,7 @@
 //! So the blocks a server decompressed for its first containers, data and metadata (inodes and
 //! directories), up to `RECORD_BYTES`, are written decompressed to one file per image in the
 //! user's gpurun cache (`image-blocks/`, a private directory: `FactsDir`) once those containers
-//! have ended (runtime/server.rs), and a later server maps that file and serves those blocks
+//! have ended (runtime/image_server/serve.rs), and a later server maps that file and serves those blocks
 //! from it while the image file and the gpurun build are the same (the `id` in its header). A
 //! later server that needs blocks not kept yet rewrites the file with them, up to `MAX_BYTES`.
 //!

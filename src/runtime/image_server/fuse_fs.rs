@@ -1,6 +1,6 @@
 //! The in-process, read-only FUSE server that serves a squashfs image (DESIGN decision 4).
 //!
-//! The image server process (runtime/server.rs) opens /dev/fuse and mounts it read-only
+//! The image server process (runtime/image_server/serve.rs) opens /dev/fuse and mounts it read-only
 //! (fd=N,rootmode=40000,...) inside its user and mount namespace; `serve` does the INIT
 //! handshake on that fd and answers requests on its own threads. FUSE inode numbers come from
 //! squashfs inode references, so hard links share one number and `st_ino` is stable. The image
@@ -131,7 +131,7 @@ impl SquashFs {
     }
 
     /// An image error: said once on the server's stderr, which it passes on to its containers
-    /// (runtime/server.rs), and the reader gets its errno.
+    /// (runtime/image_server/serve.rs), and the reader gets its errno.
     fn errno(&self, e: SqfsError) -> Errno {
         let said = e.to_string();
         let mut reported = lock(&self.reported);

@@ -2,8 +2,8 @@
 //! that holds the image's FUSE mount and lends it to every container of that image.
 //!
 //! It runs in a user and mount namespace of its own (its ids mapped to themselves), mounts the
-//! image read-only and serves it (runtime/fuse.rs). A container's gpurun connects to it
-//! (runtime/attach.rs), and the server sends back a detached copy of its mount (open_tree):
+//! image read-only and serves it (runtime/image_server/fuse_fs.rs). A container's gpurun connects to it
+//! (runtime/image_server/attach.rs), and the server sends back a detached copy of its mount (open_tree):
 //! the container attaches that copy in a mount namespace of its own, so every container reads
 //! through the one FUSE superblock, whose dentries, inodes and pages the kernel keeps from one
 //! container to the next. Nothing of a container's lives here: its binds, files, uid map and
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::fuse;
+use super::fuse_fs;
 use crate::image::sqfs::Archive;
 use crate::sys;
 
@@ -109,7 +109,7 @@ pub enum ServerError {
     #[error("{0}")]
     NoFuse(String),
     #[error(transparent)]
-    Fuse(#[from] fuse::FuseError),
+    Fuse(#[from] fuse_fs::FuseError),
 }
 
 /// The server process: returns its exit status.
@@ -181,7 +181,7 @@ fn prepare(
     let _ = nix::unistd::chdir("/");
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let archive = Arc::new(archive);
-    let session = fuse::serve(archive.clone(), fuse, cpus, (uid, gid))?;
+    let session = fuse_fs::serve(archive.clone(), fuse, cpus, (uid, gid))?;
     let root = sys::open_path(mount).map_err(mnt)?;
     Ok((archive, session, root))
 }

@@ -1,5 +1,5 @@
 //! The abstract unix socket names of the user's image servers and Slurm job keepers
-//! (runtime/attach.rs says why sockets, and what a server's name must match).
+//! (runtime/image_server/attach.rs says why sockets, and what a server's name must match).
 
 /// Bumped when the messages between gpurun and its servers change.
 const PROTOCOL: u32 = 2;

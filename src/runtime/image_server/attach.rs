@@ -1,4 +1,4 @@
-//! A start's side of the image server (runtime/server.rs): find the user's server for an image
+//! A start's side of the image server (runtime/image_server/serve.rs): find the user's server for an image
 //! file, or start it, and get a copy of its mount.
 //!
 //! The rendezvous is an abstract unix socket, `gpurun-UID-HASH`, the hash over the image file's
@@ -11,7 +11,7 @@
 //!
 //! Scope: a node's server is shared by every container of the user there. Under Slurm a server
 //! belongs to the step that started it (it ends with the step's slurmstepd), or, where the job
-//! has a keeper (runtime/keeper.rs, started by the SPANK plugin in the job's extern step), to
+//! has a keeper (runtime/image_server/job_keeper.rs, started by the SPANK plugin in the job's extern step), to
 //! the job: the keeper starts it, and it ends with the job.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-use super::server::{self, Ready, Reply, Request, Status};
+use super::serve::{self, Ready, Reply, Request, Status};
 use super::socket_names::{keeper_name, server_name, server_prefix};
 use crate::image::sqfs::Archive;
 use crate::sys::{self, Spawn};
@@ -181,20 +181,20 @@ fn spawn(
     match &scope.keeper {
         Some(k) => {
             let k = sys::connect_abstract(k).map_err(|e| e.to_string())?;
-            super::keeper::ask(&k, &args, &fds)?
+            super::job_keeper::ask(&k, &args, &fds)?
         }
         None => sys::spawn(Path::new("/proc/self/exe"), &args, &fds, Spawn::Detached)
             .map_err(|e| e.to_string())?,
     }
     drop((sock, w));
-    match server::wait_ready(r, ANSWER) {
+    match serve::wait_ready(r, ANSWER) {
         Ready::Serving => Ok(()),
         Ready::NoFuse(why) => Err(AttachError::NoFuse(why)),
         Ready::Failed(e) => Err(AttachError::Failed(e)),
     }
 }
 
-/// The command line of `gpurun serve` (runtime/server.rs `Args`).
+/// The command line of `gpurun serve` (runtime/image_server/serve.rs `Args`).
 fn serve_args(start: &Start, id: &str, scope: &Scope) -> Vec<String> {
     let mut a = vec![
         "serve".to_string(),

@@ -1,7 +1,7 @@
 //! The keeper of a Slurm job's image servers on a node: the SPANK plugin starts it, as the
 //! job's user, in the job's extern step (slurmstepd's `PrologFlags=contain`), which lives as long
 //! as the job. A start under that job asks the keeper to start its image server
-//! (runtime/attach.rs), so the server is the keeper's child, in the extern step: it outlives
+//! (runtime/image_server/attach.rs), so the server is the keeper's child, in the extern step: it outlives
 //! the step that needed it, serves the job's later steps and tasks, and ends with the job,
 //! whose end ends the keeper (the server watches it too).
 
