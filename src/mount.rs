@@ -1,5 +1,5 @@
 //! What a container's mounts are made of: plain data that gpu/ decides and runtime/ plans and
-//! applies (runtime/launch.rs).
+//! applies (runtime/launch/root.rs).
 
 use std::path::PathBuf;
 

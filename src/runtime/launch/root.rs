@@ -1,0 +1,387 @@
+//! Build the container's root in C's private mount namespace: the image's mount and the plan's
+//! mounts, on a tmpfs stage over /tmp.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+
+use super::interface::Lower;
+use crate::mount::{Mount, MountSource};
+use crate::runtime::plan::{Changes, Plan};
+use crate::sys::{self, Create, SysError};
+
+/// Where the container's pieces live inside C's private mount namespace. A tmpfs mounted over /tmp
+/// holds them: nothing is created on the host, and host /tmp is pinned by an fd beforehand.
+const STAGE: &str = "/tmp";
+
+/// Build the container root in C's private mount namespace; returns its path.
+pub(super) fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> {
+    sys::enter_mount_namespace(sys::Propagation::Private).map_err(|e| e.to_string())?;
+    if let Some(h) = &plan.hostname {
+        sys::enter_uts_namespace(h).map_err(|e| e.to_string())?;
+    }
+    // Every host source is captured before STAGE is mounted over /tmp.
+    let srcs = capture_sources(plan)?;
+    let kept = match &plan.changes {
+        Changes::Overlay { dir, .. } => {
+            Some(sys::clone_tree(dir).map_err(|e| format!("--overlay {}: {e}", dir.display()))?)
+        }
+        _ => None,
+    };
+    // Only P holds the server's connection (dropped here): the container ends with P.
+    let (tree, what, dir) = match lower {
+        Lower::Dir(d) => {
+            let t = sys::clone_tree(d).map_err(|e| format!("cannot use image directory: {e}"))?;
+            (
+                t,
+                format!("image directory {}", d.display()),
+                Some(d.as_path()),
+            )
+        }
+        Lower::Served { image, attached } => {
+            let t = attached.mount.try_clone().map_err(|e| e.to_string())?;
+            (t, format!("image {}", image.display()), None)
+        }
+    };
+    let served = dir.is_none();
+    let mut stage = Stage::new()?;
+    let lower_p = stage.dir("lower")?;
+    let dst = sys::open_path(&lower_p).map_err(|e| e.to_string())?;
+    sys::attach_tree(&tree, &dst, &lower_p).map_err(|e| format!("cannot mount {what}: {e}"))?;
+    if !served && plan.changes != Changes::InPlace {
+        sys::remount_readonly(&lower_p).map_err(|e| e.to_string())?;
+    }
+    let kept = kept.map(|t| stage.attach("overlay", &t)).transpose()?;
+    let root = stage.root(lower_p, served, &plan.changes, kept)?;
+    let mut root = Root::open(&root).map_err(|e| e.to_string())?;
+    let files = stage.dir("files")?;
+    // Every mount point first: an overlay made for one would hide the mounts made below its
+    // directory before it.
+    for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
+        let covered = plan.mounts[..i].iter().any(|e| m.dst.starts_with(&e.dst));
+        let Some(kind) = point_kind(m, src.as_ref()).filter(|_| !covered) else {
+            continue;
+        };
+        let made = stage.mount_point(&mut root, &m.dst, kind);
+        made.map(drop).or_else(|e| refused(m, e, dir))?;
+    }
+    for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
+        let applied = apply_mount(&mut root, &mut stage, m, src.as_ref(), &files, i);
+        applied.or_else(|e| refused(m, e, dir))?;
+    }
+    if !plan.changes.writable() {
+        let tops = stage.overlays.iter().map(sys::fd_path);
+        for p in std::iter::once(root.path.clone())
+            .filter(|_| !served)
+            .chain(tops)
+        {
+            sys::remount_readonly(&p).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(root.path)
+}
+
+/// Detached copies of the plan's bind sources, in plan order (None for other mounts, and for an
+/// optional source that is missing).
+fn capture_sources(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, String> {
+    let mut srcs = Vec::with_capacity(plan.mounts.len());
+    for m in &plan.mounts {
+        srcs.push(match &m.source {
+            MountSource::Bind { src } => match sys::clone_tree(src) {
+                Ok(fd) => Some(fd),
+                Err(_) if m.optional => None,
+                Err(e) => return Err(format!("cannot bind {}: {e}", src.display())),
+            },
+            _ => None,
+        });
+    }
+    Ok(srcs)
+}
+
+/// A mount that failed: fine when optional, else the one line, with a hint for a mount point
+/// refused in a directory image (`dir`).
+fn refused(m: &Mount, e: SysError, dir: Option<&Path>) -> Result<(), String> {
+    if m.optional {
+        return Ok(());
+    }
+    let hint = match dir {
+        Some(d) if mount_point_refused(e.errno()) => format!(
+            " (if this is in the image directory {}: gpurun makes mount points only in a \
+             directory image that is yours and has no mounts below it; chown it, or use a \
+             .sqsh image)",
+            d.display()
+        ),
+        _ => String::new(),
+    };
+    Err(format!("cannot mount {}: {e}{hint}", m.dst.display()))
+}
+
+/// The tmpfs where the container's pieces live inside C's private mount namespace, mounted over
+/// /tmp (STAGE): nothing is created on the host. And the overlays made with it.
+struct Stage {
+    /// The overlays made for mount points: remounted read-only once the root is built.
+    overlays: Vec<OwnedFd>,
+    made: usize,
+}
+
+impl Stage {
+    fn new() -> Result<Stage, String> {
+        sys::mount_tmpfs(Path::new(STAGE), 0o755).map_err(|e| e.to_string())?;
+        Ok(Stage {
+            overlays: Vec::new(),
+            made: 0,
+        })
+    }
+
+    fn dir(&self, name: &str) -> Result<PathBuf, String> {
+        let d = Path::new(STAGE).join(name);
+        std::fs::create_dir(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+        Ok(d)
+    }
+
+    /// A captured tree attached at a new directory `name` of the stage.
+    fn attach(&self, name: &str, tree: &OwnedFd) -> Result<PathBuf, String> {
+        let d = self.dir(name)?;
+        let dst = sys::open_path(&d).map_err(|e| e.to_string())?;
+        sys::attach_tree(tree, &dst, &d).map_err(|e| e.to_string())?;
+        Ok(d)
+    }
+
+    /// The container's root, with the image attached at `lower`: a read-only root is the
+    /// server's read-only mount itself, and a mount point it lacks gets an overlay on its
+    /// directory only (`mount_point`), not one over the whole image, whose every lookup and
+    /// open that would cost. A directory image, or a writable root, gets one as a whole;
+    /// `--writable` writes to the directory itself; `--overlay` (attached at `kept`) keeps
+    /// the changes in its directory.
+    fn root(
+        &mut self,
+        lower: PathBuf,
+        served: bool,
+        changes: &Changes,
+        kept: Option<PathBuf>,
+    ) -> Result<PathBuf, String> {
+        let top = match changes {
+            Changes::InPlace => return Ok(lower),
+            Changes::None if served => return Ok(lower),
+            Changes::Overlay { dir, readonly } => {
+                let kept = kept.ok_or("--overlay: its directory was not captured")?;
+                return self.persistent(&lower, &kept, dir, *readonly);
+            }
+            _ => self.dir("root")?,
+        };
+        match self.overlay(&lower, &top) {
+            Ok(()) => Ok(top),
+            Err(e) if changes.writable() => Err(format!(
+                "--writable-tmpfs needs overlayfs in a user namespace (Linux ≥ 5.11): {e}"
+            )),
+            Err(_) => Ok(lower),
+        }
+    }
+
+    /// `--overlay DIR` (attached at `at`): DIR/upper over the image, DIR/work its work
+    /// directory (both made when missing); with `readonly`, DIR/upper as one more lower layer.
+    fn persistent(
+        &mut self,
+        lower: &Path,
+        at: &Path,
+        dir: &Path,
+        readonly: bool,
+    ) -> Result<PathBuf, String> {
+        let top = self.dir("root")?;
+        let (upper, work) = (at.join("upper"), at.join("work"));
+        let why = |e: String| format!("--overlay {}: {e}", dir.display());
+        if readonly {
+            if !upper.is_dir() {
+                return Err(why(
+                    "has no upper/ (a writable --overlay run makes it)".into()
+                ));
+            }
+            sys::mount_overlay_ro(&[&upper, lower], &top).map_err(|e| why(e.to_string()))?;
+            return Ok(top);
+        }
+        for d in ["upper", "work"] {
+            match std::fs::create_dir(at.join(d)) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    let e = format!("cannot create {d}/ in it ({e}); give a directory you can write, or add :ro");
+                    return Err(why(e));
+                }
+                _ => {}
+            }
+        }
+        sys::mount_overlay(lower, &upper, &work, &top).map_err(|e| {
+            why(format!(
+                "{e} (overlayfs in a user namespace needs Linux ≥ 5.11 and a local file system for DIR)"
+            ))
+        })?;
+        Ok(top)
+    }
+
+    /// A tmpfs overlay on `lower`, where new entries go, mounted at `at`.
+    fn overlay(&mut self, lower: &Path, at: &Path) -> Result<(), String> {
+        self.made += 1;
+        let n = self.made;
+        let (upper, work) = (
+            self.dir(&format!("upper{n}"))?,
+            self.dir(&format!("work{n}"))?,
+        );
+        sys::mount_overlay(lower, &upper, &work, at).map_err(|e| e.to_string())
+    }
+
+    /// Open the mount point at `dst` in `root`, made as `kind` where the root lacks it. Where
+    /// the image is read-only there, or its directory cannot be copied up (a directory image
+    /// whose group is one outside the user namespace: EOVERFLOW), its nearest directory gets a
+    /// tmpfs overlay of this container's own, whose top takes the new entry without a copy-up:
+    /// no other container sees the mount point, and the image stays as it is.
+    fn mount_point(
+        &mut self,
+        root: &mut Root,
+        dst: &Path,
+        kind: Create,
+    ) -> Result<OwnedFd, SysError> {
+        let refused = match sys::open_in_root(&root.fd, dst, kind) {
+            Err(e)
+                if kind != Create::No && matches!(e.errno(), Errno::EROFS | Errno::EOVERFLOW) =>
+            {
+                e
+            }
+            r => return r,
+        };
+        let found = dst.ancestors().skip(1).find_map(|a| {
+            let fd = sys::open_in_root(&root.fd, a, Create::No).ok()?;
+            Some((a.to_path_buf(), fd))
+        });
+        let Some((at, dir)) = found else {
+            return Err(refused);
+        };
+        let on = sys::fd_path(&dir);
+        self.overlay(&on, &on).map_err(|_| refused)?;
+        // The root's own handle is under the overlay now: from the path again, it is on top.
+        if at == Path::new("/") {
+            *root = Root::open(&root.path)?;
+        }
+        self.overlays
+            .push(sys::open_in_root(&root.fd, &at, Create::No)?);
+        sys::open_in_root(&root.fd, dst, kind)
+    }
+}
+
+/// How the kernel refuses a mount point in a directory image it cannot overlay or write: owned
+/// by ids outside the user namespace (EACCES, EPERM; EOVERFLOW on copy-up), or left read-only
+/// because overlayfs refuses a lower with mounts below it (EROFS).
+fn mount_point_refused(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::EACCES | Errno::EPERM | Errno::EOVERFLOW | Errno::EROFS
+    )
+}
+
+/// What a mount needs at its destination: a directory or a file (None for a symlink, and for an
+/// optional bind whose source is missing).
+fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
+    match &m.source {
+        MountSource::Bind { .. } => Some(match sys::is_dir(src?) {
+            Ok(true) => Create::Dir,
+            _ => Create::File,
+        }),
+        MountSource::Tmpfs { .. } | MountSource::Proc => Some(Create::Dir),
+        MountSource::File { .. } => Some(Create::File),
+        MountSource::Symlink { .. } => None,
+    }
+}
+
+fn apply_mount(
+    root: &mut Root,
+    stage: &mut Stage,
+    m: &Mount,
+    src: Option<&OwnedFd>,
+    files: &Path,
+    i: usize,
+) -> Result<(), SysError> {
+    match &m.source {
+        MountSource::Bind { .. } => {
+            let (Some(tree), Some(kind)) = (src, point_kind(m, src)) else {
+                return Ok(());
+            };
+            attach(root, stage, m, tree, kind)
+        }
+        MountSource::Tmpfs { mode } => {
+            let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
+            root.not_the_root(&dst, &m.dst)?;
+            sys::mount_tmpfs(&sys::fd_path(&dst), *mode)
+        }
+        MountSource::File { contents } => {
+            let f = files.join(i.to_string());
+            std::fs::write(&f, contents).map_err(|e| SysError::Path {
+                what: "write",
+                path: f.clone(),
+                errno: sys::io_errno(&e),
+            })?;
+            let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644));
+            attach(root, stage, m, &sys::clone_tree(&f)?, Create::File)
+        }
+        MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
+        MountSource::Proc => {
+            let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
+            root.not_the_root(&dst, &m.dst)?;
+            sys::mount_proc(&sys::fd_path(&dst))
+        }
+    }
+}
+
+/// Attach a detached tree at the mount's destination, read-only first where asked (so the tree
+/// is never writable in the container, not even for a moment).
+fn attach(
+    root: &mut Root,
+    stage: &mut Stage,
+    m: &Mount,
+    tree: &OwnedFd,
+    kind: Create,
+) -> Result<(), SysError> {
+    let readonly_later = m.readonly && !sys::set_tree_readonly(tree, &m.dst)?;
+    let dst = stage.mount_point(root, &m.dst, kind)?;
+    root.not_the_root(&dst, &m.dst)?;
+    sys::attach_tree(tree, &dst, &m.dst)?;
+    if readonly_later {
+        // Kernels before 5.12: the new mount (its submounts stay writable) is reached through
+        // a fresh handle; an fd opened before it was attached still points under it.
+        let top = sys::open_in_root(&root.fd, &m.dst, Create::No)?;
+        sys::remount_readonly(&sys::fd_path(&top))?;
+    }
+    Ok(())
+}
+
+/// The container's root directory, and its identity to compare mount points with.
+struct Root {
+    path: PathBuf,
+    fd: OwnedFd,
+    id: (u64, u64),
+}
+
+impl Root {
+    fn open(path: &Path) -> Result<Root, SysError> {
+        let fd = sys::open_path(path)?;
+        let st = sys::fstat(&fd)?;
+        Ok(Root {
+            path: path.to_path_buf(),
+            fd,
+            id: (st.st_dev, st.st_ino),
+        })
+    }
+
+    /// An image whose /tmp (say) is a symlink to `/` would have a bind hide the whole image,
+    /// and put the host's world-writable /tmp where the container looks for
+    /// /etc/ld.so.preload: refused.
+    fn not_the_root(&self, dst: &OwnedFd, path: &Path) -> Result<(), SysError> {
+        let d = sys::fstat(dst)?;
+        if path != Path::new("/") && self.id == (d.st_dev, d.st_ino) {
+            return Err(SysError::Path {
+                what: "the image's symlinks resolve it to the container's root:",
+                path: path.to_path_buf(),
+                errno: nix::errno::Errno::ELOOP,
+            });
+        }
+        Ok(())
+    }
+}
