@@ -579,6 +579,63 @@ pub fn plan(
     image: &ImageView,
     extras: &Extras,
 ) -> Result<Plan, PlanError> {
+    let mut mounts = base_mounts(req, host, extras);
+    let skips = parse_no_mount(&req.no_mount)?;
+    if let Some(h) = req.hostname.as_deref().filter(|h| !valid_hostname(h)) {
+        return Err(PlanError::Hostname(h.to_string()));
+    }
+    tmp_and_host_files(req, &skips, &mut mounts);
+    let (uid, gid, home) = user_and_home(req, host, image, &skips, &mut mounts)?;
+    binds(req, host, &skips, &mut mounts)?;
+    pmix_dir(host, &mut mounts);
+    let cwd = working_dir(req, action, host, image, &skips, &mut mounts)?;
+
+    mounts.extend(extras.mounts.iter().cloned());
+
+    let forced = forced_env(req, action, host, image, extras, &home);
+    let env = compose(&EnvInputs {
+        host: &host.env,
+        host_drop: &extras.host_env_drop,
+        cleanenv: req.cleanenv,
+        image: &image.meta.env,
+        files: &req.env_files,
+        cli: &req.env,
+        forced: &forced,
+        ld_library_path_prepend: &extras.ld_library_path_prepend,
+        ld_library_path_append: &extras.ld_library_path_append,
+        path_append: &extras.path_append,
+    })?;
+
+    let argv = argv_for(action, image, host);
+    if let RootSource::Dir(d) = &image.root {
+        if !root_like(image, argv.as_deref().ok(), &env, &mounts) {
+            return Err(PlanError::NotARoot(d.clone()));
+        }
+    }
+    Ok(Plan {
+        root: image.root.clone(),
+        uid: IdMap {
+            inside: uid,
+            outside: host.uid,
+        },
+        gid: IdMap {
+            inside: gid,
+            outside: host.gid,
+        },
+        mounts,
+        env,
+        cwd,
+        argv: argv?,
+        changes: changes(req, host, &image.root)?,
+        own_pid_ipc: req.own_pid_ipc,
+        hostname: req.hostname.clone(),
+        cdi: extras.cdi.clone(),
+    })
+}
+
+/// /proc, /sys and /dev (only its non-NVIDIA entries where the GPU plan filters them), and a
+/// PID and IPC namespace's own /proc and /dev/mqueue.
+fn base_mounts(req: &Request, host: &HostView, extras: &Extras) -> Vec<Mount> {
     let mut mounts = vec![
         Mount::bind("/proc", "/proc", false),
         Mount::bind("/sys", "/sys", false),
@@ -606,10 +663,11 @@ pub fn plan(
     if req.own_pid_ipc {
         own_pid_ipc(&mut mounts);
     }
-    let skips = parse_no_mount(&req.no_mount)?;
-    if let Some(h) = req.hostname.as_deref().filter(|h| !valid_hostname(h)) {
-        return Err(PlanError::Hostname(h.to_string()));
-    }
+    mounts
+}
+
+/// /tmp and /var/tmp (the host's, or fresh ones with --contain), and the host files.
+fn tmp_and_host_files(req: &Request, skips: &Skips, mounts: &mut Vec<Mount>) {
     match (skips.tmp, req.contain) {
         (true, _) => {}
         (false, true) => {
@@ -627,7 +685,17 @@ pub fn plan(
     {
         mounts.push(Mount::bind(f, f, true).optional());
     }
+}
 
+/// The ids inside, the home directory (bound unless contained) and /etc/passwd and /etc/group
+/// naming the user.
+fn user_and_home(
+    req: &Request,
+    host: &HostView,
+    image: &ImageView,
+    skips: &Skips,
+    mounts: &mut Vec<Mount>,
+) -> Result<(u32, u32, PathBuf), PlanError> {
     let (uid, gid) = match req.fakeroot {
         true => (0, 0),
         false => (host.uid, host.gid),
@@ -676,7 +744,16 @@ pub fn plan(
     };
     mounts.push(Mount::new("/etc/passwd", MountSource::File { contents: passwd }).ro());
     mounts.push(Mount::new("/etc/group", MountSource::File { contents: group }).ro());
+    Ok((uid, gid, home))
+}
 
+/// The config file's site binds and the user's --bind, each source checked on the host.
+fn binds(
+    req: &Request,
+    host: &HostView,
+    skips: &Skips,
+    mounts: &mut Vec<Mount>,
+) -> Result<(), PlanError> {
     let site = req.site_binds.iter().filter(|_| !skips.bind_paths);
     let site = site.flat_map(|b| b.split(',')).map(|b| (b, true));
     let user = req
@@ -709,10 +786,13 @@ pub fn plan(
         );
         return Err(PlanError::NoMount(d.display().to_string(), why));
     }
+    Ok(())
+}
 
-    // `srun --mpi=pmix`: Slurm's PMIx server keeps the socket and shared-memory files its ranks
-    // open in PMIX_SERVER_TMPDIR, under slurmd's spool directory (/var/spool/slurmd/pmix.J.S):
-    // the ranks in the container must find it at the same path.
+/// `srun --mpi=pmix`: Slurm's PMIx server keeps the socket and shared-memory files its ranks
+/// open in PMIX_SERVER_TMPDIR, under slurmd's spool directory (/var/spool/slurmd/pmix.J.S):
+/// the ranks in the container must find it at the same path.
+fn pmix_dir(host: &HostView, mounts: &mut Vec<Mount>) {
     if let Some(dir) = crate::env_vars::var(&host.env, "PMIX_SERVER_TMPDIR") {
         let dir = normalize(Path::new(dir));
         let covered = mounts.iter().any(|m| {
@@ -724,13 +804,22 @@ pub fn plan(
             mounts.push(Mount::bind(&dir, &dir, false));
         }
     }
+}
 
-    // The working directory: kept from the host, bound when nothing else brings it in.
+/// The working directory: kept from the host, bound when nothing else brings it in.
+fn working_dir(
+    req: &Request,
+    action: &Action,
+    host: &HostView,
+    image: &ImageView,
+    skips: &Skips,
+    mounts: &mut Vec<Mount>,
+) -> Result<PathBuf, PlanError> {
     let workdir = || match image.meta.working_dir.as_str() {
         "" => PathBuf::from("/"),
         w => PathBuf::from(w),
     };
-    let cwd = match &req.pwd {
+    Ok(match &req.pwd {
         Some(p) if !p.is_absolute() => return Err(PlanError::RelativePwd(p.clone())),
         Some(p) => p.clone(),
         None if req.contain => workdir(),
@@ -760,10 +849,18 @@ pub fn plan(
                 host.cwd.clone()
             }
         }
-    };
+    })
+}
 
-    mounts.extend(extras.mounts.iter().cloned());
-
+/// The variables gpurun sets whatever the host and image say.
+fn forced_env(
+    req: &Request,
+    action: &Action,
+    host: &HostView,
+    image: &ImageView,
+    extras: &Extras,
+    home: &Path,
+) -> Vec<(String, String)> {
     let mut forced = vec![
         ("HOME".to_string(), home.display().to_string()),
         (
@@ -785,44 +882,7 @@ pub fn plan(
     if matches!(action, Action::Shell(..)) {
         forced.push(("PS1".into(), "gpurun> ".into()));
     }
-    let env = compose(&EnvInputs {
-        host: &host.env,
-        host_drop: &extras.host_env_drop,
-        cleanenv: req.cleanenv,
-        image: &image.meta.env,
-        files: &req.env_files,
-        cli: &req.env,
-        forced: &forced,
-        ld_library_path_prepend: &extras.ld_library_path_prepend,
-        ld_library_path_append: &extras.ld_library_path_append,
-        path_append: &extras.path_append,
-    })?;
-
-    let argv = argv_for(action, image, host);
-    if let RootSource::Dir(d) = &image.root {
-        if !root_like(image, argv.as_deref().ok(), &env, &mounts) {
-            return Err(PlanError::NotARoot(d.clone()));
-        }
-    }
-    Ok(Plan {
-        root: image.root.clone(),
-        uid: IdMap {
-            inside: uid,
-            outside: host.uid,
-        },
-        gid: IdMap {
-            inside: gid,
-            outside: host.gid,
-        },
-        mounts,
-        env,
-        cwd,
-        argv: argv?,
-        changes: changes(req, host, &image.root)?,
-        own_pid_ipc: req.own_pid_ipc,
-        hostname: req.hostname.clone(),
-        cdi: extras.cdi.clone(),
-    })
+    forced
 }
 
 #[cfg(test)]
