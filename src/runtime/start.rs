@@ -2,8 +2,9 @@
 //! make the plan, and launch it (or print it with --dry-run).
 
 use std::path::{Path, PathBuf};
-
 use std::time::Duration;
+
+use nix::unistd::{Gid, Uid};
 
 use super::env::{parse_env_file, EnvError};
 use super::extract;
@@ -459,57 +460,10 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
 
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
-    let pw = nix::unistd::User::from_uid(uid).ok().flatten();
     let env = host_env();
     warn_legacy_env(&env, l.quiet);
-    let getenv = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
-    let user = pw
-        .as_ref()
-        .map(|p| p.name.clone())
-        .or_else(|| getenv("USER"))
-        .unwrap_or_else(|| format!("user{uid}"));
-    let home = pw
-        .as_ref()
-        .map(|p| p.dir.clone())
-        .or_else(|| getenv("HOME").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("/"));
-    let group = nix::unistd::Group::from_gid(gid)
-        .ok()
-        .flatten()
-        .map(|g| g.name)
-        .unwrap_or_else(|| format!("group{gid}"));
-    let image_env: Vec<(String, String)> = meta
-        .env
-        .iter()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let gpu_opts = crate::gpu::GpuOpts {
-        kept_facts: Some(cache_root()),
-        ..l.gpu.clone()
-    };
-    let cdi = crate::gpu::cdi_devices(&gpu_opts)?;
-    let gpu = crate::gpu::prepare(&gpu_opts, cdi.as_ref(), &env, &image_env, &|d| {
-        image.list(d)
-    })?;
-    let mut extras = match gpu {
-        Some(g) => {
-            for w in &g.warnings {
-                eprintln!("gpurun: warning: {w}");
-            }
-            Extras::from_gpu(g)
-        }
-        None => Extras {
-            filter_nvidia_dev: crate::gpu::host_has_nvidia_dev(),
-            ..Extras::default()
-        },
-    };
-    if let Some(a) = cdi {
-        for s in &a.skipped {
-            eprintln!("gpurun: {s}");
-        }
-        extras.add_cdi(a);
-    }
+    let (user, home, group) = names(uid, gid, &env);
+    let extras = gpu_extras(&l, &env, &meta.env, &image)?;
     let host_exists = plan::HostPath::of;
     let host = HostView {
         uid: uid.as_raw(),
@@ -517,7 +471,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         user,
         group,
         home,
-        shell: getenv("SHELL"),
+        shell: first(&env, "SHELL"),
         cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         env: env.clone(),
         dev: if extras.filter_nvidia_dev {
@@ -559,6 +513,72 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         Some(s) => s.finish(status?, &lower, &pull),
         None => Ok(status?),
     }
+}
+
+/// The first value of `key` in `env`.
+fn first(env: &[(String, String)], key: &str) -> Option<String> {
+    env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+}
+
+/// The user's and group's names and the home directory, from the user database or else the
+/// environment.
+fn names(uid: Uid, gid: Gid, env: &[(String, String)]) -> (String, PathBuf, String) {
+    let pw = nix::unistd::User::from_uid(uid).ok().flatten();
+    let user = pw
+        .as_ref()
+        .map(|p| p.name.clone())
+        .or_else(|| first(env, "USER"))
+        .unwrap_or_else(|| format!("user{uid}"));
+    let home = pw
+        .as_ref()
+        .map(|p| p.dir.clone())
+        .or_else(|| first(env, "HOME").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let group = nix::unistd::Group::from_gid(gid)
+        .ok()
+        .flatten()
+        .map(|g| g.name)
+        .unwrap_or_else(|| format!("group{gid}"));
+    (user, home, group)
+}
+
+/// The GPU plan (driver files, devices, environment) and CDI devices, as the plan's extras.
+fn gpu_extras(
+    l: &Launch,
+    env: &[(String, String)],
+    meta_env: &[String],
+    image: &Image,
+) -> Result<Extras, StartError> {
+    let image_env: Vec<(String, String)> = meta_env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let gpu_opts = crate::gpu::GpuOpts {
+        kept_facts: Some(cache_root()),
+        ..l.gpu.clone()
+    };
+    let cdi = crate::gpu::cdi_devices(&gpu_opts)?;
+    let gpu = crate::gpu::prepare(&gpu_opts, cdi.as_ref(), env, &image_env, &|d| image.list(d))?;
+    let mut extras = match gpu {
+        Some(g) => {
+            for w in &g.warnings {
+                eprintln!("gpurun: warning: {w}");
+            }
+            Extras::from_gpu(g)
+        }
+        None => Extras {
+            filter_nvidia_dev: crate::gpu::host_has_nvidia_dev(),
+            ..Extras::default()
+        },
+    };
+    if let Some(a) = cdi {
+        for s in &a.skipped {
+            eprintln!("gpurun: {s}");
+        }
+        extras.add_cdi(a);
+    }
+    Ok(extras)
 }
 
 /// What to say on stderr about the plan: 0 nothing, 1 the host paths bound, 2 every mount.
