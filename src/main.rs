@@ -124,6 +124,13 @@ fn main() {
 }
 
 fn run(args: Vec<std::ffi::OsString>) -> i32 {
+    let (command, ctx) = setup(args);
+    dispatch(command, &ctx)
+}
+
+/// Refuse a setuid install, parse the command line, load the config: the command and its
+/// context, or exit with the error.
+fn setup(args: Vec<std::ffi::OsString>) -> (Command, Ctx) {
     // Before anything else, for every command: installed setuid-root by mistake, `pull -o` would
     // write (and read layouts and archives) as root wherever the caller names.
     if gpurun::sys::is_setuid() {
@@ -166,61 +173,45 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
         verbose: cli.verbose,
         debug,
     };
-    match cli.command {
+    (cli.command, ctx)
+}
+
+/// Run one command; its exit code.
+fn dispatch(command: Command, ctx: &Ctx) -> i32 {
+    match command {
         Command::Exec(a) => {
             let (image, command) = split_target(&a.target);
-            let l = launch(image, a.opts, Action::Exec(command), None, &ctx);
-            go(Launch { save: a.save, ..l }, &ctx)
+            let l = launch(image, a.opts, Action::Exec(command), None, ctx);
+            go(Launch { save: a.save, ..l }, ctx)
         }
         Command::Run(a) => {
             let (image, args) = split_target(&a.image.target);
-            go(launch(image, a.opts, Action::Run(args), None, &ctx), &ctx)
+            go(launch(image, a.opts, Action::Run(args), None, ctx), ctx)
         }
         Command::Shell(a) => {
             let (image, args) = split_target(&a.image.target);
             let action = Action::Shell(a.shell, args);
-            go(launch(image, a.opts, action, None, &ctx), &ctx)
+            go(launch(image, a.opts, action, None, ctx), ctx)
         }
         Command::Hold(a) => {
             let action = Action::Hold {
                 entrypoint: a.entrypoint,
                 image_workdir: a.image_workdir,
             };
-            let l = launch(a.image, a.opts, action, Some(a.state), &ctx);
-            go(Launch { save: a.save, ..l }, &ctx)
+            let l = launch(a.image, a.opts, action, Some(a.state), ctx);
+            go(Launch { save: a.save, ..l }, ctx)
         }
-        Command::Pull(args) => pull(args, &ctx),
+        Command::Pull(args) => pull(args, ctx),
         Command::Gpus(a) => {
             let paths = a.driver.or_configured(&ctx.cfg.nv_driver_paths.value);
-            done(gpus(&paths, a.json), debug)
+            done(gpus(&paths, a.json), ctx.debug)
         }
-        Command::Inspect(a) => inspect(a, &ctx),
-        Command::Cache(a) => done(cache(a.command, &ctx), debug),
-        Command::Doctor(a) => doctor(a.json, &ctx),
-        Command::Ps(a) => {
-            let v = gpurun::ps::report(&ctx.cfg.nv_driver_paths.value);
-            if a.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&v).expect("ps serialises")
-                );
-            } else {
-                print!("{}", gpurun::ps::render(&v));
-            }
-            0
-        }
+        Command::Inspect(a) => inspect(a, ctx),
+        Command::Cache(a) => done(cache(a.command, ctx), ctx.debug),
+        Command::Doctor(a) => doctor(a.json, ctx),
+        Command::Ps(a) => ps(a.json, ctx),
         Command::Stop(a) => stop(a.image.as_deref(), ctx.quiet),
-        Command::Serve(a) => {
-            gpurun::runtime::image_server::serve::run(gpurun::runtime::image_server::serve::Args {
-                image: a.image,
-                id: a.id,
-                idle: std::time::Duration::from_secs(a.idle),
-                scope: a.scope,
-                anchor: a.anchor,
-                kept: a.kept,
-                private: a.private,
-            })
-        }
+        Command::Serve(a) => serve(a),
         Command::Keep(a) => gpurun::runtime::image_server::job_keeper::run(&a.job),
         Command::Config(a) => match a.command {
             ConfigCommand::Show(j) => {
@@ -228,22 +219,52 @@ fn run(args: Vec<std::ffi::OsString>) -> i32 {
                 0
             }
         },
-        Command::Version => {
-            let b = &gpurun::version::BUILD;
-            println!(
-                "gpurun {}\ncommit  {}\nrustc   {}\ntarget  {}",
-                b.version, b.commit, b.rustc, b.target
-            );
-            0
-        }
+        Command::Version => version(),
         Command::Help(h) => help(&h.topic),
         Command::Completions(a) => {
             let cmd = gpurun::cli::documented();
             let out = gpurun::cli::complete::generate(a.shell, &cmd, &mut std::io::stdout());
-            done(out.map_err(anyhow::Error::from), debug)
+            done(out.map_err(anyhow::Error::from), ctx.debug)
         }
-        Command::Man(a) => done(man(&a.dir).map_err(anyhow::Error::from), debug),
+        Command::Man(a) => done(man(&a.dir).map_err(anyhow::Error::from), ctx.debug),
     }
+}
+
+/// `gpurun ps`, as JSON or as a table.
+fn ps(json: bool, ctx: &Ctx) -> i32 {
+    let v = gpurun::ps::report(&ctx.cfg.nv_driver_paths.value);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("ps serialises")
+        );
+    } else {
+        print!("{}", gpurun::ps::render(&v));
+    }
+    0
+}
+
+/// `gpurun serve`: the image server of one image.
+fn serve(a: gpurun::cli::ServeArgs) -> i32 {
+    gpurun::runtime::image_server::serve::run(gpurun::runtime::image_server::serve::Args {
+        image: a.image,
+        id: a.id,
+        idle: std::time::Duration::from_secs(a.idle),
+        scope: a.scope,
+        anchor: a.anchor,
+        kept: a.kept,
+        private: a.private,
+    })
+}
+
+/// `gpurun version`: the version and what it was built from.
+fn version() -> i32 {
+    let b = &gpurun::version::BUILD;
+    println!(
+        "gpurun {}\ncommit  {}\nrustc   {}\ntarget  {}",
+        b.version, b.commit, b.rustc, b.target
+    );
+    0
 }
 
 /// The settings, then the options set by their `GPURUN_<FLAG>` variables (`flags` in JSON).
@@ -386,34 +407,7 @@ fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
         .unwrap_or_default()
         .as_secs();
     let (chosen, dry_run) = match c {
-        CacheCommand::List(j) => {
-            if j.json {
-                println!("{}", serde_json::to_string_pretty(&entries)?);
-                return Ok(());
-            }
-            println!(
-                "{:<8} {:<20} {:>10}  {:<20} NAME",
-                "KIND", "LAST USED", "SIZE", "IN USE"
-            );
-            for e in &entries {
-                println!(
-                    "{:<8} {:<20} {:>10}  {:<20} {}",
-                    format!("{:?}", e.kind).to_lowercase(),
-                    gpurun::ps::utc(e.last_used),
-                    human_size(e.size_bytes),
-                    e.in_use.as_deref().unwrap_or("-"),
-                    e.name
-                );
-            }
-            let total: u64 = entries.iter().map(|e| e.size_bytes).sum();
-            println!(
-                "{} entries, {} in {}",
-                entries.len(),
-                human_size(total),
-                cache.root().display()
-            );
-            return Ok(());
-        }
+        CacheCommand::List(j) => return cache_list(&entries, cache.root(), j.json),
         CacheCommand::Clean => (gc::choose(&entries, None, None, now), false),
         CacheCommand::Gc(g) => {
             if g.max_size.is_none() && g.older_than.is_none() {
@@ -449,6 +443,41 @@ fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
             human_size(freed)
         );
     }
+    Ok(())
+}
+
+/// `gpurun cache list`: every blob and image of the cache, as JSON or as a table.
+fn cache_list(
+    entries: &[gpurun::image::gc::Entry],
+    root: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<()> {
+    use gpurun::units::human_size;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&entries)?);
+        return Ok(());
+    }
+    println!(
+        "{:<8} {:<20} {:>10}  {:<20} NAME",
+        "KIND", "LAST USED", "SIZE", "IN USE"
+    );
+    for e in entries {
+        println!(
+            "{:<8} {:<20} {:>10}  {:<20} {}",
+            format!("{:?}", e.kind).to_lowercase(),
+            gpurun::ps::utc(e.last_used),
+            human_size(e.size_bytes),
+            e.in_use.as_deref().unwrap_or("-"),
+            e.name
+        );
+    }
+    let total: u64 = entries.iter().map(|e| e.size_bytes).sum();
+    println!(
+        "{} entries, {} in {}",
+        entries.len(),
+        human_size(total),
+        root.display()
+    );
     Ok(())
 }
 

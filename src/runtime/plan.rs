@@ -968,6 +968,7 @@ mod tests {
         .unwrap()
     }
 
+    // One CDI scenario end to end: its devices, mounts and environment beside the GPU plan.
     #[test]
     fn cdi_devices_join_the_plan() {
         use crate::gpu::cdi::{Applied, CdiMount, DeviceNode};
@@ -1278,6 +1279,7 @@ mod tests {
         assert_eq!(env(&p, "USER"), Some("root"));
     }
 
+    // Long as a table is: one case of --home (and its interplay with --contain, --no-home) each.
     #[test]
     fn home_option() {
         let home = |spec: &str, extra: Request| Request {
@@ -1388,6 +1390,7 @@ mod tests {
         );
     }
 
+    // Long as a table is: one case of --no-mount names, accepted or refused, each.
     #[test]
     fn no_mount_names() {
         let parsed =
