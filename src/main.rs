@@ -233,15 +233,18 @@ fn dispatch(command: Command, ctx: &Ctx) -> i32 {
 /// `gpurun ps`, as JSON or as a table.
 fn ps(json: bool, ctx: &Ctx) -> i32 {
     let v = gpurun::ps::report(&ctx.cfg.nv_driver_paths.value);
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&v).expect("ps serialises")
-        );
-    } else {
-        print!("{}", gpurun::ps::render(&v));
-    }
+    print_report(&v, json, gpurun::ps::render);
     0
+}
+
+/// A report as pretty JSON, or rendered for people.
+fn print_report<T: serde::Serialize>(v: &T, json: bool, render: impl Fn(&T) -> String) {
+    if json {
+        let text = serde_json::to_string_pretty(v).expect("reports serialise");
+        println!("{text}");
+    } else {
+        print!("{}", render(v));
+    }
 }
 
 /// `gpurun serve`: the image server of one image.
@@ -486,14 +489,7 @@ fn doctor(json: bool, ctx: &Ctx) -> i32 {
         &ctx.cfg.nv_driver_paths.value,
         &gpurun::store::cache_dir::cache_root(),
     );
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&checks).expect("checks serialise")
-        );
-    } else {
-        print!("{}", gpurun::doctor::render(&checks));
-    }
+    print_report(&checks, json, |c| gpurun::doctor::render(c));
     if gpurun::doctor::healthy(&checks) {
         0
     } else {
