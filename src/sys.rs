@@ -552,8 +552,7 @@ pub unsafe fn exec_raw(
 /// Run `child` in a new process that shares this one's memory, on its own `stack`, while the
 /// calling thread waits until that process has exec'd or exited (clone with CLONE_VM |
 /// CLONE_VFORK, as posix_spawn does). Nothing of this process's memory is copied, and exec has
-/// nothing to tear down: with fork, copying gpurun's address space and exec's tearing down the
-/// copy took ~0.5 ms of every start on a 2-CPU machine. What `child` returns is the process's exit
+/// nothing to tear down, as it would after fork. What `child` returns is the process's exit
 /// status when it does not exec.
 ///
 /// # Safety

@@ -2,11 +2,10 @@
 //! (DESIGN decision 3). Kept behind [`SquashWriter`] so an in-process writer can replace it.
 //!
 //! Options, and why:
-//! - `-c zstd -X level=3`: measured here (121 MB tar of Python and Perl libraries, tar2sqfs -j2,
-//!   CPU seconds / image MB): level 1 0.43 / 37.2, **3 0.64 / 35.1**, 6 1.27 / 32.5, 9 1.97 / 32.0,
-//!   15 13.6 / 30.1. Level 15 (tar2sqfs's default) costs 21× the CPU of level 3 for a 14 % smaller
-//!   image; a pull on a shared login node is bound by that CPU, and zstd decompresses equally fast
-//!   at any level. `GPURUN_ZSTD_LEVEL` overrides it for images built once and read many times.
+//! - `-c zstd -X level=3`: level 15 (tar2sqfs's default) costs many times the CPU for an image a
+//!   few percent smaller (benches/pull.sh), a pull on a shared login node is bound by that CPU,
+//!   and zstd decompresses equally fast at any level. `GPURUN_ZSTD_LEVEL` overrides it for
+//!   images built once and read many times.
 //!   The config's `compression` (`GPURUN_COMPRESSION`) picks another compressor.
 //! - `-j N`: one compressor job per available CPU.
 //! - `--defaults mtime=0`: implicit directories (parents without a tar entry) get a fixed time,

@@ -357,8 +357,8 @@ fn file_kind(md: &std::fs::Metadata) -> &'static str {
 }
 
 /// What the plan reads from an image: its metadata and its passwd and group files. Each small file
-/// is most likely in a fragment block of its own to decompress: 0.2-0.35 ms apiece, 0.8 ms of every
-/// `exec true` on a 2-CPU machine. So for a squashfs image they are kept in the user's cache while
+/// is most likely in a fragment block of its own to decompress, on every start. So for a squashfs
+/// image they are kept in the user's cache while
 /// the image file is the same (`Archive::identity`) and gpurun is the same build (`id`).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ImageFacts {

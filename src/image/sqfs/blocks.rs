@@ -1,11 +1,8 @@
 //! Memory for decompressed data blocks: one region, reserved once per image, whose block-sized
 //! slots are reused, backed by transparent huge pages where the kernel allows it.
 //!
-//! Each block used to be an allocation of its own. glibc maps one of 128 KiB afresh (mmap) and
-//! unmaps it when it is freed, so every block cost 32 page faults, at ~1.3 µs each on a 2-CPU
-//! machine: an `exec true` start decompresses ~20 blocks. In 2 MiB pages (MADV_HUGEPAGE)
-//! sixteen such blocks take one fault: `exec true` took 10.75 against 11.89 ms, and half the
-//! page faults; reused slots without huge pages made no difference. The region
+//! glibc maps a 128 KiB allocation afresh and unmaps it when freed, so a block of its own costs
+//! 32 page faults each time; in 2 MiB pages (MADV_HUGEPAGE) sixteen blocks take one. The region
 //! is not inherited by forks (MADV_DONTFORK): the container process never reads blocks, and a
 //! copy-on-write huge page would cost a 2 MiB copy to whichever side wrote it first.
 //!
