@@ -69,6 +69,32 @@ fn launch(
     }
 }
 
+/// `gpurun hold`: the plugin's container; a named one (--name) runs with its overlay directory.
+fn hold(mut a: gpurun::cli::HoldArgs, ctx: &Ctx) -> i32 {
+    let action = Action::Hold {
+        entrypoint: a.entrypoint,
+        image_workdir: a.image_workdir,
+    };
+    let image = match &a.name {
+        None => a.image.unwrap_or_default(),
+        Some(name) => {
+            let uid = nix::unistd::getuid().as_raw();
+            match gpurun::runtime::named::resolve(name, a.image.as_deref(), a.name_create, uid) {
+                Ok((image, overlay)) => {
+                    a.opts.overlay = Some(overlay.display().to_string());
+                    image
+                }
+                Err(e) => {
+                    eprintln!("gpurun: {e}");
+                    return FAILED;
+                }
+            }
+        }
+    };
+    let l = launch(image, a.opts, action, Some(a.state), ctx);
+    go(Launch { save: a.save, ..l }, ctx)
+}
+
 /// `gpurun stop [IMAGE]`: a line for each server stopped.
 fn stop(image: Option<&std::path::Path>, quiet: bool) -> i32 {
     let stopped = gpurun::runtime::image_server::attach::stop(image);
@@ -193,14 +219,7 @@ fn dispatch(command: Command, ctx: &Ctx) -> i32 {
             let action = Action::Shell(a.shell, args);
             go(launch(image, a.opts, action, None, ctx), ctx)
         }
-        Command::Hold(a) => {
-            let action = Action::Hold {
-                entrypoint: a.entrypoint,
-                image_workdir: a.image_workdir,
-            };
-            let l = launch(a.image, a.opts, action, Some(a.state), ctx);
-            go(Launch { save: a.save, ..l }, ctx)
-        }
+        Command::Hold(a) => hold(a, ctx),
         Command::Pull(args) => pull(args, ctx),
         Command::Gpus(a) => {
             let paths = a.driver.or_configured(&ctx.cfg.nv_driver_paths.value);

@@ -79,7 +79,11 @@ fn launch_of(cmdline: &[String]) -> Option<(String, String, Vec<String>)> {
         Command::Exec(a) => ("exec", None, a.target),
         Command::Run(a) => ("run", None, a.image.target),
         Command::Shell(a) => ("shell", a.shell, a.image.target),
-        Command::Hold(a) => return Some(("hold".into(), a.image, Vec::new())),
+        // a named container without an image: its name, which says where the image is
+        Command::Hold(a) => {
+            let image = a.image.or(a.name.map(|n| format!("named:{n}")));
+            return Some(("hold".into(), image.unwrap_or_default(), Vec::new()));
+        }
         _ => return None,
     };
     let (image, args) = split_target(&target);

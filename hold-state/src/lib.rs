@@ -72,6 +72,12 @@ impl State {
     }
 }
 
+/// Where `gpurun hold --name JOB.NAME` keeps user `uid`'s named containers on a node (the
+/// plugin's `--container-name`), and whence the plugin's job epilog removes the job's.
+pub fn named_containers_dir(uid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/gpurun-containers-{uid}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

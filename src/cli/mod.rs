@@ -431,8 +431,16 @@ pub struct HoldArgs {
     /// When the holder is stopped, write the root with its changes as a new image here
     #[arg(long, value_name = "OUT.sqsh")]
     pub save: Option<PathBuf>,
+    /// The plugin's --container-name: the changes are kept in the node's named container
+    /// JOB.NAME (made from IMAGE, else run with the image it was made from)
+    #[arg(long, value_name = "JOB.NAME", hide = true)]
+    pub name: Option<String>,
+    /// With --name: refuse a container that exists already
+    #[arg(long, requires = "name", hide = true)]
+    pub name_create: bool,
     /// Image: a squashfs file
-    pub image: String,
+    #[arg(required_unless_present = "name")]
+    pub image: Option<String>,
 }
 
 #[derive(Args, Debug)]

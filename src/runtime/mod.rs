@@ -5,5 +5,6 @@ pub mod extract;
 pub mod image_server;
 pub mod interpreter;
 pub mod launch;
+pub mod named;
 pub mod plan;
 pub mod start;
