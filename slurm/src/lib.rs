@@ -1,7 +1,7 @@
 //! gpurun's SPANK plugin: `srun --container-image=IMAGE …` runs the step's tasks in a gpurun
 //! container, with pyxis's option names (`--container-mounts`, `--container-workdir`,
 //! `--container-env`, `--container-writable`/`-readonly`, `--[no-]container-remap-root`,
-//! `--[no-]container-mount-home`, `--[no-]container-entrypoint`, `--container-save`). The state file of
+//! `--[no-]container-mount-home`, `--[no-]container-entrypoint`, `--container-save`, `--container-name`). The state file of
 //! `gpurun hold` is the one thing shared with gpurun, as the `gpurun-hold-state` crate.
 //!
 //! Per job step and node, slurmstepd starts one `gpurun hold` as the user (user_init), which
@@ -19,6 +19,7 @@
 pub mod holder;
 pub mod jobimage;
 pub mod join;
+pub mod named;
 pub mod options;
 #[cfg(not(test))]
 mod plugin;

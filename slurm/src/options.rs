@@ -17,7 +17,7 @@ pub struct OptSpec {
 }
 
 /// Same names and meanings as pyxis, so job scripts written for pyxis run unchanged.
-pub const OPTIONS: [OptSpec; 14] = [
+pub const OPTIONS: [OptSpec; 15] = [
     OptSpec {
         name: c"container-image",
         arginfo: Some(c"IMAGE"),
@@ -97,6 +97,13 @@ pub const OPTIONS: [OptSpec; 14] = [
         usage: c"[gpurun] at the step's end, save the container's root with its changes as a \
                  new squashfs image PATH (on each node's file system; PATH must not exist)",
     },
+    OptSpec {
+        name: c"container-name",
+        arginfo: Some(c"NAME[:FLAGS]"),
+        usage: c"[gpurun] keep the container's changes on the node for later steps of the job \
+                 with this name (they may leave out --container-image); FLAGS: auto (the \
+                 default), create, no_exec",
+    },
 ];
 
 const IMAGE: usize = 0;
@@ -113,6 +120,7 @@ const ENTRYPOINT: usize = 10;
 const NO_ENTRYPOINT: usize = 11;
 const UNSHARE: usize = 12;
 const SAVE: usize = 13;
+const NAME: usize = 14;
 
 /// Where the image comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,6 +149,15 @@ pub enum Unshare {
     Uts,
 }
 
+/// `--container-name=NAME[:FLAGS]`: the container's changes are kept on the node by that name
+/// for the job's later steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named {
+    pub name: String,
+    /// `:create`: a container of that name must not exist yet.
+    pub create: bool,
+}
+
 /// Everything the user asked for with the plugin's options. A switch and its `no-`/opposite
 /// form set one `Option<bool>`: None where neither was given (gpurun's default then).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -156,6 +173,7 @@ pub struct ContainerOpts {
     pub unshare: Vec<Unshare>,
     /// `--container-save`: relative to the job's working directory.
     pub save: Option<PathBuf>,
+    pub name: Option<Named>,
 }
 
 /// Set a switch that has two options; giving both is an error, as in pyxis.
@@ -210,6 +228,7 @@ impl ContainerOpts {
                 (ENTRYPOINT, NO_ENTRYPOINT),
             )?,
             SAVE => self.save = Some(PathBuf::from(need(arg)?)),
+            NAME => self.name = Some(parse_name(&need(arg)?)?),
             _ => unreachable!("OPTIONS has {} entries", OPTIONS.len()),
         }
         Ok(())
@@ -264,6 +283,36 @@ pub fn parse_image(s: &str) -> Result<Image, String> {
         Some(_) => Err(format!("--container-image={s}: expected REGISTRY#IMAGE")),
         None => Ok(Image::Registry(format!("docker://{s}"))),
     }
+}
+
+/// pyxis's `NAME[:FLAGS]`; gpurun never joins a running container, so `no_exec` is `auto`
+/// and `exec` is refused.
+pub fn parse_name(s: &str) -> Result<Named, String> {
+    let (name, flag) = s.split_once(':').unwrap_or((s, "auto"));
+    if name.is_empty() || name.contains('/') || name.contains("..") || name == "." {
+        return Err(format!(
+            "--container-name={s}: a name with '/', '..' or nothing in it; use letters, \
+             digits, '-', '_' or '.'"
+        ));
+    }
+    let create = match flag {
+        "auto" | "no_exec" => false,
+        "create" => true,
+        "exec" => {
+            return Err(format!(
+                "--container-name={s}: gpurun cannot join a running container; leave out :exec"
+            ))
+        }
+        f => {
+            return Err(format!(
+                "--container-name={s}: unknown flag {f:?} (auto, create, no_exec)"
+            ))
+        }
+    };
+    Ok(Named {
+        name: name.to_string(),
+        create,
+    })
 }
 
 /// `SRC[:DST[:FLAGS]]` separated by commas, as in pyxis: SRC a host path, or `umount` (leave
@@ -416,13 +465,14 @@ pub fn parse_bool(v: &str) -> Option<bool> {
 }
 
 /// `PYXIS_CONTAINER_*` variables naming a value, and their option.
-const VALUE_VARS: [(&str, usize); 6] = [
+const VALUE_VARS: [(&str, usize); 7] = [
     ("PYXIS_CONTAINER_IMAGE", IMAGE),
     ("PYXIS_CONTAINER_MOUNTS", MOUNTS),
     ("PYXIS_CONTAINER_WORKDIR", WORKDIR),
     ("PYXIS_CONTAINER_ENV", ENV),
     ("PYXIS_CONTAINER_UNSHARE", UNSHARE),
     ("PYXIS_CONTAINER_SAVE", SAVE),
+    ("PYXIS_CONTAINER_NAME", NAME),
 ];
 
 /// `PYXIS_CONTAINER_*` switches: the option a true value means, and a false one.
@@ -434,9 +484,6 @@ const SWITCH_VARS: [(&str, usize, usize); 5] = [
     ("PYXIS_CONTAINER_READONLY", READONLY, WRITABLE),
 ];
 
-/// Variables of pyxis's for named containers, which gpurun's plugin has not.
-const NAMED_VARS: [&str; 1] = ["PYXIS_CONTAINER_NAME"];
-
 impl ContainerOpts {
     /// Whether option `idx` (or its opposite) was given.
     fn given(&self, idx: usize) -> bool {
@@ -447,6 +494,7 @@ impl ContainerOpts {
             ENV => !self.env_from_host.is_empty(),
             UNSHARE => !self.unshare.is_empty(),
             SAVE => self.save.is_some(),
+            NAME => self.name.is_some(),
             WRITABLE | READONLY => self.writable.is_some(),
             REMAP_ROOT | NO_REMAP_ROOT => self.remap_root.is_some(),
             MOUNT_HOME | NO_HOME => self.mount_home.is_some(),
@@ -480,11 +528,6 @@ impl ContainerOpts {
                     "{name}={v}: not 1, 0, true, false, yes, no, y or n; left aside"
                 )),
             }
-        }
-        for name in NAMED_VARS.into_iter().filter(|n| get(n).is_some()) {
-            warnings.push(format!(
-                "{name}: named containers are not in gpurun's plugin yet; left aside"
-            ));
         }
         Ok(warnings)
     }
@@ -524,6 +567,8 @@ pub struct HoldCtx<'a> {
     pub entrypoint: bool,
     /// The node's host name, the container's in a UTS namespace of its own.
     pub hostname: &'a str,
+    /// The job's id: a named container is the job's.
+    pub job: u32,
 }
 
 /// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
@@ -531,6 +576,7 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
     let image = match o.image.as_ref() {
         Some(Image::File(p)) => absolute(at.cwd, p).display().to_string(),
         Some(Image::Registry(r)) => r.clone(),
+        None if o.name.is_some() => String::new(),
         None => return Err("no --container-image".into()),
     };
     let mut a = vec!["hold".to_string()];
@@ -557,7 +603,11 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
     }
     // gpurun's defaults are pyxis's usual ones: read-only root, own uid, home bound
     let flags = [
-        (o.writable == Some(true), "--writable-tmpfs"),
+        // a named container's root is writable: its changes are what it keeps
+        (
+            o.writable == Some(true) && o.name.is_none(),
+            "--writable-tmpfs",
+        ),
         (o.remap_root == Some(true), "--fakeroot"),
         (o.mount_home == Some(false), "--no-home"),
         (at.entrypoint, "--entrypoint"),
@@ -572,7 +622,15 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
         a.push("--save".into());
         a.push(absolute(at.cwd, s).display().to_string());
     }
-    a.push(image);
+    if let Some(n) = &o.name {
+        a.extend(["--name".to_string(), format!("{}.{}", at.job, n.name)]);
+        if n.create {
+            a.push("--name-create".into());
+        }
+    }
+    if !image.is_empty() {
+        a.push(image);
+    }
     a.push("--state".into());
     a.push(at.state.display().to_string());
     Ok(a)
@@ -913,11 +971,11 @@ mod tests {
         .unwrap();
         assert_eq!((o.writable, o.image, w.len()), (Some(true), None, 0));
 
-        // not a boolean: left aside with a warning; named containers: a warning
+        // not a boolean: left aside with a warning; a name is the option's
         let (o, w) = from(
             &[
                 ("PYXIS_CONTAINER_WRITABLE", "on"),
-                ("PYXIS_CONTAINER_NAME", "c1"),
+                ("PYXIS_CONTAINER_NAME", "c1:create"),
             ],
             &[],
         )
@@ -927,10 +985,15 @@ mod tests {
             w[0].starts_with("PYXIS_CONTAINER_WRITABLE=on: not 1, 0"),
             "{w:?}"
         );
-        assert!(
-            w[1].starts_with("PYXIS_CONTAINER_NAME: named containers"),
-            "{w:?}"
-        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        let named = |n: &str, create| Named {
+            name: n.into(),
+            create,
+        };
+        assert_eq!(o.name, Some(named("c1", true)));
+        // the option wins over the variable
+        let (o, _) = from(&[("PYXIS_CONTAINER_NAME", "c1")], &[(NAME, Some("c2"))]).unwrap();
+        assert_eq!(o.name, Some(named("c2", false)));
 
         // a bad value is the option's error, naming the variable
         let e = from(&[("PYXIS_CONTAINER_ENV", "FOO,")], &[]).unwrap_err();
@@ -1028,13 +1091,14 @@ mod tests {
             (NO_ENTRYPOINT, "no-container-entrypoint"),
             (UNSHARE, "container-unshare"),
             (SAVE, "container-save"),
+            (NAME, "container-name"),
         ];
         assert_eq!(want.len(), OPTIONS.len());
         for (i, name) in want {
             assert_eq!(names[i], name);
             assert_eq!(
                 OPTIONS[i].arginfo.is_some(),
-                i <= ENV || i == UNSHARE || i == SAVE,
+                i <= ENV || i == UNSHARE || i >= SAVE,
                 "{name}"
             );
         }
@@ -1046,6 +1110,66 @@ mod tests {
             state: Path::new(state),
             entrypoint,
             hostname: "node1",
+            job: 42,
+        }
+    }
+
+    #[test]
+    fn container_names() {
+        let ok = |s: &str| parse_name(s).map(|n| (n.name, n.create));
+        for (s, want) in [
+            ("c1", ("c1", false)),
+            ("c1:auto", ("c1", false)),
+            ("c1:no_exec", ("c1", false)),
+            ("c1:create", ("c1", true)),
+            ("my.box-2", ("my.box-2", false)),
+        ] {
+            assert_eq!(ok(s), Ok((want.0.to_string(), want.1)), "{s}");
+        }
+        for (s, why) in [
+            ("a/b", "a name with '/'"),
+            ("..", "a name with '/'"),
+            ("x..y", "a name with '/'"),
+            (":create", "a name with '/'"),
+            ("c1:exec", "cannot join a running container"),
+            ("c1:bogus", "unknown flag \"bogus\""),
+        ] {
+            let e = ok(s).unwrap_err();
+            assert!(e.starts_with(&format!("--container-name={s}: ")), "{e}");
+            assert!(e.contains(why), "{s}: {e}");
+        }
+        let mut o = ContainerOpts::default();
+        assert!(o.set(NAME, None).is_err());
+        o.set(NAME, Some("c1")).unwrap();
+        assert!(o.has_container_settings());
+    }
+
+    #[test]
+    fn named_holder_command_line() {
+        type Case<'a> = (&'a [(usize, Option<&'a str>)], &'a str);
+        let cases: [Case; 2] = [
+            // no image: the holder runs the one the container was made from
+            (
+                &[(NAME, Some("c1:create"))],
+                "hold --image-workdir --name 42.c1 --name-create --state /s",
+            ),
+            // writable anyway: no tmpfs over the kept changes
+            (
+                &[
+                    (NAME, Some("c1")),
+                    (IMAGE, Some("/i.sqsh")),
+                    (WRITABLE, None),
+                ],
+                "hold --image-workdir --name 42.c1 /i.sqsh --state /s",
+            ),
+        ];
+        for (set, want) in cases {
+            let mut o = ContainerOpts::default();
+            for (i, arg) in set {
+                o.set(*i, *arg).unwrap();
+            }
+            let args = holder_args(&o, &at("/w", "/s", false)).unwrap();
+            assert_eq!(args.join(" "), want);
         }
     }
 

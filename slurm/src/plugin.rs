@@ -322,7 +322,11 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
                 return -1;
             }
         }
-        if ctx == S_CTX_LOCAL && p.opts.image.is_none() && p.opts.has_container_settings() {
+        if ctx == S_CTX_LOCAL
+            && p.opts.image.is_none()
+            && p.opts.name.is_none()
+            && p.opts.has_container_settings()
+        {
             log_warning(
                 "gpurun: warning: no --container-image: the --container-* options are ignored",
             );
@@ -350,7 +354,7 @@ pub unsafe extern "C" fn slurm_spank_user_init(
             return 0;
         };
         let mut p = plugin();
-        if p.opts.image.is_none() {
+        if p.opts.image.is_none() && p.opts.name.is_none() {
             return 0;
         }
         let result = start_holder(sp, &p, job, step);
@@ -398,6 +402,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         state: &holder::state_path(&dir),
         entrypoint,
         hostname: hostname.trim(),
+        job,
     };
     let args = options::holder_args(&opts, &at)?;
     log_debug(&format!(
@@ -568,7 +573,7 @@ fn batch_pull(sp: spank_t, p: &Plugin) {
 
 /// The job's epilog on each node (slurmd, as root; plugstack.conf arguments come with this call
 /// alone): remove the copies sbcast made for the job, also of steps that ended without
-/// their exit callback.
+/// their exit callback, and the job's named containers.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_job_epilog(
     sp: spank_t,
@@ -586,6 +591,14 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(
                 log_debug(&format!(
                     "gpurun: job {job}: removed {n} copies of its image"
                 ));
+            }
+            let n = crate::named::remove_job_containers(
+                &hold_state::named_containers_dir(uid),
+                job,
+                uid,
+            );
+            if n > 0 {
+                log_debug(&format!("gpurun: job {job}: removed {n} named containers"));
             }
         }
         // never fail: a failing epilog drains the node

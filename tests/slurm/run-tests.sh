@@ -228,7 +228,7 @@ else
   opts=$(srun --help 2>/dev/null)
   for o in container-image= container-mounts= container-workdir= container-env= container-writable container-readonly \
            container-remap-root no-container-remap-root container-mount-home no-container-mount-home \
-           container-entrypoint no-container-entrypoint container-unshare= container-save=; do
+           container-entrypoint no-container-entrypoint container-unshare= container-save= container-name=; do
     grep -q -- "--$o" <<<"$opts"; res $? "srun --help lists --$o"
   done
   srun "${T[@]}" -n2 -o 'plug.%t' --container-image="$IMG" /probe 2>plug.err
@@ -330,6 +330,39 @@ EOF
   [ "$(echo $out)" = "kept no-marker image" ]; res $? "--container-save: the next step runs it, changes and metadata kept ($(echo $out))"
   srun "${T[@]}" --container-image="$IMG" --container-save=saved.sqsh true 2>save2.err
   [ $? != 0 ] && grep -q 'saved.sqsh: it exists already' save2.err; res $? "--container-save to an existing file: refused ($(tail -n 1 save2.err))"
+  # --container-name: a step's changes are kept on the node for the job's later steps (the
+  # image too), and go with the job
+  cat > named.sbatch <<EOF
+#!/bin/sh
+#SBATCH -t 2
+#SBATCH -o $W/named.out
+#SBATCH -e $W/named.err
+echo "JOB=\$SLURM_JOB_ID"
+srun -t 1 --container-name=c1 --container-image=$IMG --container-writable sh -c 'echo kept > /etc/named-kept'
+echo "READ=\$(srun -t 1 --container-name=c1 cat /etc/named-kept)"
+echo "ENV=\$(PYXIS_CONTAINER_NAME=c1 srun -t 1 cat /etc/named-kept)"
+echo "DIR=\$(ls -d /tmp/gpurun-containers-\$(id -u)/\$SLURM_JOB_ID.c1 2>/dev/null)"
+srun -t 1 --container-name=c1:create --container-image=$IMG true 2>$W/named.create
+echo "CREATE=\$?"
+srun -t 1 --container-name=c1 --container-image=$W/saved.sqsh true 2>$W/named.other
+echo "OTHER=\$?"
+srun -t 1 --container-name=c2 true 2>$W/named.noimage
+echo "NOIMAGE=\$?"
+EOF
+  sbatch --wait -Q named.sbatch >/dev/null 2>&1
+  job=$(get JOB named.out)
+  # the job's epilog removes it, maybe just after sbatch returned
+  for _ in $(seq 50); do [ -e "/tmp/gpurun-containers-$(id -u)/$job.c1" ] || break; sleep 0.1; done
+  [ "$(get READ named.out)" = kept ]; res $? "--container-name=c1: the next step (no image) sees the file the first wrote ($(get READ named.out))" || cat named.err
+  [ "$(get ENV named.out)" = kept ]; res $? "PYXIS_CONTAINER_NAME=c1 acts as --container-name ($(get ENV named.out))"
+  [ -n "$(get DIR named.out)" ] && [ ! -e "/tmp/gpurun-containers-$(id -u)/$job.c1" ]; res $? "--container-name: its state is on the node in the job ($(get DIR named.out)), gone after it"
+  [ "$(get CREATE named.out)" != 0 ] && grep -q 'c1:create: the container exists already' named.create; res $? "--container-name=c1:create on an existing name: refused ($(tail -n 1 named.create))"
+  [ "$(get OTHER named.out)" != 0 ] && grep -q 'c1: it was made from' named.other; res $? "--container-name=c1 with another image: refused ($(tail -n 1 named.other))"
+  [ "$(get NOIMAGE named.out)" != 0 ] && grep -q 'c2: no such container' named.noimage; res $? "--container-name=c2 without an image, never made: refused ($(tail -n 1 named.noimage))"
+  srun "${T[@]}" --container-name=a/b --container-image="$IMG" true 2>named.bad
+  [ $? != 0 ] && grep -q "container-name=a/b: a name with '/'" named.bad; res $? "--container-name=a/b: refused ($(tail -n 1 named.bad))"
+  srun "${T[@]}" --container-name=c1:exec true 2>named.exec
+  [ $? != 0 ] && grep -q "cannot join a running container" named.exec; res $? "--container-name=c1:exec: refused ($(tail -n 1 named.exec))"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root id -u 2>>stderr.log)
   [ "$out" = 0 ]; res $? "--container-remap-root: uid 0 inside ($out)"
   # The image server's file system is read-only as a whole: a task that tries to remount its
