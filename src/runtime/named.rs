@@ -15,6 +15,8 @@ pub enum NamedError {
     Exists(String),
     #[error("--container-name={0}: no such container in this job yet; give --container-image to create it")]
     NoImage(String),
+    #[error("--container-name={0}: its image {1} is gone (a registry image's copy ends with its step); give --container-image again")]
+    ImageGone(String, String),
     #[error("--container-name={name}: it was made from {recorded}, not {given}; leave out --container-image or use another name")]
     OtherImage {
         name: String,
@@ -59,12 +61,18 @@ pub fn resolve(
     let short = name.split_once('.').map_or(name, |(_, n)| n).to_string();
     match fs::read_to_string(&record) {
         Ok(_) if create => Err(NamedError::Exists(short)),
-        Ok(recorded) => match image {
-            Some(given) if given != recorded => Err(NamedError::OtherImage {
+        Ok(recorded) => match (image, Path::new(&recorded).exists()) {
+            (Some(given), true) if given != recorded => Err(NamedError::OtherImage {
                 name: short,
                 recorded,
                 given: given.into(),
             }),
+            // a registry image's per-step copy is gone: this step's copy takes its place
+            (Some(given), false) => {
+                fs::write(&record, given).map_err(io(&record))?;
+                Ok((given.to_string(), dir.join("overlay")))
+            }
+            (None, false) => Err(NamedError::ImageGone(short, recorded)),
             _ => Ok((recorded, dir.join("overlay"))),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
