@@ -7,7 +7,7 @@ mod common;
 mod support;
 
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -53,6 +53,20 @@ fn budget() -> Duration {
 }
 
 const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL];
+
+/// gpurun started with the default action for the signals sent: a test run from a script in the
+/// background inherits SIGINT ignored, which gpurun rightly keeps for its command (as `nohup`).
+fn default_signals(c: &mut std::process::Command) -> &mut std::process::Command {
+    // SAFETY: signal() is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            for s in [Signal::SIGINT, Signal::SIGTERM] {
+                libc::signal(s as i32, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
 
 /// Processes of the test user whose command line mentions `marker`, once they had time to go;
 /// an image server (`gpurun serve`) too with `servers`.
@@ -129,6 +143,7 @@ fn interrupted_pulls_leave_nothing_and_resume() {
     let src = format!("docker://{}/test/int:v1", reg.addr());
     let pull = |cache: &Path, out: &str| {
         let mut c = gpurun(&["pull", &src, "-o", out]);
+        default_signals(&mut c);
         c.current_dir(&out_dir)
             .env("GPURUN_CACHEDIR", cache)
             .stderr(Stdio::piped())
@@ -246,10 +261,11 @@ fn interrupted_execs_leave_nothing() {
             "sh",
             "-c",
             "cat /bin/busybox > /dev/null; sleep 0.1; cat /bin/busybox > /dev/null; sleep 30",
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        ]);
+        let mut c = default_signals(&mut c)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         std::thread::sleep(delay);
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
         let st = c.wait().unwrap();
