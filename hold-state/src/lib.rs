@@ -78,6 +78,38 @@ pub fn named_containers_dir(uid: u32) -> PathBuf {
     PathBuf::from(format!("/tmp/gpurun-containers-{uid}"))
 }
 
+/// A named container's holder while a step runs in it, which later steps of the job join
+/// (pyxis's `--container-name=NAME:exec`, and its default when the container runs): the
+/// holder's state and the inode numbers of its user and mount namespaces, which tell a live
+/// record from one a killed holder left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Running {
+    pub state: State,
+    pub user_ns: u64,
+    pub mnt_ns: u64,
+}
+
+impl Running {
+    /// One line of JSON, newline-terminated.
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("strings and numbers serialise");
+        s.push('\n');
+        s
+    }
+
+    /// Parse, with the checks of [`State::parse`].
+    pub fn parse(text: &str) -> Result<Running, StateError> {
+        let r: Running = serde_json::from_str(text).map_err(|e| StateError::Json(e.to_string()))?;
+        State::parse(&r.state.to_line())?;
+        Ok(r)
+    }
+}
+
+/// The running record of user `uid`'s named container `JOB.NAME`.
+pub fn running_record(uid: u32, name: &str) -> PathBuf {
+    named_containers_dir(uid).join(name).join("running")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +121,19 @@ mod tests {
             env: vec!["PATH=/usr/bin".into(), "A=b=c".into(), "E=".into()],
             cwd: "/w".into(),
         }
+    }
+
+    #[test]
+    fn running_records_round_trip_and_are_checked() {
+        let r = Running {
+            state: state(),
+            user_ns: 4026531837,
+            mnt_ns: 4026531841,
+        };
+        assert_eq!(Running::parse(&r.to_line()), Ok(r.clone()));
+        let mut bad = r;
+        bad.state.pid = 0;
+        assert_eq!(Running::parse(&bad.to_line()), Err(StateError::Pid(0)));
     }
 
     #[test]

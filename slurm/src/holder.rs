@@ -31,6 +31,8 @@ pub struct Spec<'a> {
     /// A private directory for the state file and the holder's log.
     pub dir: &'a Path,
     pub timeout: Duration,
+    /// Whether the holder's stdout (the entrypoint's) goes to its log too, to be shown.
+    pub log_stdout: bool,
 }
 
 /// A started holder. `ready` waits for its container, in slurmstepd or in a forked task.
@@ -106,13 +108,17 @@ fn log_tail(dir: &Path) -> String {
 pub fn start(spec: &Spec) -> Result<Running, String> {
     let log = File::create(log_path(spec.dir))
         .map_err(|e| format!("cannot create {}: {e}", log_path(spec.dir).display()))?;
+    let out = match spec.log_stdout {
+        true => log.try_clone().map_or(Stdio::null(), Stdio::from),
+        false => Stdio::null(),
+    };
     let mut cmd = Command::new(spec.gpurun);
     cmd.args(spec.args)
         .env_clear()
         .envs(spec.env.iter().filter_map(|e| e.split_once('=')))
         .current_dir(spec.cwd)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(out)
         .stderr(log);
     let child = spawn_as(cmd, spec.creds)
         .map_err(|e| format!("cannot start {}: {e}", spec.gpurun.display()))?;
@@ -143,6 +149,13 @@ pub fn start_keeper(gpurun: &Path, job: u32, creds: &Creds) -> Result<Child, Str
 
 /// Spawn `cmd` as the user of `creds`, dying with slurmstepd.
 fn spawn_as(mut cmd: Command, creds: &Creds) -> io::Result<Child> {
+    as_user(&mut cmd, creds);
+    cmd.spawn()
+}
+
+/// Make `cmd` run as the user of `creds`, with default signal handling, dying with
+/// slurmstepd: what every program the plugin starts from slurmstepd needs.
+pub fn as_user(cmd: &mut Command, creds: &Creds) {
     let (uid, gid, groups) = (creds.uid, creds.gid, creds.groups.clone());
     // SAFETY: the closure runs between fork and exec in a copy of a multi-threaded process, so
     // it only makes async-signal-safe syscalls on data prepared before the fork.
@@ -190,10 +203,14 @@ fn spawn_as(mut cmd: Command, creds: &Creds) -> io::Result<Child> {
             Ok(())
         });
     }
-    cmd.spawn()
 }
 
 impl Running {
+    /// What the holder has written (its stderr, and stdout where `log_stdout`).
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(log_path(&self.dir)).unwrap_or_default()
+    }
+
     /// Wait until the state file says the container is ready, the holder has exited, or the
     /// timeout (counted from the start) has passed. Called in each task (task_init), so the
     /// holder builds the container while slurmstepd prepares the tasks instead of before.
@@ -357,6 +374,7 @@ mod tests {
             creds: &creds,
             dir: &dir,
             timeout,
+            log_stdout: false,
         };
         // Another test's fork (tests run on several threads) can hold the script open for
         // writing until its exec: the kernel then refuses to run it (ETXTBSY) for a moment.

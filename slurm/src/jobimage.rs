@@ -24,6 +24,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::holder::{self, Creds};
+
 /// srun → the step's nodes: which file the job's pull made. A name starting `SLURM` is kept by
 /// Slurm releases whose `srun --export=NONE` passes only Slurm's variables.
 pub const VAR: &str = "SLURM_SPANK_GPURUN_IMAGE";
@@ -300,7 +302,8 @@ pub fn remove_job_copies(dir: &Path, job: u32, uid: u32) -> usize {
 }
 
 /// The job's image before its step exists, as the user: in srun's init_post_opt (before the
-/// allocation, if srun makes one: `job` is then unknown) or in the batch script's task. Reused
+/// allocation, if srun makes one: `job` is then unknown), or in the batch step's user_init,
+/// where slurmstepd is not yet the user and `user` says whom to run the pull as. Reused
 /// from `env` where the batch step or an outer srun of the job left one that serves every step;
 /// else pulled into the cache and, with sbcast and the job known, sent to all the job's nodes
 /// (before any step: the launch of one waits for nothing). Also says whether this call sent it.
@@ -310,6 +313,7 @@ pub fn early(
     reference: &str,
     job: Option<u32>,
     env: &[(String, String)],
+    user: Option<&Creds>,
 ) -> Result<(Pulled, bool), Failure> {
     let earlier = env.iter().find(|(k, _)| k == VAR);
     if let (Some(p), Some(job)) = (earlier.and_then(|(_, v)| Pulled::decode(v)), job) {
@@ -318,7 +322,7 @@ pub fn early(
         }
     }
     // SAFETY: plain getter.
-    let uid = unsafe { libc::getuid() };
+    let uid = user.map_or_else(|| unsafe { libc::getuid() }, |c| c.uid);
     let cache = match &s.cache {
         Some(pattern) => {
             let (user, home) = user_and_home(uid)?;
@@ -331,11 +335,11 @@ pub fn early(
         step: None,
         sent: false,
         reference: reference.to_string(),
-        path: pull(gpurun, reference, cache.as_deref(), env)?,
+        path: pull(gpurun, reference, cache.as_deref(), env, user)?,
     };
     let sent = s.mode == Mode::Sbcast && job.is_some();
     if sent {
-        pulled.path = send(s, &pulled.path, pulled.job, None, env)?;
+        pulled.path = send(s, &pulled.path, pulled.job, None, env, user)?;
         pulled.sent = true;
     }
     Ok((pulled, sent))
@@ -361,7 +365,7 @@ pub fn at_launch(
     p.job = job;
     p.step = None;
     if s.mode == Mode::Sbcast {
-        p.path = send(s, &p.path, job, Some(step), env)?;
+        p.path = send(s, &p.path, job, Some(step), env, None)?;
         p.step = Some(step);
         p.sent = true;
     }
@@ -375,32 +379,45 @@ fn send(
     job: u32,
     step: Option<u32>,
     env: &[(String, String)],
+    user: Option<&Creds>,
 ) -> Result<PathBuf, String> {
     let dest = sent_name(&s.sbcast_dir, job, random()?);
-    sbcast(src, &dest, job, step, env)?;
+    sbcast(src, &dest, job, step, env, user)?;
     Ok(dest)
 }
 
-/// `gpurun pull --into-cache REF`: the cached image's path.
+/// `gpurun pull --into-cache REF`: the cached image's path. In slurmstepd (`user` given) no
+/// terminal sees gpurun's stderr: its last line becomes the error the job's task says.
 fn pull(
     gpurun: &Path,
     reference: &str,
     cache: Option<&Path>,
     env: &[(String, String)],
+    user: Option<&Creds>,
 ) -> Result<PathBuf, Failure> {
     let mut cmd = Command::new(gpurun);
+    if let Some(c) = user {
+        holder::as_user(&mut cmd, c);
+    }
     cmd.args(["pull", "--into-cache", reference])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(if user.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        });
     if let Some(c) = cache {
         cmd.env("GPURUN_CACHEDIR", c);
     }
     let out = cmd
         .output()
         .map_err(|e| format!("cannot start {}: {}", gpurun.display(), io_text(&e)))?;
+    if !out.status.success() && user.is_some() {
+        return Err(Failure::Other(last_line(&out.stderr)));
+    }
     if !out.status.success() {
         return Err(Failure::Said);
     }
@@ -423,6 +440,7 @@ fn sbcast(
     job: u32,
     step: Option<u32>,
     env: &[(String, String)],
+    user: Option<&Creds>,
 ) -> Result<(), String> {
     let beside = std::env::current_exe()
         .ok()
@@ -433,7 +451,11 @@ fn sbcast(
         Some(st) => format!("--jobid={job}.{st}"),
         None => format!("--jobid={job}"),
     };
-    let st = Command::new(&prog)
+    let mut cmd = Command::new(&prog);
+    if let Some(c) = user {
+        holder::as_user(&mut cmd, c);
+    }
+    let st = cmd
         .arg(jobid)
         .arg(src)
         .arg(dest)
@@ -450,6 +472,14 @@ fn sbcast(
         ));
     }
     Ok(())
+}
+
+/// The last line a program wrote, without gpurun's own prefix (the plugin adds it again).
+fn last_line(text: &[u8]) -> String {
+    let text = String::from_utf8_lossy(text);
+    let line = text.lines().rev().find(|l| !l.trim().is_empty());
+    let line = line.unwrap_or("gpurun pull failed").trim();
+    line.strip_prefix("gpurun: ").unwrap_or(line).to_string()
 }
 
 fn random() -> Result<u64, String> {

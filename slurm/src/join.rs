@@ -35,19 +35,29 @@ fn own_ns(pid: i32, ns: &str) -> bool {
     link(format!("/proc/{pid}/ns/{ns}")) != link(format!("/proc/self/ns/{ns}"))
 }
 
-/// Join the holder's user and mount namespaces (and its UTS namespace where it has one). A
-/// holder whose mount namespace is already the container ("root": "/") is joined as it is: the
-/// container's root becomes this task's root.
+/// The namespaces a container may have of its own besides its user and mount namespaces
+/// (`--container-unshare`, a holder's `--hostname`, `--net`, `--ipc`): joined where they differ.
+const OWN: [(&str, libc::c_int); 3] = [
+    ("uts", libc::CLONE_NEWUTS),
+    ("net", libc::CLONE_NEWNET),
+    ("ipc", libc::CLONE_NEWIPC),
+];
+
+/// Join the holder's user and mount namespaces, and those of [`OWN`] it has. A holder whose
+/// mount namespace is already the container ("root": "/") is joined as it is: the container's
+/// root becomes this task's root.
 /// An older gpurun's holder ("root": its path) is joined through a private copy, pivoted here.
 /// Returns a warning for the user when the working directory had to change.
 pub fn enter(h: &Holder) -> Result<Option<String>, String> {
-    // both opened before joining anything: after setns(user) /proc/PID may look different
+    // all opened before joining anything: after setns(user) /proc/PID may look different
     let user = open_ns(h.pid, "user")?;
     let mnt = open_ns(h.pid, "mnt")?;
-    // a UTS namespace of the container's own (--container-unshare=uts), joined as the others
-    let uts = own_ns(h.pid, "uts")
-        .then(|| open_ns(h.pid, "uts"))
-        .transpose()?;
+    let mut own = Vec::new();
+    for (ns, flag) in OWN {
+        if own_ns(h.pid, ns) {
+            own.push((ns, flag, open_ns(h.pid, ns)?));
+        }
+    }
     let cwd = cpath(&h.cwd).map_err(|e| format!("{}: {e}", h.cwd.display()))?;
     let mut warning = None;
     // SAFETY: plain syscalls on valid fds and NUL-terminated paths; the task is single-threaded,
@@ -63,10 +73,10 @@ pub fn enter(h: &Holder) -> Result<Option<String>, String> {
             "setns(mount namespace)",
             libc::setns(mnt.as_raw_fd(), libc::CLONE_NEWNS),
         )?;
-        if let Some(uts) = &uts {
+        for (ns, flag, fd) in &own {
             check(
-                "setns(UTS namespace)",
-                libc::setns(uts.as_raw_fd(), libc::CLONE_NEWUTS),
+                &format!("setns({ns} namespace)"),
+                libc::setns(fd.as_raw_fd(), *flag),
             )?;
         }
     }

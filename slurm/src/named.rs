@@ -3,8 +3,11 @@
 //! are the job's and go with it.
 
 use std::fs::File;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::state::Holder;
 
 /// Whether `name` in the base directory is one of job `job`'s containers.
 pub fn is_jobs(name: &str, job: u32) -> bool {
@@ -44,6 +47,86 @@ pub fn remove_job_containers(base: &Path, job: u32, uid: u32) -> usize {
     removed
 }
 
+/// The inode numbers of process `pid`'s user and mount namespaces.
+fn ns_inodes(pid: i32) -> Option<(u64, u64)> {
+    let ino = |ns: &str| std::fs::metadata(format!("/proc/{pid}/ns/{ns}")).map(|m| m.ino());
+    Some((ino("user").ok()?, ino("mnt").ok()?))
+}
+
+/// In the first task of a named container's step, as the user: say that its holder runs, for
+/// later steps of the job to join. Written whole beside its place, in the container's
+/// directory, which `gpurun hold --name` made private.
+pub fn record_running(uid: u32, name: &str, h: &Holder) -> Result<(), String> {
+    let (user_ns, mnt_ns) = ns_inodes(h.pid).ok_or("its holder is gone")?;
+    let state = hold_state::State {
+        pid: h.pid,
+        root: h.root.clone(),
+        env: h.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        cwd: h.cwd.clone(),
+    };
+    let text = hold_state::Running {
+        state,
+        user_ns,
+        mnt_ns,
+    }
+    .to_line();
+    let path = hold_state::running_record(uid, name);
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let written = File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!(
+            "cannot record the running container in {}: {e}",
+            path.display()
+        )
+    })
+}
+
+/// `path` is a directory or file of `uid`'s, no link, that nobody else may write.
+fn owned(path: &Path, uid: u32) -> bool {
+    std::fs::symlink_metadata(path)
+        .is_ok_and(|m| !m.file_type().is_symlink() && m.uid() == uid && m.mode() & 0o022 == 0)
+}
+
+/// The holder of user `uid`'s named container `JOB.NAME` if a step runs in it now: its record
+/// is trusted only where the directories and the file are the user's own, closed to others,
+/// and the recorded process still has the recorded namespaces.
+pub fn find_running(uid: u32, name: &str) -> Option<Holder> {
+    let path = hold_state::running_record(uid, name);
+    let dir = path.parent()?;
+    if !owned(&hold_state::named_containers_dir(uid), uid) || !owned(dir, uid) {
+        return None;
+    }
+    let mut f = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .ok()?;
+    let md = f.metadata().ok()?;
+    if !md.is_file() || md.uid() != uid || md.mode() & 0o022 != 0 {
+        return None;
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text).ok()?;
+    let r = hold_state::Running::parse(&text).ok()?;
+    if ns_inodes(r.state.pid) != Some((r.user_ns, r.mnt_ns)) {
+        return None;
+    }
+    Some(Holder {
+        pid: r.state.pid,
+        env: r.state.env_pairs(),
+        root: r.state.root,
+        cwd: r.state.cwd,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +144,40 @@ mod tests {
         ] {
             assert_eq!(is_jobs(n, 7), want, "{n}");
         }
+    }
+
+    /// A record is found while its process has the recorded namespaces, and not through a
+    /// directory others may write or once the namespaces differ.
+    #[test]
+    fn running_records() {
+        let uid = unsafe { libc::getuid() };
+        let name = format!("4294967000.rec{}", std::process::id());
+        let base = hold_state::named_containers_dir(uid);
+        let dir = base.join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let h = Holder {
+            pid: std::process::id() as i32,
+            root: "/".into(),
+            env: vec![("A".into(), "b=c".into())],
+            cwd: "/w".into(),
+        };
+        record_running(uid, &name, &h).unwrap();
+        assert_eq!(find_running(uid, &name), Some(h.clone()));
+        let mode = |m| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(0o777);
+        assert_eq!(find_running(uid, &name), None);
+        mode(0o700);
+        // pid 1 is in other namespaces than this test only in a container: forge the inodes
+        let path = hold_state::running_record(uid, &name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut r = hold_state::Running::parse(&text).unwrap();
+        r.mnt_ns += 1;
+        std::fs::write(&path, r.to_line()).unwrap();
+        assert_eq!(find_running(uid, &name), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub struct OptSpec {
 }
 
 /// Same names and meanings as pyxis, so job scripts written for pyxis run unchanged.
-pub const OPTIONS: [OptSpec; 15] = [
+pub const OPTIONS: [OptSpec; 16] = [
     OptSpec {
         name: c"container-image",
         arginfo: Some(c"IMAGE"),
@@ -95,14 +95,21 @@ pub const OPTIONS: [OptSpec; 15] = [
         name: c"container-save",
         arginfo: Some(c"PATH"),
         usage: c"[gpurun] at the step's end, save the container's root with its changes as a \
-                 new squashfs image PATH (on each node's file system; PATH must not exist)",
+                 new squashfs image PATH (on each node's file system; a file there is replaced \
+                 once the new image is whole)",
     },
     OptSpec {
         name: c"container-name",
         arginfo: Some(c"NAME[:FLAGS]"),
         usage: c"[gpurun] keep the container's changes on the node for later steps of the job \
-                 with this name (they may leave out --container-image); FLAGS: auto (the \
-                 default), create, no_exec",
+                 with this name (they may leave out --container-image), and join it while a \
+                 step runs in it; FLAGS: auto (the default), create, exec (join, which must be \
+                 possible), no_exec (never join)",
+    },
+    OptSpec {
+        name: c"container-entrypoint-log",
+        arginfo: None,
+        usage: c"[gpurun] print what the image's entrypoint wrote (with --container-entrypoint)",
     },
 ];
 
@@ -121,6 +128,7 @@ const NO_ENTRYPOINT: usize = 11;
 const UNSHARE: usize = 12;
 const SAVE: usize = 13;
 const NAME: usize = 14;
+const ENTRYPOINT_LOG: usize = 15;
 
 /// Where the image comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +164,19 @@ pub struct Named {
     pub name: String,
     /// `:create`: a container of that name must not exist yet.
     pub create: bool,
+    /// Whether a step joins the container while another step runs in it.
+    pub join: Join,
+}
+
+/// pyxis's flags for a running named container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// `auto`, `create`: join it where it runs, else start it.
+    IfRunning,
+    /// `exec`: join it; an error where no step runs in it.
+    Must,
+    /// `no_exec`: start it anew from its kept state, never join.
+    Never,
 }
 
 /// Everything the user asked for with the plugin's options. A switch and its `no-`/opposite
@@ -174,6 +195,8 @@ pub struct ContainerOpts {
     /// `--container-save`: relative to the job's working directory.
     pub save: Option<PathBuf>,
     pub name: Option<Named>,
+    /// `--container-entrypoint-log`: the entrypoint's output is shown.
+    pub entrypoint_log: bool,
 }
 
 /// Set a switch that has two options; giving both is an error, as in pyxis.
@@ -229,6 +252,7 @@ impl ContainerOpts {
             )?,
             SAVE => self.save = Some(PathBuf::from(need(arg)?)),
             NAME => self.name = Some(parse_name(&need(arg)?)?),
+            ENTRYPOINT_LOG => self.entrypoint_log = true,
             _ => unreachable!("OPTIONS has {} entries", OPTIONS.len()),
         }
         Ok(())
@@ -285,8 +309,7 @@ pub fn parse_image(s: &str) -> Result<Image, String> {
     }
 }
 
-/// pyxis's `NAME[:FLAGS]`; gpurun never joins a running container, so `no_exec` is `auto`
-/// and `exec` is refused.
+/// pyxis's `NAME[:FLAGS]`.
 pub fn parse_name(s: &str) -> Result<Named, String> {
     let (name, flag) = s.split_once(':').unwrap_or((s, "auto"));
     if name.is_empty() || name.contains('/') || name.contains("..") || name == "." {
@@ -295,23 +318,21 @@ pub fn parse_name(s: &str) -> Result<Named, String> {
              digits, '-', '_' or '.'"
         ));
     }
-    let create = match flag {
-        "auto" | "no_exec" => false,
-        "create" => true,
-        "exec" => {
-            return Err(format!(
-                "--container-name={s}: gpurun cannot join a running container; leave out :exec"
-            ))
-        }
+    let (create, join) = match flag {
+        "auto" => (false, Join::IfRunning),
+        "create" => (true, Join::IfRunning),
+        "exec" => (false, Join::Must),
+        "no_exec" => (false, Join::Never),
         f => {
             return Err(format!(
-                "--container-name={s}: unknown flag {f:?} (auto, create, no_exec)"
+                "--container-name={s}: unknown flag {f:?} (auto, create, exec, no_exec)"
             ))
         }
     };
     Ok(Named {
         name: name.to_string(),
         create,
+        join,
     })
 }
 
@@ -498,6 +519,7 @@ impl ContainerOpts {
             WRITABLE | READONLY => self.writable.is_some(),
             REMAP_ROOT | NO_REMAP_ROOT => self.remap_root.is_some(),
             MOUNT_HOME | NO_HOME => self.mount_home.is_some(),
+            ENTRYPOINT_LOG => self.entrypoint_log,
             _ => self.entrypoint.is_some(),
         }
     }
@@ -516,6 +538,16 @@ impl ContainerOpts {
             if let Some(v) = get(name).filter(|_| !self.given(idx)) {
                 self.set(idx, Some(&v))
                     .map_err(|e| format!("{name}={v}: {e}"))?;
+            }
+        }
+        // a switch without an opposite option: false is its default
+        let log = get("PYXIS_CONTAINER_ENTRYPOINT_LOG").filter(|_| !self.entrypoint_log);
+        if let Some(v) = log {
+            match parse_bool(&v) {
+                Some(b) => self.entrypoint_log = b,
+                None => warnings.push(format!(
+                    "PYXIS_CONTAINER_ENTRYPOINT_LOG={v}: not 1, 0, true, false, yes, no, y or n; left aside"
+                )),
             }
         }
         for (name, on, off) in SWITCH_VARS {
@@ -989,6 +1021,7 @@ mod tests {
         let named = |n: &str, create| Named {
             name: n.into(),
             create,
+            join: Join::IfRunning,
         };
         assert_eq!(o.name, Some(named("c1", true)));
         // the option wins over the variable
@@ -1092,13 +1125,14 @@ mod tests {
             (UNSHARE, "container-unshare"),
             (SAVE, "container-save"),
             (NAME, "container-name"),
+            (ENTRYPOINT_LOG, "container-entrypoint-log"),
         ];
         assert_eq!(want.len(), OPTIONS.len());
         for (i, name) in want {
             assert_eq!(names[i], name);
             assert_eq!(
                 OPTIONS[i].arginfo.is_some(),
-                i <= ENV || i == UNSHARE || i >= SAVE,
+                i <= ENV || i == UNSHARE || i == SAVE || i == NAME,
                 "{name}"
             );
         }
@@ -1116,22 +1150,22 @@ mod tests {
 
     #[test]
     fn container_names() {
-        let ok = |s: &str| parse_name(s).map(|n| (n.name, n.create));
-        for (s, want) in [
-            ("c1", ("c1", false)),
-            ("c1:auto", ("c1", false)),
-            ("c1:no_exec", ("c1", false)),
-            ("c1:create", ("c1", true)),
-            ("my.box-2", ("my.box-2", false)),
+        let ok = |s: &str| parse_name(s).map(|n| (n.name, n.create, n.join));
+        for (s, (name, create, join)) in [
+            ("c1", ("c1", false, Join::IfRunning)),
+            ("c1:auto", ("c1", false, Join::IfRunning)),
+            ("c1:exec", ("c1", false, Join::Must)),
+            ("c1:no_exec", ("c1", false, Join::Never)),
+            ("c1:create", ("c1", true, Join::IfRunning)),
+            ("my.box-2", ("my.box-2", false, Join::IfRunning)),
         ] {
-            assert_eq!(ok(s), Ok((want.0.to_string(), want.1)), "{s}");
+            assert_eq!(ok(s), Ok((name.to_string(), create, join)), "{s}");
         }
         for (s, why) in [
             ("a/b", "a name with '/'"),
             ("..", "a name with '/'"),
             ("x..y", "a name with '/'"),
             (":create", "a name with '/'"),
-            ("c1:exec", "cannot join a running container"),
             ("c1:bogus", "unknown flag \"bogus\""),
         ] {
             let e = ok(s).unwrap_err();

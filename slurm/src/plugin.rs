@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -15,8 +16,9 @@ use std::time::Duration;
 use crate::holder::{self, Creds, Running, Spec};
 use crate::jobimage;
 use crate::join;
-use crate::options::{self, ContainerOpts, PluginArgs, OPTIONS};
-use crate::state::{self, EnvChange};
+use crate::named;
+use crate::options::{self, ContainerOpts, Join, PluginArgs, OPTIONS};
+use crate::state::{self, EnvChange, Holder};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
 
@@ -58,6 +60,7 @@ const S_JOB_GID: c_int = 1;
 const S_JOB_ID: c_int = 2;
 const S_JOB_STEPID: c_int = 3;
 const S_JOB_LOCAL_TASK_COUNT: c_int = 6;
+const S_JOB_ARGV: c_int = 9;
 const S_JOB_ENV: c_int = 10;
 const S_TASK_ID: c_int = 11;
 const S_JOB_SUPPLEMENTARY_GIDS: c_int = 19;
@@ -68,6 +71,8 @@ const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
 const SLURM_EXTERN_CONT: u32 = 0xffff_fffc;
 /// The batch script's step.
 const SLURM_BATCH_SCRIPT: u32 = 0xffff_fffb;
+/// salloc's shell on the first node (`LaunchParameters=use_interactive_step`).
+const SLURM_INTERACTIVE_STEP: u32 = 0xffff_fffa;
 
 extern "C" {
     fn spank_option_register(sp: spank_t, opt: *const spank_option) -> c_int;
@@ -106,11 +111,38 @@ struct Plugin {
 }
 
 struct Step {
-    running: Running,
+    container: Container,
     /// The environment the holder was started with.
     env: HashMap<String, String>,
     /// The job's image as sbcast copied it for this step (removed at its end), and whose.
     sent: Option<(PathBuf, u32)>,
+    /// The batch step's pull of the job's image, named in the script's environment for its
+    /// sruns (`jobimage::VAR`).
+    job_image: Option<String>,
+    /// What the step's first task says before the command (once per node).
+    notice: Option<String>,
+}
+
+/// Where a step's tasks go: the container its holder builds, or the named container another
+/// step of the job runs (`--container-name`), which they join.
+enum Container {
+    Held(Running),
+    Joined(Holder),
+}
+
+impl Container {
+    fn ready(&mut self) -> Result<Holder, String> {
+        match self {
+            Container::Held(r) => r.ready(),
+            Container::Joined(h) => Ok(h.clone()),
+        }
+    }
+
+    fn stop(&mut self, grace: Duration) {
+        if let Container::Held(r) = self {
+            r.stop(grace);
+        }
+    }
 }
 
 fn plugin() -> MutexGuard<'static, Plugin> {
@@ -203,12 +235,29 @@ fn job_creds(sp: spank_t) -> Result<Creds, String> {
     Ok(Creds { uid, gid, groups })
 }
 
-fn normal_step(sp: spank_t) -> Option<(u32, u32)> {
+/// The job and step where the step's tasks may run in a container: srun's steps, the batch
+/// script and salloc's interactive step, as with pyxis; never the extern step.
+fn container_step(sp: spank_t) -> Option<(u32, u32)> {
     let job = item_u32(sp, S_JOB_ID)?;
     let step = item_u32(sp, S_JOB_STEPID)?;
-    // the batch script runs on the host (pyxis runs it in the container: not yet here); its
-    // srun steps get the container (they inherit the options through SLURM_SPANK_* variables)
-    (step < SLURM_MAX_NORMAL_STEP_ID).then_some((job, step))
+    let batch_or_shell = [SLURM_BATCH_SCRIPT, SLURM_INTERACTIVE_STEP].contains(&step);
+    (step < SLURM_MAX_NORMAL_STEP_ID || batch_or_shell).then_some((job, step))
+}
+
+/// The step's program: in the batch step, the script in slurmd's spool directory.
+fn job_argv0(sp: spank_t) -> Option<PathBuf> {
+    let mut argc: c_int = 0;
+    let mut argv: *mut *mut c_char = std::ptr::null_mut();
+    let rc = unsafe { spank_get_item(sp, S_JOB_ARGV, &mut argc as *mut c_int, &mut argv) };
+    if rc != ESPANK_SUCCESS || argc < 1 || argv.is_null() {
+        return None;
+    }
+    // SAFETY: Slurm's argv of argc entries, valid during the callback.
+    let first = unsafe { *argv };
+    (!first.is_null()).then(|| {
+        let s = unsafe { CStr::from_ptr(first) };
+        PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes()))
+    })
 }
 
 struct SyncOpts([spank_option; OPTIONS.len()]);
@@ -350,14 +399,14 @@ pub unsafe extern "C" fn slurm_spank_user_init(
     _av: *mut *mut c_char,
 ) -> c_int {
     guard("user_init", || {
-        let Some((job, step)) = normal_step(sp) else {
+        let Some((job, step)) = container_step(sp) else {
             return 0;
         };
         let mut p = plugin();
         if p.opts.image.is_none() && p.opts.name.is_none() {
             return 0;
         }
-        let result = start_holder(sp, &p, job, step);
+        let result = join_running(sp, &p, job).unwrap_or_else(|| start_holder(sp, &p, job, step));
         if let Err(e) = &result {
             log_debug(&format!("gpurun: step {job}.{step}: {e}"));
         }
@@ -388,7 +437,19 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         .filter(|d| d.is_absolute() && d.is_dir())
         .unwrap_or_else(|| PathBuf::from("/"));
     let creds = job_creds(sp)?;
-    let (opts, sent) = job_image(&p.opts, &mut env, job, step, creds.uid)?;
+    let mut opts = p.opts.clone();
+    let mut batch_image = None;
+    if step == SLURM_BATCH_SCRIPT {
+        // slurmstepd runs the script from slurmd's spool directory, so it must be there inside
+        let script = job_argv0(sp).ok_or("cannot get the batch script's path")?;
+        opts.mounts.push(options::Mount::Bind {
+            src: script.clone(),
+            dst: script,
+            ro: true,
+        });
+        batch_image = batch_pull(sp, p, job, &creds, &mut env)?;
+    }
+    let (opts, sent) = job_image(&opts, &mut env, job, step, creds.uid)?;
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
     let entrypoint = opts.entrypoint.unwrap_or(p.args.execute_entrypoint);
@@ -418,18 +479,49 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         creds: &creds,
         dir: &dir,
         timeout: p.args.timeout,
+        log_stdout: entrypoint && opts.entrypoint_log,
     };
     match holder::start(&spec) {
         Ok(running) => Ok(Step {
-            running,
+            container: Container::Held(running),
             env: map,
             sent,
+            job_image: batch_image,
+            notice: None,
         }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
             Err(e)
         }
     }
+}
+
+/// A step naming a container that another step of the job runs now joins it, as with pyxis
+/// (never with `:no_exec`; `:exec` requires it): its namespaces, its root with the changes made
+/// so far, its environment; the step's own Slurm variables, working directory (else `/`).
+fn join_running(sp: spank_t, p: &Plugin, job: u32) -> Option<Result<Step, String>> {
+    let n = p.opts.name.as_ref().filter(|n| n.join != Join::Never)?;
+    let uid = item_u32(sp, S_JOB_UID)?;
+    let Some(mut holder) = named::find_running(uid, &format!("{job}.{}", n.name)) else {
+        return (n.join == Join::Must).then(|| {
+            Err(format!(
+                "--container-name={}:exec: the container is not running",
+                n.name
+            ))
+        });
+    };
+    let env = state::split_env(job_env(sp).iter().map(String::as_str));
+    holder.env = state::joined_env(&holder.env, &env);
+    holder.cwd = p.opts.workdir.clone().unwrap_or_else(|| PathBuf::from("/"));
+    let notice = (!p.opts.mounts.is_empty())
+        .then(|| "ignoring --container-mounts: the step joins a running container".to_string());
+    Some(Ok(Step {
+        container: Container::Joined(holder),
+        env,
+        sent: None,
+        job_image: None,
+        notice,
+    }))
 }
 
 /// The step's options with the job's image file in place of a registry reference, where srun
@@ -475,7 +567,7 @@ fn srun_pull(p: &mut Plugin) -> c_int {
         .and_then(|j| j.parse().ok());
     let env: Vec<(String, String)> = std::env::vars().collect();
     let a = &p.args;
-    match jobimage::early(&a.job_image, &a.gpurun, reference, job, &env) {
+    match jobimage::early(&a.job_image, &a.gpurun, reference, job, &env, None) {
         Ok(pulled) => {
             p.pulled = Some(pulled);
             0
@@ -532,43 +624,55 @@ pub unsafe extern "C" fn slurm_spank_local_user_init(
     })
 }
 
-/// Remote context, the batch script's task, as the user, before the script starts: with
-/// `#SBATCH --container-image=docker://…`, pull the image once for all the job's steps (sent to
-/// all its nodes with `pull=sbcast`) and name it in the script's environment, where its sruns
-/// find it. A failure is said on the job's stderr; each srun then pulls for itself.
-fn batch_pull(sp: spank_t, p: &Plugin) {
+/// The batch step (user_init, before its container): with `#SBATCH
+/// --container-image=docker://…`, pull the image once for all the job's steps, as the user (sent
+/// to all its nodes with `pull=sbcast`), and name it in the script's environment, where its
+/// sruns find it. Returns that value of `jobimage::VAR`.
+fn batch_pull(
+    sp: spank_t,
+    p: &Plugin,
+    job: u32,
+    creds: &Creds,
+    env: &mut Vec<String>,
+) -> Result<Option<String>, String> {
     let Some(reference) = jobimage::registry_ref(&p.args.job_image, registry(&p.opts)) else {
-        return;
+        return Ok(None);
     };
-    let Some(job) = item_u32(sp, S_JOB_ID) else {
-        return;
-    };
-    let env: Vec<(String, String)> = job_env(sp)
+    let pairs: Vec<(String, String)> = env
         .iter()
         .filter_map(|e| e.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     let a = &p.args;
-    let rc = match jobimage::early(&a.job_image, &a.gpurun, reference, Some(job), &env) {
-        Ok((image, _)) => unsafe {
-            let v = image.encode();
-            spank_setenv(sp, cstring(jobimage::VAR).as_ptr(), cstring(&v).as_ptr(), 1)
-        },
-        Err(f) => {
-            let why = match f {
-                jobimage::Failure::Said => "the job's image was not pulled".to_string(),
-                jobimage::Failure::Other(e) => e,
-            };
-            log_user(&format!("gpurun: {why}; each step pulls the image itself"));
-            return;
-        }
+    let pulled = jobimage::early(
+        &a.job_image,
+        &a.gpurun,
+        reference,
+        Some(job),
+        &pairs,
+        Some(creds),
+    );
+    let value = match pulled {
+        Ok((image, _)) => image.encode(),
+        Err(jobimage::Failure::Said) => return Err("the job's image was not pulled".into()),
+        Err(jobimage::Failure::Other(e)) => return Err(e),
+    };
+    let rc = unsafe {
+        spank_setenv(
+            sp,
+            cstring(jobimage::VAR).as_ptr(),
+            cstring(&value).as_ptr(),
+            1,
+        )
     };
     if rc != ESPANK_SUCCESS {
-        log_user(&format!(
-            "gpurun: cannot set {} in the batch script's environment: error {rc}",
+        return Err(format!(
+            "cannot set {} in the batch script's environment: error {rc}",
             jobimage::VAR
         ));
     }
+    env.push(format!("{}={value}", jobimage::VAR));
+    Ok(Some(value))
 }
 
 /// The job's epilog on each node (slurmd, as root; plugstack.conf arguments come with this call
@@ -617,10 +721,6 @@ pub unsafe extern "C" fn slurm_spank_task_init(
     guard("task_init", || {
         let mut locked = plugin();
         let p = &mut *locked;
-        if item_u32(sp, S_JOB_STEPID) == Some(SLURM_BATCH_SCRIPT) {
-            batch_pull(sp, p);
-            return 0;
-        }
         // one line per node, not one per rank
         let first = || {
             let mut task: c_int = 0;
@@ -632,14 +732,27 @@ pub unsafe extern "C" fn slurm_spank_task_init(
             Some(Ok(s)) => s,
             Some(Err(e)) => fail_task(first(), e),
         };
-        let holder = match step.running.ready() {
+        let holder = match step.container.ready() {
             Ok(h) => h,
             Err(e) => fail_task(first(), &e),
         };
+        if first() {
+            if let Some(n) = &step.notice {
+                log_user(&format!("gpurun: {n}"));
+            }
+            if let (true, Container::Held(r)) = (p.opts.entrypoint_log, &step.container) {
+                r.output().lines().for_each(log_user);
+            }
+            record_named(sp, &p.opts, &step.container, &holder);
+        }
         let task_env = state::split_env(job_env(sp).iter().map(String::as_str));
         let mut changes = state::task_env(&step.env, &holder.env, &task_env, &p.opts.env_from_host);
+        changes.extend(state::pmix_mca(&state::applied(&task_env, &changes)));
         if p.args.pytorch_env {
             changes.extend(state::pytorch_env(&state::applied(&task_env, &changes)));
+        }
+        if let Some(v) = &step.job_image {
+            changes.push(EnvChange::Set(jobimage::VAR.into(), v.clone()));
         }
         for c in changes {
             let rc = match &c {
@@ -670,6 +783,20 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         }
         0
     })
+}
+
+/// The first task of a named container's step on a node: say that the container runs, for
+/// later steps to join (named.rs). A failure only costs that join, so it is said, not fatal.
+fn record_named(sp: spank_t, opts: &ContainerOpts, c: &Container, h: &Holder) {
+    let (Some(n), Container::Held(_)) = (&opts.name, c) else {
+        return;
+    };
+    let (Some(job), Some(uid)) = (item_u32(sp, S_JOB_ID), item_u32(sp, S_JOB_UID)) else {
+        return;
+    };
+    if let Err(e) = named::record_running(uid, &format!("{job}.{}", n.name), h) {
+        log_user(&format!("gpurun: warning: {e}"));
+    }
 }
 
 /// End a task that cannot run in its container with gpurun's own exit status, after saying
@@ -732,7 +859,7 @@ pub unsafe extern "C" fn slurm_spank_task_exit(
         }
         let timeout = p.args.timeout;
         if let Some(Ok(s)) = p.step.as_mut() {
-            s.running.stop(timeout);
+            s.container.stop(timeout);
         }
         0
     })
@@ -752,7 +879,7 @@ pub unsafe extern "C" fn slurm_spank_exit(
         }
         let mut p = plugin();
         if let Some(Ok(mut s)) = p.step.take() {
-            s.running.stop(STOP_GRACE);
+            s.container.stop(STOP_GRACE);
             if let Some((copy, uid)) = s.sent {
                 jobimage::remove_sent(&copy, uid);
             }

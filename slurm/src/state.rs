@@ -88,6 +88,30 @@ pub fn task_env(
     out
 }
 
+/// Variables of the step itself, which a step joining another's container takes from its own
+/// environment, not from the container's.
+const STEP_OWN: [&str; 5] = ["SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_"];
+
+/// The container environment of a step that joins the named container another step runs:
+/// the container's, with Slurm's and the MPI launchers' variables of this step instead of the
+/// first step's.
+pub fn joined_env(
+    container: &[(String, String)],
+    step: &HashMap<String, String>,
+) -> Vec<(String, String)> {
+    let own = |k: &str| STEP_OWN.iter().any(|p| k.starts_with(p));
+    let mut env: Vec<(String, String)> =
+        container.iter().filter(|(k, _)| !own(k)).cloned().collect();
+    let mut mine: Vec<(String, String)> = step
+        .iter()
+        .filter(|(k, _)| own(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    mine.sort();
+    env.extend(mine);
+    env
+}
+
 /// The task's environment once `changes` are applied.
 pub fn applied(task: &HashMap<String, String>, changes: &[EnvChange]) -> HashMap<String, String> {
     let mut env = task.clone();
@@ -98,6 +122,30 @@ pub fn applied(task: &HashMap<String, String>, changes: &[EnvChange]) -> HashMap
         };
     }
     env
+}
+
+/// Under Slurm's PMIx, the MCA settings an MPI library in the image reads (`PMIX_MCA_ptl`,
+/// `_psec`, `_gds`), from the modules Slurm's PMIx server chose, where `env` (the task's
+/// environment in the container) does not set them, as enroot's PMIx hook does: the image's
+/// PMIx may otherwise pick a module the server does not speak.
+pub fn pmix_mca(env: &HashMap<String, String>) -> Vec<EnvChange> {
+    let pmix = env
+        .get("SLURM_MPI_TYPE")
+        .is_none_or(|t| t.starts_with("pmix"));
+    let pairs = [
+        ("PMIX_PTL_MODULE", "PMIX_MCA_ptl"),
+        ("PMIX_SECURITY_MODE", "PMIX_MCA_psec"),
+        ("PMIX_GDS_MODULE", "PMIX_MCA_gds"),
+    ];
+    pairs
+        .iter()
+        .filter(|_| pmix)
+        .filter(|(_, to)| !env.contains_key(*to))
+        .filter_map(|(from, to)| {
+            let v = env.get(*from).filter(|v| !v.is_empty())?;
+            Some(EnvChange::Set(to.to_string(), v.clone()))
+        })
+        .collect()
 }
 
 /// For a PyTorch image (its environment has PYTORCH_VERSION), what pyxis and enroot's Slurm
@@ -195,6 +243,69 @@ pub fn pmix_dir_in_maps(maps: &str, job: u32, step: u32) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn pmix_modules_become_mca_settings() {
+        let set = |k: &str, v: &str| EnvChange::Set(k.into(), v.into());
+        for (env, want) in [
+            (
+                vec![
+                    "SLURM_MPI_TYPE=pmix_v4",
+                    "PMIX_SECURITY_MODE=native",
+                    "PMIX_GDS_MODULE=hash",
+                    "PMIX_PTL_MODULE=tcp,usock",
+                ],
+                vec![
+                    set("PMIX_MCA_ptl", "tcp,usock"),
+                    set("PMIX_MCA_psec", "native"),
+                    set("PMIX_MCA_gds", "hash"),
+                ],
+            ),
+            // the image's or the user's own setting wins
+            (
+                vec!["PMIX_SECURITY_MODE=native", "PMIX_MCA_psec=none"],
+                vec![],
+            ),
+            (
+                vec!["SLURM_MPI_TYPE=pmi2", "PMIX_SECURITY_MODE=native"],
+                vec![],
+            ),
+            (vec!["PMIX_GDS_MODULE="], vec![]),
+            (
+                vec!["PMIX_GDS_MODULE=ds21"],
+                vec![set("PMIX_MCA_gds", "ds21")],
+            ),
+        ] {
+            assert_eq!(pmix_mca(&split_env(env.clone())), want, "{env:?}");
+        }
+    }
+
+    #[test]
+    fn a_joining_step_keeps_its_own_slurm_variables() {
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let container = pairs(&[
+            ("PATH", "/usr/bin"),
+            ("SLURM_STEP_ID", "0"),
+            ("PMIX_RANK", "0"),
+            ("SLURM_OLD", "x"),
+            ("FOO", "image"),
+        ]);
+        let step = split_env(["PATH=/host", "SLURM_STEP_ID=1", "OMPI_X=y", "FOO=host"]);
+        assert_eq!(
+            joined_env(&container, &step),
+            pairs(&[
+                ("PATH", "/usr/bin"),
+                ("FOO", "image"),
+                ("OMPI_X", "y"),
+                ("SLURM_STEP_ID", "1"),
+            ])
+        );
+    }
 
     #[test]
     fn pmix_dir_from_maps() {
@@ -218,7 +329,6 @@ mod tests {
         }
         assert_eq!(pmix_dir_in_maps("", 1, 0), None);
     }
-    use super::*;
 
     #[test]
     fn parse() {

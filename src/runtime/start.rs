@@ -120,19 +120,27 @@ impl Drop for ChangesDir {
 }
 
 impl Save {
-    /// For `--save OUT` (not with --dry-run): claim OUT (it must not exist) and make the
-    /// changes' directory, before the command runs.
+    /// For `--save OUT` (not with --dry-run): claim OUT and make the changes' directory,
+    /// before the command runs. OUT must not exist, but for a holder's: pyxis's
+    /// `--container-save` replaces a file once the new image is whole.
     fn prepare(l: &Launch, meta: &ImageMeta) -> Result<Option<Save>, StartError> {
         let Some(out) = l.save.as_deref().filter(|_| !l.dry_run) else {
             return Ok(None);
         };
         let refused = |why: String| StartError::Save(out.to_path_buf(), why);
-        if out.symlink_metadata().is_ok() {
-            return Err(refused(
-                "it exists already; remove it or choose another name".into(),
-            ));
+        let held = matches!(l.action, Action::Hold { .. });
+        match out.symlink_metadata() {
+            Ok(m) if held && m.is_dir() => {
+                return Err(refused("it is a directory; name a file".into()))
+            }
+            Ok(_) if !held => {
+                return Err(refused(
+                    "it exists already; remove it or choose another name".into(),
+                ))
+            }
+            _ => {}
         }
-        let target = save_target(out).map_err(|e| match e {
+        let target = save_target(out, held).map_err(|e| match e {
             PullError::Output { source, .. } => refused(format!(
                 "its directory cannot be written ({source}); choose another place"
             )),
@@ -148,7 +156,7 @@ impl Save {
         Ok(Some(Save {
             target,
             dir: ChangesDir(dir),
-            held: matches!(l.action, Action::Hold { .. }),
+            held,
             meta: meta.clone(),
             mount_points: Vec::new(),
         }))

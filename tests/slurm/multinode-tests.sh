@@ -100,7 +100,15 @@ touch "$R"/etc/{hosts,resolv.conf,localtime}
 cp /bin/busybox "$R/bin/"
 for a in $("$R/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$R/bin/$a"; done
 echo 'root:x:0:0:root:/root:/bin/sh' > "$R/etc/passwd"; echo 'root:x:0:' > "$R/etc/group"
+# Slurm's commands inside look up its user (SlurmUser)
+getent passwd slurm >> "$R/etc/passwd"; getent group slurm >> "$R/etc/group"
 echo image > "$R/etc/gpurun-test-marker"
+# A batch script with #SBATCH --container-image runs in the image, as with pyxis: its sruns need
+# Slurm's commands inside. Here the host's /usr, Slurm's configuration, munge's socket and this
+# build's plugin are bound in (the image's /lib64 and /lib point into /usr).
+ln -s usr/lib64 "$R/lib64"; ln -s usr/lib "$R/lib"
+MUNGE_DIR=$(sed -n 's|^AuthInfo=.*socket=\(.*\)/[^/]*$|\1|p' "${SLURM_CONF:-/etc/slurm/slurm.conf}")
+SLURM_IN=/usr:/usr,/etc/slurm:/etc/slurm,${MUNGE_DIR:-/run/munge}:${MUNGE_DIR:-/run/munge},$(dirname "$GPURUN"):$(dirname "$GPURUN")
 # what a task prints: its host, the node Slurm ran it on, its rank, whether it is in the image
 printf '#!/bin/sh\necho "host=$(hostname) node=$SLURMD_NODENAME rank=$SLURM_PROCID marker=$(cat /etc/gpurun-test-marker 2>/dev/null || echo host)"\n' > "$R/probe"
 chmod 755 "$R/probe"; chown -R "$U" "$R"
@@ -123,16 +131,17 @@ cat > steps.sbatch <<EOF
 #!/bin/sh
 #SBATCH -N3
 #SBATCH --container-image=$IMG
+#SBATCH --container-mounts=$SLURM_IN
 #SBATCH -t 2
 #SBATCH -o $W/steps.out
 echo "batch host=\$(hostname) marker=\$(cat /etc/gpurun-test-marker 2>/dev/null || echo host)"
-srun /probe
-srun /probe
+/usr/bin/srun /probe
+/usr/bin/srun /probe
 EOF
 as_user sbatch --wait -Q steps.sbatch >/dev/null 2>&1
-grep -q '^batch host=n1 marker=host$' steps.out && [ "$(grep -c 'marker=image' steps.out)" = 6 ] \
+grep -q '^batch host=n1 marker=image$' steps.out && [ "$(grep -c '^host=.*marker=image' steps.out)" = 6 ] \
   && [ "$(grep '^host=' steps.out | sort | uniq -c | awk '{print $1}' | sort -u)" = 2 ]
-res $? "sbatch -N3 --container-image: the batch script on n1's host, its two steps in the image on n1 n2 n3" || cat steps.out
+res $? "sbatch -N3 --container-image: the batch script in the image on n1, its two steps in it on n1 n2 n3" || cat steps.out
 as_user srun "${T[@]}" -N3 sh -c 'readlink /proc/self/ns/net; ls /tmp | wc -l' >ns.out 2>&1
 [ "$(grep -c net: ns.out | tr -d ' ')" = 3 ] && [ "$(grep net: ns.out | sort -u | wc -l)" = 3 ]
 res $? "each node is its own network namespace"
@@ -326,10 +335,11 @@ if as_user sh -c "umoci init --layout oci && umoci new --image oci:t && umoci un
 #!/bin/sh
 #SBATCH -N3
 #SBATCH --container-image=docker://$REF
+#SBATCH --container-mounts=$SLURM_IN
 #SBATCH -t 2
 #SBATCH -o $W/regsteps.out
-srun sh -c '/probe; echo "image=\$GPURUN_CONTAINER"'
-srun sh -c '/probe; echo "image=\$GPURUN_CONTAINER"'
+/usr/bin/srun sh -c '/probe; echo "image=\$GPURUN_CONTAINER"'
+/usr/bin/srun sh -c '/probe; echo "image=\$GPURUN_CONTAINER"'
 EOF
   job=$(as_user "${login[@]}" GPURUN_CACHEDIR="$c" sbatch --parsable --wait regsteps.sbatch 2>regsteps.err)
   img=$(images_of regsteps.out)

@@ -43,7 +43,11 @@ mkdir -p "$R"/{bin,etc,tmp,root,proc,sys,dev,data,.gpurun,var/tmp} "$R/home/$(id
 touch "$R"/etc/{hosts,resolv.conf,localtime}
 cp /bin/busybox "$R/bin/" || { echo "busybox-static is needed" >&2; exit 2; }
 for a in $("$R/bin/busybox" --list); do [ "$a" = busybox ] || ln -s busybox "$R/bin/$a"; done
+# where the host's /usr is bound in (Slurm's commands in a batch container), its loader is found
+ln -s usr/lib64 "$R/lib64"; ln -s usr/lib "$R/lib"
 echo 'root:x:0:0:root:/root:/bin/sh' > "$R/etc/passwd"; echo 'root:x:0:' > "$R/etc/group"
+# Slurm's commands inside look up its user (SlurmUser)
+getent passwd slurm >> "$R/etc/passwd"; getent group slurm >> "$R/etc/group"
 echo image > "$R/etc/gpurun-test-marker"
 printf '{"env": ["PATH=/bin", "FOO=image"]}\n' > "$R/.gpurun/meta.json"
 # What a task sees: GPU variables, which /dev/nvidiaN exist and which open() allows,
@@ -228,7 +232,8 @@ else
   opts=$(srun --help 2>/dev/null)
   for o in container-image= container-mounts= container-workdir= container-env= container-writable container-readonly \
            container-remap-root no-container-remap-root container-mount-home no-container-mount-home \
-           container-entrypoint no-container-entrypoint container-unshare= container-save= container-name=; do
+           container-entrypoint no-container-entrypoint container-entrypoint-log container-unshare= \
+           container-save= container-name=; do
     grep -q -- "--$o" <<<"$opts"; res $? "srun --help lists --$o"
   done
   srun "${T[@]}" -n2 -o 'plug.%t' --container-image="$IMG" /probe 2>plug.err
@@ -328,8 +333,9 @@ EOF
   [ "$out" = ran ] && [ -f "$W/saved.sqsh" ]; res $? "--container-save=saved.sqsh: written in the job's directory ($out)"
   out=$(srun "${T[@]}" --container-image=./saved.sqsh sh -c 'cat /etc/kept; cat /etc/gpurun-test-marker 2>/dev/null || echo no-marker; echo $FOO' 2>>stderr.log)
   [ "$(echo $out)" = "kept no-marker image" ]; res $? "--container-save: the next step runs it, changes and metadata kept ($(echo $out))"
-  srun "${T[@]}" --container-image="$IMG" --container-save=saved.sqsh true 2>save2.err
-  [ $? != 0 ] && grep -q 'saved.sqsh: it exists already' save2.err; res $? "--container-save to an existing file: refused ($(tail -n 1 save2.err))"
+  srun "${T[@]}" --container-image=./saved.sqsh --container-save=saved.sqsh sh -c 'echo again > /etc/kept2' 2>save2.err
+  out=$(srun "${T[@]}" --container-image=./saved.sqsh sh -c 'cat /etc/kept /etc/kept2' 2>>save2.err)
+  [ "$(echo $out)" = "kept again" ]; res $? "--container-save onto an existing file: replaced by the new image, as pyxis ($(echo $out))" || cat save2.err
   # --container-name: a step's changes are kept on the node for the job's later steps (the
   # image too), and go with the job
   cat > named.sbatch <<EOF
@@ -361,8 +367,29 @@ EOF
   [ "$(get NOIMAGE named.out)" != 0 ] && grep -q 'c2: no such container' named.noimage; res $? "--container-name=c2 without an image, never made: refused ($(tail -n 1 named.noimage))"
   srun "${T[@]}" --container-name=a/b --container-image="$IMG" true 2>named.bad
   [ $? != 0 ] && grep -q "container-name=a/b: a name with '/'" named.bad; res $? "--container-name=a/b: refused ($(tail -n 1 named.bad))"
-  srun "${T[@]}" --container-name=c1:exec true 2>named.exec
-  [ $? != 0 ] && grep -q "cannot join a running container" named.exec; res $? "--container-name=c1:exec: refused ($(tail -n 1 named.exec))"
+  # joining a running named container, as pyxis's exec: a later step enters the namespaces of
+  # the step that runs it (here a tmpfs mounted by the first step, its UTS namespace)
+  cat > join.sbatch <<EOF
+#!/bin/sh
+#SBATCH -t 2
+#SBATCH -o $W/join.out
+#SBATCH -e $W/join.err
+echo "NOTRUNNING=\$(srun -t 1 --container-name=j1:exec true 2>&1)"
+srun -t 1 --container-name=j1 --container-image=$IMG --container-remap-root --container-unshare=uts --container-writable \
+  sh -c 'mkdir -p /mnt/j && mount -t tmpfs none /mnt/j && echo in > /mnt/j/f && hostname joined && cd /etc && touch $W/join.go && sleep 20' &
+for i in \$(seq 150); do [ -e $W/join.go ] && break; sleep 0.1; done
+echo "JOINED=\$(srun -t 1 --overlap --container-name=j1 sh -c 'echo \$(cat /mnt/j/f) \$(hostname) \$(pwd) \$(id -u)')"
+echo "EXEC=\$(srun -t 1 --overlap --container-name=j1:exec --container-workdir=/etc cat /mnt/j/f)"
+echo "MOUNTS=\$(srun -t 1 --overlap --container-name=j1 --container-mounts=$W/data:/data sh -c 'test -e /data/x && echo bound || echo not-bound' 2>$W/join.mounts)"
+echo "NOEXEC=\$(srun -t 1 --overlap --container-name=j1:no_exec sh -c 'cat /mnt/j/f 2>/dev/null || echo fresh')"
+kill %1; wait
+EOF
+  rm -f join.go; sbatch --wait -Q join.sbatch >/dev/null 2>&1
+  grep -q 'NOTRUNNING=.*--container-name=j1:exec: the container is not running' join.out; res $? "--container-name=j1:exec before any step runs it: refused ($(get NOTRUNNING join.out))" || cat join.err
+  [ "$(get JOINED join.out)" = "in joined / 0" ]; res $? "--container-name=j1 while a step runs it: the step joins it (its tmpfs, host name, root user; starts in /) ($(get JOINED join.out))"
+  [ "$(get EXEC join.out)" = in ]; res $? "--container-name=j1:exec --container-workdir: joins ($(get EXEC join.out))"
+  [ "$(get MOUNTS join.out)" = not-bound ] && grep -q 'ignoring --container-mounts' join.mounts; res $? "--container-mounts on a join: ignored with a line, as pyxis ($(get MOUNTS join.out))"
+  [ "$(get NOEXEC join.out)" = fresh ]; res $? "--container-name=j1:no_exec: a container of its own, not the running one ($(get NOEXEC join.out))"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root id -u 2>>stderr.log)
   [ "$out" = 0 ]; res $? "--container-remap-root: uid 0 inside ($out)"
   # The image server's file system is read-only as a whole: a task that tries to remount its
@@ -398,6 +425,7 @@ EOF
 #!/bin/sh
 [ -n "${ENTRY_FAIL-}" ] && { echo "entry.sh: cannot start" >&2; exit 3; }
 echo "$$" >> ./entry.runs
+echo "entry.sh says hello"
 export ENTRY_SET=yes ENTRY_SAW_FOO="$FOO"
 [ -w / ] && echo made > /entry-made
 exec "$@"
@@ -420,6 +448,10 @@ EOF
   [ "$out" = "host host" ]; res $? "--container-entrypoint --container-env=FOO: the entrypoint sees the host's FOO ($out)"
   out=$(srun "${T[@]}" --container-image="$EIMG" --container-entrypoint --container-writable cat /entry-made 2>>stderr.log)
   [ "$out" = made ]; res $? "--container-entrypoint --container-writable: what the entrypoint wrote is there ($out)"
+  out=$(srun "${T[@]}" --container-image="$EIMG" --container-entrypoint true 2>&1)
+  ! grep -q 'entry.sh says hello' <<<"$out"; res $? "--container-entrypoint: what it prints is not shown ($out)"
+  out=$(PYXIS_CONTAINER_ENTRYPOINT_LOG=1 srun "${T[@]}" -n2 --container-image="$EIMG" --container-entrypoint true 2>&1)
+  [ "$(grep -c 'entry.sh says hello' <<<"$out")" = 1 ]; res $? "PYXIS_CONTAINER_ENTRYPOINT_LOG=1 (--container-entrypoint-log): what it printed is shown, once ($out)"
   out=$(ENTRY_FAIL=1 srun "${T[@]}" -n2 --container-image="$EIMG" --container-entrypoint true 2>&1); rc=$?
   [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q 'cannot start.*exited with status 3.*--no-container-entrypoint' <<<"$out"
   res $? "a failing entrypoint: exit 125, one line with its error and the way out (rc=$rc: $(echo "$out" | tr '\n' '|'))"
@@ -451,9 +483,6 @@ EOF
   out=$(PYXIS_CONTAINER_ENV=FOO, srun "${T[@]}" --container-image="$IMG" true 2>&1); rc=$?
   [ "$rc" != 0 ] && grep -q 'gpurun: PYXIS_CONTAINER_ENV=FOO,: --container-env=FOO,: an empty name' <<<"$out"
   res $? "PYXIS_CONTAINER_ENV=FOO,: refused by srun with the reason (rc=$rc)"
-  printf '#!/bin/sh\n#SBATCH -t 1\n#SBATCH -o %s/envvar-sbatch.out\nsrun -t 1 cat /etc/gpurun-test-marker\n' "$W" > envvar.sbatch
-  PYXIS_CONTAINER_IMAGE=$IMG sbatch --wait -Q envvar.sbatch >/dev/null 2>&1
-  [ "$(cat envvar-sbatch.out)" = image ]; res $? "PYXIS_CONTAINER_IMAGE given to sbatch: the job's steps run in the image ($(cat envvar-sbatch.out))"
 
   # an image with a WorkingDir and a LANG of its own
   V=$W/wd-rootfs; cp -a "$R" "$V"; mkdir -p "$V/workspace"
@@ -500,6 +529,12 @@ EOF
   out=$(srun "${T[@]}" --container-image="$IMG" --container-unshare=net true 2>&1); rc=$?
   [ "$rc" != 0 ] && grep -q 'gpurun: --container-unshare=net: gpurun cannot give the container its own net namespace yet' <<<"$out"; res $? "--container-unshare=net: refused by srun with the reason (rc=$rc)"
 
+  # under Slurm's PMIx, the modules its server chose are the image's PMIx's MCA settings (as
+  # enroot's PMIx hook sets them)
+  out=$(srun "${T[@]}" --mpi=pmix --container-image="$IMG" sh -c 'echo $PMIX_SECURITY_MODE/$PMIX_MCA_psec $PMIX_GDS_MODULE/$PMIX_MCA_gds $PMIX_PTL_MODULE/${PMIX_MCA_ptl-}' 2>>stderr.log)
+  read -r psec gds ptl <<<"$out"
+  [ -n "${psec%/*}" ] && [ "${psec%/*}" = "${psec#*/}" ] && [ "${gds%/*}" = "${gds#*/}" ] && [ "${ptl%/*}" = "${ptl#*/}" ]
+  res $? "--mpi=pmix: PMIX_MCA_psec, _gds, _ptl from Slurm's PMIx modules ($out)"
   # a PyTorch image (PYTORCH_VERSION in its environment): torch.distributed's variables from Slurm's
   P=$W/torch-rootfs; cp -a "$R" "$P"
   printf '{"env": ["PATH=/bin", "PYTORCH_VERSION=2.3.0"]}\n' > "$P/.gpurun/meta.json"
@@ -514,18 +549,32 @@ EOF
   out=$(srun "${T[@]}" --container-image="$IMG" sh -c 'echo ${RANK-unset} ${MASTER_PORT-unset}' 2>>stderr.log)
   [ "$out" = "unset unset" ]; res $? "an image without PYTORCH_VERSION: no RANK, MASTER_PORT ($out)"
 
+  # #SBATCH --container-image: the batch script itself runs in the image, as with pyxis (slurmd's
+  # copy of it bound read-only at its own path); its sruns need Slurm inside, here the host's
+  # bound in (the image's /lib64 and /lib point into /usr), and run their steps in the image
+  MUNGE_DIR=$(sed -n 's|^AuthInfo=.*socket=\(.*\)/[^/]*$|\1|p' "${SLURM_CONF:-/etc/slurm/slurm.conf}")
+  SLURM_IN=/usr:/usr,/etc/slurm:/etc/slurm,${MUNGE_DIR:-/run/munge}:${MUNGE_DIR:-/run/munge},$(dirname "$GPURUN"):$(dirname "$GPURUN")
   cat > plug.sbatch <<EOF
 #!/bin/sh
 #SBATCH --container-image=$IMG
-#SBATCH --container-mounts=$W/data:/data:ro
+#SBATCH --container-mounts=$W/data:/data:ro,$SLURM_IN
 #SBATCH -t 1
 #SBATCH -o $W/plug-sbatch.out
 #SBATCH -e $W/plug-sbatch.err
-echo "batch MARKER=\$(cat /etc/gpurun-test-marker 2>/dev/null || echo host)"
-srun -t 1 sh -c 'echo "step MARKER=\$(cat /etc/gpurun-test-marker) data=\$(cat /data/x)"'
+echo "batch MARKER=\$(cat /etc/gpurun-test-marker 2>/dev/null || echo host) data=\$(cat /data/x) uid=\$(id -u) script=\$(test -r "\$0" && echo readable)"
+/usr/bin/srun -t 1 sh -c 'echo "step MARKER=\$(cat /etc/gpurun-test-marker) data=\$(cat /data/x)"'
 EOF
   sbatch --wait -Q plug.sbatch >/dev/null 2>&1
-  [ "$(echo $(cat plug-sbatch.out))" = "batch MARKER=host step MARKER=image data=secret" ]; res $? "#SBATCH --container-image: batch script on the host, its srun steps in the image ($(echo $(cat plug-sbatch.out)))"
+  want="batch MARKER=image data=secret uid=$(id -u) script=readable step MARKER=image data=secret"
+  [ "$(echo $(cat plug-sbatch.out))" = "$want" ]; res $? "#SBATCH --container-image: the batch script runs in the image, its srun steps too ($(echo $(cat plug-sbatch.out)))" || cat plug-sbatch.err
+  printf '#!/bin/sh\necho "MARKER=$(cat /etc/gpurun-test-marker 2>/dev/null || echo host)"\n' > cli.sbatch
+  sbatch --wait -Q "${T[@]}" -o "$W/cli-sbatch.out" --container-image="$IMG" cli.sbatch >/dev/null 2>&1
+  [ "$(get MARKER cli-sbatch.out)" = image ]; res $? "sbatch --container-image=IMG script: the script runs in the image ($(get MARKER cli-sbatch.out))"
+  PYXIS_CONTAINER_IMAGE=$IMG sbatch --wait -Q "${T[@]}" -o "$W/var-sbatch.out" cli.sbatch >/dev/null 2>&1
+  [ "$(get MARKER var-sbatch.out)" = image ]; res $? "PYXIS_CONTAINER_IMAGE=IMG sbatch script: the script runs in the image ($(get MARKER var-sbatch.out))"
+  sbatch --wait -Q "${T[@]}" -o "$W/bad-sbatch.out" -e "$W/bad-sbatch.err" --container-image="$W/missing.sqsh" cli.sbatch >/dev/null 2>&1; rc=$?
+  [ "$rc" = 125 ] && [ ! -s bad-sbatch.out ] && [ "$(grep -c 'gpurun:' bad-sbatch.err)" = 1 ] && grep -q missing.sqsh bad-sbatch.err
+  res $? "sbatch --container-image=missing.sqsh: the script does not run, exit 125, one gpurun line (rc=$rc: $(cat bad-sbatch.err))"
 
   out=$(srun "${T[@]}" --container-image="./${IMG#"$W"/}" cat /etc/gpurun-test-marker 2>>stderr.log)
   [ "$out" = image ]; res $? "--container-image=./${IMG#"$W"/}: relative to the job's directory ($out)"

@@ -20,9 +20,11 @@ impl SaveTarget {
     }
 }
 
-pub fn save_target(out: &Path) -> Result<SaveTarget, PullError> {
-    if out.symlink_metadata().is_ok() {
-        return Err(PullError::Exists(out.to_path_buf()));
+pub fn save_target(out: &Path, replace: bool) -> Result<SaveTarget, PullError> {
+    match out.symlink_metadata() {
+        Ok(m) if replace && !m.is_dir() => {}
+        Ok(_) => return Err(PullError::Exists(out.to_path_buf())),
+        Err(_) => {}
     }
     Ok(SaveTarget(Staging::beside(out)?))
 }
