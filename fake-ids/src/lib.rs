@@ -176,19 +176,26 @@ pub fn install() -> io::Result<()> {
     };
     // SPEC_ALLOW: a filter would otherwise turn on the speculative store bypass mitigation on
     // kernels before 5.16 (spec_store_bypass_disable=seccomp), slowing the container's code.
-    // SAFETY: the kernel copies the program, which `prog` points to, and keeps no pointer.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW,
-            &prog as *const libc::sock_fprog,
-        )
+    // Kernels before 4.17 do not know the flag (EINVAL), nor that mitigation.
+    let set = |flags: libc::c_ulong| {
+        // SAFETY: the kernel copies the program, which `prog` points to, and keeps no pointer.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                flags,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        match r {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
     };
-    match r {
-        0 => Ok(()),
-        _ => Err(io::Error::last_os_error()),
-    }
+    set(libc::SECCOMP_FILTER_FLAG_SPEC_ALLOW).or_else(|e| match e.raw_os_error() {
+        Some(libc::EINVAL) => set(0),
+        _ => Err(e),
+    })
 }
 
 #[cfg(test)]

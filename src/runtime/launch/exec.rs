@@ -58,7 +58,10 @@ pub(super) fn no_privileges(prep: &Prepared) -> Result<(), (i32, String)> {
     let failed = |e: sys::SysError| (exit::GPURUN_FAILED, e.to_string());
     sys::set_no_new_privs().map_err(failed)?;
     if prep.fake_ids {
-        sys::fake_id_changes().map_err(failed)?;
+        sys::fake_id_changes().map_err(|e| {
+            let why = format!("--fakeroot: cannot install its seccomp filter ({e}); the kernel needs CONFIG_SECCOMP_FILTER");
+            (exit::GPURUN_FAILED, why)
+        })?;
     }
     Ok(())
 }
