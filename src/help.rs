@@ -143,7 +143,9 @@ Coming from Apptainer: the same options do the same (-B/--bind, -c/--contain, -C
 APPTAINERENV_K is GPURUNENV_K, APPTAINER_BIND is GPURUN_BIND, .sif files run as they are, and
 everything after the image goes to the container. An option gpurun does not have (--nvccli,
 --userns, --pid, …) is refused with what to use instead.
-Coming from enroot and pyxis: .sqsh files from enroot import run as they are; srun
+Coming from enroot and pyxis: .sqsh files from enroot import run as they are; enroot start
+--root is --fakeroot, enroot's seccomp filter included (chown and id changes succeed and do
+nothing, so apt-get install works with --writable-tmpfs or --overlay DIR); srun
 --container-image, --container-mounts, --container-workdir, --container-env,
 --container-writable/-readonly, --[no-]container-remap-root, --[no-]container-mount-home,
 --[no-]container-entrypoint, --container-unshare, --container-save come with gpurun's SPANK

@@ -15,6 +15,9 @@ pub enum MountSource {
     Tmpfs { mode: u32 },
     /// A file whose contents gpurun generates (passwd, group, driver params…).
     File { contents: String },
+    /// A generated file written into the container's writable root, where the container may
+    /// replace it (rename); bound read-only as a `File` where the root refuses the write.
+    RootFile { contents: String },
     /// A symlink created in the container's writable scratch (e.g. /dev/fd → /proc/self/fd).
     Symlink { target: PathBuf },
     /// A proc file system of the container's own PID namespace (`--containall`).

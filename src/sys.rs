@@ -475,6 +475,25 @@ pub fn symlink_in_root(root: &OwnedFd, path: &Path, target: &Path) -> Result<()>
     Ok(())
 }
 
+/// Write `contents` as the file at `path` inside `root` (parents created), mode 0644, over what
+/// is there; a symlink there is refused (ELOOP), so the write never lands outside the root.
+pub fn write_in_root(root: &OwnedFd, path: &Path, contents: &[u8]) -> Result<()> {
+    let dir = open_in_root(root, path.parent().unwrap_or(Path::new("/")), Create::Dir)?;
+    let name = CString::new(path.file_name().unwrap_or_default().as_bytes()).expect("no NUL");
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a C string and an O_PATH directory fd, alive meanwhile; the fd returned is owned.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, 0o644) };
+    if fd < 0 {
+        return Err(at("create", path)(Errno::last()));
+    }
+    let mut f = unsafe { File::from_raw_fd(fd) };
+    let written = f.write_all(contents).and_then(|_| {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))
+    });
+    written.map_err(|e| at("write", path)(io_errno(&e)))
+}
+
 pub fn fstat(fd: &OwnedFd) -> Result<nix::sys::stat::FileStat> {
     nix::sys::stat::fstat(fd).map_err(call("fstat"))
 }
@@ -682,6 +701,12 @@ pub fn caller_dispositions(signals: &[nix::sys::signal::Signal]) {
 
 pub fn set_no_new_privs() -> Result<()> {
     nix::sys::prctl::set_no_new_privs().map_err(call("PR_SET_NO_NEW_PRIVS"))
+}
+
+/// From now on this process's chown and id-changing calls, and those of what it starts, succeed
+/// and do nothing (the fake-ids crate's seccomp filter). After `set_no_new_privs`.
+pub fn fake_id_changes() -> Result<()> {
+    fake_ids::install().map_err(|e| call("seccomp (fake ids)")(io_errno(&e)))
 }
 
 /// Get `signal` when the parent dies: a container must not outlive gpurun (its image server).

@@ -47,6 +47,7 @@ const OWN: [(&str, libc::c_int); 3] = [
 /// mount namespace is already the container ("root": "/") is joined as it is: the container's
 /// root becomes this task's root.
 /// An older gpurun's holder ("root": its path) is joined through a private copy, pivoted here.
+/// Then no_new_privs and the fake-ids seccomp filter, which the command inherits.
 /// Returns a warning for the user when the working directory had to change.
 pub fn enter(h: &Holder) -> Result<Option<String>, String> {
     // all opened before joining anything: after setns(user) /proc/PID may look different
@@ -99,6 +100,9 @@ pub fn enter(h: &Holder) -> Result<Option<String>, String> {
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
         )?;
     }
+    // as pyxis's tasks (enroot's filter), with and without --container-remap-root: chown and
+    // id changes succeed and do nothing, so a package install runs in a namespace of one uid
+    fake_ids::install().map_err(|e| format!("seccomp filter (fake ids): {e}"))?;
     Ok(warning)
 }
 

@@ -87,6 +87,9 @@ pub struct Plan {
     /// PID and IPC namespaces of the container's own (`--containall`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub own_pid_ipc: bool,
+    /// chown and id changes succeed and do nothing (`--fakeroot`: package installs).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fake_ids: bool,
     /// The container's host name, in a UTS namespace of its own (`--hostname`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
@@ -488,12 +491,15 @@ pub fn normalize(p: &Path) -> PathBuf {
     out
 }
 
+/// Whether a passwd or group text has an entry of `id`.
+fn has_id(text: &str, id: u32) -> bool {
+    text.lines()
+        .any(|l| l.split(':').nth(2).and_then(|u| u.parse::<u32>().ok()) == Some(id))
+}
+
 fn passwd_with(image: Option<&str>, line: &str, id: u32) -> String {
     let mut text = image.unwrap_or("").to_string();
-    let present = text
-        .lines()
-        .any(|l| l.split(':').nth(2).and_then(|u| u.parse::<u32>().ok()) == Some(id));
-    if !present {
+    if !has_id(&text, id) {
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
@@ -585,7 +591,9 @@ pub fn plan(
         return Err(PlanError::Hostname(h.to_string()));
     }
     tmp_and_host_files(req, &skips, &mut mounts);
-    let (uid, gid, home) = user_and_home(req, host, image, &skips, &mut mounts)?;
+    let changes = changes(req, host, &image.root)?;
+    let (uid, gid, home) = user_and_home(req, host, image, &skips, &changes, &mut mounts)?;
+    apt_sandbox(req, image, &mut mounts);
     binds(req, host, &skips, &mut mounts)?;
     pmix_dir(host, &mut mounts);
     let cwd = working_dir(req, action, host, image, &skips, &mut mounts)?;
@@ -626,8 +634,9 @@ pub fn plan(
         env,
         cwd,
         argv: argv?,
-        changes: changes(req, host, &image.root)?,
+        changes,
         own_pid_ipc: req.own_pid_ipc,
+        fake_ids: req.fakeroot,
         hostname: req.hostname.clone(),
         cdi: extras.cdi.clone(),
     })
@@ -694,6 +703,7 @@ fn user_and_home(
     host: &HostView,
     image: &ImageView,
     skips: &Skips,
+    changes: &Changes,
     mounts: &mut Vec<Mount>,
 ) -> Result<(u32, u32, PathBuf), PlanError> {
     let (uid, gid) = match req.fakeroot {
@@ -727,24 +737,62 @@ fn user_and_home(
             .filter(|s| (image.exists)(s))
             .unwrap_or("/bin/sh")
     );
-    let (passwd, group) = if req.fakeroot {
-        (
-            passwd_with(image.passwd.as_deref(), "root:x:0:0:root:/root:/bin/sh", 0),
-            passwd_with(image.group.as_deref(), "root:x:0:", 0),
-        )
-    } else {
-        (
-            passwd_with(image.passwd.as_deref(), &passwd_line, uid),
-            passwd_with(
-                image.group.as_deref(),
-                &format!("{}:x:{gid}:", host.group),
-                gid,
-            ),
-        )
+    let (passwd_line, group_line) = match req.fakeroot {
+        true => ("root:x:0:0:root:/root:/bin/sh".into(), "root:x:0:".into()),
+        false => (passwd_line, format!("{}:x:{gid}:", host.group)),
     };
-    mounts.push(Mount::new("/etc/passwd", MountSource::File { contents: passwd }).ro());
-    mounts.push(Mount::new("/etc/group", MountSource::File { contents: group }).ro());
+    let passwd = id_file(
+        "/etc/passwd",
+        image.passwd.as_deref(),
+        &passwd_line,
+        uid,
+        changes,
+    );
+    let group = id_file(
+        "/etc/group",
+        image.group.as_deref(),
+        &group_line,
+        gid,
+        changes,
+    );
+    mounts.extend(passwd.into_iter().chain(group));
     Ok((uid, gid, home))
+}
+
+/// /etc/passwd or /etc/group with the user's entry (`line`, of `id`). In a writable root whose
+/// file has the entry, that file itself: a package's postinst may change it (groupadd and
+/// useradd replace it by rename, which a mount refuses). Else the image's text with the entry
+/// added: in a root whose changes vanish (tmpfs), written into it; else bound read-only, as the
+/// changes of --writable and --overlay DIR are the user's, which gpurun never rewrites.
+fn id_file(
+    dst: &str,
+    image: Option<&str>,
+    line: &str,
+    id: u32,
+    changes: &Changes,
+) -> Option<Mount> {
+    if changes.writable() && image.is_some_and(|t| has_id(t, id)) {
+        return None;
+    }
+    let contents = passwd_with(image, line, id);
+    Some(match changes {
+        Changes::Tmpfs => Mount::new(dst, MountSource::RootFile { contents }),
+        _ => Mount::new(dst, MountSource::File { contents }).ro(),
+    })
+}
+
+/// apt's sandbox user where --fakeroot runs an image that has apt: root, as enroot sets it.
+/// apt would drop to `_apt`, and the drop, faked (fake-ids), fails apt's check of its ids.
+const APT_SANDBOX: (&str, &str) = (
+    "/etc/apt/apt.conf.d/99gpurun-fakeroot",
+    "APT::Sandbox::User \"root\";\n",
+);
+
+fn apt_sandbox(req: &Request, image: &ImageView, mounts: &mut Vec<Mount>) {
+    if req.fakeroot && (image.exists)("/etc/apt/apt.conf.d") {
+        let contents = APT_SANDBOX.1.to_string();
+        mounts.push(Mount::new(APT_SANDBOX.0, MountSource::File { contents }).ro());
+    }
 }
 
 /// The config file's site binds and the user's --bind, each source checked on the host.
@@ -1831,5 +1879,118 @@ mod tests {
             .iter()
             .find(|m| m.dst == Path::new(d))
             .map(|m| m.source.clone())
+    }
+
+    /// /etc/passwd and /etc/group by where the root's changes go: in a writable root the
+    /// image's own where they have the user's entry (a postinst may rewrite them), else the
+    /// entry added, written into a tmpfs root, or bound read-only (a read-only root, and the
+    /// user's own --writable directory and --overlay DIR, which gpurun never rewrites).
+    #[test]
+    fn passwd_and_group_by_where_changes_go() {
+        let exists = |p: &str| ["/bin/sh", "/etc"].contains(&p);
+        let (with_root, without_root) =
+            ("root:x:0:0:root:/root:/bin/sh\n", "bin:x:2:2::/:/bin/sh\n");
+        let req = |changes: &str, fakeroot| Request {
+            writable_tmpfs: changes == "tmpfs",
+            writable: changes == "in-place",
+            overlay: (changes.starts_with("/o")).then(|| changes.to_string()),
+            fakeroot,
+            ..Request::default()
+        };
+        // (changes, fakeroot, image passwd) → (/etc/passwd, /etc/group): "own" (not mounted),
+        // "written" (RootFile), "bound" (read-only File)
+        for (changes, fakeroot, passwd, want) in [
+            ("none", true, with_root, ("bound", "bound")),
+            ("none", false, with_root, ("bound", "bound")),
+            ("tmpfs", true, with_root, ("own", "own")),
+            ("tmpfs", true, without_root, ("written", "own")),
+            ("tmpfs", false, with_root, ("written", "written")),
+            ("/o", true, with_root, ("own", "own")),
+            ("/o", true, without_root, ("bound", "own")),
+            ("/o", false, with_root, ("bound", "bound")),
+            ("/o:ro", true, with_root, ("bound", "bound")),
+            ("in-place", true, with_root, ("own", "own")),
+            ("in-place", true, without_root, ("bound", "own")),
+            ("in-place", false, with_root, ("bound", "bound")),
+        ] {
+            let image = ImageView {
+                root: RootSource::Dir("/img".into()),
+                meta: ImageMeta::default(),
+                passwd: Some(passwd.into()),
+                group: Some("root:x:0:\n".into()),
+                exists: &exists,
+            };
+            let host = alice("/home/alice", vec![], vec![]);
+            let r = req(changes, fakeroot);
+            let p = plan(
+                &r,
+                &Action::Exec(vec!["id".into()]),
+                &host,
+                &image,
+                &Extras::default(),
+            );
+            let p = p.unwrap();
+            let (line, grp) = match fakeroot {
+                true => ("root:x:0:0:", "root:x:0:"),
+                false => ("alice:x:1000:100:", "users:x:100:"),
+            };
+            let how = |dst: &str, entry: &str| match find(&p, dst) {
+                None => "own",
+                Some(m) => {
+                    let (MountSource::File { contents } | MountSource::RootFile { contents }) =
+                        &m.source
+                    else {
+                        panic!("{dst}: {m:?}")
+                    };
+                    assert!(contents.contains(entry), "{dst}: {contents}");
+                    match m.source {
+                        MountSource::File { .. } if m.readonly => "bound",
+                        MountSource::RootFile { .. } if !m.readonly => "written",
+                        _ => panic!("{dst}: {m:?}"),
+                    }
+                }
+            };
+            let got = (how("/etc/passwd", line), how("/etc/group", grp));
+            assert_eq!(got, want, "{changes} fakeroot={fakeroot} {passwd}");
+        }
+    }
+
+    /// --fakeroot fakes chown and id changes, and where the image has apt sets its sandbox
+    /// user to root.
+    #[test]
+    fn fakeroot_fakes_ids_and_keeps_apt_as_root() {
+        let with_apt = |p: &str| ["/bin/sh", "/etc/apt/apt.conf.d"].contains(&p);
+        let without_apt = |p: &str| p == "/bin/sh";
+        for (fakeroot, exists, apt) in [
+            (true, &with_apt as &dyn Fn(&str) -> bool, true),
+            (false, &with_apt, false),
+            (true, &without_apt, false),
+        ] {
+            let image = ImageView {
+                exists,
+                ..image_of(ImageMeta::default())
+            };
+            let host = alice("/home/alice", vec![], vec![]);
+            let req = Request {
+                fakeroot,
+                ..Request::default()
+            };
+            let p = plan(
+                &req,
+                &Action::Exec(vec!["id".into()]),
+                &host,
+                &image,
+                &Extras::default(),
+            );
+            let p = p.unwrap();
+            assert_eq!(p.fake_ids, fakeroot);
+            let conf = find(&p, "/etc/apt/apt.conf.d/99gpurun-fakeroot");
+            assert_eq!(conf.is_some(), apt, "fakeroot={fakeroot}");
+            if let Some(m) = conf {
+                let contents = "APT::Sandbox::User \"root\";\n".to_string();
+                assert_eq!(m.source, MountSource::File { contents });
+                assert!(m.readonly);
+            }
+        }
     }
 }

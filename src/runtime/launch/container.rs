@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use nix::sys::signal::SigSet;
 use nix::unistd::Pid;
 
-use super::exec::{spawn_command, Prepared};
+use super::exec::{no_privileges, spawn_command, Prepared};
 use super::hold::{hold, run_entrypoint};
 use super::interface::Lower;
 use super::root::setup_root;
@@ -85,8 +85,11 @@ pub(super) fn child(
             plan.cwd.display()
         );
     }
-    if let Err(e) = sys::set_no_new_privs().and_then(|_| sys::become_subreaper()) {
+    if let Err(e) = sys::become_subreaper() {
         return (exit::GPURUN_FAILED, e.to_string());
+    }
+    if let Err(e) = no_privileges(prep) {
+        return e;
     }
     // C stays as a small init: it reaps, forwards signals, and takes the command's whole process
     // tree down with it, also when gpurun itself is killed (PDEATHSIG reaches C, which can act).

@@ -23,6 +23,8 @@ pub(super) struct Prepared {
     pub(super) argv: Vec<CString>,
     pub(super) envp: Vec<CString>,
     pub(super) path_dirs: Vec<PathBuf>,
+    /// chown and id changes faked (`--fakeroot`).
+    pub(super) fake_ids: bool,
 }
 
 impl Prepared {
@@ -44,8 +46,24 @@ impl Prepared {
             argv,
             envp,
             path_dirs: crate::runtime::env::path_dirs(&plan.env),
+            fake_ids: plan.fake_ids,
         })
     }
+}
+
+/// What C and every command it starts run under: nothing they exec gains privileges, and with
+/// --fakeroot their chown and id changes succeed and do nothing (a package's files owned by
+/// other ids, apt's and groupadd's id changes, in a namespace that maps one uid).
+pub(super) fn no_privileges(prep: &Prepared) -> Result<(), (i32, String)> {
+    let failed = |e: sys::SysError| (exit::GPURUN_FAILED, e.to_string());
+    sys::set_no_new_privs().map_err(failed)?;
+    if prep.fake_ids {
+        sys::fake_id_changes().map_err(|e| {
+            let why = format!("--fakeroot: cannot install its seccomp filter ({e}); the kernel needs CONFIG_SECCOMP_FILTER");
+            (exit::GPURUN_FAILED, why)
+        })?;
+    }
+    Ok(())
 }
 
 /// Start the command through the container's PATH (glibc's execvpe would search the host's
@@ -273,6 +291,7 @@ mod tests {
             argv: vec![CString::new(cmd).unwrap()],
             envp: vec![],
             path_dirs: dirs.iter().map(PathBuf::from).collect(),
+            fake_ids: false,
         };
         let pid = spawn_command(&prep("true"), &SigSet::empty()).unwrap();
         assert_eq!(waitpid(pid, None), Ok(WaitStatus::Exited(pid, 0)));

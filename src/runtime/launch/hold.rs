@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 
-use super::exec::{spawn_command, Prepared};
+use super::exec::{no_privileges, spawn_command, Prepared};
 use super::interface::{HoldState, LaunchError};
 use super::signals::{die_by, forwarded_and, parent_death_signal};
 use super::supervise::gpurun_died;
@@ -36,8 +36,8 @@ pub(super) fn run_entrypoint(
     cwd: &Path,
 ) -> Result<(Vec<String>, PathBuf), (i32, String)> {
     let in_cwd = nix::unistd::chdir(cwd).is_ok();
-    // as for any command gpurun starts: nothing it execs gains privileges
-    sys::set_no_new_privs().map_err(|e| (exit::GPURUN_FAILED, e.to_string()))?;
+    // as for any command gpurun starts
+    no_privileges(prep)?;
     let pid = spawn_command(prep, mask)?;
     let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED));
     let entry = prep.argv[..prep.argv.len() - crate::runtime::plan::HOLD_STOP.len()]

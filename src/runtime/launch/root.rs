@@ -287,7 +287,7 @@ fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
         }),
         MountSource::Tmpfs { .. } | MountSource::Proc => Some(Create::Dir),
         MountSource::File { .. } => Some(Create::File),
-        MountSource::Symlink { .. } => None,
+        MountSource::Symlink { .. } | MountSource::RootFile { .. } => None,
     }
 }
 
@@ -320,6 +320,21 @@ fn apply_mount(
             })?;
             let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644));
             attach(root, stage, m, &sys::clone_tree(&f)?, Create::File)
+        }
+        MountSource::RootFile { contents } => {
+            sys::write_in_root(&root.fd, &m.dst, contents.as_bytes()).or_else(|_| {
+                // a root that refuses it (an image directory's file whose owner is outside
+                // the user namespace cannot be copied up): bound read-only instead
+                let source = MountSource::File {
+                    contents: contents.clone(),
+                };
+                let bound = Mount {
+                    source,
+                    readonly: true,
+                    ..m.clone()
+                };
+                apply_mount(root, stage, &bound, None, files, i)
+            })
         }
         MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
         MountSource::Proc => {
