@@ -175,7 +175,8 @@ mod tests {
             m
         };
         // (spec, (src, dst, read-only, flags))
-        let ok: Vec<(&str, (&str, &str, bool, MountFlags))> = vec![
+        type Case<'a> = (&'a str, (&'a str, &'a str, bool, MountFlags));
+        let ok: Vec<Case> = vec![
             ("/a", ("/a", "/a", false, plain)),
             ("/a:/b", ("/a", "/b", false, plain)),
             ("/a:/b:ro", ("/a", "/b", true, plain)),
@@ -253,7 +254,8 @@ mod tests {
     #[test]
     fn tmpfs_specs() {
         // (spec, dst, mode, size, read-only, noexec)
-        let ok: &[(&str, &str, u32, Option<u64>, bool, bool)] = &[
+        type Case<'a> = (&'a str, &'a str, u32, Option<u64>, bool, bool);
+        let ok: &[Case] = &[
             ("/scratch", "/scratch", 0o1777, None, false, false),
             ("/s/", "/s", 0o1777, None, false, false),
             ("/s:size=64M", "/s", 0o1777, Some(64 << 20), false, false),

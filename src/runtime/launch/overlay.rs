@@ -8,7 +8,9 @@
 //! of the layers), in a session of its own, and gets SIGKILL when C ends: nothing of it
 //! outlives the container.
 
+use std::fs::Permissions;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -89,6 +91,11 @@ fn fuse(prog: &Path, layers: &Layers, at: &Path) -> Result<(), String> {
     let readonly = layers.upper.is_none();
     sys::mount_fuse_overlay(&dev, at, uid.as_raw(), gid.as_raw(), readonly)
         .map_err(|e| e.to_string())?;
+    if let Some((_, work)) = layers.upper {
+        // The kernel's overlayfs leaves its work/work at mode 000, which fuse-overlayfs (no
+        // capability) could not open: an overlay directory may have been used by either.
+        let _ = std::fs::set_permissions(work.join("work"), Permissions::from_mode(0o700));
+    }
     let args = ["-f", "-o", &options(layers), "/dev/fd/3"].map(String::from);
     let daemon = sys::spawn_daemon(prog, "fuse-overlayfs", &args, dev.as_raw_fd());
     // Its copy of the connection is the only one left: when it exits, the mount fails.

@@ -403,13 +403,13 @@ fn attach(
     }
     // The new mount is reached through a fresh handle; an fd opened before it was attached
     // still points under it.
-    let top = sys::fd_path(&sys::open_in_root(&root.fd, &m.dst, Create::No)?);
+    let top = sys::open_in_root(&root.fd, &m.dst, Create::No)?;
     if later {
         // Kernels before 5.12: the mount itself only (its submounts keep their flags).
-        sys::remount(&top, attrs)?;
+        sys::remount(&sys::fd_path(&top), attrs)?;
     }
     match m.flags.propagation {
-        Some(p) => sys::set_propagation(&top, p),
+        Some(p) => sys::set_propagation(&sys::fd_path(&top), p),
         None => Ok(()),
     }
 }
