@@ -963,7 +963,7 @@ fn read_only_and_the_sites_writable_root() {
     one_line(
         &with_env(&["exec", "--read-only", "--writable-tmpfs", img, "true"], &[]),
         125,
-        "--read-only keeps the root as the image has it: leave out --writable, --writable-tmpfs and --overlay",
+        "--read-only keeps the root as the image has it: leave out --writable, --writable-tmpfs, --overlay",
     );
     let shown = out_ok(&["config", "show"], &[("GPURUN_SITE_CONFIG", site)]);
     assert!(

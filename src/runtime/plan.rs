@@ -321,7 +321,7 @@ pub enum PlanError {
     NotWritable(PathBuf),
     #[error("--writable, --writable-tmpfs and --overlay each say where changes go: give one")]
     Changes,
-    #[error("--read-only keeps the root as the image has it: leave out --writable, --writable-tmpfs and --overlay (or add :ro to it)")]
+    #[error("--read-only keeps the root as the image has it: leave out --writable, --writable-tmpfs, --overlay (or add :ro to it) and --save")]
     ReadOnly,
     #[error("--network {0}: gpurun has only none (a network namespace of the container's own, loopback only); leave out --net and --network for the host's network")]
     Network(String),
@@ -342,8 +342,8 @@ fn changes(req: &Request, host: &HostView, root: &RootSource) -> Result<Changes,
         return Err(PlanError::Changes);
     }
     let overlay_ro = req.overlay.as_deref().is_some_and(|o| o.ends_with(":ro"));
-    if req.read_only && (req.writable || req.writable_tmpfs || req.overlay.is_some() && !overlay_ro)
-    {
+    let writes = req.writable || req.writable_tmpfs || req.save_changes.is_some();
+    if req.read_only && (writes || req.overlay.is_some() && !overlay_ro) {
         return Err(PlanError::ReadOnly);
     }
     if let Some(dir) = &req.save_changes {
@@ -1912,6 +1912,14 @@ mod tests {
             (
                 ro(req(false, false, Some("/o"))),
                 &dir,
+                Err("--read-only keeps"),
+            ),
+            (
+                Request {
+                    save_changes: Some("/cache/save".into()),
+                    ..ro(req(false, false, None))
+                },
+                &sqsh,
                 Err("--read-only keeps"),
             ),
         ]);
