@@ -1235,3 +1235,68 @@ fn fuse_overlayfs_ends_with_the_container() {
         );
     }
 }
+
+/// Where the kernel refuses the overlay (its DIR on a FUSE file system: overlayfs takes no
+/// upper directory there), gpurun falls back to fuse-overlayfs by itself; with
+/// overlay_driver = "kernel" the kernel's refusal is the error.
+#[test]
+fn overlay_falls_back_to_fuse_overlayfs() {
+    if !root_or_skip("to mount a FUSE file system on the host") {
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.0).status();
+        }
+    }
+    let s = Scratch::new();
+    let img = image(&s);
+    for d in ["l", "u", "w", "m"] {
+        std::fs::create_dir(s.join(d)).unwrap();
+    }
+    // a FUSE file system (fuse-overlayfs, run as root here) that the test user may write
+    let o = s.join("l").display().to_string();
+    let opts = format!(
+        "lowerdir={o},upperdir={},workdir={},allow_other",
+        s.join("u").display(),
+        s.join("w").display()
+    );
+    let m = s.join("m");
+    run_ok(Command::new("fuse-overlayfs").args(["-o", &opts]).arg(&m));
+    let _unmount = Unmount(m.clone());
+    let ov = m.join("ov");
+    std::fs::create_dir(&ov).unwrap();
+    let (uid, gid) = test_ids();
+    std::os::unix::fs::chown(&ov, Some(uid), Some(gid)).unwrap();
+    let ov = ov.display().to_string();
+    let script = "grep ' / / ' /proc/self/mountinfo | sed 's/.* - //' | cut -d' ' -f1; \
+                  echo kept >> /etc/kept; cat /etc/kept";
+    let args = ["--no-home", "--overlay", &ov];
+    let o = exec_with(&args, &img, &["sh", "-c", script]);
+    assert_eq!(stdout(&o), "fuse.fuse-overlayfs\nkept\n", "{}", stderr(&o));
+    let o = exec_with(&args, &img, &["sh", "-c", script]);
+    assert_eq!(
+        stdout(&o),
+        "fuse.fuse-overlayfs\nkept\nkept\n",
+        "{}",
+        stderr(&o)
+    );
+    let mut c = gpurun(&[
+        "exec",
+        "--no-home",
+        "--overlay",
+        &ov,
+        img.to_str().unwrap(),
+        "true",
+    ]);
+    let o = c.env("GPURUN_OVERLAY_DRIVER", "kernel").output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{e}");
+    assert!(
+        e.lines().count() == 1
+            && e.contains(&format!("--overlay {ov}: mount overlay on"))
+            && e.contains("overlayfs in a user namespace needs Linux ≥ 5.11"),
+        "{e}"
+    );
+}
