@@ -194,7 +194,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__exec)
-            opts="-B -c -C -H -e -w -o -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --save --quiet --verbose --debug --help --version"
+            opts="-B -c -C -p -i -n -H -e -w -o -f -q -v -h -V --bind --tmpfs --contain --containall --pid --ipc --net --network --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --read-only --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --save --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -205,6 +205,14 @@ _gpurun() {
                     return 0
                     ;;
                 -B)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tmpfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --network)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -374,7 +382,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__run)
-            opts="-B -c -C -H -e -w -o -f -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
+            opts="-B -c -C -p -i -n -H -e -w -o -f -q -v -h -V --bind --tmpfs --contain --containall --pid --ipc --net --network --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --read-only --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -385,6 +393,14 @@ _gpurun() {
                     return 0
                     ;;
                 -B)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tmpfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --network)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -452,7 +468,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__shell)
-            opts="-B -c -C -H -e -w -o -f -s -q -v -h -V --bind --contain --containall --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --shell --quiet --verbose --debug --help --version"
+            opts="-B -c -C -p -i -n -H -e -w -o -f -s -q -v -h -V --bind --tmpfs --contain --containall --pid --ipc --net --network --no-home --home --no-mount --cwd --pwd --cleanenv --env --env-file --writable-tmpfs --read-only --writable --overlay --fakeroot --hostname --nv --no-nv --gpus --nv-caps --device --nv-driver-path --dry-run --shell --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -463,6 +479,14 @@ _gpurun() {
                     return 0
                     ;;
                 -B)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tmpfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --network)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -576,9 +600,9 @@ _gpurun_image() {
         w="${COMP_WORDS[i]}"
         if [[ -z $sub ]]; then
             case "$w" in
-                exec) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path --save" ;;
-                run) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path" ;;
-                shell) sub=$w; vals="-B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path -s --shell" ;;
+                exec) sub=$w; vals="-B --bind --tmpfs --network -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path --save" ;;
+                run) sub=$w; vals="-B --bind --tmpfs --network -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path" ;;
+                shell) sub=$w; vals="-B --bind --tmpfs --network -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path -s --shell" ;;
                 inspect) sub=$w; vals="--platform" ;;
                 -*) ;;
                 *) return 1 ;;

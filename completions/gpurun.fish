@@ -42,7 +42,9 @@ complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "stop" -d 'Stop your i
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "config" -d 'Print the merged configuration and where each value came from'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "version" -d 'Print the version, git commit, compiler and target'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "help" -d 'Help on a subcommand or a topic: env, binds, gpu, slurm, exit-codes, config, images, apptainer'
-complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s B -l bind -d 'Bind a host path: SRC[:DST[:ro|rw]], repeatable, comma-separated lists allowed' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s B -l bind -d 'Bind a host path: SRC[:DST[:FLAGS]], repeatable, comma-separated lists allowed; FLAGS joined with \'+\': ro, rw, nosuid, nodev, noexec, [r]private, [r]slave, [r]shared, [r]unbindable, x-create=dir|file|auto (gpurun help binds)' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l tmpfs -d 'Mount a fresh tmpfs at DST inside: DST[:OPTS], OPTS size=N, mode=OCTAL, ro, noexec… (comma-separated; repeatable)' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l network -d 'The network of --net: none (loopback only) is the one gpurun has; implies --net' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s H -l home -d 'Bind SRC as the home directory, at DST inside (default: SRC); also with --contain' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l no-mount -d 'Leave out default mounts: home, cwd, tmp, hostfs, bind-paths (the config files\' binds), or the destination of one of those binds or of /etc/hosts, /etc/localtime, /etc/resolv.conf (comma-separated, repeatable)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
@@ -57,9 +59,13 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-driver-path -d
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l save -d 'Once the command has succeeded, write the container\'s root with its changes as a new image OUT (the image\'s metadata kept)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s p -l pid -d 'A PID namespace of the container\'s own, with its own /proc'
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s i -l ipc -d 'An IPC namespace of the container\'s own, with its own /dev/shm'
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s n -l net -d 'A network namespace of the container\'s own, with only loopback (no network outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l no-home -d 'Do not bind the home directory'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s e -l cleanenv -d 'Start from an empty environment (plus the image\'s and --env)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l writable-tmpfs -d 'Make the root writable with a tmpfs overlay that vanishes on exit'
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l read-only -d 'Keep the root read-only, also where the site makes it writable by default (writable_root in the config)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s w -l writable -d 'Write changes into the sandbox directory image itself (not a .sqsh or .sif image)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s f -l fakeroot -d 'Map your user to root inside the container (no privilege is gained outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv -d 'Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is present (env GPURUN_NV=1|0)'
@@ -70,7 +76,9 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s v -l verbose -d '
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l debug -d 'Also print the cause chain of errors and every mount'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s V -l version -d 'Print version'
-complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s B -l bind -d 'Bind a host path: SRC[:DST[:ro|rw]], repeatable, comma-separated lists allowed' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s B -l bind -d 'Bind a host path: SRC[:DST[:FLAGS]], repeatable, comma-separated lists allowed; FLAGS joined with \'+\': ro, rw, nosuid, nodev, noexec, [r]private, [r]slave, [r]shared, [r]unbindable, x-create=dir|file|auto (gpurun help binds)' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l tmpfs -d 'Mount a fresh tmpfs at DST inside: DST[:OPTS], OPTS size=N, mode=OCTAL, ro, noexec… (comma-separated; repeatable)' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l network -d 'The network of --net: none (loopback only) is the one gpurun has; implies --net' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s H -l home -d 'Bind SRC as the home directory, at DST inside (default: SRC); also with --contain' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l no-mount -d 'Leave out default mounts: home, cwd, tmp, hostfs, bind-paths (the config files\' binds), or the destination of one of those binds or of /etc/hosts, /etc/localtime, /etc/resolv.conf (comma-separated, repeatable)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
@@ -84,9 +92,13 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l device -d 'A devic
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s p -l pid -d 'A PID namespace of the container\'s own, with its own /proc'
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s i -l ipc -d 'An IPC namespace of the container\'s own, with its own /dev/shm'
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s n -l net -d 'A network namespace of the container\'s own, with only loopback (no network outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l no-home -d 'Do not bind the home directory'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s e -l cleanenv -d 'Start from an empty environment (plus the image\'s and --env)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l writable-tmpfs -d 'Make the root writable with a tmpfs overlay that vanishes on exit'
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l read-only -d 'Keep the root read-only, also where the site makes it writable by default (writable_root in the config)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s w -l writable -d 'Write changes into the sandbox directory image itself (not a .sqsh or .sif image)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s f -l fakeroot -d 'Map your user to root inside the container (no privilege is gained outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv -d 'Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is present (env GPURUN_NV=1|0)'
@@ -97,7 +109,9 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s v -l verbose -d 'S
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l debug -d 'Also print the cause chain of errors and every mount'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s V -l version -d 'Print version'
-complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s B -l bind -d 'Bind a host path: SRC[:DST[:ro|rw]], repeatable, comma-separated lists allowed' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s B -l bind -d 'Bind a host path: SRC[:DST[:FLAGS]], repeatable, comma-separated lists allowed; FLAGS joined with \'+\': ro, rw, nosuid, nodev, noexec, [r]private, [r]slave, [r]shared, [r]unbindable, x-create=dir|file|auto (gpurun help binds)' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l tmpfs -d 'Mount a fresh tmpfs at DST inside: DST[:OPTS], OPTS size=N, mode=OCTAL, ro, noexec… (comma-separated; repeatable)' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l network -d 'The network of --net: none (loopback only) is the one gpurun has; implies --net' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s H -l home -d 'Bind SRC as the home directory, at DST inside (default: SRC); also with --contain' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l no-mount -d 'Leave out default mounts: home, cwd, tmp, hostfs, bind-paths (the config files\' binds), or the destination of one of those binds or of /etc/hosts, /etc/localtime, /etc/resolv.conf (comma-separated, repeatable)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
@@ -112,9 +126,13 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv-driver-path -
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s s -l shell -d 'Shell to start (default: $SHELL if the image has it, else /bin/sh)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s p -l pid -d 'A PID namespace of the container\'s own, with its own /proc'
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s i -l ipc -d 'An IPC namespace of the container\'s own, with its own /dev/shm'
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s n -l net -d 'A network namespace of the container\'s own, with only loopback (no network outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l no-home -d 'Do not bind the home directory'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s e -l cleanenv -d 'Start from an empty environment (plus the image\'s and --env)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l writable-tmpfs -d 'Make the root writable with a tmpfs overlay that vanishes on exit'
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l read-only -d 'Keep the root read-only, also where the site makes it writable by default (writable_root in the config)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s w -l writable -d 'Write changes into the sandbox directory image itself (not a .sqsh or .sif image)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s f -l fakeroot -d 'Map your user to root inside the container (no privilege is gained outside)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv -d 'Give the container the NVIDIA driver and the allowed GPUs; on by default when a driver is present (env GPURUN_NV=1|0)'
@@ -222,11 +240,11 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand help" -s V -l version -d '
 function __fish_gpurun_value_options
     switch $argv[1]
         case exec
-            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path --save
+            printf '%s\n' -B --bind --tmpfs --network -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path --save
         case run
-            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path
+            printf '%s\n' -B --bind --tmpfs --network -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path
         case shell
-            printf '%s\n' -B --bind -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path -s --shell
+            printf '%s\n' -B --bind --tmpfs --network -H --home --no-mount --pwd --cwd --env --env-file -o --overlay --hostname --gpus --nv-caps --device --nv-driver-path -s --shell
         case inspect
             printf '%s\n' --platform
     end

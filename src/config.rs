@@ -17,11 +17,15 @@
 //! allowed_registries = ["nvcr.io", "docker.io", "registry.example.org"]
 //! compression = "zstd"
 //! cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+//! writable_root = true
+//! overlay_driver = "fuse-overlayfs"
 //! ```
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::mount::OverlayDriver;
 
 pub const SITE_FILE: &str = "/etc/gpurun/gpurun.toml";
 
@@ -74,6 +78,8 @@ pub struct FileLayer {
     pub compression: Option<String>,
     pub cdi_spec_dirs: Option<Vec<PathBuf>>,
     pub server_idle: Option<String>,
+    pub writable_root: Option<bool>,
+    pub overlay_driver: Option<String>,
 }
 
 /// The merged settings.
@@ -92,6 +98,11 @@ pub struct Config {
     /// How long an image server waits for another container (`parse_idle`); `None`:
     /// `DEFAULT_SERVER_IDLE`.
     pub server_idle: Sourced<Option<String>>,
+    /// A writable root (a tmpfs overlay, as --writable-tmpfs) unless --read-only: enroot's
+    /// ENROOT_ROOTFS_WRITABLE, which pyxis sites set.
+    pub writable_root: Sourced<bool>,
+    /// What makes the root's overlay (`OverlayDriver::NAMES`); `None`: auto.
+    pub overlay_driver: Sourced<Option<String>>,
 }
 
 /// An image server's idle time when none is set: long enough for the next start of an
@@ -174,6 +185,18 @@ impl Config {
                 from: s(from),
             };
         }
+        if let Some(v) = layer.writable_root {
+            self.writable_root = Sourced {
+                value: v,
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.overlay_driver {
+            self.overlay_driver = Sourced {
+                value: Some(v),
+                from: s(from),
+            };
+        }
     }
 
     fn apply_env(&mut self, env: &[(String, String)]) -> Result<(), ConfigError> {
@@ -246,6 +269,29 @@ impl Config {
                 from: origin("GPURUN_SERVER_IDLE"),
             };
         }
+        self.apply_env_root(&get)
+    }
+
+    /// GPURUN_WRITABLE_ROOT (a yes/no word) and GPURUN_OVERLAY_DRIVER.
+    fn apply_env_root(&mut self, get: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        const WRITABLE: &str = "GPURUN_WRITABLE_ROOT";
+        if let Some(v) = get(WRITABLE) {
+            let value = crate::env_vars::switch_value(&v).ok_or_else(|| ConfigError::Env {
+                var: WRITABLE.into(),
+                value: v.clone(),
+                detail: "not a yes/no value; use 1 or 0 (true/false, yes/no, on/off)".into(),
+            })?;
+            self.writable_root = Sourced {
+                value,
+                from: Origin::Env(WRITABLE.into()),
+            };
+        }
+        if let Some(v) = get("GPURUN_OVERLAY_DRIVER") {
+            self.overlay_driver = Sourced {
+                value: Some(v),
+                from: Origin::Env("GPURUN_OVERLAY_DRIVER".into()),
+            };
+        }
         Ok(())
     }
 
@@ -253,6 +299,15 @@ impl Config {
         if let Some(v) = &self.server_idle.value {
             let detail = |e: String| format!("server_idle: {e}");
             parse_idle(v).map_err(|e| invalid(&self.server_idle.from, v, detail(e)))?;
+        }
+        if let Some(d) = &self.overlay_driver.value {
+            if OverlayDriver::from_name(d).is_none() {
+                let detail = format!(
+                    "overlay_driver: unknown driver '{d}'; use one of {}",
+                    OverlayDriver::NAMES.join(", ")
+                );
+                return Err(invalid(&self.overlay_driver.from, d, detail));
+            }
         }
         if let Some(c) = &self.compression.value {
             if !COMPRESSORS.contains(&c.as_str()) {
@@ -280,6 +335,12 @@ impl Config {
     pub fn server_idle(&self) -> std::time::Duration {
         let v = self.server_idle.value.as_deref();
         parse_idle(v.unwrap_or(DEFAULT_SERVER_IDLE)).unwrap_or_default()
+    }
+
+    /// What makes the root's overlay.
+    pub fn overlay_driver(&self) -> OverlayDriver {
+        let name = self.overlay_driver.value.as_deref();
+        name.and_then(OverlayDriver::from_name).unwrap_or_default()
     }
 
     /// The CDI spec directories, lowest priority first.
@@ -435,6 +496,16 @@ impl Config {
             "server_idle",
             (self.server_idle.value.clone()).unwrap_or_else(|| DEFAULT_SERVER_IDLE.into()),
             &self.server_idle.from,
+        );
+        row(
+            "writable_root",
+            self.writable_root.value.to_string(),
+            &self.writable_root.from,
+        );
+        row(
+            "overlay_driver",
+            (self.overlay_driver.value.clone()).unwrap_or_else(|| "auto".into()),
+            &self.overlay_driver.from,
         );
         s
     }
@@ -691,6 +762,48 @@ mod tests {
         assert!(
             bad.contains("config.toml") && bad.contains("server_idle"),
             "{bad}"
+        );
+    }
+
+    #[test]
+    fn writable_root_and_overlay_driver() {
+        let c = Config::merge(&[], &[]).unwrap();
+        assert!(!c.writable_root.value);
+        assert_eq!(c.overlay_driver(), OverlayDriver::Auto);
+        let s = site("writable_root = true\noverlay_driver = \"fuse-overlayfs\"");
+        let c = Config::merge(std::slice::from_ref(&s), &[]).unwrap();
+        assert!(c.writable_root.value);
+        assert_eq!(c.overlay_driver(), OverlayDriver::FuseOverlayfs);
+        let e = env(&[
+            ("GPURUN_WRITABLE_ROOT", "off"),
+            ("GPURUN_OVERLAY_DRIVER", "kernel"),
+        ]);
+        let c = Config::merge(&[s], &e).unwrap();
+        assert!(!c.writable_root.value);
+        assert_eq!(
+            c.writable_root.from,
+            Origin::Env("GPURUN_WRITABLE_ROOT".into())
+        );
+        assert_eq!(c.overlay_driver(), OverlayDriver::Kernel);
+        let r = c.render();
+        assert!(
+            r.contains("writable_root        false") && r.contains("overlay_driver       kernel"),
+            "{r}"
+        );
+        let bad = |files: &[(Origin, Option<String>)], e: &[(&str, &str)]| {
+            Config::merge(files, &env(e)).unwrap_err().to_string()
+        };
+        let e = bad(&[], &[("GPURUN_WRITABLE_ROOT", "maybe")]);
+        assert!(
+            e.starts_with("GPURUN_WRITABLE_ROOT=maybe: not a yes/no value"),
+            "{e}"
+        );
+        let e = bad(&[], &[("GPURUN_OVERLAY_DRIVER", "fuse")]);
+        assert!(e.starts_with("GPURUN_OVERLAY_DRIVER=fuse: overlay_driver: unknown driver 'fuse'; use one of auto, kernel, fuse-overlayfs"), "{e}");
+        let e = bad(&[user("writable_root = \"yes\"")], &[]);
+        assert!(
+            e.contains("config.toml") && e.contains("expected a boolean"),
+            "{e}"
         );
     }
 

@@ -25,9 +25,39 @@ pub fn var<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// `Some(b)` for a word that means yes or no: Go's ParseBool words (Apptainer's), and yes/no,
+/// on/off; empty is no.
+pub fn switch_value(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" | "y" | "yes" | "on" => Some(true),
+        "0" | "f" | "false" | "n" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switch_words() {
+        for (v, want) in [
+            ("1", Some(true)),
+            ("TRUE", Some(true)),
+            ("yes", Some(true)),
+            ("on", Some(true)),
+            (" t ", Some(true)),
+            ("0", Some(false)),
+            ("False", Some(false)),
+            ("no", Some(false)),
+            ("off", Some(false)),
+            ("", Some(false)),
+            ("maybe", None),
+            ("2", None),
+        ] {
+            assert_eq!(switch_value(v), want, "{v:?}");
+        }
+    }
 
     #[test]
     fn var_takes_the_last_setting() {

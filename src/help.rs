@@ -38,9 +38,16 @@ command line wins): gpurun help config.
 
 const BINDS: &str = "\
 Bind host paths into the container:
-  -B, --bind SRC[:DST[:ro|rw]]   repeatable; comma-separated lists allowed (-B /a,/b:/c:ro)
+  -B, --bind SRC[:DST[:FLAGS]]   repeatable; comma-separated lists allowed (-B /a,/b:/c:ro)
   GPURUN_BIND=/a,/b:/c:ro        like APPTAINER_BIND, added to --bind
   binds = [..] in the site or user config file: default binds, added too
+FLAGS are enroot's fstab flags joined with '+' (-B /data:/data:ro+nodev): ro, rw, nosuid, nodev,
+noexec; the propagation private, slave (the host's mounts made under SRC later show inside),
+shared, unbindable, and their r- forms (rslave: the submounts too); x-create=dir|file|auto (what
+is made at DST where the image lacks it; auto: as SRC is). An unknown flag is an error.
+  --tmpfs DST[:OPTS]             a fresh tmpfs at DST (repeatable): size=8G, mode=700, ro,
+                                 noexec…, comma-separated (docker's --tmpfs)
+Your --bind and --tmpfs mounts go shallower destinations first: --tmpfs /w -B /d:/w/d keeps both.
 Bound by default: your home directory (not with --no-home or --contain) and the current
 directory when it is outside what is already bound (not with --contain); --contain also gives a
 private /tmp and /var/tmp. SRC must exist on the host; DST must be an absolute path.
@@ -114,6 +121,11 @@ Settings, later wins: /etc/gpurun/gpurun.toml (site; GPURUN_SITE_CONFIG names an
   compression = \"zstd\"                        GPURUN_COMPRESSION
   cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]  GPURUN_CDI_SPEC_DIRS=/x:/y
   server_idle = \"10m\"                         GPURUN_SERVER_IDLE (0: a server per container)
+  writable_root = true                        GPURUN_WRITABLE_ROOT=1  (a writable root by
+                                              default, as --writable-tmpfs; --read-only wins)
+  overlay_driver = \"auto\"                     GPURUN_OVERLAY_DRIVER  (auto: the kernel's
+                                              overlayfs, else fuse-overlayfs; kernel;
+                                              fuse-overlayfs)
 Every option of exec, run, shell, pull and inspect, and the global ones, has a variable named
 after it, as Apptainer's APPTAINER_<FLAG>: GPURUN_CLEANENV=1, GPURUN_CONTAIN=yes,
 GPURUN_NO_MOUNT=home,tmp, GPURUN_PWD=/work, GPURUN_GPUS=0,1 … The command line wins; empty is
@@ -139,17 +151,19 @@ const APPTAINER: &str = "\
 Coming from Apptainer: the same options do the same (-B/--bind, -c/--contain, -C/--containall,
 -e/--cleanenv, --env, --env-file, -H/--home, --no-home, --no-mount, --pwd/--cwd, --fakeroot,
 --writable-tmpfs, -w/--writable (a sandbox directory), -o/--overlay DIR[:ro], --hostname,
---nv, --no-nv, --device), APPTAINER_<FLAG> is GPURUN_<FLAG>,
-APPTAINERENV_K is GPURUNENV_K, APPTAINER_BIND is GPURUN_BIND, .sif files run as they are, and
-everything after the image goes to the container. An option gpurun does not have (--nvccli,
---userns, --pid, …) is refused with what to use instead.
+-p/--pid, -i/--ipc, -n/--net (--network none), --nv, --no-nv, --device), APPTAINER_<FLAG> is
+GPURUN_<FLAG>, APPTAINERENV_K is GPURUNENV_K, APPTAINER_BIND is GPURUN_BIND, .sif files run as
+they are, and everything after the image goes to the container. An option gpurun does not have (--nvccli,
+--userns, --network-args, …) is refused with what to use instead.
 Coming from enroot and pyxis: .sqsh files from enroot import run as they are; enroot start
 --root is --fakeroot, enroot's seccomp filter included (chown and id changes succeed and do
 nothing, so apt-get install works with --writable-tmpfs or --overlay DIR); srun
 --container-image, --container-mounts, --container-workdir, --container-env,
 --container-writable/-readonly, --[no-]container-remap-root, --[no-]container-mount-home,
 --[no-]container-entrypoint, --container-unshare, --container-save come with gpurun's SPANK
-plugin (gpurun help slurm). The whole table: docs/apptainer-and-pyxis.md.
+plugin (gpurun help slurm); enroot's fstab flags are --bind's (-B /d:/d:ro+nodev), and
+ENROOT_ROOTFS_WRITABLE is writable_root in the config. The whole table:
+docs/apptainer-and-pyxis.md.
 ";
 
 #[cfg(test)]

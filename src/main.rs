@@ -8,7 +8,8 @@ use gpurun::runtime::start::{start, Launch};
 const FAILED: i32 = gpurun::exit::GPURUN_FAILED;
 
 /// The site's and user's default binds and GPURUN_BIND come first, --bind after (all apply).
-/// --containall is --contain and --cleanenv, in PID and IPC namespaces of its own.
+/// --containall is --contain and --cleanenv, in PID and IPC namespaces of its own. The
+/// config's writable_root and overlay_driver come with the request.
 fn request(o: &LaunchOpts, cfg: &Config) -> Request {
     let from_files = |b: &&gpurun::config::Sourced<String>| !matches!(b.from, Origin::Env(_));
     let site_binds = cfg.binds.iter().filter(from_files).map(|b| b.value.clone());
@@ -17,6 +18,7 @@ fn request(o: &LaunchOpts, cfg: &Config) -> Request {
     binds.extend(o.bind.iter().cloned());
     Request {
         binds,
+        tmpfs: o.tmpfs.clone(),
         site_binds: site_binds.collect(),
         contain: o.contain || o.containall,
         no_home: o.no_home,
@@ -28,9 +30,15 @@ fn request(o: &LaunchOpts, cfg: &Config) -> Request {
         env: o.env.clone(),
         env_files: Vec::new(),
         writable_tmpfs: o.writable_tmpfs,
+        read_only: o.read_only,
+        writable_by_default: cfg.writable_root.value,
         writable: o.writable,
         overlay: o.overlay.clone(),
-        own_pid_ipc: o.containall,
+        overlay_driver: cfg.overlay_driver(),
+        own_pid: o.containall || o.pid,
+        own_ipc: o.containall || o.ipc,
+        net: o.net,
+        network: o.network.clone(),
         save_changes: None,
         fakeroot: o.fakeroot,
     }

@@ -11,8 +11,13 @@ use serde::Serialize;
 pub enum MountSource {
     /// A host file or directory (recursive bind).
     Bind { src: PathBuf },
-    /// A fresh tmpfs with this mode for its root.
-    Tmpfs { mode: u32 },
+    /// A fresh tmpfs with this mode for its root, and at most this many bytes (the kernel's
+    /// default, half the memory, when None).
+    Tmpfs {
+        mode: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
+    },
     /// A file whose contents gpurun generates (passwd, group, driver params…).
     File { contents: String },
     /// A generated file written into the container's writable root, where the container may
@@ -20,8 +25,17 @@ pub enum MountSource {
     RootFile { contents: String },
     /// A symlink created in the container's writable scratch (e.g. /dev/fd → /proc/self/fd).
     Symlink { target: PathBuf },
-    /// A proc file system of the container's own PID namespace (`--containall`).
+    /// A proc file system of the container's own PID namespace (`--pid`, `--containall`).
     Proc,
+    /// A devpts of the container's own, whose ptmx any user may open (/dev/ptmx points to it).
+    Devpts,
+}
+
+impl MountSource {
+    /// A tmpfs of the kernel's default size.
+    pub fn tmpfs(mode: u32) -> MountSource {
+        MountSource::Tmpfs { mode, size: None }
+    }
 }
 
 /// One mount (or symlink) in the container, applied in plan order.
@@ -34,6 +48,9 @@ pub struct Mount {
     pub readonly: bool,
     /// Skip silently when the host source does not exist (host files that are only sometimes there).
     pub optional: bool,
+    /// What `--bind SRC:DST:FLAGS` and `--tmpfs DST:OPTS` ask for beyond `readonly`.
+    #[serde(skip_serializing_if = "MountFlags::is_plain")]
+    pub flags: MountFlags,
 }
 
 impl Mount {
@@ -43,11 +60,91 @@ impl Mount {
             source: MountSource::Bind { src: src.into() },
             readonly,
             optional: false,
+            flags: MountFlags::default(),
         }
     }
 
     pub fn optional(mut self) -> Mount {
         self.optional = true;
         self
+    }
+}
+
+/// A mount's options beyond read-only: enroot's fstab flags (`nodev`, `rslave`,
+/// `x-create=dir`…).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MountFlags {
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nosuid: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub nodev: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub noexec: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub propagation: Option<Propagation>,
+    /// What to make at the destination where the image lacks it (None: as the source is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub create: Option<PointKind>,
+}
+
+impl MountFlags {
+    pub fn is_plain(&self) -> bool {
+        *self == MountFlags::default()
+    }
+}
+
+/// How mount events pass between a bind and its peers (mount_namespaces(7)), and whether its
+/// submounts get the same (the `r` forms: `rslave`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Propagation {
+    pub kind: PropagationKind,
+    pub recursive: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PropagationKind {
+    Private,
+    /// The host's mount events under the source reach the container, none go back.
+    Slave,
+    Shared,
+    Unbindable,
+}
+
+/// A mount point made in the image: a directory or a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PointKind {
+    Dir,
+    File,
+}
+
+/// What makes the root's overlay (`--overlay`, `--writable-tmpfs`): the kernel's overlayfs in
+/// the user namespace, or fuse-overlayfs (the site's `overlay_driver`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OverlayDriver {
+    /// The kernel's, and fuse-overlayfs where the kernel refuses it.
+    #[default]
+    Auto,
+    Kernel,
+    FuseOverlayfs,
+}
+
+impl OverlayDriver {
+    /// The names a setting takes.
+    pub const NAMES: [&'static str; 3] = ["auto", "kernel", "fuse-overlayfs"];
+
+    pub fn from_name(name: &str) -> Option<OverlayDriver> {
+        match name {
+            "auto" => Some(OverlayDriver::Auto),
+            "kernel" => Some(OverlayDriver::Kernel),
+            "fuse-overlayfs" => Some(OverlayDriver::FuseOverlayfs),
+            _ => None,
+        }
+    }
+
+    pub fn is_auto(&self) -> bool {
+        *self == OverlayDriver::Auto
     }
 }

@@ -125,14 +125,40 @@ pub enum Propagation {
 
 /// A copy of the mount tree, with nothing propagating back to the host.
 pub fn enter_mount_namespace(p: Propagation) -> Result<()> {
+    enter_mount_namespace_then(p, || ())
+}
+
+/// `enter_mount_namespace`, running `first` in the new namespace before its propagation is
+/// set: a tree it captures (`clone_tree`) stays a slave of the host's where the host's is
+/// shared, so that the host's mount events under it still reach it.
+pub fn enter_mount_namespace_then<T>(p: Propagation, first: impl FnOnce() -> T) -> Result<T> {
     nix::sched::unshare(CloneFlags::CLONE_NEWNS).map_err(call("unshare(CLONE_NEWNS)"))?;
+    let done = first();
     let kind = match p {
         Propagation::Private => MsFlags::MS_PRIVATE,
         Propagation::Receive => MsFlags::MS_SLAVE,
     };
     let flags = MsFlags::MS_REC | kind;
     nix::mount::mount(None::<&str>, "/", None::<&str>, flags, None::<&str>)
-        .map_err(call("set the propagation of /"))
+        .map_err(call("set the propagation of /"))?;
+    Ok(done)
+}
+
+/// Set the propagation of the mount at `path` (its submounts' too where `p.recursive`).
+pub fn set_propagation(path: &Path, p: crate::mount::Propagation) -> Result<()> {
+    use crate::mount::PropagationKind as K;
+    let kind = match p.kind {
+        K::Private => MsFlags::MS_PRIVATE,
+        K::Slave => MsFlags::MS_SLAVE,
+        K::Shared => MsFlags::MS_SHARED,
+        K::Unbindable => MsFlags::MS_UNBINDABLE,
+    };
+    let flags = match p.recursive {
+        true => kind | MsFlags::MS_REC,
+        false => kind,
+    };
+    nix::mount::mount(None::<&str>, path, None::<&str>, flags, None::<&str>)
+        .map_err(at("set the propagation of", path))
 }
 
 /// A UTS namespace of its own, with this host name (`--hostname`).
@@ -154,15 +180,77 @@ pub fn join_namespaces(pid: i32) -> Result<()> {
     Ok(())
 }
 
-pub fn mount_tmpfs(target: &Path, mode: u32) -> Result<()> {
+/// A mount's attributes beyond what the kernel locks on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attrs {
+    pub readonly: bool,
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+}
+
+impl Attrs {
+    fn ms_flags(&self) -> MsFlags {
+        let mut f = MsFlags::empty();
+        for (on, flag) in [
+            (self.readonly, MsFlags::MS_RDONLY),
+            (self.nosuid, MsFlags::MS_NOSUID),
+            (self.nodev, MsFlags::MS_NODEV),
+            (self.noexec, MsFlags::MS_NOEXEC),
+        ] {
+            if on {
+                f |= flag;
+            }
+        }
+        f
+    }
+
+    fn mount_attr(&self) -> u64 {
+        let mut a = 0;
+        for (on, bit) in [
+            (self.readonly, MOUNT_ATTR_RDONLY),
+            (self.nosuid, MOUNT_ATTR_NOSUID),
+            (self.nodev, MOUNT_ATTR_NODEV),
+            (self.noexec, MOUNT_ATTR_NOEXEC),
+        ] {
+            if on {
+                a |= bit;
+            }
+        }
+        a
+    }
+}
+
+/// A tmpfs at `target`, its root of `mode`, of at most `size` bytes (None: the kernel's
+/// default); nosuid and nodev always.
+pub fn mount_tmpfs(target: &Path, mode: u32, size: Option<u64>, attrs: Attrs) -> Result<()> {
+    let mut opts = format!("mode={mode:o}");
+    if let Some(n) = size {
+        opts.push_str(&format!(",size={n}"));
+    }
     nix::mount::mount(
         Some("tmpfs"),
         target,
         Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(format!("mode={mode:o}").as_str()),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | attrs.ms_flags(),
+        Some(opts.as_str()),
     )
     .map_err(at("mount tmpfs on", target))
+}
+
+/// A devpts of this mount namespace's own at `target` (a user namespace may mount one since
+/// Linux 4.7): its ptmx opens ptys for any user (ptmxmode=0666), as enroot's and Apptainer's.
+/// No gid=5 (tty): that group is not mapped in gpurun's user namespace, and the kernel would
+/// refuse the mount.
+pub fn mount_devpts(target: &Path) -> Result<()> {
+    nix::mount::mount(
+        Some("devpts"),
+        target,
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .map_err(at("mount devpts on", target))
 }
 
 /// A detached copy of the mount tree at `path` (open_tree(OPEN_TREE_CLONE|AT_RECURSIVE)), to be
@@ -198,10 +286,11 @@ pub fn attach_tree(tree: &OwnedFd, dst: &OwnedFd, what: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Make a detached tree from `clone_tree` read-only, its submounts too, before it is attached
-/// (mount_setattr, Linux 5.12): one call, and the flags the kernel locked on it stay as they are.
-/// `Ok(false)` where the kernel has no mount_setattr: then `remount_readonly` after attaching.
-pub fn set_tree_readonly(tree: &OwnedFd, what: &Path) -> Result<bool> {
+/// Give a detached tree from `clone_tree` `attrs` (read-only, nodev…), its submounts too, before
+/// it is attached (mount_setattr, Linux 5.12): one call, and the flags the kernel locked on it
+/// stay as they are. `Ok(false)` where the kernel has no mount_setattr: then `remount` after
+/// attaching.
+pub fn set_tree_attrs(tree: &OwnedFd, attrs: Attrs, what: &Path) -> Result<bool> {
     // struct mount_attr from <linux/mount.h>
     #[repr(C)]
     struct MountAttr {
@@ -211,7 +300,7 @@ pub fn set_tree_readonly(tree: &OwnedFd, what: &Path) -> Result<bool> {
         userns_fd: u64,
     }
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY,
+        attr_set: attrs.mount_attr(),
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
@@ -229,7 +318,7 @@ pub fn set_tree_readonly(tree: &OwnedFd, what: &Path) -> Result<bool> {
     match Errno::result(r) {
         Ok(_) => Ok(true),
         Err(Errno::ENOSYS) => Ok(false),
-        Err(e) => Err(at("make read-only", what)(e)),
+        Err(e) => Err(at("set the mount attributes of", what)(e)),
     }
 }
 
@@ -238,6 +327,9 @@ const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 /// Open a path without reading it (O_PATH): a handle for the mount calls.
 pub fn open_path(path: &Path) -> Result<OwnedFd> {
@@ -260,13 +352,22 @@ pub fn fd_path(fd: &impl AsRawFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
-/// Make the mount at `dst` read-only, keeping the flags the kernel locked on it (nosuid, nodev…
-/// from the host must be repeated or an unprivileged remount is refused).
+/// Make the mount at `dst` read-only (`remount`).
 pub fn remount_readonly(dst: &Path) -> Result<()> {
+    let attrs = Attrs {
+        readonly: true,
+        ..Attrs::default()
+    };
+    remount(dst, attrs)
+}
+
+/// Give the mount at `dst` `attrs` too, keeping the flags the kernel locked on it (nosuid,
+/// nodev… from the host must be repeated or an unprivileged remount is refused).
+pub fn remount(dst: &Path, attrs: Attrs) -> Result<()> {
     let st = nix::sys::statvfs::statvfs(dst).map_err(at("statvfs", dst))?;
     let f = st.flags();
     use nix::sys::statvfs::FsFlags;
-    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | attrs.ms_flags();
     for (have, want) in [
         (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
         (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
@@ -280,7 +381,7 @@ pub fn remount_readonly(dst: &Path) -> Result<()> {
         }
     }
     nix::mount::mount(None::<&str>, dst, None::<&str>, flags, None::<&str>)
-        .map_err(at("remount read-only", dst))
+        .map_err(at("remount", dst))
 }
 
 pub fn mount_overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<()> {
@@ -322,10 +423,43 @@ pub fn mount_proc(target: &Path) -> Result<()> {
         .map_err(at("mount proc on", target))
 }
 
-/// New PID and IPC namespaces: the next child forked is the PID namespace's init.
-pub fn enter_pid_ipc_namespaces() -> Result<()> {
-    nix::sched::unshare(CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWIPC)
-        .map_err(call("unshare(CLONE_NEWPID|CLONE_NEWIPC)"))
+/// A new PID namespace (the next child forked is its init) and a new IPC namespace, as asked.
+pub fn enter_pid_ipc_namespaces(pid: bool, ipc: bool) -> Result<()> {
+    let mut flags = CloneFlags::empty();
+    if pid {
+        flags |= CloneFlags::CLONE_NEWPID;
+    }
+    if ipc {
+        flags |= CloneFlags::CLONE_NEWIPC;
+    }
+    nix::sched::unshare(flags).map_err(call("unshare(CLONE_NEWPID|CLONE_NEWIPC)"))
+}
+
+/// A network namespace of its own whose only interface, loopback, is up (`--net`).
+pub fn enter_net_namespace() -> Result<()> {
+    nix::sched::unshare(CloneFlags::CLONE_NEWNET).map_err(call("unshare(CLONE_NEWNET)"))?;
+    let sock = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(call("socket"))?;
+    // SAFETY: a zeroed ifreq holding the name "lo", which the two ioctls read and write.
+    unsafe {
+        let mut req = std::mem::zeroed::<libc::ifreq>();
+        for (d, c) in req.ifr_name.iter_mut().zip(b"lo") {
+            *d = *c as libc::c_char;
+        }
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
+            return Err(call("SIOCGIFFLAGS lo")(Errno::last()));
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
+            return Err(call("bring up lo")(Errno::last()));
+        }
+    }
+    Ok(())
 }
 
 /// Open /dev/fuse (close-on-exec: the container's command must not hold the connection open).
@@ -360,6 +494,33 @@ pub fn mount_fuse(fd: &OwnedFd, source: &Path, target: &Path, uid: u32, gid: u32
         Some(opts.as_str()),
     )
     .map_err(at("mount FUSE on", target))
+}
+
+/// Mount the FUSE connection `fd`, whose server is fuse-overlayfs (started on its other end),
+/// at `target`: the kernel checks permissions (default_permissions), as fuse-overlayfs expects.
+pub fn mount_fuse_overlay(
+    fd: &OwnedFd,
+    target: &Path,
+    uid: u32,
+    gid: u32,
+    readonly: bool,
+) -> Result<()> {
+    let opts = format!(
+        "fd={},rootmode=40000,user_id={uid},group_id={gid},default_permissions",
+        fd.as_raw_fd()
+    );
+    let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if readonly {
+        flags |= MsFlags::MS_RDONLY;
+    }
+    nix::mount::mount(
+        Some("fuse-overlayfs"),
+        target,
+        Some("fuse.fuse-overlayfs"),
+        flags,
+        Some(opts.as_str()),
+    )
+    .map_err(at("mount fuse-overlayfs on", target))
 }
 
 /// Make this process's stderr the write end of a new pipe; returns the read end.
@@ -978,9 +1139,53 @@ pub fn spawn(exe: &Path, args: &[String], fds: &[RawFd], how: Spawn) -> Result<(
                     libc::_exit(0);
                 }
             }
-            exec_with(&prog, &ptrs, &envp, fds)
+            exec_with(&prog, &ptrs, &envp, fds, Stderr::Null)
         },
     }
+}
+
+/// Start `prog` with `args` (its name `name`) as a daemon that lives and dies with this process:
+/// a child that gets SIGKILL when this process ends, in a session of its own (a terminal's ^C
+/// is not for it) and in a copy of this mount namespace (this one's later mounts and
+/// pivot_root leave its view alone). An empty environment, /dev/null as 0 and 1, this
+/// process's stderr as 2 (its errors are the user's to read), `fd` as 3.
+pub fn spawn_daemon(
+    prog: &Path,
+    name: &str,
+    args: &[String],
+    fd: RawFd,
+) -> Result<nix::unistd::Pid> {
+    let prog = cstr(prog);
+    let argv: Vec<CString> = std::iter::once(name)
+        .chain(args.iter().map(String::as_str))
+        .map(|a| CString::new(a).expect("no NUL in arguments"))
+        .collect();
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let envp = [std::ptr::null::<libc::c_char>()];
+    let parent = nix::unistd::getpid();
+    // SAFETY: the child only makes async-signal-safe calls on what was prepared above, then
+    // execs or leaves with _exit.
+    match unsafe { nix::unistd::fork() }.map_err(call("fork"))? {
+        nix::unistd::ForkResult::Parent { child } => Ok(child),
+        nix::unistd::ForkResult::Child => unsafe {
+            let dies = libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if dies < 0 || libc::getppid() != parent.as_raw() {
+                libc::_exit(126);
+            }
+            if libc::setsid() < 0 || libc::unshare(libc::CLONE_NEWNS) < 0 {
+                libc::_exit(126);
+            }
+            exec_with(&prog, &ptrs, &envp, &[fd], Stderr::Kept)
+        },
+    }
+}
+
+/// Where a process `exec_with` starts writes its errors.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stderr {
+    Null,
+    Kept,
 }
 
 /// The end of `spawn` in the new process: its descriptors and signals, then the exec.
@@ -992,13 +1197,18 @@ unsafe fn exec_with(
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     fds: &[RawFd],
+    stderr: Stderr,
 ) -> ! {
     // Out of the way of 3, 4… first, then into place, without close-on-exec.
     let high: Vec<RawFd> = (fds.iter())
         .map(|&fd| libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 64))
         .collect();
     let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-    let std = [0, 1, 2].map(|t| (t, null));
+    let err = match stderr {
+        Stderr::Null => null,
+        Stderr::Kept => 2,
+    };
+    let std = [(0, null), (1, null), (2, err)];
     let given = high.iter().enumerate().map(|(i, &fd)| (3 + i as RawFd, fd));
     for (to, from) in std.into_iter().chain(given) {
         if from < 0 || libc::dup2(from, to) < 0 {

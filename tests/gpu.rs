@@ -300,7 +300,7 @@ fn driver_libraries_from_every_cache_format() {
             .filter(|m| m.dst.starts_with(gpu::NV_DIR))
             .collect();
         assert_eq!(ours[0].dst, Path::new(gpu::NV_DIR));
-        assert_eq!(ours[0].source, MountSource::Tmpfs { mode: 0o755 });
+        assert_eq!(ours[0].source, MountSource::tmpfs(0o755));
         for m in &ours[1..] {
             match &m.source {
                 MountSource::Bind { .. } => assert!(
@@ -784,6 +784,68 @@ fn exec_checks_the_image_requirements() {
     // no GPU support, no check
     let o = gpurun_nv(&f, &[], &["exec", "--no-nv", img, "true"]);
     assert!(o.status.success(), "{}", common::stderr(&o));
+}
+
+/// Opens a terminal pair as python's pty, script and tmux do, and passes a line through it.
+const PTY_C: &str = r#"
+#define _XOPEN_SOURCE 600
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(void) {
+  int m = posix_openpt(O_RDWR | O_NOCTTY);
+  if (m < 0) { perror("posix_openpt"); return 1; }
+  if (grantpt(m) || unlockpt(m)) { perror("grantpt"); return 1; }
+  char *name = ptsname(m);
+  int s = name ? open(name, O_RDWR | O_NOCTTY) : -1;
+  if (s < 0) { perror("open the other end"); return 1; }
+  if (write(m, "ping\n", 5) != 5) { perror("write"); return 1; }
+  char b[16] = {0};
+  if (read(s, b, sizeof b - 1) <= 0) { perror("read"); return 1; }
+  printf("%s %s", name, b);
+  return 0;
+}
+"#;
+
+/// Where /dev is gpurun's own (the host's entries bound one by one beside the GPUs'), the
+/// container gets a devpts of its own with /dev/ptmx pointing into it: the host's /dev/ptmx,
+/// bound alone, finds no devpts beside it and every pty open fails.
+#[test]
+fn a_terminal_opens_where_dev_is_gpuruns_own() {
+    let Some(f) = fake_driver(1) else { return };
+    let s = common::Scratch::new();
+    let src = s.join("pty.c");
+    std::fs::write(&src, PTY_C).unwrap();
+    let bin = s.join("pty");
+    sh(Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(&bin)
+        .arg(&src));
+    let img = common::busybox_image(&s, "pty", |root| {
+        std::fs::copy(&bin, root.join("bin/pty")).unwrap();
+    });
+    let img = img.to_str().unwrap();
+    let script = "pty; readlink /dev/ptmx; grep ' /dev/pts ' /proc/self/mountinfo";
+    let o = gpurun_nv(&f, &[], &["exec", img, "sh", "-c", script]);
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", common::stderr(&o));
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("/dev/pts/0 ping"), "{out}");
+    assert_eq!(lines.next(), Some("pts/ptmx"), "{out}");
+    let pts = lines.next().unwrap_or_default();
+    assert!(
+        pts.contains(" - devpts ") && pts.contains("ptmxmode=666"),
+        "a devpts of the container's own: {out}"
+    );
+    // with the host's whole /dev, its own ptmx and devpts serve
+    let o = gpurun_nv(&f, &[], &["exec", "--no-nv", img, "pty"]);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert!(
+        common::stdout(&o).ends_with(" ping\n"),
+        "{}",
+        common::stdout(&o)
+    );
 }
 
 /// An explicit request for GPUs (--nv, GPURUN_NV=1, --gpus LIST) on a node without a driver is an

@@ -75,12 +75,12 @@ fn options_of_apptainer_and_pyxis_say_what_to_use() {
         (&["shell", "-u", img], "(Apptainer's --userns)"),
         (&["exec", "--rocm", img, "true"], "no AMD ROCm support"),
         (&["exec", "--fusemount", "host:sshfs x /y", img, "true"], "--bind its mount point"),
-        (&["exec", "--ipc", img, "true"], "use --containall: the container gets PID and IPC namespaces of its own"),
+        (&["exec", "--netns-path", "/run/netns/x", img, "true"], "gpurun has --net (--network none): a network namespace with loopback only"),
         (
             &["exec", "--container-image=x.sqsh", "true"],
             "--container-image is an srun option of gpurun's Slurm plugin",
         ),
-        (&["run", "--container-mounts=/a:/b", img], "use --bind SRC[:DST[:ro]]"),
+        (&["run", "--container-mounts=/a:/b", img], "use --bind SRC[:DST[:FLAGS]], and --tmpfs DST for tmpfs:DST"),
         (&["exec", "--container-name=c", img, "true"], "pyxis option gpurun does not have"),
         (&["pull", "--docker-login", "docker://x"], "docker login"),
     ] {
@@ -283,6 +283,11 @@ fn every_option_has_a_variable() {
             "bar\n",
         ),
         (vec![("GPURUN_PWD", "/bin")], vec!["pwd"], "/bin\n"),
+        (
+            vec![("GPURUN_TMPFS", "/scratch:mode=700")],
+            vec!["stat", "-c", "%a", "/scratch"],
+            "700\n",
+        ),
         (vec![("GPURUN_FAKEROOT", "yes")], vec!["id", "-u"], "0\n"),
         (
             vec![("GPURUN_HOSTNAME", "viavar")],
@@ -848,4 +853,192 @@ fn exec_save_writes_image_and_changes_as_a_new_image() {
     let (uid, _) = test_ids();
     let kept = std::fs::read_dir(format!("/var/tmp/gpurun-{uid}/save")).map_or(0, |d| d.count());
     assert_eq!(kept, 0, "changes' directories removed");
+}
+
+/// The root's file system type, from inside.
+const ROOT_FS: &str = "grep ' / / ' /proc/self/mountinfo | sed 's/.* - //' | cut -d' ' -f1";
+
+/// --overlay DIR[:ro] with the kernel's overlayfs and with fuse-overlayfs (the site's
+/// overlay_driver, here GPURUN_OVERLAY_DRIVER): changes and deletions kept from one run to the
+/// next, read without writing with :ro, and either driver reads the other's.
+#[test]
+fn overlay_with_either_driver() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    for d in ["kernel", "fuse-overlayfs"] {
+        std::fs::create_dir(s.join(format!("ov-{d}"))).unwrap();
+    }
+    s.chown_all();
+    let run = |driver: &str, opts: &[&str], script: &str| {
+        let mut args = vec!["exec"];
+        args.extend_from_slice(opts);
+        args.extend([img, "sh", "-c", script]);
+        out_ok(&args, &[("GPURUN_OVERLAY_DRIVER", driver)])
+    };
+    for (driver, fs) in [
+        ("kernel", "overlay"),
+        ("fuse-overlayfs", "fuse.fuse-overlayfs"),
+    ] {
+        let dir = s.join(format!("ov-{driver}"));
+        let ov = dir.to_str().unwrap();
+        let script = format!("{ROOT_FS}; echo 1 > /etc/p; rm /bin/ls; mkdir -p /opt/d; echo ok");
+        assert_eq!(
+            run(driver, &["--overlay", ov], &script),
+            format!("{fs}\nok\n")
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("upper/etc/p")).unwrap(),
+            "1\n"
+        );
+        let script = "cat /etc/p; test -e /bin/ls || echo gone; echo 2 >> /etc/p; rmdir /opt/d; \
+                      test -d /opt/d || echo d-gone";
+        assert_eq!(
+            run(driver, &["-o", ov], script),
+            "1\ngone\nd-gone\n",
+            "{driver}"
+        );
+        let script = format!("{ROOT_FS}; cat /etc/p; echo 3 > /etc/p 2>/dev/null || echo refused");
+        let ro = format!("{ov}:ro");
+        assert_eq!(
+            run(driver, &["--overlay", &ro], &script),
+            format!("{fs}\n1\n2\nrefused\n"),
+            "{driver}"
+        );
+    }
+    // the one driver takes the other's overlay directory
+    let script = "cat /etc/p; test -e /bin/ls || echo gone; test -d /opt/d || echo d-gone";
+    for (driver, other) in [("kernel", "fuse-overlayfs"), ("fuse-overlayfs", "kernel")] {
+        let ov = s.join(format!("ov-{other}"));
+        let out = run(driver, &["--overlay", ov.to_str().unwrap()], script);
+        assert_eq!(out, "1\n2\ngone\nd-gone\n", "{driver} on {other}'s");
+    }
+    // --writable-tmpfs with fuse-overlayfs
+    let script = format!("{ROOT_FS}; echo x > /etc/x; cat /etc/x");
+    let out = run("fuse-overlayfs", &["--writable-tmpfs"], &script);
+    assert_eq!(out, "fuse.fuse-overlayfs\nx\n");
+    one_line(
+        &with_env(&["exec", img, "true"], &[("GPURUN_OVERLAY_DRIVER", "fuse")]),
+        125,
+        "GPURUN_OVERLAY_DRIVER=fuse: overlay_driver: unknown driver 'fuse'; use one of auto, kernel, fuse-overlayfs",
+    );
+}
+
+/// The site's writable_root (pyxis sites: enroot's ENROOT_ROOTFS_WRITABLE) makes the root
+/// writable, as --writable-tmpfs; --read-only (the plugin's --container-readonly) wins.
+#[test]
+fn read_only_and_the_sites_writable_root() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    let site = s.join("gpurun.toml");
+    std::fs::write(&site, "writable_root = true\n").unwrap();
+    let site = site.to_str().unwrap();
+    let probe = "echo x > /etc/x 2>/dev/null && echo written || echo refused";
+    // (options, variables, what the probe says)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
+        (&[], &[], "refused"),
+        (&[], &[("GPURUN_SITE_CONFIG", site)], "written"),
+        (&["--read-only"], &[("GPURUN_SITE_CONFIG", site)], "refused"),
+        (
+            &[],
+            &[("GPURUN_SITE_CONFIG", site), ("GPURUN_READ_ONLY", "1")],
+            "refused",
+        ),
+        (&[], &[("GPURUN_WRITABLE_ROOT", "yes")], "written"),
+        (
+            &[],
+            &[("GPURUN_SITE_CONFIG", site), ("GPURUN_WRITABLE_ROOT", "0")],
+            "refused",
+        ),
+        (&["--read-only"], &[], "refused"),
+    ];
+    for (opts, env, want) in cases {
+        let mut args = vec!["exec"];
+        args.extend_from_slice(opts);
+        args.extend([img, "sh", "-c", probe]);
+        assert_eq!(out_ok(&args, env), format!("{want}\n"), "{opts:?} {env:?}");
+    }
+    one_line(
+        &with_env(&["exec", "--read-only", "--writable-tmpfs", img, "true"], &[]),
+        125,
+        "--read-only keeps the root as the image has it: leave out --writable, --writable-tmpfs, --overlay",
+    );
+    let shown = out_ok(&["config", "show"], &[("GPURUN_SITE_CONFIG", site)]);
+    assert!(
+        shown.contains("writable_root        true") && shown.contains(site),
+        "{shown}"
+    );
+}
+
+/// -p/--pid, -i/--ipc and -n/--net (--network none), one by one: each namespace of the
+/// container's own, and only that one.
+#[test]
+fn pid_ipc_and_network_namespaces_one_by_one() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let img = img.to_str().unwrap();
+    let host = |ns: &str| std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+    let host: Vec<String> = ["pid", "ipc", "net"]
+        .map(|n| host(n).display().to_string())
+        .to_vec();
+    let shm = format!("/dev/shm/gpurun-test-{}", std::process::id());
+    std::fs::write(&shm, "host").unwrap();
+    let script = format!(
+        "for n in pid ipc net; do readlink /proc/self/ns/$n; done; echo $$; \
+         test -e {shm} && echo host-shm || echo own-shm"
+    );
+    // (options, variables, own pid, ipc, net namespace)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], [bool; 3]);
+    let cases: &[Case] = &[
+        (&[], &[], [false, false, false]),
+        (&["-p"], &[], [true, false, false]),
+        (&["--pid"], &[], [true, false, false]),
+        (&[], &[("GPURUN_PID", "1")], [true, false, false]),
+        (&["-i"], &[], [false, true, false]),
+        (&["--ipc"], &[], [false, true, false]),
+        (&[], &[("GPURUN_IPC", "1")], [false, true, false]),
+        (&["-n"], &[], [false, false, true]),
+        (&["--net", "--network", "none"], &[], [false, false, true]),
+        (&["--network", "none"], &[], [false, false, true]),
+        (&[], &[("GPURUN_NET", "on")], [false, false, true]),
+        (&["-C"], &[], [true, true, false]),
+    ];
+    for (opts, env, own) in cases {
+        let mut args = vec!["exec"];
+        args.extend_from_slice(opts);
+        args.extend([img, "sh", "-c", &script]);
+        let out = out_ok(&args, env);
+        let l: Vec<&str> = out.lines().collect();
+        for (i, ns) in ["pid", "ipc", "net"].iter().enumerate() {
+            assert_eq!(l[i] != host[i], own[i], "{ns} of {opts:?} {env:?}: {out}");
+        }
+        // the PID namespace's init is gpurun's supervisor; the command is 2
+        assert_eq!(l[3] == "2", own[0], "{opts:?} {env:?}: {out}");
+        let want = if own[1] { "own-shm" } else { "host-shm" };
+        assert_eq!(l[4], want, "{opts:?} {env:?}: {out}");
+    }
+    std::fs::remove_file(&shm).unwrap();
+
+    // --net: only loopback, up; the host's loopback is out of reach
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || listener.incoming().for_each(drop));
+    let script = format!(
+        "grep -c : /proc/net/dev; grep -c '^ *lo:' /proc/net/dev; ip -o link | grep -o 'lo: <[A-Z,_]*>'; \
+         nc 127.0.0.1 {port} </dev/null 2>/dev/null && echo reached || echo unreachable"
+    );
+    let out = out_ok(&["exec", "--net", img, "sh", "-c", &script], &[]);
+    assert_eq!(out, "1\n1\nlo: <LOOPBACK,UP,LOWER_UP>\nunreachable\n");
+    let out = out_ok(&["exec", img, "sh", "-c", &script], &[]);
+    assert!(
+        out.ends_with("\nreached\n"),
+        "the host's network without --net: {out}"
+    );
+    one_line(
+        &with_env(&["exec", "--net", "--network", "bridge", img, "true"], &[]),
+        125,
+        "--network bridge: gpurun has only none (a network namespace of the container's own, loopback only)",
+    );
 }

@@ -978,3 +978,325 @@ fn hold_reports_a_failing_entrypoint() {
     );
     assert!(!state.exists());
 }
+
+/// The mount options of the line for `dst` in a mountinfo, and its optional fields (shared:N,
+/// master:N, unbindable).
+const MOUNTINFO: &str = "grep \" $1 \" /proc/self/mountinfo | cut -d' ' -f6-  | sed 's/ - .*//'";
+
+/// What `MOUNTINFO` says about `dst` inside, given these options.
+fn mountinfo_of(opts: &[&str], img: &Path, dst: &str) -> String {
+    let script = format!("f() {{ {MOUNTINFO}; }}; f {dst}");
+    let o = exec_with(opts, img, &["sh", "-c", &script]);
+    assert!(o.status.success(), "{opts:?}: {}", stderr(&o));
+    stdout(&o).trim().to_string()
+}
+
+/// --bind's flags (enroot's fstab flags joined with '+'), each as the container sees it.
+#[test]
+fn bind_flags_seen_inside() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let d = data_dir(&s);
+    std::fs::copy("/bin/busybox", d.join("busybox")).unwrap();
+    s.chown_all();
+    let d = d.display().to_string();
+    let opts = mountinfo_of(
+        &["--bind", &format!("{d}:/m:ro+nosuid+nodev+noexec")],
+        &img,
+        "/m",
+    );
+    let opts: Vec<&str> = opts.split([',', ' ']).collect();
+    for want in ["ro", "nosuid", "nodev", "noexec"] {
+        assert!(opts.contains(&want), "{want} not in {opts:?}");
+    }
+    let plain = mountinfo_of(&["--bind", &format!("{d}:/m")], &img, "/m");
+    assert!(
+        !plain.contains("noexec") && !plain.contains("nodev"),
+        "{plain}"
+    );
+    // noexec refuses a program; nodev a device node; without them both work
+    let binds = format!(
+        "{d}:/x:noexec,{d}:/y,/dev/null:/nodev/null:nodev,/dev/null:/withdev/null:x-create=file"
+    );
+    let script = "/x/busybox true && echo ran || echo exec-refused; /y/busybox true && echo ran; \
+                  echo x > /nodev/null && echo opened || echo dev-refused; \
+                  echo x > /withdev/null && echo opened";
+    let o = exec_with(&["--bind", &binds], &img, &["sh", "-c", script]);
+    assert_eq!(
+        stdout(&o),
+        "exec-refused\nran\ndev-refused\nopened\n",
+        "{}",
+        stderr(&o)
+    );
+    // x-create: what is made where the image lacks the destination
+    let binds = format!("{d}:/xc/dir:x-create=dir,{d}:/xc/auto:x-create=auto");
+    let o = exec_with(
+        &["--bind", &binds],
+        &img,
+        &["sh", "-c", "cat /xc/dir/in.txt /xc/auto/in.txt"],
+    );
+    assert_eq!(stdout(&o), "data\ndata\n", "{}", stderr(&o));
+    for (bind, says) in [
+        (format!("{d}:/xc/f:x-create=file"), "cannot mount /xc/f: "),
+        (
+            format!("{d}:/m:ro+bogus"),
+            "unknown flag \"bogus\"; use ro, rw, nosuid",
+        ),
+    ] {
+        let o = exec_with(&["--bind", &bind], &img, &["true"]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(125), "{e}");
+        assert!(e.lines().count() == 1 && e.contains(says), "{bind}: {e}");
+    }
+}
+
+/// The propagation flags: a `slave` bind gets the host's mounts made under its source after
+/// the start, a plain one does not; `shared` and `unbindable` show in the container's
+/// mountinfo.
+#[test]
+fn bind_propagation_flags() {
+    if !root_or_skip("to make a shared mount on the host") {
+        return;
+    }
+    struct Unmount(Vec<std::path::PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            for p in self.0.iter().rev() {
+                let _ = Command::new("umount").arg(p).status();
+            }
+        }
+    }
+    let mount = |args: &[&str], at: &Path| {
+        let ok = Command::new("mount").args(args).arg(at).status().unwrap();
+        assert!(ok.success(), "mount {args:?} {}", at.display());
+    };
+    let s = Scratch::new();
+    let img = image(&s);
+    let shared = s.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    mount(&["-t", "tmpfs", "-o", "mode=1777", "tmpfs"], &shared);
+    let mut guard = Unmount(vec![shared.clone()]);
+    mount(&["--make-shared"], &shared);
+    std::fs::create_dir(shared.join("sub")).unwrap();
+    s.chown_all();
+    let src = shared.display().to_string();
+    let bind = |flags: &str| format!("{src}:/s{flags}");
+    let info = |flags: &str| mountinfo_of(&["--bind", &bind(flags)], &img, "/s");
+    assert!(info(":shared").contains("shared:"), "{}", info(":shared"));
+    assert!(
+        info(":unbindable").contains("unbindable"),
+        "{}",
+        info(":unbindable")
+    );
+    for flags in ["", ":private", ":rprivate"] {
+        let i = info(flags);
+        assert!(
+            !i.contains("shared:") && !i.contains("master:"),
+            "{flags}: {i}"
+        );
+    }
+    assert!(info(":rslave").contains("master:"), "{}", info(":rslave"));
+    // a host mount made under the source while the container runs
+    let wait = "touch /s/ready; i=0; while [ ! -e /s/sub/marker ] && [ $i -lt 30 ]; \
+                do sleep 0.1; i=$((i+1)); done; cat /s/sub/marker 2>/dev/null || echo unseen";
+    for (flags, want) in [
+        (":rslave", "seen\n"),
+        (":slave", "seen\n"),
+        ("", "unseen\n"),
+    ] {
+        let c = gpurun(&[
+            "exec",
+            "--bind",
+            &bind(flags),
+            img.to_str().unwrap(),
+            "sh",
+            "-c",
+            wait,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !shared.join("ready").exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let sub = shared.join("sub");
+        mount(&["-t", "tmpfs", "tmpfs"], &sub);
+        guard.0.push(sub.clone());
+        std::fs::write(sub.join("marker"), "seen\n").unwrap();
+        let o = c.wait_with_output().unwrap();
+        assert_eq!(stdout(&o), want, "{flags}: {}", stderr(&o));
+        assert!(Command::new("umount").arg(&sub).status().unwrap().success());
+        guard.0.pop();
+        std::fs::remove_file(shared.join("ready")).unwrap();
+    }
+}
+
+/// --tmpfs DST[:OPTS]: a fresh tmpfs of that size and mode, noexec where asked, and mounts
+/// inside it kept (shallower destinations first).
+#[test]
+fn tmpfs_mounts() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let d = data_dir(&s);
+    s.chown_all();
+    let script = "stat -c %a /scratch; f() { grep \" $1 \" /proc/self/mountinfo; }; f /scratch; \
+                  dd if=/dev/zero of=/scratch/f bs=1k count=2048 2>/dev/null || echo full; \
+                  echo w > /work/w && cat /work/w /work/data/in.txt; \
+                  cp /bin/busybox /t/busybox && /t/busybox true && echo ran || echo exec-refused; \
+                  cp /bin/busybox /work/busybox && /work/busybox true && echo ran";
+    let bind = format!("{}:/work/data", d.display());
+    let opts = [
+        "--bind",
+        &bind,
+        "--tmpfs",
+        "/scratch:size=1M,mode=700",
+        "--tmpfs",
+        "/work",
+        "--tmpfs",
+        "/t:noexec",
+    ];
+    let o = exec_with(&opts, &img, &["sh", "-c", script]);
+    let out = stdout(&o);
+    let l: Vec<&str> = out.lines().collect();
+    assert_eq!(l.first(), Some(&"700"), "{out}\n{}", stderr(&o));
+    assert!(
+        l[1].contains(" - tmpfs ") && l[1].contains("size=1024k"),
+        "{out}"
+    );
+    assert_eq!(
+        &l[2..],
+        ["full", "w", "data", "exec-refused", "ran"],
+        "{out}"
+    );
+    let o = exec_with(&["--tmpfs", "/t:size=1M,uid=0"], &img, &["true"]);
+    assert_eq!(o.status.code(), Some(125));
+    let e = stderr(&o);
+    assert!(
+        e.lines().count() == 1
+            && e.contains("--tmpfs \"/t:size=1M,uid=0\": unknown option \"uid=0\""),
+        "{e}"
+    );
+}
+
+/// fuse-overlayfs (overlay_driver) is the container's child: it ends when the container does,
+/// and when gpurun itself is killed.
+#[test]
+fn fuse_overlayfs_ends_with_the_container() {
+    assert!(
+        Path::new("/usr/bin/fuse-overlayfs").exists(),
+        "fuse-overlayfs is needed for the tests (tests/setup-machine.sh installs it)"
+    );
+    let s = Scratch::new();
+    let img = image(&s);
+    std::fs::create_dir(s.join("ov")).unwrap();
+    s.chown_all();
+    let ov = s.join("ov").display().to_string();
+    for kill in [false, true] {
+        let args = [
+            "exec",
+            "--overlay",
+            &ov,
+            img.to_str().unwrap(),
+            "sh",
+            "-c",
+            "echo up; read x; echo done",
+        ];
+        let mut c = gpurun(&args)
+            .env("GPURUN_OVERLAY_DRIVER", "fuse-overlayfs")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut up = [0u8; 3];
+        use std::io::{Read, Write};
+        c.stdout.as_mut().unwrap().read_exact(&mut up).unwrap();
+        assert_eq!(&up, b"up\n");
+        let daemon = wait_for_descendant(c.id(), "fuse-overlayfs");
+        if kill {
+            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+            c.wait().unwrap();
+        } else {
+            c.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+            let o = c.wait_with_output().unwrap();
+            assert!(o.status.success(), "{}", stderr(&o));
+            assert_eq!(stdout(&o), "done\n");
+        }
+        let comm = format!("/proc/{daemon}/comm");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let alive = || std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "fuse-overlayfs");
+        while alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            !alive(),
+            "fuse-overlayfs {daemon} left (gpurun killed: {kill})"
+        );
+    }
+}
+
+/// Where the kernel refuses the overlay (its DIR on a FUSE file system: overlayfs takes no
+/// upper directory there), gpurun falls back to fuse-overlayfs by itself; with
+/// overlay_driver = "kernel" the kernel's refusal is the error.
+#[test]
+fn overlay_falls_back_to_fuse_overlayfs() {
+    if !root_or_skip("to mount a FUSE file system on the host") {
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.0).status();
+        }
+    }
+    let s = Scratch::new();
+    let img = image(&s);
+    for d in ["l", "u", "w", "m"] {
+        std::fs::create_dir(s.join(d)).unwrap();
+    }
+    // a FUSE file system (fuse-overlayfs, run as root here) that the test user may write
+    let o = s.join("l").display().to_string();
+    let opts = format!(
+        "lowerdir={o},upperdir={},workdir={},allow_other",
+        s.join("u").display(),
+        s.join("w").display()
+    );
+    let m = s.join("m");
+    run_ok(Command::new("fuse-overlayfs").args(["-o", &opts]).arg(&m));
+    let _unmount = Unmount(m.clone());
+    let ov = m.join("ov");
+    std::fs::create_dir(&ov).unwrap();
+    let (uid, gid) = test_ids();
+    std::os::unix::fs::chown(&ov, Some(uid), Some(gid)).unwrap();
+    let ov = ov.display().to_string();
+    let script = "grep ' / / ' /proc/self/mountinfo | sed 's/.* - //' | cut -d' ' -f1; \
+                  echo kept >> /etc/kept; cat /etc/kept";
+    let args = ["--no-home", "--overlay", &ov];
+    let o = exec_with(&args, &img, &["sh", "-c", script]);
+    assert_eq!(stdout(&o), "fuse.fuse-overlayfs\nkept\n", "{}", stderr(&o));
+    let o = exec_with(&args, &img, &["sh", "-c", script]);
+    assert_eq!(
+        stdout(&o),
+        "fuse.fuse-overlayfs\nkept\nkept\n",
+        "{}",
+        stderr(&o)
+    );
+    let mut c = gpurun(&[
+        "exec",
+        "--no-home",
+        "--overlay",
+        &ov,
+        img.to_str().unwrap(),
+        "true",
+    ]);
+    let o = c.env("GPURUN_OVERLAY_DRIVER", "kernel").output().unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "{e}");
+    assert!(
+        e.lines().count() == 1
+            && e.contains(&format!("--overlay {ov}: mount overlay on"))
+            && e.contains("overlayfs in a user namespace needs Linux ≥ 5.11"),
+        "{e}"
+    );
+}

@@ -7,6 +7,8 @@ TEST_USER=${TEST_USER:-gpuruntest}
 OTHER_USER=${OTHER_USER:-gpurunother}
 PACKAGES=(
   squashfs-tools squashfs-tools-ng busybox-static attr fuse3 util-linux
+  # --overlay's fallback where the kernel refuses overlayfs in a user namespace
+  fuse-overlayfs
   docker-registry skopeo umoci apache2-utils curl openssl python3 ca-certificates
   gcc libc6-dev
   # the completion scripts are run in the shells they are for

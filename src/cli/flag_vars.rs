@@ -114,18 +114,9 @@ fn with_var(a: Arg, wanted: &dyn Fn(&str) -> bool) -> Arg {
     a.env(name).hide_env_values(true)
 }
 
-/// A switch's value from its variable: Go's ParseBool words (Apptainer's), and yes/no, on/off.
+/// A switch's value from its variable (`env_vars::switch_value`).
 #[derive(Clone, Copy)]
 struct Switch;
-
-/// `Some(b)` for a word that means yes or no.
-pub fn switch_value(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "t" | "true" | "y" | "yes" | "on" => Some(true),
-        "0" | "f" | "false" | "n" | "no" | "off" | "" => Some(false),
-        _ => None,
-    }
-}
 
 impl TypedValueParser for Switch {
     type Value = bool;
@@ -137,7 +128,7 @@ impl TypedValueParser for Switch {
         value: &OsStr,
     ) -> Result<bool, clap::Error> {
         let v = value.to_string_lossy();
-        switch_value(&v).ok_or_else(|| {
+        crate::env_vars::switch_value(&v).ok_or_else(|| {
             let var = arg
                 .and_then(Arg::get_env)
                 .map_or("the variable".into(), |e| e.to_string_lossy().into_owned());
@@ -266,6 +257,12 @@ mod tests {
             "GPURUN_ENV",
             "GPURUN_ENV_FILE",
             "GPURUN_HOSTNAME",
+            "GPURUN_PID",
+            "GPURUN_IPC",
+            "GPURUN_NET",
+            "GPURUN_NETWORK",
+            "GPURUN_TMPFS",
+            "GPURUN_READ_ONLY",
             "GPURUN_NO_NV",
             "GPURUN_GPUS",
             "GPURUN_NV_CAPS",
@@ -303,26 +300,6 @@ mod tests {
                 crate::runtime::env::FLAG_VARS_WITH_ENV_PREFIX.contains(&v.as_str()),
                 "{v} is missing from runtime::env::FLAG_VARS_WITH_ENV_PREFIX"
             );
-        }
-    }
-
-    #[test]
-    fn switch_words() {
-        for (v, want) in [
-            ("1", Some(true)),
-            ("TRUE", Some(true)),
-            ("yes", Some(true)),
-            ("on", Some(true)),
-            (" t ", Some(true)),
-            ("0", Some(false)),
-            ("False", Some(false)),
-            ("no", Some(false)),
-            ("off", Some(false)),
-            ("", Some(false)),
-            ("maybe", None),
-            ("2", None),
-        ] {
-            assert_eq!(switch_value(v), want, "{v:?}");
         }
     }
 

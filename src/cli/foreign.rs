@@ -20,7 +20,8 @@ const PULL: &[&str] = &["pull"];
 const PULLS: &[&str] = &["pull", "inspect"];
 const ANY: &[&str] = &["exec", "run", "shell", "pull", "inspect"];
 
-const NO_NS: &str = "gpurun shares the host's network; there is no network namespace";
+const NO_NS: &str =
+    "gpurun has --net (--network none): a network namespace with loopback only; no CNI networks";
 const NOT_APPLICABLE: &str = "gpurun runs as you, with no privilege to keep or drop; leave it out";
 const CGROUPS: &str =
     "gpurun sets no limits of its own: use Slurm's (srun --cpus-per-task, --mem) or systemd-run";
@@ -36,26 +37,19 @@ const TABLE: &[Entry] = &[
     // Apptainer: namespaces
     ("--userns", Peer::Apptainer, LAUNCH, "gpurun always runs in a user namespace of your own; leave it out"),
     ("-u", Peer::Apptainer, LAUNCH, "(Apptainer's --userns) gpurun always runs in a user namespace of your own; leave it out"),
-    ("--pid", Peer::Apptainer, LAUNCH, "use --containall: the container gets PID and IPC namespaces of its own"),
-    ("-p", Peer::Apptainer, LAUNCH, "(Apptainer's --pid) use --containall: the container gets PID and IPC namespaces of its own"),
-    ("--ipc", Peer::Apptainer, LAUNCH, "use --containall: the container gets PID and IPC namespaces of its own"),
-    ("-i", Peer::Apptainer, LAUNCH, "(Apptainer's --ipc) use --containall: the container gets PID and IPC namespaces of its own"),
     ("--uts", Peer::Apptainer, LAUNCH, "use --hostname NAME (a UTS namespace with that name)"),
-    ("--net", Peer::Apptainer, LAUNCH, NO_NS),
-    ("-n", Peer::Apptainer, LAUNCH, NO_NS),
-    ("--network", Peer::Apptainer, LAUNCH, NO_NS),
     ("--network-args", Peer::Apptainer, LAUNCH, NO_NS),
     ("--netns-path", Peer::Apptainer, LAUNCH, NO_NS),
     ("--dns", Peer::Apptainer, LAUNCH, "the host's /etc/resolv.conf is used; --bind FILE:/etc/resolv.conf for another"),
     ("--sharens", Peer::Apptainer, LAUNCH, "gpurun's Slurm plugin starts one container per node per step that the tasks join (srun --container-image)"),
-    ("--no-pid", Peer::Apptainer, LAUNCH, "gpurun shares the host's PID namespace unless --containall; leave it out"),
+    ("--no-pid", Peer::Apptainer, LAUNCH, "gpurun shares the host's PID namespace unless --pid or --containall; leave it out"),
     ("--no-init", Peer::Apptainer, LAUNCH, "gpurun runs no shim process in the container; leave it out"),
     // Apptainer: file systems
     ("--scratch", Peer::Apptainer, LAUNCH, "--bind a host directory to the path, or --contain for a private /tmp"),
     ("-S", Peer::Apptainer, LAUNCH, "(Apptainer's --scratch) --bind a host directory to the path, or --contain for a private /tmp"),
     ("--workdir", Peer::Apptainer, LAUNCH, "--contain gives /tmp and /var/tmp in memory; --bind DIR:/tmp puts /tmp on disk"),
     ("-W", Peer::Apptainer, LAUNCH, "(Apptainer's --workdir) --contain gives /tmp and /var/tmp in memory; --bind DIR:/tmp puts /tmp on disk"),
-    ("--mount", Peer::Apptainer, LAUNCH, "use --bind SRC[:DST[:ro]]"),
+    ("--mount", Peer::Apptainer, LAUNCH, "use --bind SRC[:DST[:FLAGS]], or --tmpfs DST[:OPTS]"),
     ("--fusemount", Peer::Apptainer, LAUNCH, "mount the FUSE file system on the host and --bind its mount point"),
     ("--containlibs", Peer::Apptainer, LAUNCH, "--bind the libraries' directory and set LD_LIBRARY_PATH with --env"),
     ("--underlay", Peer::Apptainer, LAUNCH, "gpurun makes bind mount points itself; leave it out"),
@@ -104,7 +98,7 @@ const TABLE: &[Entry] = &[
     ("--dir", Peer::Apptainer, PULL, "use -o DIR (the image is written there as NAME_TAG.sqsh)"),
     // pyxis, as gpurun's SPANK plugin offers them
     ("--container-image", Peer::Pyxis, ANY, "on the gpurun command line the image comes first: gpurun exec IMAGE CMD"),
-    ("--container-mounts", Peer::Pyxis, ANY, "on the gpurun command line use --bind SRC[:DST[:ro]]"),
+    ("--container-mounts", Peer::Pyxis, ANY, "on the gpurun command line use --bind SRC[:DST[:FLAGS]], and --tmpfs DST for tmpfs:DST"),
     ("--container-workdir", Peer::Pyxis, ANY, "on the gpurun command line use --pwd DIR"),
     ("--container-env", Peer::Pyxis, ANY, "on the gpurun command line the host's variables are passed already; --env K=V sets one"),
     ("--container-writable", Peer::Pyxis, ANY, "on the gpurun command line use --writable-tmpfs"),
@@ -112,10 +106,10 @@ const TABLE: &[Entry] = &[
     ("--no-container-mount-home", Peer::Pyxis, ANY, "on the gpurun command line use --no-home"),
     ("--container-mount-home", Peer::Pyxis, ANY, "on the gpurun command line the home directory is bound by default; --no-home leaves it out"),
     ("--no-container-remap-root", Peer::Pyxis, ANY, "on the gpurun command line you run as yourself by default; leave it out"),
-    ("--container-readonly", Peer::Pyxis, ANY, "on the gpurun command line the root is read-only by default; leave it out"),
+    ("--container-readonly", Peer::Pyxis, ANY, "on the gpurun command line use --read-only (the root is read-only unless the site sets writable_root)"),
     ("--container-entrypoint", Peer::Pyxis, ANY, "on the gpurun command line gpurun run IMAGE starts the image's entrypoint"),
     ("--no-container-entrypoint", Peer::Pyxis, ANY, "on the gpurun command line gpurun exec IMAGE CMD runs CMD without it"),
-    ("--container-unshare", Peer::Pyxis, ANY, "on the gpurun command line --hostname NAME gives the container a UTS namespace of its own"),
+    ("--container-unshare", Peer::Pyxis, ANY, "on the gpurun command line --hostname NAME, --net and --ipc give the container UTS, network and IPC namespaces of its own"),
     ("--container-save", Peer::Pyxis, ANY, "on the gpurun command line use gpurun exec --save OUT.sqsh IMAGE CMD"),
     // pyxis, not in gpurun's plugin
     ("--container-name", Peer::PyxisOnly, ANY, "not yet: named containers kept between steps"),
@@ -168,7 +162,11 @@ mod tests {
                 "--fusemount=host:sshfs x /y",
                 Some("--bind its mount point"),
             ),
-            ("exec", "--ipc", Some("use --containall")),
+            (
+                "exec",
+                "--netns-path",
+                Some("gpurun has --net (--network none)"),
+            ),
             (
                 "exec",
                 "--container-image=x.sqsh",

@@ -23,6 +23,7 @@ Examples:
   gpurun exec --containall --env OMP_NUM_THREADS=8,LANG=C.UTF-8 torch.sqsh ./bench
   GPURUN_CLEANENV=1 gpurun exec docker://alpine:3 env
   gpurun exec --overlay ~/torch-changes torch.sqsh pip install --user einops
+  gpurun exec -B /data:/data:ro+nodev --tmpfs /scratch:size=8G --net torch.sqsh ./offline-job
 Everything after the image is the command's: gpurun exec IMG ls --help lists ls's help.
 ";
 
@@ -68,7 +69,9 @@ Examples:
 const VARIABLES: &[(&str, &[&str], &str)] = &[
     ("GPURUN_<FLAG>", &["gpurun"], "every option of exec, run, shell, pull and inspect, and the global ones: GPURUN_CLEANENV=1, GPURUN_PWD=/work, GPURUN_NO_MOUNT=home,tmp (gpurun config show lists those set)"),
     ("GPURUNENV_NAME", &["gpurun", "exec", "run", "shell"], "sets NAME inside the container (as Apptainer's APPTAINERENV_NAME); GPURUN_ENV_NAME, the old form, still works and is warned about"),
-    ("GPURUN_BIND", &["gpurun", "exec", "run", "shell"], "binds added to --bind: SRC[:DST[:ro]],…"),
+    ("GPURUN_BIND", &["gpurun", "exec", "run", "shell"], "binds added to --bind: SRC[:DST[:FLAGS]],…"),
+    ("GPURUN_WRITABLE_ROOT", &["gpurun", "exec", "run", "shell"], "1: the root is writable (a tmpfs overlay, as --writable-tmpfs) unless --read-only; writable_root in the config"),
+    ("GPURUN_OVERLAY_DRIVER", &["gpurun", "exec", "run", "shell"], "what makes the root's overlay: auto (the kernel's overlayfs, else fuse-overlayfs), kernel, fuse-overlayfs; overlay_driver in the config"),
     ("GPURUN_NV", &["gpurun", "exec", "run", "shell"], "1: --nv; 0: --no-nv"),
     ("GPURUN_CDI_SPEC_DIRS", &["exec", "run", "shell"], "where --device finds CDI specs: DIR:DIR…"),
     ("CUDA_VISIBLE_DEVICES", &["exec", "run", "shell", "gpus"], "the GPUs to use when --gpus is not given (also NVIDIA_VISIBLE_DEVICES, SLURM_STEP_GPUS)"),

@@ -211,15 +211,33 @@ pub struct ManArgs {
 /// `GPURUN_<FLAG>` variable when it is not given (`flag_vars`), as Apptainer's APPTAINER_<FLAG>.
 #[derive(Args, Debug, Clone, Default)]
 pub struct LaunchOpts {
-    /// Bind a host path: SRC[:DST[:ro|rw]], repeatable, comma-separated lists allowed
-    #[arg(short = 'B', long = "bind", value_name = "SRC[:DST[:ro]]")]
+    /// Bind a host path: SRC[:DST[:FLAGS]], repeatable, comma-separated lists allowed; FLAGS
+    /// joined with '+': ro, rw, nosuid, nodev, noexec, [r]private, [r]slave, [r]shared,
+    /// [r]unbindable, x-create=dir|file|auto (gpurun help binds)
+    #[arg(short = 'B', long = "bind", value_name = "SRC[:DST[:FLAGS]]")]
     pub bind: Vec<String>,
+    /// Mount a fresh tmpfs at DST inside: DST[:OPTS], OPTS size=N, mode=OCTAL, ro, noexec…
+    /// (comma-separated; repeatable)
+    #[arg(long, value_name = "DST[:OPTS]")]
+    pub tmpfs: Vec<String>,
     /// Do not bind the home directory, use a private /tmp, and bind no cwd
     #[arg(short = 'c', long)]
     pub contain: bool,
     /// --contain and --cleanenv together, in PID and IPC namespaces of its own
     #[arg(short = 'C', long)]
     pub containall: bool,
+    /// A PID namespace of the container's own, with its own /proc
+    #[arg(short = 'p', long)]
+    pub pid: bool,
+    /// An IPC namespace of the container's own, with its own /dev/shm
+    #[arg(short = 'i', long)]
+    pub ipc: bool,
+    /// A network namespace of the container's own, with only loopback (no network outside)
+    #[arg(short = 'n', long)]
+    pub net: bool,
+    /// The network of --net: none (loopback only) is the one gpurun has; implies --net
+    #[arg(long, value_name = "none")]
+    pub network: Option<String>,
     /// Do not bind the home directory
     #[arg(long)]
     pub no_home: bool,
@@ -247,6 +265,10 @@ pub struct LaunchOpts {
     /// Make the root writable with a tmpfs overlay that vanishes on exit
     #[arg(long)]
     pub writable_tmpfs: bool,
+    /// Keep the root read-only, also where the site makes it writable by default
+    /// (writable_root in the config)
+    #[arg(long)]
+    pub read_only: bool,
     /// Write changes into the sandbox directory image itself (not a .sqsh or .sif image)
     #[arg(short = 'w', long)]
     pub writable: bool,

@@ -767,9 +767,10 @@ fn driver_file_mounts(
     // gpurun's own tmpfs: what an image has there (or a container left there) never shows.
     let mut mounts = vec![Mount {
         dst: PathBuf::from(NV_DIR),
-        source: MountSource::Tmpfs { mode: 0o755 },
+        source: MountSource::tmpfs(0o755),
         readonly: false,
         optional: false,
+        flags: Default::default(),
     }];
     mounts.extend(linked(libs));
     // A few files, found through PATH: bound one by one, not their whole directory.
@@ -796,6 +797,7 @@ fn driver_file_mounts(
                 },
                 readonly: true,
                 optional: false,
+                flags: Default::default(),
             });
         }
     }
@@ -840,6 +842,7 @@ fn linked(libs: &[driver::Library]) -> Vec<Mount> {
             },
             readonly: false,
             optional: false,
+            flags: Default::default(),
         });
     }
     let binds = dirs
@@ -1044,6 +1047,7 @@ mod tests {
             },
             readonly: false,
             optional: false,
+            flags: Default::default(),
         };
         let cases: [(&str, Vec<driver::Library>, Vec<Mount>); 3] = [
             ("nothing", vec![], vec![]),

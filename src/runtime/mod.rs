@@ -5,6 +5,7 @@ pub mod extract;
 pub mod image_server;
 pub mod interpreter;
 pub mod launch;
+pub mod mount_spec;
 pub mod named;
 pub mod plan;
 pub mod start;

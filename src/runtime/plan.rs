@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::env::{compose, EnvError, EnvInputs};
+use super::mount_spec::{normalize, parse_bind, parse_tmpfs, SpecError};
 use crate::gpu::cdi::Applied;
 use crate::gpu::GpuPlan;
 use crate::image::meta::ImageMeta;
-use crate::mount::{Mount, MountSource};
+use crate::mount::{Mount, MountSource, OverlayDriver};
 
 impl Mount {
     fn new(dst: impl Into<PathBuf>, source: MountSource) -> Mount {
@@ -20,6 +21,7 @@ impl Mount {
             source,
             readonly: false,
             optional: false,
+            flags: Default::default(),
         }
     }
 
@@ -84,9 +86,18 @@ pub struct Plan {
     pub argv: Vec<String>,
     /// Where the root's changes go (`Changes::None`: it is read-only).
     pub changes: Changes,
-    /// PID and IPC namespaces of the container's own (`--containall`).
+    /// What makes the root's overlay, where it has one.
+    #[serde(skip_serializing_if = "OverlayDriver::is_auto")]
+    pub overlay_driver: OverlayDriver,
+    /// A PID namespace of the container's own (`--pid`, `--containall`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub own_pid_ipc: bool,
+    pub own_pid: bool,
+    /// An IPC namespace of the container's own (`--ipc`, `--containall`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub own_ipc: bool,
+    /// A network namespace of the container's own, with only loopback (`--net`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub own_net: bool,
     /// chown and id changes succeed and do nothing (`--fakeroot`: package installs).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub fake_ids: bool,
@@ -126,6 +137,8 @@ pub const HOLD_STOP: [&str; 3] = ["sh", "-c", "kill -STOP $$"];
 pub struct Request {
     /// `GPURUN_BIND` and `--bind`.
     pub binds: Vec<String>,
+    /// `--tmpfs DST[:OPTS]`.
+    pub tmpfs: Vec<String>,
     /// The config files' binds (Apptainer's "bind path" entries: `--no-mount bind-paths`).
     pub site_binds: Vec<String>,
     pub contain: bool,
@@ -141,14 +154,27 @@ pub struct Request {
     /// Parsed --env-file contents.
     pub env_files: Vec<(String, String)>,
     pub writable_tmpfs: bool,
+    /// `--read-only`: no changes, whatever the site's default.
+    pub read_only: bool,
+    /// The site's `writable_root`: a root with a tmpfs overlay unless the request says
+    /// otherwise.
+    pub writable_by_default: bool,
     /// `--writable`: changes go to the directory image itself.
     pub writable: bool,
     /// `--overlay DIR[:ro]`.
     pub overlay: Option<String>,
     /// `--save`: the overlay directory that collects the changes to save.
     pub save_changes: Option<PathBuf>,
-    /// PID and IPC namespaces of the container's own (`--containall`).
-    pub own_pid_ipc: bool,
+    /// The site's `overlay_driver`.
+    pub overlay_driver: OverlayDriver,
+    /// `--pid` (or `--containall`).
+    pub own_pid: bool,
+    /// `--ipc` (or `--containall`).
+    pub own_ipc: bool,
+    /// `--net`.
+    pub net: bool,
+    /// `--network TYPE`: only `none` (implies `--net`).
+    pub network: Option<String>,
     pub fakeroot: bool,
 }
 
@@ -157,6 +183,14 @@ pub struct Request {
 pub enum DevEntry {
     Symlink { name: String, target: PathBuf },
     Other { name: String },
+}
+
+impl DevEntry {
+    fn name(&self) -> &str {
+        match self {
+            DevEntry::Symlink { name, .. } | DevEntry::Other { name } => name,
+        }
+    }
 }
 
 /// What the planner needs to know about the host, gathered once by `launch`.
@@ -266,8 +300,8 @@ impl Extras {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
-    #[error("--bind {0:?}: {1}")]
-    Bind(String, &'static str),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
     #[error("--bind source {0} does not exist; create it or fix the path")]
     BindSourceMissing(PathBuf),
     #[error("--bind source {0}: permission denied; you need search access to every directory on its way")]
@@ -290,6 +324,10 @@ pub enum PlanError {
     NotWritable(PathBuf),
     #[error("--writable, --writable-tmpfs and --overlay each say where changes go: give one")]
     Changes,
+    #[error("--read-only keeps the root as the image has it: leave out --writable, --writable-tmpfs, --overlay (or add :ro to it) and --save")]
+    ReadOnly,
+    #[error("--network {0}: gpurun has only none (a network namespace of the container's own, loopback only); leave out --net and --network for the host's network")]
+    Network(String),
     #[error("--save keeps the changes of a container whose root is the image's: leave out --writable and --overlay")]
     SaveWith,
     #[error("--overlay {0:?}: {1}")]
@@ -305,6 +343,11 @@ fn changes(req: &Request, host: &HostView, root: &RootSource) -> Result<Changes,
     let given = [req.writable, req.writable_tmpfs, req.overlay.is_some()];
     if given.iter().filter(|g| **g).count() > 1 {
         return Err(PlanError::Changes);
+    }
+    let overlay_ro = req.overlay.as_deref().is_some_and(|o| o.ends_with(":ro"));
+    let writes = req.writable || req.writable_tmpfs || req.save_changes.is_some();
+    if req.read_only && (writes || req.overlay.is_some() && !overlay_ro) {
+        return Err(PlanError::ReadOnly);
     }
     if let Some(dir) = &req.save_changes {
         if req.writable || req.overlay.is_some() {
@@ -326,7 +369,10 @@ fn changes(req: &Request, host: &HostView, root: &RootSource) -> Result<Changes,
         };
     }
     let Some(spec) = &req.overlay else {
-        return Ok(Changes::None);
+        return Ok(match req.writable_by_default && !req.read_only {
+            true => Changes::Tmpfs,
+            false => Changes::None,
+        });
     };
     let (dir, readonly) = match spec.rsplit_once(':') {
         Some((d, "ro")) => (d, true),
@@ -347,13 +393,17 @@ fn changes(req: &Request, host: &HostView, root: &RootSource) -> Result<Changes,
     Ok(Changes::Overlay { dir, readonly })
 }
 
-/// With PID and IPC namespaces of its own, the container gets a /proc of its namespace and a
-/// /dev/shm of its own instead of the host's.
-fn own_pid_ipc(mounts: &mut Vec<Mount>) {
-    for m in mounts.iter_mut().filter(|m| m.dst == Path::new("/proc")) {
-        m.source = MountSource::Proc;
+/// With a PID namespace of its own, the container gets a /proc of it; with an IPC namespace of
+/// its own, a /dev/shm of its own instead of the host's.
+fn own_pid_ipc(req: &Request, mounts: &mut Vec<Mount>) {
+    if req.own_pid {
+        for m in mounts.iter_mut().filter(|m| m.dst == Path::new("/proc")) {
+            m.source = MountSource::Proc;
+        }
     }
-    mounts.push(Mount::new("/dev/shm", MountSource::Tmpfs { mode: 0o1777 }));
+    if req.own_ipc {
+        mounts.push(Mount::new("/dev/shm", MountSource::tmpfs(0o1777)));
+    }
 }
 
 /// Host directories that are never bound as the working directory: binding them would hide the
@@ -368,33 +418,6 @@ fn is_system_dir(p: &Path) -> bool {
         || ["/usr", "/etc", "/proc", "/sys", "/dev", "/boot"]
             .iter()
             .any(|d| p.starts_with(d))
-}
-
-/// Parse one `--bind` item: `SRC[:DST[:ro|rw]]` (a comma list is split before).
-pub fn parse_bind(spec: &str, cwd: &Path) -> Result<(PathBuf, PathBuf, bool), PlanError> {
-    let err = |why| PlanError::Bind(spec.to_string(), why);
-    let parts: Vec<&str> = spec.split(':').collect();
-    let (src, dst, opt) = match parts.as_slice() {
-        [s] => (*s, *s, None),
-        [s, d] if *d == "ro" || *d == "rw" => (*s, *s, Some(*d)),
-        [s, d] => (*s, *d, None),
-        [s, d, o] => (*s, *d, Some(*o)),
-        _ => return Err(err("too many ':'; use SRC[:DST[:ro]]")),
-    };
-    if src.is_empty() || dst.is_empty() {
-        return Err(err("empty path; use SRC[:DST[:ro]]"));
-    }
-    let readonly = match opt {
-        None | Some("rw") => false,
-        Some("ro") => true,
-        Some(_) => return Err(err("the option after DST must be ro or rw")),
-    };
-    let src = cwd.join(src);
-    let dst = PathBuf::from(dst);
-    if !dst.is_absolute() {
-        return Err(err("DST must be an absolute path inside the container"));
-    }
-    Ok((normalize(&src), normalize(&dst), readonly))
 }
 
 /// Parse `--home SRC[:DST]` (DST: SRC): the source on the host, the home directory inside.
@@ -473,22 +496,6 @@ fn valid_hostname(h: &str) -> bool {
         && !h.starts_with('-')
         && h.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-}
-
-/// Lexical normalisation (`a/./b/../c` → `a/c`); the kernel resolves symlinks later, inside the
-/// container root.
-pub fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            std::path::Component::Normal(n) => out.push(n),
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// Whether a passwd or group text has an entry of `id`.
@@ -587,9 +594,7 @@ pub fn plan(
 ) -> Result<Plan, PlanError> {
     let mut mounts = base_mounts(req, host, extras);
     let skips = parse_no_mount(&req.no_mount)?;
-    if let Some(h) = req.hostname.as_deref().filter(|h| !valid_hostname(h)) {
-        return Err(PlanError::Hostname(h.to_string()));
-    }
+    check_namespaces(req)?;
     tmp_and_host_files(req, &skips, &mut mounts);
     let changes = changes(req, host, &image.root)?;
     let (uid, gid, home) = user_and_home(req, host, image, &skips, &changes, &mut mounts)?;
@@ -635,23 +640,48 @@ pub fn plan(
         cwd,
         argv: argv?,
         changes,
-        own_pid_ipc: req.own_pid_ipc,
+        overlay_driver: req.overlay_driver,
+        own_pid: req.own_pid,
+        own_ipc: req.own_ipc,
+        own_net: req.net || req.network.is_some(),
         fake_ids: req.fakeroot,
         hostname: req.hostname.clone(),
         cdi: extras.cdi.clone(),
     })
 }
 
-/// /proc, /sys and /dev (only its non-NVIDIA entries where the GPU plan filters them), and a
-/// PID and IPC namespace's own /proc and /dev/mqueue.
+/// The namespaces' names: a host name the kernel and resolvers take, and a network type
+/// gpurun has.
+fn check_namespaces(req: &Request) -> Result<(), PlanError> {
+    if let Some(h) = req.hostname.as_deref().filter(|h| !valid_hostname(h)) {
+        return Err(PlanError::Hostname(h.to_string()));
+    }
+    match req.network.as_deref() {
+        None | Some("none") => Ok(()),
+        Some(other) => Err(PlanError::Network(other.to_string())),
+    }
+}
+
+/// /proc, /sys and /dev (only its non-NVIDIA entries where the GPU plan filters them, and a
+/// devpts of its own), and a PID namespace's own /proc, an IPC namespace's own /dev/shm.
 fn base_mounts(req: &Request, host: &HostView, extras: &Extras) -> Vec<Mount> {
     let mut mounts = vec![
         Mount::bind("/proc", "/proc", false),
         Mount::bind("/sys", "/sys", false),
     ];
     if extras.filter_nvidia_dev {
-        mounts.push(Mount::new("/dev", MountSource::Tmpfs { mode: 0o755 }));
-        for e in &host.dev {
+        mounts.push(Mount::new("/dev", MountSource::tmpfs(0o755)));
+        // The host's /dev/ptmx opens ptys of the devpts beside it only: a pty needs both.
+        mounts.push(Mount::new("/dev/pts", MountSource::Devpts));
+        let ptmx = MountSource::Symlink {
+            target: "pts/ptmx".into(),
+        };
+        mounts.push(Mount::new("/dev/ptmx", ptmx));
+        for e in host
+            .dev
+            .iter()
+            .filter(|e| !matches!(e.name(), "pts" | "ptmx"))
+        {
             match e {
                 DevEntry::Symlink { name, target } => mounts.push(Mount::new(
                     Path::new("/dev").join(name),
@@ -669,9 +699,7 @@ fn base_mounts(req: &Request, host: &HostView, extras: &Extras) -> Vec<Mount> {
     } else {
         mounts.push(Mount::bind("/dev", "/dev", false));
     }
-    if req.own_pid_ipc {
-        own_pid_ipc(&mut mounts);
-    }
+    own_pid_ipc(req, &mut mounts);
     mounts
 }
 
@@ -680,8 +708,8 @@ fn tmp_and_host_files(req: &Request, skips: &Skips, mounts: &mut Vec<Mount>) {
     match (skips.tmp, req.contain) {
         (true, _) => {}
         (false, true) => {
-            mounts.push(Mount::new("/tmp", MountSource::Tmpfs { mode: 0o1777 }));
-            mounts.push(Mount::new("/var/tmp", MountSource::Tmpfs { mode: 0o1777 }));
+            mounts.push(Mount::new("/tmp", MountSource::tmpfs(0o1777)));
+            mounts.push(Mount::new("/var/tmp", MountSource::tmpfs(0o1777)));
         }
         (false, false) => {
             mounts.push(Mount::bind("/tmp", "/tmp", false));
@@ -795,7 +823,9 @@ fn apt_sandbox(req: &Request, image: &ImageView, mounts: &mut Vec<Mount>) {
     }
 }
 
-/// The config file's site binds and the user's --bind, each source checked on the host.
+/// The config file's site binds, then the user's --bind and --tmpfs, shallower destinations
+/// first (a tmpfs at /work, then a bind in it at /work/data), as docker orders its mounts; each
+/// bind's source is checked on the host.
 fn binds(
     req: &Request,
     host: &HostView,
@@ -810,22 +840,30 @@ fn binds(
         .flat_map(|b| b.split(','))
         .map(|b| (b, false));
     let mut skipped = Vec::new();
-    for (spec, from_site) in site.chain(user) {
-        if spec.is_empty() {
+    let mut mine = Vec::new();
+    for (spec, from_site) in site.chain(user).filter(|(s, _)| !s.is_empty()) {
+        let m = parse_bind(spec, &host.cwd)?;
+        if from_site && skips.dsts.contains(&m.dst) {
+            skipped.push(m.dst);
             continue;
         }
-        let (src, dst, ro) = parse_bind(spec, &host.cwd)?;
-        if from_site && skips.dsts.contains(&dst) {
-            skipped.push(dst);
-            continue;
+        if let MountSource::Bind { src } = &m.source {
+            match (host.exists)(src) {
+                HostPath::Exists => {}
+                HostPath::Missing => return Err(PlanError::BindSourceMissing(src.clone())),
+                HostPath::Denied => return Err(PlanError::BindSourceDenied(src.clone())),
+            }
         }
-        match (host.exists)(&src) {
-            HostPath::Exists => {}
-            HostPath::Missing => return Err(PlanError::BindSourceMissing(src)),
-            HostPath::Denied => return Err(PlanError::BindSourceDenied(src)),
+        match from_site {
+            true => mounts.push(m),
+            false => mine.push(m),
         }
-        mounts.push(Mount::bind(src, dst, ro));
     }
+    for t in &req.tmpfs {
+        mine.push(parse_tmpfs(t)?);
+    }
+    mine.sort_by_key(|m| m.dst.components().count());
+    mounts.extend(mine);
     let named = |d: &PathBuf| skipped.contains(d) || HOST_FILES.iter().any(|f| d == Path::new(f));
     if let Some(d) = skips.dsts.iter().find(|d| !named(d)) {
         let why = format!(
@@ -1287,10 +1325,7 @@ mod tests {
         };
         let p = exec_plan(&contain).unwrap();
         assert!(find(&p, "/home/alice").is_none());
-        assert_eq!(
-            find(&p, "/tmp").unwrap().source,
-            MountSource::Tmpfs { mode: 0o1777 }
-        );
+        assert_eq!(find(&p, "/tmp").unwrap().source, MountSource::tmpfs(0o1777));
         let no_home = Request {
             no_home: true,
             ..Default::default()
@@ -1605,27 +1640,7 @@ mod tests {
     }
 
     #[test]
-    fn bind_specs() {
-        let cwd = Path::new("/work");
-        let ok: &[(&str, (&str, &str, bool))] = &[
-            ("/a", ("/a", "/a", false)),
-            ("/a:/b", ("/a", "/b", false)),
-            ("/a:/b:ro", ("/a", "/b", true)),
-            ("/a:/b:rw", ("/a", "/b", false)),
-            ("/a:ro", ("/a", "/a", true)),
-            ("rel/x:/x", ("/work/rel/x", "/x", false)),
-            ("/a/../c/./d:/e/", ("/c/d", "/e", false)),
-        ];
-        for (spec, (s, d, ro)) in ok {
-            assert_eq!(
-                parse_bind(spec, cwd).unwrap(),
-                (PathBuf::from(s), PathBuf::from(d), *ro),
-                "{spec}"
-            );
-        }
-        for bad in ["/a:/b:rx", "/a:rel", ":/b", "/a:/b:ro:x", "/a:"] {
-            assert!(parse_bind(bad, cwd).is_err(), "{bad} should fail");
-        }
+    fn binds_and_tmpfs() {
         let req = Request {
             binds: vec!["/x:/y:ro,/z".into()],
             ..Default::default()
@@ -1633,6 +1648,52 @@ mod tests {
         let p = exec_plan(&req).unwrap();
         assert!(find(&p, "/y").unwrap().readonly);
         assert!(!find(&p, "/z").unwrap().readonly);
+        // flags come with the bind; the user's binds and tmpfs go shallower first, in order
+        let req = Request {
+            binds: vec!["/x:/w/a/b:nodev+rslave,/x:/w".into(), "/z:/w/a/b".into()],
+            tmpfs: vec!["/w/a:size=1M".into()],
+            ..Default::default()
+        };
+        let p = exec_plan(&req).unwrap();
+        let d = dsts(&p);
+        let at = |x: &str| d.iter().position(|y| y == x).unwrap();
+        assert!(at("/w") < at("/w/a") && at("/w/a") < at("/w/a/b"), "{d:?}");
+        let ab: Vec<&Mount> = p
+            .mounts
+            .iter()
+            .filter(|m| m.dst == Path::new("/w/a/b"))
+            .collect();
+        assert!(
+            ab[0].flags.nodev && ab[0].flags.propagation.is_some(),
+            "{ab:?}"
+        );
+        assert!(ab[1].flags.is_plain() && ab[1].source == MountSource::Bind { src: "/z".into() });
+        assert_eq!(
+            find(&p, "/w/a").unwrap().source,
+            MountSource::Tmpfs {
+                mode: 0o1777,
+                size: Some(1 << 20)
+            }
+        );
+        for (req, says) in [
+            (
+                Request {
+                    binds: vec!["/x:/y:ro+bogus".into()],
+                    ..Default::default()
+                },
+                "--bind \"/x:/y:ro+bogus\": unknown flag \"bogus\"",
+            ),
+            (
+                Request {
+                    tmpfs: vec!["/t:size=1M,bogus".into()],
+                    ..Default::default()
+                },
+                "--tmpfs \"/t:size=1M,bogus\": unknown option \"bogus\"",
+            ),
+        ] {
+            let e = exec_plan(&req).unwrap_err().to_string();
+            assert!(e.starts_with(says), "{e}");
+        }
         let req = Request {
             binds: vec!["/missing/dir:/m".into()],
             ..Default::default()
@@ -1672,6 +1733,10 @@ mod tests {
                     name: "fd".into(),
                     target: "/proc/self/fd".into(),
                 },
+                DevEntry::Other { name: "pts".into() },
+                DevEntry::Other {
+                    name: "ptmx".into(),
+                },
             ],
         };
         let extras = Extras {
@@ -1688,10 +1753,7 @@ mod tests {
         )
         .unwrap();
         let d = dsts(&p);
-        assert_eq!(
-            find(&p, "/dev").unwrap().source,
-            MountSource::Tmpfs { mode: 0o755 }
-        );
+        assert_eq!(find(&p, "/dev").unwrap().source, MountSource::tmpfs(0o755));
         assert!(d.contains(&"/dev/null".to_string()) && d.contains(&"/dev/shm".to_string()));
         assert!(
             !d.contains(&"/dev/nvidiactl".to_string())
@@ -1711,6 +1773,20 @@ mod tests {
         // The GPU binds come after /dev's tmpfs, or they would be hidden by it.
         let pos = |x: &str| d.iter().position(|y| y == x).unwrap();
         assert!(pos("/dev/nvidia0") > pos("/dev"));
+        // a devpts of its own, and /dev/ptmx into it, not the host's
+        assert_eq!(find(&p, "/dev/pts").unwrap().source, MountSource::Devpts);
+        assert_eq!(
+            find(&p, "/dev/ptmx").unwrap().source,
+            MountSource::Symlink {
+                target: "pts/ptmx".into()
+            }
+        );
+        let one = |x: &str| d.iter().filter(|y| *y == x).count() == 1;
+        assert!(one("/dev/pts") && one("/dev/ptmx"), "{d:?}");
+        assert!(pos("/dev/pts") > pos("/dev"));
+        // with the host's whole /dev, its own
+        let p = exec_plan(&Request::default()).unwrap();
+        assert!(find(&p, "/dev/pts").is_none() && find(&p, "/dev/ptmx").is_none());
     }
 
     #[test]
@@ -1842,6 +1918,59 @@ mod tests {
                 Err("/missing/o: no such directory"),
             ),
         ];
+        // --read-only, and the site's writable_root
+        let ro = |r: Request| Request {
+            read_only: true,
+            ..r
+        };
+        let by_default = |r: Request| Request {
+            writable_by_default: true,
+            ..r
+        };
+        let mut cases = cases;
+        cases.extend([
+            (
+                by_default(req(false, false, None)),
+                &sqsh,
+                Ok(Changes::Tmpfs),
+            ),
+            (
+                ro(by_default(req(false, false, None))),
+                &sqsh,
+                Ok(Changes::None),
+            ),
+            (ro(req(false, false, None)), &sqsh, Ok(Changes::None)),
+            (
+                by_default(req(true, false, None)),
+                &dir,
+                Ok(Changes::InPlace),
+            ),
+            (
+                by_default(req(false, false, Some("/o"))),
+                &dir,
+                Ok(ov("/o", false)),
+            ),
+            (
+                ro(req(false, false, Some("/o:ro"))),
+                &dir,
+                Ok(ov("/o", true)),
+            ),
+            (ro(req(false, true, None)), &sqsh, Err("--read-only keeps")),
+            (ro(req(true, false, None)), &dir, Err("--read-only keeps")),
+            (
+                ro(req(false, false, Some("/o"))),
+                &dir,
+                Err("--read-only keeps"),
+            ),
+            (
+                Request {
+                    save_changes: Some("/cache/save".into()),
+                    ..ro(req(false, false, None))
+                },
+                &sqsh,
+                Err("--read-only keeps"),
+            ),
+        ]);
         for (r, root, want) in cases {
             let got = changes(&r, &host, root);
             match (&got, want) {
@@ -1857,21 +1986,39 @@ mod tests {
     }
 
     #[test]
-    fn containall_gets_its_own_proc_and_shm() {
-        let req = Request {
-            own_pid_ipc: true,
+    fn namespaces_of_its_own() {
+        let req = |own_pid, own_ipc| Request {
+            own_pid,
+            own_ipc,
             ..Request::default()
         };
-        let p = exec_plan(&req).unwrap();
-        assert!(p.own_pid_ipc);
-        assert_eq!(at_of(&p, "/proc"), Some(MountSource::Proc));
-        assert_eq!(
-            at_of(&p, "/dev/shm"),
-            Some(MountSource::Tmpfs { mode: 0o1777 })
+        // (pid, ipc) -> /proc of its own, /dev/shm of its own
+        for (pid, ipc) in [(true, true), (true, false), (false, true), (false, false)] {
+            let p = exec_plan(&req(pid, ipc)).unwrap();
+            assert_eq!((p.own_pid, p.own_ipc), (pid, ipc));
+            let proc = at_of(&p, "/proc").unwrap();
+            assert_eq!(proc == MountSource::Proc, pid, "{proc:?}");
+            let shm = at_of(&p, "/dev/shm");
+            assert_eq!(shm == Some(MountSource::tmpfs(0o1777)), ipc, "{shm:?}");
+            assert_eq!(shm.is_none(), !ipc);
+        }
+        // --net, --network none; no other network
+        let net = |net, network: Option<&str>| Request {
+            net,
+            network: network.map(String::from),
+            ..Request::default()
+        };
+        assert!(!exec_plan(&net(false, None)).unwrap().own_net);
+        assert!(exec_plan(&net(true, None)).unwrap().own_net);
+        assert!(exec_plan(&net(true, Some("none"))).unwrap().own_net);
+        assert!(exec_plan(&net(false, Some("none"))).unwrap().own_net);
+        let e = exec_plan(&net(true, Some("bridge"))).unwrap_err();
+        assert_eq!(e, PlanError::Network("bridge".into()));
+        assert!(
+            e.to_string()
+                .starts_with("--network bridge: gpurun has only none"),
+            "{e}"
         );
-        let p = exec_plan(&Request::default()).unwrap();
-        assert!(matches!(at_of(&p, "/proc"), Some(MountSource::Bind { .. })));
-        assert_eq!(at_of(&p, "/dev/shm"), None);
     }
 
     fn at_of(p: &Plan, d: &str) -> Option<MountSource> {

@@ -18,14 +18,25 @@ id "$U" >/dev/null 2>&1 || useradd -m -s /bin/sh "$U"
 # A cache directory another user made first, for the shared-node case of run-tests.sh.
 SQUATTED=$(mktemp -d /var/tmp/gpurun-squatted.XXXXXX)
 chmod 0777 "$SQUATTED"; chown "${GPURUN_OTHER_USER:-gpurunother}" "$SQUATTED" 2>/dev/null || chown nobody "$SQUATTED"
-trap 'rm -rf "$SQUATTED"' EXIT
+# A Debian image of this machine's apt and dpkg and a package source for it, for the package
+# installs under --container-remap-root (the package's file needs root to be made).
+APT_DIR=$(mktemp -d /var/tmp/gpurun-apt.XXXXXX); chmod 755 "$APT_DIR"
+APT_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+if tests/fakeroot/make-apt-image.sh "$APT_DIR" "$APT_PORT" >"$APT_DIR/make.log" 2>&1 \
+    && mksquashfs "$APT_DIR/rootfs" "$APT_DIR/debian.sqsh" -noappend -quiet -no-progress >/dev/null; then
+  chmod -R a+rX "$APT_DIR"
+else
+  echo "tests/fakeroot/make-apt-image.sh failed:"; cat "$APT_DIR/make.log"
+fi
+trap 'rm -rf "$SQUATTED" "$APT_DIR"' EXIT
 status=0; summary=()
 for mode in ${SLURM_CI_MODES:-v1 none}; do
   echo "=== Slurm, cgroup mode $mode"
   if ! tests/slurm/cluster.sh start "$mode" "$SO" "gpurun=$GPURUN"; then
     summary+=("$mode: cluster did not start"); status=1; continue
   fi
-  runuser -u "$U" -- env GPURUN="$GPURUN" SQUATTED_CACHE="$SQUATTED" tests/slurm/run-tests.sh | tee "/tmp/gpurun-slurm-tests-$mode.log"
+  runuser -u "$U" -- env GPURUN="$GPURUN" SQUATTED_CACHE="$SQUATTED" APT_DIR="$APT_DIR" APT_PORT="$APT_PORT" \
+    tests/slurm/run-tests.sh | tee "/tmp/gpurun-slurm-tests-$mode.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   summary+=("$mode: $(tail -n 1 "/tmp/gpurun-slurm-tests-$mode.log")")
 done

@@ -529,6 +529,32 @@ EOF
   out=$(srun "${T[@]}" --container-image="$IMG" --container-unshare=net true 2>&1); rc=$?
   [ "$rc" != 0 ] && grep -q 'gpurun: --container-unshare=net: gpurun cannot give the container its own net namespace yet' <<<"$out"; res $? "--container-unshare=net: refused by srun with the reason (rc=$rc)"
 
+  # every task of a container step has the fake-ids seccomp filter, as under pyxis and enroot
+  out=$(echo $(srun "${T[@]}" --container-image="$IMG" grep Seccomp: /proc/self/status; srun "${T[@]}" --container-image="$IMG" --container-remap-root grep Seccomp: /proc/self/status) 2>>stderr.log)
+  [ "$out" = "Seccomp: 2 Seccomp: 2" ]; res $? "a seccomp filter in every task, with and without --container-remap-root ($out)"
+  # --container-remap-root installs packages, as under pyxis: a real apt-get install from a
+  # package source on loopback (tests/slurm/ci.sh makes the image; its package's file is made by
+  # 1234 and its postinst chowns it and adds a user), then kept by a named container
+  if [ -s "${APT_DIR:-}/debian.sqsh" ]; then
+    python3 -m http.server "$APT_PORT" --bind 127.0.0.1 --directory "$APT_DIR/repo" >/dev/null 2>&1 & web=$!
+    install='apt-get update -qq >/dev/null && apt-get install -y -qq gpurun-fakeroot-test >/dev/null && stat -c %u:%g /usr/share/gpurun-fakeroot-test/owned && getent passwd gpurunpkg && dpkg-query -W -f="\${Status}\n" gpurun-fakeroot-test'
+    cat > apt.sbatch <<EOF
+#!/bin/sh
+#SBATCH -t 2
+#SBATCH -o $W/apt.out
+#SBATCH -e $W/apt.err
+srun -t 2 --container-image=$APT_DIR/debian.sqsh --container-remap-root --container-writable env PATH=/usr/sbin:/usr/bin:/sbin:/bin sh -c '$install'
+srun -t 2 --container-image=$APT_DIR/debian.sqsh --container-name=apt1 --container-remap-root env PATH=/usr/sbin:/usr/bin:/sbin:/bin sh -c '$install' >/dev/null
+echo "KEPT=\$(srun -t 1 --container-name=apt1 dpkg-query -W -f='\${Status}' gpurun-fakeroot-test)"
+EOF
+    sbatch --wait -Q apt.sbatch >/dev/null 2>&1
+    kill "$web"
+    [ "$(head -3 apt.out | tr '\n' '|')" = "0:0|gpurunpkg:x:4321:4321::/nonexistent:/bin/sh|install ok installed|" ]
+    res $? "--container-remap-root --container-writable: apt-get install of a package that chowns and adds a user ($(head -3 apt.out | tr '\n' '|'))" || cat apt.err
+    [ "$(get KEPT apt.out)" = "install ok installed" ]; res $? "--container-name: a package installed in one step is there in the next ($(get KEPT apt.out))"
+  else
+    bad "package installs under --container-remap-root: no image (tests/slurm/ci.sh makes it with tests/fakeroot/make-apt-image.sh)"
+  fi
   # under Slurm's PMIx, the modules its server chose are the image's PMIx's MCA settings (as
   # enroot's PMIx hook sets them)
   out=$(srun "${T[@]}" --mpi=pmix --container-image="$IMG" sh -c 'echo $PMIX_SECURITY_MODE/$PMIX_MCA_psec $PMIX_GDS_MODULE/$PMIX_MCA_gds $PMIX_PTL_MODULE/${PMIX_MCA_ptl-}' 2>>stderr.log)

@@ -31,7 +31,7 @@ pub(super) fn child(
 ) -> (i32, String) {
     // P gone before the death signal was set? In a PID namespace of C's own P has no pid
     // there (getppid is 0): its end of the ready pipe tells.
-    let orphaned = if plan.own_pid_ipc {
+    let orphaned = if plan.own_pid {
         sys::reader_gone(ready.as_fd())
     } else {
         nix::unistd::getppid() != parent

@@ -15,6 +15,7 @@ mod container;
 mod exec;
 mod hold;
 mod interface;
+mod overlay;
 mod root;
 mod signals;
 mod supervise;
@@ -65,9 +66,9 @@ pub fn run(plan: &Plan, lower: &Lower, hold: Option<HoldState>) -> Result<i32, L
     sys::block_signal(parent_death_signal(), true);
     sys::enter_user_namespace(plan.uid.inside, plan.gid.inside)
         .map_err(LaunchError::UserNamespace)?;
-    if plan.own_pid_ipc {
+    if plan.own_pid || plan.own_ipc {
         // C, forked next, is the PID namespace's init: it already reaps and supervises.
-        sys::enter_pid_ipc_namespaces()?;
+        sys::enter_pid_ipc_namespaces(plan.own_pid, plan.own_ipc)?;
     }
     sys::become_subreaper()?;
     if hold.is_some() {

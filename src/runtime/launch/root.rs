@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 
 use super::interface::Lower;
-use crate::mount::{Mount, MountSource};
+use super::overlay::{self, Layers};
+use crate::mount::{Mount, MountSource, OverlayDriver, PointKind, PropagationKind};
 use crate::runtime::plan::{Changes, Plan};
 use crate::sys::{self, Create, SysError};
 
@@ -18,12 +19,7 @@ const STAGE: &str = "/tmp";
 
 /// Build the container root in C's private mount namespace; returns its path.
 pub(super) fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> {
-    sys::enter_mount_namespace(sys::Propagation::Private).map_err(|e| e.to_string())?;
-    if let Some(h) = &plan.hostname {
-        sys::enter_uts_namespace(h).map_err(|e| e.to_string())?;
-    }
-    // Every host source is captured before STAGE is mounted over /tmp.
-    let srcs = capture_sources(plan)?;
+    let srcs = enter_namespaces(plan)?;
     let kept = match &plan.changes {
         Changes::Overlay { dir, .. } => {
             Some(sys::clone_tree(dir).map_err(|e| format!("--overlay {}: {e}", dir.display()))?)
@@ -54,7 +50,7 @@ pub(super) fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> 
         sys::remount_readonly(&lower_p).map_err(|e| e.to_string())?;
     }
     let kept = kept.map(|t| stage.attach("overlay", &t)).transpose()?;
-    let root = stage.root(lower_p, served, &plan.changes, kept)?;
+    let root = stage.root(lower_p, served, &plan.changes, kept, plan.overlay_driver)?;
     let mut root = Root::open(&root).map_err(|e| e.to_string())?;
     let files = stage.dir("files")?;
     // Every mount point first: an overlay made for one would hide the mounts made below its
@@ -83,17 +79,47 @@ pub(super) fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> 
     Ok(root.path)
 }
 
-/// Detached copies of the plan's bind sources, in plan order (None for other mounts, and for an
-/// optional source that is missing).
-fn capture_sources(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, String> {
+/// C's mount namespace (the `slave` binds' sources captured in it before it is made private,
+/// so that the host's mount events still reach them), and its UTS and network namespaces as
+/// the plan asks. Returns the plan's bind sources (`capture_sources`), every one captured
+/// before STAGE is mounted over /tmp.
+fn enter_namespaces(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, String> {
+    let early = || capture_sources(plan, true);
+    let slaves = sys::enter_mount_namespace_then(sys::Propagation::Private, early);
+    let slaves = slaves.map_err(|e| e.to_string())??;
+    if let Some(h) = &plan.hostname {
+        sys::enter_uts_namespace(h).map_err(|e| e.to_string())?;
+    }
+    if plan.own_net {
+        sys::enter_net_namespace().map_err(|e| format!("--net: {e}"))?;
+    }
+    let others = capture_sources(plan, false)?;
+    Ok(slaves
+        .into_iter()
+        .zip(others)
+        .map(|(s, o)| s.or(o))
+        .collect())
+}
+
+/// A bind that the host's mount events under its source reach (`slave`, `rslave`).
+fn receives_host_events(m: &Mount) -> bool {
+    let p = m.flags.propagation;
+    p.is_some_and(|p| p.kind == PropagationKind::Slave)
+}
+
+/// Detached copies of the plan's bind sources, of the slave ones or of the others, in plan
+/// order (None for other mounts, and for an optional source that is missing).
+fn capture_sources(plan: &Plan, slaves: bool) -> Result<Vec<Option<OwnedFd>>, String> {
     let mut srcs = Vec::with_capacity(plan.mounts.len());
     for m in &plan.mounts {
         srcs.push(match &m.source {
-            MountSource::Bind { src } => match sys::clone_tree(src) {
-                Ok(fd) => Some(fd),
-                Err(_) if m.optional => None,
-                Err(e) => return Err(format!("cannot bind {}: {e}", src.display())),
-            },
+            MountSource::Bind { src } if receives_host_events(m) == slaves => {
+                match sys::clone_tree(src) {
+                    Ok(fd) => Some(fd),
+                    Err(_) if m.optional => None,
+                    Err(e) => return Err(format!("cannot bind {}: {e}", src.display())),
+                }
+            }
             _ => None,
         });
     }
@@ -128,7 +154,8 @@ struct Stage {
 
 impl Stage {
     fn new() -> Result<Stage, String> {
-        sys::mount_tmpfs(Path::new(STAGE), 0o755).map_err(|e| e.to_string())?;
+        let at = Path::new(STAGE);
+        sys::mount_tmpfs(at, 0o755, None, sys::Attrs::default()).map_err(|e| e.to_string())?;
         Ok(Stage {
             overlays: Vec::new(),
             made: 0,
@@ -152,32 +179,37 @@ impl Stage {
     /// The container's root, with the image attached at `lower`: a read-only root is the
     /// server's read-only mount itself, and a mount point it lacks gets an overlay on its
     /// directory only (`mount_point`), not one over the whole image, whose every lookup and
-    /// open that would cost. A directory image, or a writable root, gets one as a whole;
-    /// `--writable` writes to the directory itself; `--overlay` (attached at `kept`) keeps
-    /// the changes in its directory.
+    /// open that would cost. A directory image, or a writable root, gets one as a whole (made
+    /// by `driver`); `--writable` writes to the directory itself; `--overlay` (attached at
+    /// `kept`) keeps the changes in its directory.
     fn root(
         &mut self,
         lower: PathBuf,
         served: bool,
         changes: &Changes,
         kept: Option<PathBuf>,
+        driver: OverlayDriver,
     ) -> Result<PathBuf, String> {
         let top = match changes {
             Changes::InPlace => return Ok(lower),
             Changes::None if served => return Ok(lower),
             Changes::Overlay { dir, readonly } => {
                 let kept = kept.ok_or("--overlay: its directory was not captured")?;
-                return self.persistent(&lower, &kept, dir, *readonly);
+                return self.persistent(&lower, &kept, dir, *readonly, driver);
             }
             _ => self.dir("root")?,
         };
-        match self.overlay(&lower, &top) {
-            Ok(()) => Ok(top),
-            Err(e) if changes.writable() => Err(format!(
-                "--writable-tmpfs needs overlayfs in a user namespace (Linux ≥ 5.11): {e}"
-            )),
-            Err(_) => Ok(lower),
+        if !changes.writable() {
+            // a directory image: read-only as it is where no overlay can be made
+            return Ok(self.overlay(&lower, &top).map_or(lower, |_| top));
         }
+        let (upper, work) = self.upper_work()?;
+        let layers = Layers {
+            lowers: vec![&lower],
+            upper: Some((&upper, &work)),
+        };
+        overlay::mount(driver, &layers, &top).map_err(|e| format!("--writable-tmpfs: {e}"))?;
+        Ok(top)
     }
 
     /// `--overlay DIR` (attached at `at`): DIR/upper over the image, DIR/work its work
@@ -188,20 +220,17 @@ impl Stage {
         at: &Path,
         dir: &Path,
         readonly: bool,
+        driver: OverlayDriver,
     ) -> Result<PathBuf, String> {
         let top = self.dir("root")?;
         let (upper, work) = (at.join("upper"), at.join("work"));
         let why = |e: String| format!("--overlay {}: {e}", dir.display());
-        if readonly {
-            if !upper.is_dir() {
-                return Err(why(
-                    "has no upper/ (a writable --overlay run makes it)".into()
-                ));
-            }
-            sys::mount_overlay_ro(&[&upper, lower], &top).map_err(|e| why(e.to_string()))?;
-            return Ok(top);
+        if readonly && !upper.is_dir() {
+            return Err(why(
+                "has no upper/ (a writable --overlay run makes it)".into()
+            ));
         }
-        for d in ["upper", "work"] {
+        for d in ["upper", "work"].iter().filter(|_| !readonly) {
             match std::fs::create_dir(at.join(d)) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
                     let e = format!("cannot create {d}/ in it ({e}); give a directory you can write, or add :ro");
@@ -210,23 +239,34 @@ impl Stage {
                 _ => {}
             }
         }
-        sys::mount_overlay(lower, &upper, &work, &top).map_err(|e| {
-            why(format!(
-                "{e} (overlayfs in a user namespace needs Linux ≥ 5.11 and a local file system for DIR)"
-            ))
-        })?;
+        let layers = match readonly {
+            true => Layers {
+                lowers: vec![&upper, lower],
+                upper: None,
+            },
+            false => Layers {
+                lowers: vec![lower],
+                upper: Some((&upper, &work)),
+            },
+        };
+        overlay::mount(driver, &layers, &top).map_err(why)?;
         Ok(top)
     }
 
     /// A tmpfs overlay on `lower`, where new entries go, mounted at `at`.
     fn overlay(&mut self, lower: &Path, at: &Path) -> Result<(), String> {
+        let (upper, work) = self.upper_work()?;
+        sys::mount_overlay(lower, &upper, &work, at).map_err(|e| e.to_string())
+    }
+
+    /// A new overlay's upper and work directories, in the stage.
+    fn upper_work(&mut self) -> Result<(PathBuf, PathBuf), String> {
         self.made += 1;
         let n = self.made;
-        let (upper, work) = (
+        Ok((
             self.dir(&format!("upper{n}"))?,
             self.dir(&format!("work{n}"))?,
-        );
-        sys::mount_overlay(lower, &upper, &work, at).map_err(|e| e.to_string())
+        ))
     }
 
     /// Open the mount point at `dst` in `root`, made as `kind` where the root lacks it. Where
@@ -281,11 +321,11 @@ fn mount_point_refused(e: Errno) -> bool {
 /// optional bind whose source is missing).
 fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
     match &m.source {
-        MountSource::Bind { .. } => Some(match sys::is_dir(src?) {
-            Ok(true) => Create::Dir,
+        MountSource::Bind { .. } => Some(match (m.flags.create, sys::is_dir(src?)) {
+            (Some(PointKind::Dir), _) | (None, Ok(true)) => Create::Dir,
             _ => Create::File,
         }),
-        MountSource::Tmpfs { .. } | MountSource::Proc => Some(Create::Dir),
+        MountSource::Tmpfs { .. } | MountSource::Proc | MountSource::Devpts => Some(Create::Dir),
         MountSource::File { .. } => Some(Create::File),
         MountSource::Symlink { .. } | MountSource::RootFile { .. } => None,
     }
@@ -306,10 +346,10 @@ fn apply_mount(
             };
             attach(root, stage, m, tree, kind)
         }
-        MountSource::Tmpfs { mode } => {
+        MountSource::Tmpfs { mode, size } => {
             let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
             root.not_the_root(&dst, &m.dst)?;
-            sys::mount_tmpfs(&sys::fd_path(&dst), *mode)
+            sys::mount_tmpfs(&sys::fd_path(&dst), *mode, *size, attrs(m))
         }
         MountSource::File { contents } => {
             let f = files.join(i.to_string());
@@ -337,16 +377,30 @@ fn apply_mount(
             })
         }
         MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
-        MountSource::Proc => {
+        MountSource::Proc | MountSource::Devpts => {
             let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
             root.not_the_root(&dst, &m.dst)?;
-            sys::mount_proc(&sys::fd_path(&dst))
+            match m.source {
+                MountSource::Proc => sys::mount_proc(&sys::fd_path(&dst)),
+                _ => sys::mount_devpts(&sys::fd_path(&dst)),
+            }
         }
     }
 }
 
-/// Attach a detached tree at the mount's destination, read-only first where asked (so the tree
-/// is never writable in the container, not even for a moment).
+/// The mount's attributes as the kernel takes them.
+fn attrs(m: &Mount) -> sys::Attrs {
+    sys::Attrs {
+        readonly: m.readonly,
+        nosuid: m.flags.nosuid,
+        nodev: m.flags.nodev,
+        noexec: m.flags.noexec,
+    }
+}
+
+/// Attach a detached tree at the mount's destination, read-only (nodev, noexec…) first where
+/// asked (so the tree is never writable in the container, not even for a moment), then with
+/// the propagation asked for.
 fn attach(
     root: &mut Root,
     stage: &mut Stage,
@@ -354,17 +408,25 @@ fn attach(
     tree: &OwnedFd,
     kind: Create,
 ) -> Result<(), SysError> {
-    let readonly_later = m.readonly && !sys::set_tree_readonly(tree, &m.dst)?;
+    let attrs = attrs(m);
+    let later = attrs != sys::Attrs::default() && !sys::set_tree_attrs(tree, attrs, &m.dst)?;
     let dst = stage.mount_point(root, &m.dst, kind)?;
     root.not_the_root(&dst, &m.dst)?;
     sys::attach_tree(tree, &dst, &m.dst)?;
-    if readonly_later {
-        // Kernels before 5.12: the new mount (its submounts stay writable) is reached through
-        // a fresh handle; an fd opened before it was attached still points under it.
-        let top = sys::open_in_root(&root.fd, &m.dst, Create::No)?;
-        sys::remount_readonly(&sys::fd_path(&top))?;
+    if !later && m.flags.propagation.is_none() {
+        return Ok(());
     }
-    Ok(())
+    // The new mount is reached through a fresh handle; an fd opened before it was attached
+    // still points under it.
+    let top = sys::open_in_root(&root.fd, &m.dst, Create::No)?;
+    if later {
+        // Kernels before 5.12: the mount itself only (its submounts keep their flags).
+        sys::remount(&sys::fd_path(&top), attrs)?;
+    }
+    match m.flags.propagation {
+        Some(p) => sys::set_propagation(&sys::fd_path(&top), p),
+        None => Ok(()),
+    }
 }
 
 /// The container's root directory, and its identity to compare mount points with.
