@@ -91,14 +91,20 @@ fn podman(args: &[&str], source: &str) -> Result<String, PullError> {
     Err(failed(error_line(&err, &out.status.to_string())))
 }
 
-/// podman's own error line (it logs warnings before it), else its last line, else `status`.
+/// podman's error: its `Error:` line, else the message of its last logged error (it logs
+/// warnings too), else its last line, else `status`.
 fn error_line(stderr: &str, status: &str) -> String {
     let lines = || stderr.lines().map(str::trim).filter(|l| !l.is_empty());
+    let logged = |l: &str| -> Option<String> {
+        let (_, msg) = l.split_once("level=error msg=\"")?;
+        Some(msg.strip_suffix('"').unwrap_or(msg).replace("\\\"", "\""))
+    };
     lines()
         .rfind(|l| l.starts_with("Error:"))
-        .or_else(|| lines().last())
-        .unwrap_or(status)
-        .to_string()
+        .map(String::from)
+        .or_else(|| lines().filter_map(logged).next_back())
+        .or_else(|| lines().next_back().map(String::from))
+        .unwrap_or_else(|| status.to_string())
 }
 
 #[cfg(test)]
@@ -109,8 +115,12 @@ mod tests {
     fn podmans_error_line() {
         let warned = "time=\"…\" level=warning msg=\"\\\"/\\\" is not a shared mount\"\n\
                       Error: reading storage: permission denied\n";
+        let logged =
+            "time=\"…\" level=error msg=\"invalid internal status: \\\"newuidmap\\\" not found\"\n\
+                      time=\"…\" level=warning msg=\"\\\"/\\\" is not a shared mount\"\n";
         for (stderr, want) in [
             (warned, "Error: reading storage: permission denied"),
+            (logged, "invalid internal status: \"newuidmap\" not found"),
             ("something odd\n\n", "something odd"),
             ("", "exit status: 125"),
         ] {
