@@ -146,6 +146,7 @@ fn ensure_podman(name: &str, reference: &str, opts: &PullOptions) -> Result<Path
     let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
     cached_image(&cache, &id, |staging| {
         let ui = Ui::new(opts.quiet);
+        // Held while podman saves and the image is built: its task cleans up on a signal.
         let _rt = signal_runtime(opts)?;
         let (layers, meta) = podman_image(name, &id, &staging, reference, opts, &ui)?;
         build(&layers, &meta, staging, opts, &ui)
