@@ -3,6 +3,7 @@
 //! (private, made by gpurun, removed however the pull ends), read from there as `oci:` is, every
 //! blob checked against its digest.
 
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::process::{Command, Stdio};
 
@@ -18,7 +19,8 @@ use crate::image::reference::valid_digest;
 /// The ID podman gives the image `name` (`sha256:` and its config's digest): names its content,
 /// so it keys the cache for `exec podman://`, and a changed image is converted again.
 pub(super) fn image_id(name: &str, source: &str) -> Result<String, PullError> {
-    let out = podman(&["image", "inspect", "--format", "{{.Id}}", name], source)?;
+    let args = ["image", "inspect", "--format", "{{.Id}}", name].map(OsStr::new);
+    let out = podman(&args, source)?;
     let id = format!("sha256:{}", out.trim());
     if !valid_digest(&id) {
         return Err(PullError::Podman {
@@ -44,14 +46,19 @@ pub(super) fn podman_image(
     ui.line(&format!("Saving {name} ({}) from podman", &id[7..19]));
     // By ID: a name retagged meanwhile cannot give other content than the ID says.
     let dir = staging.scratch("podman-layout");
-    let dir_arg = dir.to_string_lossy();
-    let args = ["image", "save", "--quiet", "--format", "oci-dir", "-o"];
-    podman(&[&args[..], &[&dir_arg, &id[7..]]].concat(), source)?;
+    // One argument, whatever the path starts with; the path as bytes, whatever they are.
+    let mut output = OsString::from("--output=");
+    output.push(&dir);
+    let args = ["image", "save", "--quiet", "--format", "oci-dir"].map(OsStr::new);
+    podman(
+        &[&args[..], &[&output, OsStr::new(&id[7..])]].concat(),
+        source,
+    )?;
     oci_layout(&dir, None, source, opts)
 }
 
 /// Run podman with `args`; its stdout, or its error as the user needs to hear it.
-fn podman(args: &[&str], source: &str) -> Result<String, PullError> {
+fn podman(args: &[&OsStr], source: &str) -> Result<String, PullError> {
     // Started and registered under the lock, as tar2sqfs is: a signal kills it before the
     // staging directory it writes in is removed.
     let child = {
