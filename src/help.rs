@@ -106,7 +106,8 @@ exec, run, shell return the command's own exit status, or:
 pull (and inspect docker://) return:
   0 success; 20 image, tag, platform or blob not found; 21 authentication refused or needed;
   22 registry unreachable or kept failing; 23 malformed image (digest mismatch, bad manifest or
-  layer); 24 disk full; 130 interrupted (SIGINT/SIGTERM); 125 other failures
+  layer); 24 disk full; 25 podman:// with podman missing (not on PATH) or failing;
+  130 interrupted (SIGINT/SIGTERM); 125 other failures
 doctor returns 0 when this node can run containers, 1 when a check failed.
 Other commands return 0 on success and 125 on failure.
 ";
@@ -144,7 +145,8 @@ gpurun runs one squashfs file as the container's root, read-only, served over FU
                  /.singularity.d/env/*.sh give the environment, `run` starts the runscript
   plain squashfs (mksquashfs DIR img.sqsh): no metadata; `run` starts a shell
 gpurun inspect IMAGE shows what gpurun reads from any of them (and from docker://REF without
-downloading layers).
+downloading layers). exec, run and shell also take docker://REF and podman://IMAGE (an image of
+your podman store), converted once into the cache.
 ";
 
 const APPTAINER: &str = "\

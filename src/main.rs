@@ -371,9 +371,9 @@ fn pull(args: gpurun::cli::PullArgs, ctx: &Ctx) -> i32 {
         ..pull_options(args.platform, args.insecure, ctx)
     };
     let pulled = match args.into_cache {
-        true if !args.source.starts_with("docker://") => {
+        true if !gpurun::image::reference::is_reference(&args.source) => {
             eprintln!(
-                "gpurun: pull --into-cache {}: only docker:// references go into the cache; pull it to a file (-o FILE)",
+                "gpurun: pull --into-cache {}: only docker:// and podman:// references go into the cache; pull it to a file (-o FILE)",
                 args.source
             );
             return FAILED;

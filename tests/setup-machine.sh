@@ -16,6 +16,8 @@ PACKAGES=(
   munge slurmctld slurmd slurm-client libslurm-dev libpmix-dev
   # a real MPI program in the Slurm tests (Debian's Open MPI uses the same PMIx as Slurm)
   openmpi-bin libopenmpi-dev
+  # podman:// images (tests/podman.rs): rootless podman, its uid maps
+  podman uidmap
   # the multi-node Slurm tests: nodes in network namespaces (tests/slurm/multinode.sh), PyTorch
   # DDP over gloo on CPU across them (tests/slurm/torch-image.sh)
   iproute2 python3-torch

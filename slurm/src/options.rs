@@ -137,6 +137,9 @@ pub enum Image {
     File(PathBuf),
     /// A registry reference, always written `docker://…` for gpurun.
     Registry(String),
+    /// `podman://IMAGE`: an image in the user's podman store on the node, which the holder's
+    /// gpurun converts there (as pyxis has enroot import it on each node).
+    Podman(String),
 }
 
 /// One `--container-mounts` entry.
@@ -273,7 +276,7 @@ impl Image {
     pub fn registry(&self) -> Option<&str> {
         match self {
             Image::Registry(r) => Some(r),
-            Image::File(_) => None,
+            Image::File(_) | Image::Podman(_) => None,
         }
     }
 }
@@ -284,17 +287,23 @@ pub fn parse_image(s: &str) -> Result<Image, String> {
     if s.starts_with('/') || s.starts_with('.') {
         return Ok(Image::File(PathBuf::from(s)));
     }
-    if s.contains("://") {
-        return if s.starts_with("docker://") {
-            Ok(Image::Registry(s.to_string()))
-        } else {
-            Err(format!(
-                "--container-image={s}: only docker:// references and squashfs paths"
-            ))
-        };
-    }
     if s.contains(char::is_whitespace) {
         return Err(format!("--container-image={s:?}: contains white space"));
+    }
+    if let Some((scheme, rest)) = s.split_once("://") {
+        return match scheme {
+            "docker" => Ok(Image::Registry(s.to_string())),
+            "podman" if !rest.is_empty() => Ok(Image::Podman(s.to_string())),
+            "podman" => Err(format!("--container-image={s}: expected podman://IMAGE")),
+            "dockerd" => Err(format!(
+                "--container-image={s}: gpurun cannot read the Docker daemon's images (its \
+                 socket is root's, and gpurun runs as you); docker save -o FILE.tar IMAGE, \
+                 gpurun pull docker-archive:FILE.tar, and give the .sqsh file"
+            )),
+            _ => Err(format!(
+                "--container-image={s}: only docker://, podman:// references and squashfs paths"
+            )),
+        };
     }
     match s.split_once('#') {
         Some((reg, _)) if reg.contains('@') => Err(format!(
@@ -607,7 +616,7 @@ pub struct HoldCtx<'a> {
 pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, String> {
     let image = match o.image.as_ref() {
         Some(Image::File(p)) => absolute(at.cwd, p).display().to_string(),
-        Some(Image::Registry(r)) => r.clone(),
+        Some(Image::Registry(r) | Image::Podman(r)) => r.clone(),
         None if o.name.is_some() => String::new(),
         None => return Err("no --container-image".into()),
     };
@@ -757,6 +766,9 @@ mod tests {
     fn file(s: &str) -> Result<Image, String> {
         Ok(Image::File(s.into()))
     }
+    fn podman(s: &str) -> Result<Image, String> {
+        Ok(Image::Podman(s.into()))
+    }
 
     #[test]
     fn images() {
@@ -774,6 +786,12 @@ mod tests {
                 reg("docker://nvcr.io/nvidia/pytorch:24.05-py3"),
             ),
             ("alpine@sha256:abcd", reg("docker://alpine@sha256:abcd")),
+            // As written: the node's gpurun converts it from the user's podman store there.
+            (
+                "podman://localhost/app:v1",
+                podman("podman://localhost/app:v1"),
+            ),
+            ("podman://ubuntu", podman("podman://ubuntu")),
         ];
         for (input, want) in table {
             assert_eq!(&parse_image(input), want, "{input}");
@@ -784,12 +802,21 @@ mod tests {
             "nvcr.io#",
             "http://x/y",
             "a b",
+            "podman://",
+            "podman://a b",
         ] {
             assert!(parse_image(bad).is_err(), "{bad} accepted");
         }
+        let e = parse_image("dockerd://ubuntu").unwrap_err();
+        assert!(
+            e.contains("Docker daemon") && e.contains("docker save"),
+            "{e}"
+        );
         let registry = |s: &str| parse_image(s).unwrap().registry().map(String::from);
         assert_eq!(registry("ubuntu"), Some("docker://ubuntu".into()));
         assert_eq!(registry("/x.sqsh"), None);
+        // Not pulled by srun for the job: the store it is in is the node's.
+        assert_eq!(registry("podman://localhost/app:v1"), None);
     }
 
     fn m(src: &str, dst: &str, ro: bool) -> Mount {
@@ -1221,6 +1248,12 @@ mod tests {
                 "--state",
                 "/tmp/d/state.json"
             ]
+        );
+        // podman://: as given, for the node's gpurun to convert from the user's store there.
+        o.set(IMAGE, Some("podman://localhost/app:v1")).unwrap();
+        assert_eq!(
+            holder_args(&o, &at("/w", "/s", false)).unwrap().join(" "),
+            "hold --image-workdir podman://localhost/app:v1 --state /s"
         );
         o.set(IMAGE, Some("ubuntu")).unwrap();
         o.set(MOUNTS, Some("data:/data:ro,/scratch,umount:/etc/hosts"))

@@ -374,8 +374,8 @@ pub struct ExecArgs {
     /// image OUT (the image's metadata kept)
     #[arg(long, value_name = "OUT.sqsh")]
     pub save: Option<PathBuf>,
-    /// The image (a .sqsh or .sif file, a root filesystem directory, or docker://REF), then the
-    /// command and its arguments
+    /// The image (a .sqsh or .sif file, a root filesystem directory, docker://REF or
+    /// podman://IMAGE), then the command and its arguments
     #[arg(
         value_names = ["IMAGE", "COMMAND"],
         num_args = 2..,
@@ -500,7 +500,8 @@ pub struct KeepArgs {
 
 #[derive(Args, Debug)]
 pub struct PullArgs {
-    /// docker://[REGISTRY/]REPO[:TAG][@DIGEST], oci:DIR[:TAG], docker-archive:FILE.tar or dir:ROOTFS
+    /// docker://[REGISTRY/]REPO[:TAG][@DIGEST], podman://IMAGE, oci:DIR[:TAG],
+    /// docker-archive:FILE.tar or dir:ROOTFS
     pub source: String,
     /// Output file, or a directory to put NAME_TAG.sqsh in (default: NAME_TAG.sqsh here)
     #[arg(short, long, value_name = "FILE")]
@@ -514,8 +515,8 @@ pub struct PullArgs {
     /// Replace the output file if it exists
     #[arg(short = 'F', long)]
     pub force: bool,
-    /// Keep the image in the cache, as `exec docker://…` does (converted once, kept by digest),
-    /// instead of writing a file, and print its path
+    /// Keep the image in the cache, as `exec docker://…` and `exec podman://…` do (converted
+    /// once, kept by digest or image ID), instead of writing a file, and print its path
     #[arg(long, conflicts_with = "output")]
     pub into_cache: bool,
     /// Compressor threads (default: all CPUs)

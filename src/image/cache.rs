@@ -11,7 +11,8 @@
 //!   blobs/sha256/HEX          complete blob, verified against its digest (never modified)
 //!   blobs/sha256/HEX.partial  download in progress; an interrupted pull resumes from its length
 //!   locks/HEX.lock            flock(2) held while one process downloads HEX or builds image HEX
-//!   images/HEX.sqsh           image built from the manifest with digest sha256:HEX
+//!   images/HEX.sqsh           image built from the manifest with digest sha256:HEX (for
+//!                             podman://, from the image whose ID is sha256:HEX)
 //!   refs/HASH                 the digest a reference last resolved to (offline fallback)
 //!   rootfs/…                  the runtime's extraction fallback (runtime/extract.rs)
 //!   image-blocks/HASH.blocks  an image's blocks kept decompressed from one server to the next

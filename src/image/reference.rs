@@ -1,6 +1,6 @@
 //! Image sources as the user writes them: `docker://[REGISTRY/]REPO[:TAG][@DIGEST]` with Docker's
-//! defaults (docker.io, `library/`, `latest`), and the offline sources `oci:DIR[:TAG]`,
-//! `docker-archive:FILE.tar` and `dir:ROOTFS`.
+//! defaults (docker.io, `library/`, `latest`), `podman://IMAGE` from the user's own podman store,
+//! and the offline sources `oci:DIR[:TAG]`, `docker-archive:FILE.tar` and `dir:ROOTFS`.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -10,8 +10,10 @@ pub const DOCKER_HUB: &str = "docker.io";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReferenceError {
-    #[error("image reference '{0}' has no transport; write docker://{0} (or oci:DIR, docker-archive:FILE, dir:ROOTFS)")]
+    #[error("image reference '{0}' has no transport; write docker://{0} (or podman://IMAGE, oci:DIR, docker-archive:FILE, dir:ROOTFS)")]
     NoTransport(String),
+    #[error("{0}: gpurun cannot read the Docker daemon's images (its socket is root's, and gpurun runs as you); save the image with docker save -o FILE.tar IMAGE and use docker-archive:FILE.tar")]
+    Dockerd(String),
     #[error("image reference '{reference}' is invalid: {why}")]
     Invalid { reference: String, why: String },
 }
@@ -20,6 +22,8 @@ pub enum ReferenceError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     Docker(ImageRef),
+    /// An image in the user's podman store, named as podman knows it (short names, IDs too).
+    Podman(String),
     /// An OCI image layout directory, optionally with the tag (`org.opencontainers.image.ref.name`).
     OciLayout {
         dir: PathBuf,
@@ -103,6 +107,12 @@ impl Source {
         if let Some(rest) = s.strip_prefix("docker://") {
             return parse_docker(rest).map(Source::Docker);
         }
+        if let Some(rest) = s.strip_prefix("podman://") {
+            return parse_podman(rest).map(Source::Podman);
+        }
+        if s.starts_with("dockerd://") {
+            return Err(ReferenceError::Dockerd(s.to_string()));
+        }
         let (transport, rest) = match s.split_once(':') {
             Some((t, r)) if !t.contains('/') => (t, r),
             _ => return Err(ReferenceError::NoTransport(s.to_string())),
@@ -137,6 +147,36 @@ impl Source {
             "dir" => Ok(Source::Dir(rest.into())),
             _ => Err(ReferenceError::NoTransport(s.to_string())),
         }
+    }
+}
+
+/// Whether a launch's IMAGE names an image in a registry or a local image store (`docker://`,
+/// `podman://`; `dockerd://` too, to be refused with its reason) rather than a file.
+pub fn is_reference(s: &str) -> bool {
+    ["docker://", "podman://", "dockerd://"]
+        .iter()
+        .any(|t| s.starts_with(t))
+}
+
+/// What follows `podman://`: podman's names are Docker's references (podman resolves short
+/// ones in its store) or image IDs. Passed to podman as written.
+fn parse_podman(s: &str) -> Result<String, ReferenceError> {
+    let bad = |why: String| ReferenceError::Invalid {
+        reference: format!("podman://{s}"),
+        why,
+    };
+    match s.bytes().next() {
+        None => return Err(bad("it is empty".into())),
+        // podman would read a name that starts like an option as one.
+        Some(b) if !b.is_ascii_alphanumeric() => {
+            return Err(bad("an image name starts with a letter or digit".into()))
+        }
+        Some(_) => {}
+    }
+    match parse_docker(s) {
+        Ok(_) => Ok(s.to_string()),
+        Err(ReferenceError::Invalid { why, .. }) => Err(bad(why)),
+        Err(e) => Err(e),
     }
 }
 
@@ -359,6 +399,7 @@ mod tests {
 
     #[test]
     fn sources() {
+        let podman_digest = format!("podman://quay.io/org/app@{D}");
         let ok: Vec<(&str, Source)> = vec![
             (
                 "oci:/tmp/layout",
@@ -390,6 +431,19 @@ mod tests {
                 "docker://alpine",
                 Source::Docker(r("docker.io", "library/alpine", Some("latest"), None)),
             ),
+            (
+                "podman://localhost/app:v1",
+                Source::Podman("localhost/app:v1".into()),
+            ),
+            ("podman://ubuntu", Source::Podman("ubuntu".into())),
+            (
+                "podman://54c5c828f002",
+                Source::Podman("54c5c828f002".into()),
+            ),
+            (
+                &podman_digest,
+                Source::Podman(podman_digest["podman://".len()..].into()),
+            ),
         ];
         for (input, want) in ok {
             assert_eq!(Source::parse(input), Ok(want), "{input}");
@@ -410,6 +464,34 @@ mod tests {
             Source::parse("oci:/x:bad tag"),
             Err(ReferenceError::Invalid { .. })
         ));
+        // Nothing podman would take for an option, or for something other than an image.
+        for bad in [
+            "podman://",
+            "podman://--root=/tmp/x",
+            "podman://-q",
+            "podman://a b",
+            "podman://Upper/case",
+            "podman://x:bad/tag",
+        ] {
+            assert!(
+                matches!(Source::parse(bad), Err(ReferenceError::Invalid { ref reference, .. }) if reference.starts_with("podman://")),
+                "{bad} accepted: {:?}",
+                Source::parse(bad)
+            );
+        }
+        let e = Source::parse("dockerd://ubuntu:24.04").unwrap_err();
+        assert_eq!(e, ReferenceError::Dockerd("dockerd://ubuntu:24.04".into()));
+        assert!(e.to_string().contains("docker-archive:FILE.tar"), "{e}");
+        for (s, is) in [
+            ("docker://x", true),
+            ("podman://x", true),
+            ("dockerd://x", true),
+            ("oci:/x", false),
+            ("./img.sqsh", false),
+            ("/srv/podman://x", false),
+        ] {
+            assert_eq!(is_reference(s), is, "{s}");
+        }
     }
 
     #[test]

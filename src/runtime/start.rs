@@ -19,6 +19,7 @@ use crate::image::cache::Cache;
 use crate::image::meta::ImageMeta;
 use crate::image::meta::MetaError;
 use crate::image::pull::{ensure_local, save, save_target, PullError, PullOptions, SaveTarget};
+use crate::image::reference::is_reference;
 use crate::image::sif::OpenError;
 use crate::image::sqfs::Archive;
 use crate::store::cache_dir::cache_root;
@@ -201,8 +202,9 @@ enum Image {
 
 impl Image {
     fn open(arg: &str, pull: &PullOptions) -> Result<Image, StartError> {
-        // docker://…: pulled once into the cache (keyed by manifest digest), then run from there.
-        let path = if arg.starts_with("docker://") {
+        // docker://, podman://: converted once into the cache (keyed by manifest digest, by
+        // podman's image ID), then run from there.
+        let path = if is_reference(arg) {
             ensure_local(arg, pull)?
         } else {
             PathBuf::from(arg)

@@ -22,6 +22,8 @@ pub mod exit {
     pub const BAD_IMAGE: i32 = 23;
     /// No space left for the cache or the output.
     pub const DISK_FULL: i32 = 24;
+    /// `podman://`: podman could not be run (not installed, not on PATH) or failed.
+    pub const PODMAN: i32 = 25;
     /// Interrupted by SIGINT / SIGTERM (128 + SIGINT, as shells report it).
     pub const INTERRUPTED: i32 = 130;
 }
@@ -50,8 +52,16 @@ pub enum PullError {
     Source { source_ref: String, detail: String },
     #[error("image {image}: {detail}")]
     BadImage { image: String, detail: String },
-    #[error("ensure_local needs a docker:// reference, not '{0}'")]
+    #[error("ensure_local needs a docker:// or podman:// reference, not '{0}'")]
     NotRegistry(String),
+    #[error(
+        "{source_ref}: cannot run podman ({reason}); install podman or add its directory to PATH"
+    )]
+    NoPodman { source_ref: String, reason: String },
+    #[error("{0}: no such image in your podman store (podman images lists what it holds); podman pull or podman load it first")]
+    NotInPodman(String),
+    #[error("{source_ref}: podman failed: {detail}")]
+    Podman { source_ref: String, detail: String },
     #[error("cannot start the async runtime ({0})")]
     Runtime(io::Error),
 }
@@ -80,7 +90,8 @@ impl PullError {
             PullError::Output { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
                 exit::DISK_FULL
             }
-            PullError::Source { .. } => exit::NOT_FOUND,
+            PullError::Source { .. } | PullError::NotInPodman(_) => exit::NOT_FOUND,
+            PullError::NoPodman { .. } | PullError::Podman { .. } => exit::PODMAN,
             _ => crate::exit::GPURUN_FAILED,
         }
     }
@@ -98,6 +109,7 @@ mod tests {
             exit::NETWORK,
             exit::BAD_IMAGE,
             exit::DISK_FULL,
+            exit::PODMAN,
             exit::INTERRUPTED,
         ];
         for (i, a) in codes.iter().enumerate() {

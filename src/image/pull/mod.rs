@@ -15,6 +15,7 @@ mod error;
 mod image_config;
 mod oci_layout_source;
 mod options;
+mod podman_source;
 mod progress;
 mod registry_source;
 mod save;
@@ -24,7 +25,7 @@ mod write_image;
 use std::path::{Path, PathBuf};
 
 use crate::image::cache::Cache;
-use crate::image::reference::Source;
+use crate::image::reference::{parse_docker, ImageRef, Source};
 use crate::image::registry::RegistryError;
 use crate::store::cache_dir::cache_root;
 
@@ -34,6 +35,7 @@ pub use error::{exit, PullError};
 use oci_layout_source::oci_layout;
 use options::wanted_platform;
 pub use options::PullOptions;
+use podman_source::{image_id, podman_image};
 use progress::Ui;
 use registry_source::{client_for, resolve_docker, resolve_manifest, runtime};
 pub use registry_source::{remote_meta, Remote};
@@ -57,10 +59,7 @@ pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<P
     let staging = Staging::beside(&out)?;
     let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
     let ui = Ui::new(opts.quiet);
-    let rt = runtime()?;
-    if opts.handle_signals {
-        rt.spawn(cleanup_on_signal());
-    }
+    let rt = signal_runtime(opts)?;
     let ((layers, meta), downloads) = match &src {
         Source::Docker(image) => {
             let (layers, meta, d) = rt.block_on(resolve_docker(image, opts, &cache, &ui, None))?;
@@ -69,6 +68,10 @@ pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<P
         Source::OciLayout { dir, tag } => (oci_layout(dir, tag.as_deref(), source, opts)?, None),
         Source::DockerArchive(file) => (docker_archive(file, source)?, None),
         Source::Dir(dir) => (rootfs_dir(dir, source)?, None),
+        Source::Podman(name) => {
+            let id = image_id(name, source)?;
+            (podman_image(name, &id, &staging, source, opts, &ui)?, None)
+        }
     };
     let built = build(&layers, &meta, staging, opts, &ui);
     if let Some(d) = downloads {
@@ -78,27 +81,30 @@ pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<P
     Ok(out)
 }
 
-/// A cached `.sqsh` for a `docker://` reference, keyed by the manifest digest of the host's (or
-/// `opts.platform`'s) image: pulled on first use, reused after. Safe against concurrent callers.
+/// A cached `.sqsh` for a `docker://` or `podman://` reference: converted on first use, reused
+/// after. Safe against concurrent callers.
 pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, PullError> {
-    let Source::Docker(image) = Source::parse(reference)? else {
-        return Err(PullError::NotRegistry(reference.to_string()));
-    };
+    match Source::parse(reference)? {
+        Source::Docker(image) => ensure_registry(&image, opts),
+        Source::Podman(name) => ensure_podman(&name, reference, opts),
+        _ => Err(PullError::NotRegistry(reference.to_string())),
+    }
+}
+
+/// A registry image, keyed by the manifest digest of the host's (or `opts.platform`'s) image.
+fn ensure_registry(image: &ImageRef, opts: &PullOptions) -> Result<PathBuf, PullError> {
     let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
     let ui = Ui::new(opts.quiet);
-    let rt = runtime()?;
-    if opts.handle_signals {
-        rt.spawn(cleanup_on_signal());
-    }
+    let rt = signal_runtime(opts)?;
     // With an image cached for this reference, an unreachable registry is not fatal: one retry,
     // then the image the reference last resolved to (compute nodes often have no internet).
     let key = format!("{image} {}", wanted_platform(opts)?);
     let fallback = cache.recall_ref(&key);
-    let mut client = client_for(&image, opts)?;
+    let mut client = client_for(image, opts)?;
     if fallback.is_some() {
         client = client.attempts(2);
     }
-    let (digest, manifest_bytes) = match rt.block_on(resolve_manifest(&client, &image, opts)) {
+    let (digest, manifest_bytes) = match rt.block_on(resolve_manifest(&client, image, opts)) {
         Ok((r, _)) => r,
         Err(PullError::Registry(
             e @ (RegistryError::Network { .. } | RegistryError::RateLimited { .. }),
@@ -115,33 +121,63 @@ pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, Pull
         },
         Err(e) => return Err(e),
     };
-    let remember = || {
-        // Best effort: without it only the offline fallback is lost.
-        let _ = cache.remember_ref(&key, &digest);
-    };
-    if let Some(found) = cache.find_image(&digest)? {
-        remember();
+    let out = cached_image(&cache, &digest, |staging| {
+        let resolved = (digest.clone(), manifest_bytes);
+        let (layers, meta, downloads) = rt.block_on(resolve_docker(
+            image,
+            opts,
+            &cache,
+            &ui,
+            Some((client, resolved)),
+        ))?;
+        let built = build(&layers, &meta, staging, opts, &ui);
+        downloads.finish(&rt, built.is_err())?;
+        built
+    })?;
+    // Best effort: without it only the offline fallback is lost.
+    let _ = cache.remember_ref(&key, &digest);
+    Ok(out)
+}
+
+/// An image of the user's podman store, keyed by the ID podman gives it: a name that now points
+/// to another image (rebuilt, pulled again) is converted again.
+fn ensure_podman(name: &str, reference: &str, opts: &PullOptions) -> Result<PathBuf, PullError> {
+    let id = image_id(name, reference)?;
+    let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
+    cached_image(&cache, &id, |staging| {
+        let ui = Ui::new(opts.quiet);
+        // Held while podman saves and the image is built: its task cleans up on a signal.
+        let _rt = signal_runtime(opts)?;
+        let (layers, meta) = podman_image(name, &id, &staging, reference, opts, &ui)?;
+        build(&layers, &meta, staging, opts, &ui)
+    })
+}
+
+/// The cache's image `key`: found, else made by `make` in a staging directory beside its place,
+/// under the key's lock (a process making it meanwhile is waited for, and its image used).
+fn cached_image(
+    cache: &Cache,
+    key: &str,
+    make: impl FnOnce(Staging) -> Result<(), PullError>,
+) -> Result<PathBuf, PullError> {
+    if let Some(found) = cache.find_image(key)? {
         return Ok(found);
     }
-    let _lock = cache.lock(&digest)?;
-    let out = cache.image_path(&digest)?;
-    if out.exists() {
-        return Ok(out);
+    let _lock = cache.lock(key)?;
+    let out = cache.image_path(key)?;
+    if !out.exists() {
+        make(Staging::beside(&out)?)?;
     }
-    let staging = Staging::beside(&out)?;
-    let resolved = (digest.clone(), manifest_bytes);
-    let (layers, meta, downloads) = rt.block_on(resolve_docker(
-        &image,
-        opts,
-        &cache,
-        &ui,
-        Some((client, resolved)),
-    ))?;
-    let built = build(&layers, &meta, staging, opts, &ui);
-    downloads.finish(&rt, built.is_err())?;
-    built?;
-    remember();
     Ok(out)
+}
+
+/// The runtime a pull runs on, which also cleans up on SIGINT/SIGTERM when `opts` asks for it.
+fn signal_runtime(opts: &PullOptions) -> Result<tokio::runtime::Runtime, PullError> {
+    let rt = runtime()?;
+    if opts.handle_signals {
+        rt.spawn(cleanup_on_signal());
+    }
+    Ok(rt)
 }
 
 fn default_output(src: &Source) -> String {
@@ -159,5 +195,9 @@ fn default_output(src: &Source) -> String {
         },
         Source::DockerArchive(f) => format!("{}.sqsh", stem(f)),
         Source::Dir(d) => format!("{}.sqsh", stem(&d.canonicalize().unwrap_or(d.clone()))),
+        // Named as the registry image of that name would be: localhost/app:v1 -> app_v1.sqsh.
+        Source::Podman(name) => {
+            parse_docker(name).map_or_else(|_| "image.sqsh".into(), |r| r.default_file_name())
+        }
     }
 }

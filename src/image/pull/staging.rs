@@ -73,6 +73,11 @@ impl Staging {
         self.dir.join("image.sqsh")
     }
 
+    /// A path for what a source needs while the image is written (removed with the staging).
+    pub(super) fn scratch(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
     /// Move the finished image to its place (replacing what is there, never writing through it).
     pub(super) fn commit(self) -> Result<(), PullError> {
         fs::rename(self.file(), &self.out).map_err(|source| PullError::Output {
