@@ -29,8 +29,9 @@ pub const OPTIONS: [OptSpec; 16] = [
         name: c"container-mounts",
         arginfo: Some(c"SRC[:DST[:FLAGS]][,...]"),
         usage: c"[gpurun] bind host paths into the container; FLAGS joined with +: ro, rw, \
-                 rbind, rprivate, nosuid, x-create=dir|file|auto; umount:DST leaves out a default \
-                 mount",
+                 nosuid, nodev, noexec, [r]private|slave|shared|unbindable, \
+                 x-create=dir|file|auto; tmpfs:DST[:size=N+mode=M] a tmpfs; umount:DST leaves \
+                 out a default mount",
     },
     OptSpec {
         name: c"container-workdir",
@@ -89,7 +90,8 @@ pub const OPTIONS: [OptSpec; 16] = [
     OptSpec {
         name: c"container-unshare",
         arginfo: Some(c"NS[,NS...]"),
-        usage: c"[gpurun] new namespaces for the container: uts (net and ipc: not yet)",
+        usage: c"[gpurun] new namespaces for the container, shared by the step's tasks and \
+                 joined by later steps naming it: uts, net (loopback only), ipc",
     },
     OptSpec {
         name: c"container-save",
@@ -145,19 +147,27 @@ pub enum Image {
 /// One `--container-mounts` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mount {
+    /// A host path bound in, with enroot's fstab flags (`ro`, `nodev`, `rslave`…).
     Bind {
         src: PathBuf,
         dst: PathBuf,
-        ro: bool,
+        flags: Vec<String>,
     },
+    /// `tmpfs:DST[:OPTS]`: a fresh tmpfs (`size=`, `mode=`, `ro`, `noexec`…).
+    Tmpfs { dst: PathBuf, opts: Vec<String> },
     /// `umount:DST`: one of gpurun's default mounts left out (`--no-mount DST`).
     Umount(PathBuf),
 }
 
-/// The namespaces of `--container-unshare` gpurun makes (pyxis's others are refused).
+/// The namespaces of `--container-unshare`, as pyxis's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unshare {
+    /// Its own host name (the node's).
     Uts,
+    /// Its own network, loopback only.
+    Net,
+    /// Its own System V IPC and POSIX message queues, and /dev/shm.
+    Ipc,
 }
 
 /// `--container-name=NAME[:FLAGS]`: the container's changes are kept on the node by that name
@@ -356,27 +366,29 @@ pub fn parse_mounts(s: &str) -> Result<Vec<Mount>, String> {
         .collect()
 }
 
-/// The mount flags gpurun's binds have anyway: recursive, private to the container, no set-uid
-/// gain (no_new_privs), the mount point made as the source's kind.
-const SAME_AS_GPURUN: [&str; 7] = [
+/// enroot's fstab flags that `gpurun --bind` takes (joined with `+`, as here).
+const BIND_FLAGS: [&str; 17] = [
+    "ro",
+    "rw",
     "rbind",
-    "rprivate",
-    "private",
     "nosuid",
+    "nodev",
+    "noexec",
+    "private",
+    "slave",
+    "shared",
+    "unbindable",
+    "rprivate",
+    "rslave",
+    "rshared",
+    "runbindable",
     "x-create=auto",
     "x-create=dir",
     "x-create=file",
 ];
 
-/// Flags of enroot's that gpurun's binds do not apply yet.
-const NOT_YET: [&str; 6] = [
-    "nodev",
-    "noexec",
-    "unbindable",
-    "runbindable",
-    "bind",
-    "x-detach",
-];
+/// The options `gpurun --tmpfs` takes besides `size=` and `mode=`.
+const TMPFS_FLAGS: [&str; 5] = ["ro", "rw", "nosuid", "nodev", "noexec"];
 
 fn parse_mount(m: &str) -> Result<Mount, String> {
     let err = |why: String| format!("--container-mounts: {m:?}: {why}");
@@ -388,39 +400,36 @@ fn parse_mount(m: &str) -> Result<Mount, String> {
         return Err(err("an empty path".into()));
     }
     let dst = container_path(dst);
+    // pyxis adds `rbind` in front of the user's flags: `bind` there changes nothing
+    let given = flags.split('+').filter(|f| !f.is_empty() && *f != "bind");
+    let flags = given.map(String::from).collect::<Vec<_>>();
     match src {
         "umount" => return Ok(Mount::Umount(dst)),
         "tmpfs" => {
-            return Err(err(
-                "tmpfs mounts are not in gpurun yet; bind a host directory instead".into(),
-            ))
+            let tmpfs_ok = |f: &str| {
+                TMPFS_FLAGS.contains(&f) || f.starts_with("size=") || f.starts_with("mode=")
+            };
+            let opts: Vec<String> = flags
+                .into_iter()
+                .filter(|f| !f.starts_with("x-create="))
+                .collect();
+            if let Some(f) = opts.iter().find(|f| !tmpfs_ok(f)) {
+                return Err(err(format!(
+                    "unknown tmpfs flag {f} (size=N, mode=OCTAL, {})",
+                    TMPFS_FLAGS.join(", ")
+                )));
+            }
+            return Ok(Mount::Tmpfs { dst, opts });
         }
         _ => {}
     }
-    let mut ro = false;
-    for f in flags.split('+').filter(|f| !f.is_empty()) {
-        match f {
-            "ro" => ro = true,
-            "rw" => ro = false,
-            f if SAME_AS_GPURUN.contains(&f) => {}
-            f if NOT_YET.contains(&f) => {
-                return Err(err(format!(
-                    "flag {f} is not applied by gpurun yet (it takes ro, rw, {})",
-                    SAME_AS_GPURUN.join(", ")
-                )))
-            }
-            f => {
-                return Err(err(format!(
-                    "unknown flag {f} (ro, rw, {})",
-                    SAME_AS_GPURUN.join(", ")
-                )))
-            }
-        }
+    if let Some(f) = flags.iter().find(|f| !BIND_FLAGS.contains(&f.as_str())) {
+        return Err(err(format!("unknown flag {f} ({})", BIND_FLAGS.join(", "))));
     }
     Ok(Mount::Bind {
         src: PathBuf::from(src),
         dst,
-        ro,
+        flags,
     })
 }
 
@@ -465,21 +474,19 @@ pub fn parse_env_names(s: &str) -> Result<Vec<String>, String> {
 pub fn parse_unshare(s: &str) -> Result<Vec<Unshare>, String> {
     let mut out = Vec::new();
     for ns in s.split(',').map(str::trim) {
-        match ns {
-            "uts" if out.contains(&Unshare::Uts) => {}
-            "uts" => out.push(Unshare::Uts),
-            "net" | "ipc" => {
-                return Err(format!(
-                    "--container-unshare={s}: gpurun cannot give the container its own {ns} \
-                     namespace yet; leave {ns} out"
-                ))
-            }
+        let one = match ns {
+            "uts" => Unshare::Uts,
+            "net" => Unshare::Net,
+            "ipc" => Unshare::Ipc,
             "" => return Err(format!("--container-unshare={s}: an empty namespace")),
             _ => {
                 return Err(format!(
                     "--container-unshare={s}: unknown namespace {ns:?} (net, ipc, uts)"
                 ))
             }
+        };
+        if !out.contains(&one) {
+            out.push(one);
         }
     }
     Ok(out)
@@ -612,6 +619,14 @@ pub struct HoldCtx<'a> {
     pub job: u32,
 }
 
+/// `SPEC:OPT1+OPT2` (or with `,`), or SPEC alone.
+fn with_options(spec: String, opts: &[String], sep: &str) -> String {
+    match opts.is_empty() {
+        true => spec,
+        false => format!("{spec}:{}", opts.join(sep)),
+    }
+}
+
 /// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
 pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, String> {
     let image = match o.image.as_ref() {
@@ -623,14 +638,15 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
     let mut a = vec!["hold".to_string()];
     for m in &o.mounts {
         let (flag, value) = match m {
-            Mount::Bind { src, dst, ro } => {
-                let mode = if *ro { ":ro" } else { "" };
+            Mount::Bind { src, dst, flags } => {
                 let src = absolute(at.cwd, src);
-                (
-                    "--bind",
-                    format!("{}:{}{mode}", src.display(), dst.display()),
-                )
+                let spec = format!("{}:{}", src.display(), dst.display());
+                ("--bind", with_options(spec, flags, "+"))
             }
+            Mount::Tmpfs { dst, opts } => (
+                "--tmpfs",
+                with_options(dst.display().to_string(), opts, ","),
+            ),
             Mount::Umount(dst) => ("--no-mount", dst.display().to_string()),
         };
         a.extend([flag.to_string(), value]);
@@ -639,8 +655,12 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
         Some(w) => a.extend(["--pwd".to_string(), w.display().to_string()]),
         None => a.push("--image-workdir".into()),
     }
-    if o.unshare.contains(&Unshare::Uts) {
-        a.extend(["--hostname".to_string(), at.hostname.to_string()]);
+    for ns in &o.unshare {
+        match ns {
+            Unshare::Uts => a.extend(["--hostname".to_string(), at.hostname.to_string()]),
+            Unshare::Net => a.push("--net".into()),
+            Unshare::Ipc => a.push("--ipc".into()),
+        }
     }
     // gpurun's defaults are pyxis's usual ones: read-only root, own uid, home bound
     let flags = [
@@ -649,6 +669,8 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
             o.writable == Some(true) && o.name.is_none(),
             "--writable-tmpfs",
         ),
+        // neither: the site's default (gpurun's writable_root, pyxis's ENROOT_ROOTFS_WRITABLE)
+        (o.writable == Some(false) && o.name.is_none(), "--read-only"),
         (o.remap_root == Some(true), "--fakeroot"),
         (o.mount_home == Some(false), "--no-home"),
         (at.entrypoint, "--entrypoint"),
@@ -819,36 +841,57 @@ mod tests {
         assert_eq!(registry("podman://localhost/app:v1"), None);
     }
 
-    fn m(src: &str, dst: &str, ro: bool) -> Mount {
+    fn m(src: &str, dst: &str, flags: &[&str]) -> Mount {
         Mount::Bind {
             src: src.into(),
             dst: dst.into(),
-            ro,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
         }
     }
 
     #[test]
     fn mounts() {
+        let tmpfs = |dst: &str, opts: &[&str]| Mount::Tmpfs {
+            dst: dst.into(),
+            opts: opts.iter().map(|f| f.to_string()).collect(),
+        };
         let ok: &[(&str, Vec<Mount>)] = &[
-            ("/data", vec![m("/data", "/data", false)]),
-            ("/data:/in", vec![m("/data", "/in", false)]),
-            ("/data:/in:ro", vec![m("/data", "/in", true)]),
+            ("/data", vec![m("/data", "/data", &[])]),
+            ("/data:/in", vec![m("/data", "/in", &[])]),
+            ("/data:/in:ro", vec![m("/data", "/in", &["ro"])]),
             (
                 "/a:/b:rw, /c:/d:ro,",
-                vec![m("/a", "/b", false), m("/c", "/d", true)],
+                vec![m("/a", "/b", &["rw"]), m("/c", "/d", &["ro"])],
             ),
-            ("./rel:/x", vec![m("./rel", "/x", false)]),
-            // enroot's fstab flags, joined with +, that gpurun's binds have anyway
-            ("/a:/b:ro+rprivate", vec![m("/a", "/b", true)]),
-            ("/a:/b:nosuid+rbind+rw", vec![m("/a", "/b", false)]),
-            ("/a:/b:x-create=file+ro", vec![m("/a", "/b", true)]),
-            ("/a:/b:x-create=dir", vec![m("/a", "/b", false)]),
+            ("./rel:/x", vec![m("./rel", "/x", &[])]),
+            // enroot's fstab flags, joined with +, handed on to gpurun's --bind
+            (
+                "/a:/b:ro+rprivate",
+                vec![m("/a", "/b", &["ro", "rprivate"])],
+            ),
+            (
+                "/a:/b:ro+unbindable",
+                vec![m("/a", "/b", &["ro", "unbindable"])],
+            ),
+            (
+                "/a:/b:nodev+noexec+rslave",
+                vec![m("/a", "/b", &["nodev", "noexec", "rslave"])],
+            ),
+            (
+                "/a:/b:bind+x-create=file",
+                vec![m("/a", "/b", &["x-create=file"])],
+            ),
             // a relative destination is taken from the container's root
-            ("/a:rel/x", vec![m("/a", "/rel/x", false)]),
-            ("/a:../../x", vec![m("/a", "/x", false)]),
+            ("/a:rel/x", vec![m("/a", "/rel/x", &[])]),
+            ("/a:../../x", vec![m("/a", "/x", &[])]),
             (
                 "umount:/etc/hosts",
                 vec![Mount::Umount("/etc/hosts".into())],
+            ),
+            ("tmpfs:/t", vec![tmpfs("/t", &[])]),
+            (
+                "tmpfs:/t:size=64M+mode=700+noexec+x-create=dir",
+                vec![tmpfs("/t", &["size=64M", "mode=700", "noexec"])],
             ),
         ];
         for (input, want) in ok {
@@ -860,14 +903,9 @@ mod tests {
                 ("/a:/b:ro:x", "unknown flag ro:x"),
                 (":/b", "an empty path"),
                 ("/a::ro", "an empty path"),
-                (
-                    "/a:/b:ro+unbindable",
-                    "flag unbindable is not applied by gpurun yet",
-                ),
-                ("/a:/b:nodev", "flag nodev is not applied"),
-                ("/a:/b:noexec", "flag noexec is not applied"),
                 ("/a:/b:sync", "unknown flag sync"),
-                ("tmpfs:/t", "tmpfs mounts are not in gpurun yet"),
+                ("/a:/b:x-detach", "unknown flag x-detach"),
+                ("tmpfs:/t:rbind", "unknown tmpfs flag rbind"),
             ],
         );
     }
@@ -917,11 +955,13 @@ mod tests {
     fn unshare() {
         assert_eq!(parse_unshare("uts").unwrap(), [Unshare::Uts]);
         assert_eq!(parse_unshare("uts,uts").unwrap(), [Unshare::Uts]);
+        assert_eq!(
+            parse_unshare("net, ipc,uts,net").unwrap(),
+            [Unshare::Net, Unshare::Ipc, Unshare::Uts]
+        );
         refused(
             parse_unshare,
             &[
-                ("net", "own net namespace yet"),
-                ("uts,ipc", "own ipc namespace yet"),
                 ("pid", "unknown namespace \"pid\""),
                 ("uts,", "an empty namespace"),
             ],
@@ -986,7 +1026,7 @@ mod tests {
             o.image,
             Some(Image::Registry("docker://ubuntu:24.04".into()))
         );
-        assert_eq!(o.mounts, [m("/a", "/b", true)]);
+        assert_eq!(o.mounts, [m("/a", "/b", &["ro"])]);
         assert_eq!(o.workdir, Some("/w".into()));
         assert_eq!(o.env_from_host, ["FOO", "BAR"]);
         assert_eq!(o.unshare, [Unshare::Uts]);
@@ -1013,7 +1053,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o.image, Some(Image::File("/i.sqsh".into())));
-        assert_eq!(o.mounts, [m("/c", "/c", false)]);
+        assert_eq!(o.mounts, [m("/c", "/c", &[])]);
         assert_eq!(
             (o.workdir, o.writable, o.remap_root),
             (Some("/c".into()), Some(false), Some(false))
@@ -1256,10 +1296,13 @@ mod tests {
             "hold --image-workdir podman://localhost/app:v1 --state /s"
         );
         o.set(IMAGE, Some("ubuntu")).unwrap();
-        o.set(MOUNTS, Some("data:/data:ro,/scratch,umount:/etc/hosts"))
-            .unwrap();
+        o.set(
+            MOUNTS,
+            Some("data:/data:ro+nodev,/scratch,umount:/etc/hosts,tmpfs:/t:size=1G+mode=700"),
+        )
+        .unwrap();
         o.set(WORKDIR, Some("/data")).unwrap();
-        o.set(UNSHARE, Some("uts")).unwrap();
+        o.set(UNSHARE, Some("uts,net,ipc")).unwrap();
         for f in [WRITABLE, REMAP_ROOT, NO_HOME] {
             o.set(f, None).unwrap();
         }
@@ -1269,15 +1312,19 @@ mod tests {
             [
                 "hold",
                 "--bind",
-                "/w/data:/data:ro",
+                "/w/data:/data:ro+nodev",
                 "--bind",
                 "/scratch:/scratch",
                 "--no-mount",
                 "/etc/hosts",
+                "--tmpfs",
+                "/t:size=1G,mode=700",
                 "--pwd",
                 "/data",
                 "--hostname",
                 "node1",
+                "--net",
+                "--ipc",
                 "--writable-tmpfs",
                 "--fakeroot",
                 "--no-home",
@@ -1289,15 +1336,26 @@ mod tests {
                 "/s"
             ]
         );
-        // the defaults spelled out change nothing: read-only, own uid, home bound
+        // the defaults spelled out change nothing: own uid, home bound; the root is the
+        // site's default (writable_root) unless --container-readonly says read-only
         let mut d = ContainerOpts::default();
         d.set(IMAGE, Some("/i.sqsh")).unwrap();
-        for f in [READONLY, NO_REMAP_ROOT, MOUNT_HOME] {
+        for f in [NO_REMAP_ROOT, MOUNT_HOME] {
             d.set(f, None).unwrap();
         }
+        let plain = ["hold", "--image-workdir", "/i.sqsh", "--state", "/s"];
+        assert_eq!(holder_args(&d, &at("/w", "/s", false)).unwrap(), plain);
+        d.set(READONLY, None).unwrap();
         assert_eq!(
             holder_args(&d, &at("/w", "/s", false)).unwrap(),
-            ["hold", "--image-workdir", "/i.sqsh", "--state", "/s"]
+            [
+                "hold",
+                "--image-workdir",
+                "--read-only",
+                "/i.sqsh",
+                "--state",
+                "/s"
+            ]
         );
     }
 

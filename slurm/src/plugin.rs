@@ -445,7 +445,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         opts.mounts.push(options::Mount::Bind {
             src: script.clone(),
             dst: script,
-            ro: true,
+            flags: vec!["ro".into()],
         });
         batch_image = batch_pull(sp, p, job, &creds, &mut env)?;
     }

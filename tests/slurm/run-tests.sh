@@ -374,7 +374,7 @@ EOF
 #SBATCH -t 2
 #SBATCH -o $W/join.out
 #SBATCH -e $W/join.err
-echo "NOTRUNNING=\$(srun -t 1 --container-name=j1:exec true 2>&1)"
+srun -t 1 --container-name=j1:exec true 2>$W/join.notrunning; echo "NOTRUNNING=\$?"
 srun -t 1 --container-name=j1 --container-image=$IMG --container-remap-root --container-unshare=uts --container-writable \
   sh -c 'mkdir -p /mnt/j && mount -t tmpfs none /mnt/j && echo in > /mnt/j/f && hostname joined && cd /etc && touch $W/join.go && sleep 20' &
 for i in \$(seq 150); do [ -e $W/join.go ] && break; sleep 0.1; done
@@ -385,7 +385,8 @@ echo "NOEXEC=\$(srun -t 1 --overlap --container-name=j1:no_exec sh -c 'cat /mnt/
 kill %1; wait
 EOF
   rm -f join.go; sbatch --wait -Q join.sbatch >/dev/null 2>&1
-  grep -q 'NOTRUNNING=.*--container-name=j1:exec: the container is not running' join.out; res $? "--container-name=j1:exec before any step runs it: refused ($(get NOTRUNNING join.out))" || cat join.err
+  [ "$(get NOTRUNNING join.out)" = 125 ] && grep -q '^gpurun: --container-name=j1:exec: the container is not running' join.notrunning
+  res $? "--container-name=j1:exec before any step runs it: exit 125, refused ($(grep gpurun: join.notrunning))" || cat join.err
   [ "$(get JOINED join.out)" = "in joined / 0" ]; res $? "--container-name=j1 while a step runs it: the step joins it (its tmpfs, host name, root user; starts in /) ($(get JOINED join.out))"
   [ "$(get EXEC join.out)" = in ]; res $? "--container-name=j1:exec --container-workdir: joins ($(get EXEC join.out))"
   [ "$(get MOUNTS join.out)" = not-bound ] && grep -q 'ignoring --container-mounts' join.mounts; res $? "--container-mounts on a join: ignored with a line, as pyxis ($(get MOUNTS join.out))"
@@ -475,6 +476,11 @@ EOF
   [ "$(echo $out)" = "readonly $(id -u)" ]; res $? "PYXIS_CONTAINER_WRITABLE, _REMAP_ROOT: --container-readonly, --no-container-remap-root win ($(echo $out))"
   out=$(PYXIS_CONTAINER_READONLY=0 srun "${T[@]}" --container-image="$IMG" sh -c 'touch /newfile && echo writable' 2>>stderr.log)
   [ "$out" = writable ]; res $? "PYXIS_CONTAINER_READONLY=0 is writable ($out)"
+  # a site whose default root is writable (gpurun's writable_root, here through its variable;
+  # pyxis's is enroot's ENROOT_ROOTFS_WRITABLE): --container-readonly wins
+  out=$(echo $(GPURUN_WRITABLE_ROOT=1 srun "${T[@]}" --container-image="$IMG" sh -c 'touch /newfile 2>/dev/null && echo writable || echo readonly'; \
+    GPURUN_WRITABLE_ROOT=1 srun "${T[@]}" --container-image="$IMG" --container-readonly sh -c 'touch /newfile 2>/dev/null && echo writable || echo readonly') 2>>stderr.log)
+  [ "$out" = "writable readonly" ]; res $? "writable_root by default: writable, and --container-readonly read-only ($out)"
   out=$(PYXIS_CONTAINER_ENTRYPOINT=1 srun "${T[@]}" --container-image="$EIMG" sh -c 'echo ${ENTRY_SET-unset}' 2>>stderr.log)
   [ "$out" = yes ]; res $? "PYXIS_CONTAINER_ENTRYPOINT=1 ($out)"
   out=$(PYXIS_CONTAINER_WRITABLE=on srun "${T[@]}" --container-image="$IMG" sh -c 'touch /newfile 2>/dev/null && echo writable || echo readonly' 2>&1)
@@ -514,20 +520,28 @@ EOF
   [ "$(echo $out)" = "secret secret readonly" ]; res $? "--container-mounts with ro+rprivate+nosuid, a relative destination, x-create=dir ($(echo $out))"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=umount:/etc/hosts sh -c 'wc -c < /etc/hosts' 2>>stderr.log)
   [ "$out" = 0 ] && [ -s /etc/hosts ]; res $? "--container-mounts=umount:/etc/hosts leaves the host's out ($out bytes)"
-  for m in "$W/data:/m:ro+unbindable|flag unbindable is not applied by gpurun yet" "tmpfs:/t|tmpfs mounts are not in gpurun yet"; do
-    arg=${m%|*}; want=${m#*|}
-    out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$arg" true 2>&1); rc=$?
-    [ "$rc" != 0 ] && [ "$(grep -c 'gpurun:' <<<"$out")" = 1 ] && grep -q "$want" <<<"$out"; res $? "--container-mounts=$arg: refused by srun, one line (rc=$rc)"
-  done
+  # the flags gpurun's binds take beyond those: nodev, noexec, unbindable; and tmpfs:DST
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/m:ro+nodev+noexec+unbindable,tmpfs:/t:size=8M+mode=700" \
+    sh -c 'o=$(awk "\$5 == \"/m\" {print \$6, \$7}" /proc/self/mountinfo); t=$(awk "\$5 == \"/t\" {print \$9}" /proc/self/mountinfo); echo "$o|$t|$(stat -c %a /t)|$(df -k /t | awk "NR==2 {print \$2}")"' 2>>stderr.log)
+  opts=${out%%|*}
+  case ",${opts%% *}," in *,ro,*nodev,*noexec,*) ok_flags=1 ;; *) ok_flags= ;; esac
+  [ -n "$ok_flags" ] && [[ "$opts" == *unbindable* ]] && [ "$(echo "$out" | cut -d'|' -f2-)" = "tmpfs|700|8192" ]
+  res $? "--container-mounts with ro+nodev+noexec+unbindable and tmpfs:/t:size=8M+mode=700, as pyxis ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/m:nodev+sync" true 2>&1); rc=$?
+  [ "$rc" != 0 ] && [ "$(grep -c 'gpurun:' <<<"$out")" = 1 ] && grep -q 'unknown flag sync' <<<"$out"; res $? "--container-mounts with a flag gpurun does not know: refused by srun, one line (rc=$rc)"
 
-  # --container-unshare: uts (the node's name, a namespace of its own); net and ipc refused
+  # --container-unshare: uts (the node's name, a namespace of its own), net, ipc
   out=$(srun "${T[@]}" --container-image="$IMG" --container-unshare=uts sh -c 'echo $(readlink /proc/self/ns/uts) $(hostname)' 2>>stderr.log)
   host_uts=$(srun "${T[@]}" sh -c 'echo $(readlink /proc/self/ns/uts) $(hostname)' 2>>stderr.log)
   [ -n "$out" ] && [ "${out#* }" = "${host_uts#* }" ] && [ "${out%% *}" != "${host_uts%% *}" ]; res $? "--container-unshare=uts: own UTS namespace, the node's name ($out | host $host_uts)"
   out=$(PYXIS_CONTAINER_UNSHARE=uts srun "${T[@]}" --container-image="$IMG" readlink /proc/self/ns/uts 2>>stderr.log)
   [ -n "$out" ] && [ "$out" != "${host_uts%% *}" ]; res $? "PYXIS_CONTAINER_UNSHARE=uts ($out)"
-  out=$(srun "${T[@]}" --container-image="$IMG" --container-unshare=net true 2>&1); rc=$?
-  [ "$rc" != 0 ] && grep -q 'gpurun: --container-unshare=net: gpurun cannot give the container its own net namespace yet' <<<"$out"; res $? "--container-unshare=net: refused by srun with the reason (rc=$rc)"
+  # net: loopback only, a namespace of the step's own shared by its tasks; ipc likewise
+  out=$(srun "${T[@]}" -n2 -o 'net.%t' --container-image="$IMG" --container-unshare=net,ipc \
+    sh -c 'echo "NET=$(readlink /proc/self/ns/net) IPC=$(readlink /proc/self/ns/ipc) IFS=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | tr "\n" ,)"' 2>>stderr.log)
+  host_ns=$(readlink /proc/self/ns/net /proc/self/ns/ipc | tr '\n' ' ')
+  [ "$(cat net.0)" = "$(cat net.1)" ] && grep -q 'IFS=lo,$' net.0 && ! grep -qF "$(readlink /proc/self/ns/net)" net.0 && ! grep -qF "$(readlink /proc/self/ns/ipc)" net.0
+  res $? "--container-unshare=net,ipc: the step's tasks share network (only lo) and IPC namespaces of their own ($(cat net.0) | host $host_ns)"
 
   # every task of a container step has the fake-ids seccomp filter, as under pyxis and enroot
   out=$(echo $(srun "${T[@]}" --container-image="$IMG" grep Seccomp: /proc/self/status; srun "${T[@]}" --container-image="$IMG" --container-remap-root grep Seccomp: /proc/self/status) 2>>stderr.log)
