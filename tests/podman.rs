@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{stderr, stdout, Scratch};
+use common::{one_line_error, stderr, stdout, Scratch};
 use support::{Comp, LayerTar, Layout};
 
 const EXIT_NOT_FOUND: i32 = 20;
@@ -139,16 +139,6 @@ fn ready() -> bool {
         "podman is missing: install it (tests/setup-machine.sh)"
     );
     true
-}
-
-fn one_line_error(o: &Output, code: i32, needles: &[&str]) {
-    let e = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "stderr: {e}");
-    let lines: Vec<&str> = e.lines().filter(|l| l.starts_with("gpurun:")).collect();
-    assert_eq!(lines.len(), 1, "one error line expected: {e}");
-    for n in needles {
-        assert!(lines[0].contains(n), "error line lacks '{n}': {}", lines[0]);
-    }
 }
 
 /// Nothing but `keep` in `dir`: no image, no staging directory, no saved layout.

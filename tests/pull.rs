@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{stderr, Scratch};
+use common::{one_line_error, stderr, Scratch};
 use support::{Action, Comp, LayerTar, Layout, Node, Proxy, Registry};
 
 const EXIT_NOT_FOUND: i32 = 20;
@@ -188,16 +188,6 @@ fn pull_ok(s: &Scratch, args: &[&str], env: &[(&str, &str)]) -> Output {
         stderr(&o)
     );
     o
-}
-
-fn one_line_error(o: &Output, code: i32, needles: &[&str]) {
-    let e = stderr(o);
-    assert_eq!(o.status.code(), Some(code), "stderr: {e}");
-    let lines: Vec<&str> = e.lines().filter(|l| l.starts_with("gpurun:")).collect();
-    assert_eq!(lines.len(), 1, "one error line expected: {e}");
-    for n in needles {
-        assert!(lines[0].contains(n), "error line lacks '{n}': {}", lines[0]);
-    }
 }
 
 fn file(tree: &BTreeMap<String, Node>, p: &str) -> String {

@@ -32,17 +32,25 @@ pub enum StateError {
     Env(String),
 }
 
+fn json_line(v: &impl Serialize) -> String {
+    let mut s = serde_json::to_string(v).expect("strings and numbers serialise");
+    s.push('\n');
+    s
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StateError> {
+    serde_json::from_str(text).map_err(|e| StateError::Json(e.to_string()))
+}
+
 impl State {
     /// One line of JSON, newline-terminated.
     pub fn to_line(&self) -> String {
-        let mut s = serde_json::to_string(self).expect("strings and numbers serialise");
-        s.push('\n');
-        s
+        json_line(self)
     }
 
     /// Parse and check what a reader relies on: a positive pid, absolute paths, `K=V` entries.
     pub fn parse(text: &str) -> Result<State, StateError> {
-        let s: State = serde_json::from_str(text).map_err(|e| StateError::Json(e.to_string()))?;
+        let s: State = from_json(text)?;
         if s.pid <= 0 {
             return Err(StateError::Pid(s.pid));
         }
@@ -92,14 +100,12 @@ pub struct Running {
 impl Running {
     /// One line of JSON, newline-terminated.
     pub fn to_line(&self) -> String {
-        let mut s = serde_json::to_string(self).expect("strings and numbers serialise");
-        s.push('\n');
-        s
+        json_line(self)
     }
 
     /// Parse, with the checks of [`State::parse`].
     pub fn parse(text: &str) -> Result<Running, StateError> {
-        let r: Running = serde_json::from_str(text).map_err(|e| StateError::Json(e.to_string()))?;
+        let r: Running = from_json(text)?;
         State::parse(&r.state.to_line())?;
         Ok(r)
     }

@@ -173,6 +173,17 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `o` failed with `code` and one `gpurun:` line that contains each of `needles`.
+pub fn one_line_error(o: &Output, code: i32, needles: &[&str]) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(code), "stderr: {e}");
+    let lines: Vec<&str> = e.lines().filter(|l| l.starts_with("gpurun:")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {e}");
+    for n in needles {
+        assert!(lines[0].contains(n), "error line lacks '{n}': {}", lines[0]);
+    }
+}
+
 /// Run and return output, printing it on failure to ease debugging.
 pub fn run_ok(cmd: &mut Command) -> Output {
     let o = cmd.output().expect("spawn");
