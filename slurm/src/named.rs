@@ -89,6 +89,19 @@ pub fn record_running(uid: u32, name: &str, h: &Holder) -> Result<(), String> {
     })
 }
 
+/// Whether user `uid`'s named container `JOB.NAME` exists and the image it was made from is
+/// still there (its record, `image`, is the user's own, in directories closed to others).
+pub fn image_kept(uid: u32, name: &str) -> bool {
+    let dir = hold_state::named_containers_dir(uid).join(name);
+    let record = dir.join("image");
+    let trusted = [hold_state::named_containers_dir(uid), dir, record.clone()]
+        .iter()
+        .all(|p| owned(p, uid));
+    trusted
+        && std::fs::read_to_string(&record)
+            .is_ok_and(|image| std::fs::metadata(image.trim_end()).is_ok_and(|m| m.is_file()))
+}
+
 /// `path` is a directory or file of `uid`'s, no link, that nobody else may write.
 fn owned(path: &Path, uid: u32) -> bool {
     std::fs::symlink_metadata(path)
@@ -177,6 +190,22 @@ mod tests {
         r.mnt_ns += 1;
         std::fs::write(&path, r.to_line()).unwrap();
         assert_eq!(find_running(uid, &name), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn kept_images() {
+        let uid = unsafe { libc::getuid() };
+        let name = format!("4294967000.img{}", std::process::id());
+        let dir = hold_state::named_containers_dir(uid).join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(!image_kept(uid, &name), "no record");
+        let image = dir.join("copy.sqsh");
+        std::fs::write(dir.join("image"), image.to_str().unwrap()).unwrap();
+        assert!(!image_kept(uid, &name), "the recorded image is gone");
+        std::fs::write(&image, b"x").unwrap();
+        assert!(image_kept(uid, &name));
+        assert!(!image_kept(uid + 1, &name), "another user's");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -450,6 +450,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         batch_image = batch_pull(sp, p, job, &creds, &mut env)?;
     }
     let (opts, sent) = job_image(&opts, &mut env, job, step, creds.uid)?;
+    let (opts, sent) = named_registry_image(opts, sent, job, creds.uid);
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
     let entrypoint = opts.entrypoint.unwrap_or(p.args.execute_entrypoint);
@@ -547,6 +548,30 @@ fn job_image(
     ));
     opts.image = Some(options::Image::File(p.path.clone()));
     Ok((opts, p.copy_of_step(step).then_some((p.path, uid))))
+}
+
+/// A named container of a registry image, as pyxis's: where the job's container exists, it
+/// runs the copy of the image it was made from (this step's copy is not used); where this step
+/// makes it, its copy stays for the job's later steps (the job's epilog removes it).
+fn named_registry_image(
+    mut opts: ContainerOpts,
+    sent: Option<(PathBuf, u32)>,
+    job: u32,
+    uid: u32,
+) -> (ContainerOpts, Option<(PathBuf, u32)>) {
+    let Some(n) = &opts.name else {
+        return (opts, sent);
+    };
+    let from_registry =
+        sent.is_some() || opts.image.as_ref().is_some_and(|i| i.registry().is_some());
+    if !from_registry {
+        return (opts, sent);
+    }
+    if named::image_kept(uid, &format!("{job}.{}", n.name)) {
+        opts.image = None;
+        return (opts, sent);
+    }
+    (opts, None)
 }
 
 /// The step's registry reference, for a registry image.

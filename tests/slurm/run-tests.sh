@@ -632,8 +632,8 @@ EOF
         && skopeo copy -q --dest-tls-verify=false oci:oci:t "docker://127.0.0.1:$port/gpurun/test:t"; } >registry-push.log 2>&1
     out=$(GPURUN_CACHEDIR=$W/cache srun "${T[@]}" -n2 --container-image="127.0.0.1:$port#gpurun/test:t" cat /etc/gpurun-test-marker 2>>stderr.log)
     [ "$(echo $out)" = "image image" ]; res $? "--container-image=127.0.0.1:$port#gpurun/test:t: pulled from a registry, both tasks run in it ($(echo $out))"
-    # a named container of a registry image: each step runs its own copy of the image (the
-    # previous step's is gone), with the kept changes
+    # a named container of a registry image, as pyxis's: the copy of the image it was made from
+    # stays for the job, so later steps may leave out the image or give it again
     cat > regnamed.sbatch <<EOF
 #!/bin/sh
 #SBATCH -t 2
@@ -641,9 +641,11 @@ EOF
 #SBATCH -e $W/regnamed.err
 srun -t 1 --container-name=r1 --container-image=127.0.0.1:$port#gpurun/test:t --container-writable sh -c 'echo kept > /etc/reg-kept'
 echo "READ=\$(srun -t 1 --container-name=r1 --container-image=127.0.0.1:$port#gpurun/test:t cat /etc/reg-kept)"
+echo "NOIMAGE=\$(srun -t 1 --container-name=r1 cat /etc/reg-kept)"
 EOF
     GPURUN_CACHEDIR=$W/cache sbatch --wait -Q regnamed.sbatch >/dev/null 2>&1
-    [ "$(get READ regnamed.out)" = kept ]; res $? "--container-name with a registry image in two steps: the second sees what the first wrote ($(get READ regnamed.out))" || cat regnamed.err
+    [ "$(get READ regnamed.out)" = kept ] && [ "$(get NOIMAGE regnamed.out)" = kept ]
+    res $? "--container-name with a registry image: later steps, with the image again or without it, see what the first wrote ($(get READ regnamed.out), $(get NOIMAGE regnamed.out))" || cat regnamed.err
     # a cache directory another user made first (tests/slurm/ci.sh makes one): refused, not
     # used, by srun's pull before anything is submitted (Slurm adds its own line for the plugin)
     if [ -n "${SQUATTED_CACHE:-}" ]; then
