@@ -724,6 +724,10 @@ pub struct PluginArgs {
     /// MASTER_PORT from Slurm's variables (`pytorch_env=`, default yes), as with pyxis + enroot's
     /// PyTorch hook.
     pub pytorch_env: bool,
+    /// Whether the user is root inside when neither --container-remap-root nor
+    /// --no-container-remap-root is given (`remap_root=`, default no): a site's default, as
+    /// enroot's ENROOT_REMAP_ROOT is pyxis's.
+    pub remap_root: bool,
     /// Who pulls a registry image and how the nodes get it (`pull=`, `pull_cache=`,
     /// `sbcast_dir=`).
     pub job_image: jobimage::Settings,
@@ -736,6 +740,7 @@ impl Default for PluginArgs {
             timeout: Duration::from_secs(300),
             execute_entrypoint: false,
             pytorch_env: true,
+            remap_root: false,
             job_image: jobimage::Settings::default(),
         }
     }
@@ -747,7 +752,7 @@ pub fn parse_plugin_args<'a>(
     let unknown = |a: &str| {
         format!(
             "unknown plugstack.conf argument {a:?} (gpurun=PATH, timeout=SECONDS, \
-             execute_entrypoint=0|1, pytorch_env=0|1, {})",
+             execute_entrypoint=0|1, pytorch_env=0|1, remap_root=0|1, {})",
             jobimage::ARGS
         )
     };
@@ -767,6 +772,10 @@ pub fn parse_plugin_args<'a>(
             Some(("pytorch_env", v)) => {
                 p.pytorch_env = parse_bool(v)
                     .ok_or_else(|| format!("pytorch_env={v}: needs 1 or 0 (yes, no)"))?
+            }
+            Some(("remap_root", v)) => {
+                p.remap_root = parse_bool(v)
+                    .ok_or_else(|| format!("remap_root={v}: needs 1 or 0 (yes, no)"))?
             }
             Some((k, v)) => match p.job_image.parse_arg(k, v) {
                 Some(r) => r?,
@@ -1397,6 +1406,8 @@ mod tests {
         }
         assert!(PluginArgs::default().pytorch_env);
         assert!(!parse_plugin_args(["pytorch_env=0"]).unwrap().pytorch_env);
+        assert!(!PluginArgs::default().remap_root);
+        assert!(parse_plugin_args(["remap_root=yes"]).unwrap().remap_root);
         let p = parse_plugin_args(["pull=shared", "pull_cache=%h/.cache/gpurun"]).unwrap();
         assert_eq!(p.job_image.mode, jobimage::Mode::Shared);
         for bad in [
@@ -1407,6 +1418,7 @@ mod tests {
             "pull=x",
             "execute_entrypoint=maybe",
             "pytorch_env=x",
+            "remap_root=2",
         ] {
             assert!(parse_plugin_args([bad]).is_err(), "{bad} accepted");
         }

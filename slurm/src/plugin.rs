@@ -438,6 +438,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         .unwrap_or_else(|| PathBuf::from("/"));
     let creds = job_creds(sp)?;
     let mut opts = p.opts.clone();
+    opts.remap_root = opts.remap_root.or(Some(p.args.remap_root));
     let mut batch_image = None;
     if step == SLURM_BATCH_SCRIPT {
         // slurmstepd runs the script from slurmd's spool directory, so it must be there inside

@@ -145,6 +145,14 @@ res $? "sbatch -N3 --container-image: the batch script in the image on n1, its t
 as_user srun "${T[@]}" -N3 sh -c 'readlink /proc/self/ns/net; ls /tmp | wc -l' >ns.out 2>&1
 [ "$(grep -c net: ns.out | tr -d ' ')" = 3 ] && [ "$(grep net: ns.out | sort -u | wc -l)" = 3 ]
 res $? "each node is its own network namespace"
+# a site's default in plugstack.conf: remap_root=1 (pyxis sites get it from enroot's
+# ENROOT_REMAP_ROOT); srun and each step read plugstack.conf afresh
+PLUG0=$(cat "$MN_PLUGSTACK"); echo "$PLUG0 remap_root=1" > "$MN_PLUGSTACK"
+out=$(as_user srun "${T[@]}" -N3 --container-image="$IMG" id -u 2>/dev/null | sort | uniq -c | awk '{print $1 "x" $2}')
+out2=$(as_user srun "${T[@]}" -N1 --container-image="$IMG" --no-container-remap-root id -u 2>/dev/null)
+echo "$PLUG0" > "$MN_PLUGSTACK"
+[ "$out" = 3x0 ] && [ "$out2" = "$(id -u "$U")" ]
+res $? "plugstack.conf remap_root=1: root inside on every node, unless --no-container-remap-root ($out, $out2)"
 clean_after "after the steps above"
 
 # --------------------------------------------------------------- one image mount per node per job
