@@ -163,6 +163,35 @@ as_user "$G" exec --nv --gpus all --bind "$W:/w" "$IMG" /w/vecadd | tee "$W/veca
 check "vecadd OK inside" grep -q 'vecadd: OK' "$W/vecadd.txt"
 check "vecadd sees $NG GPU(s) inside" grep -q "devices: $NG" "$W/vecadd.txt"
 
+say "a terminal inside the GPU-filtered /dev, and --fakeroot beside the GPUs"
+# /dev is gpurun's own where GPUs are filtered: the container's devpts must give a pty
+cat > "$W/pty.c" <<'EOF'
+#define _XOPEN_SOURCE 600
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(void) {
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0 || grantpt(m) || unlockpt(m)) { perror("posix_openpt"); return 2; }
+    int s = open(ptsname(m), O_RDWR | O_NOCTTY);
+    if (s < 0) { perror(ptsname(m)); return 3; }
+    char b[8] = {0};
+    if (write(s, "ping\n", 5) != 5 || read(m, b, 4) != 4) { perror("pty io"); return 4; }
+    printf("pty: %s %s\n", ptsname(m), b);
+    return 0;
+}
+EOF
+if ${CC:-cc} -O2 -o "$W/pty" "$W/pty.c" 2>/dev/null || "$NVCC" -O2 -o "$W/pty" -x c "$W/pty.c"; then
+    as_user "$G" exec --nv --gpus all --bind "$W:/w" "$IMG" /w/pty | tee "$W/pty.txt"
+    check "a pty opens inside, where /dev is gpurun's own" grep -q '^pty: /dev/pts/[0-9]* ping$' "$W/pty.txt"
+else
+    bad "a C compiler for the pty test (cc or nvcc)"
+fi
+as_user "$G" exec --nv --gpus all --fakeroot "$IMG" sh -c "'id -u; grep Seccomp: /proc/self/status; nvidia-smi -L'" | tee "$W/fakeroot.txt"
+check "--fakeroot with GPUs: root inside, the fake-ids filter, the GPUs seen" \
+    bash -c "grep -qx 0 '$W/fakeroot.txt' && grep -q 'Seccomp:.2' '$W/fakeroot.txt' && [ \$(grep -c '^GPU ' '$W/fakeroot.txt') = $NG ]"
+
 say "device filter"
 if [ "$NG" -ge 2 ]; then
     as_user CUDA_VISIBLE_DEVICES=1 "$G" exec --nv "$IMG" nvidia-smi -L | tee "$W/f1.txt"
