@@ -14,7 +14,8 @@
 #     REGISTRY#IMAGE form (127.0.0.1:PORT#ubuntu:24.04; a reference that names its registry
 #     REGISTRY/IMAGE keeps that form);
 #   - runs each file with bats as the test user, as pyxis's README says: tests/*.bats each in an
-#     allocation of its own (salloc --overcommit, here of the whole node), tests/sbatch without.
+#     allocation of its own (salloc --overcommit, here of the whole node), tests/sbatch without;
+#     PYXIS_SUITE_ALLOC=test gives each test of tests/*.bats an allocation of its own instead.
 # Writes results/FILE.tap (bats's TAP, with each failed test's output), results/FILE.err and
 # results/suite.tap under $PYXIS_SUITE_DIR (default /var/tmp/gpurun-pyxis-suite); prints one line
 # per file and one for the whole. Exit status 1 when a test failed.
@@ -92,19 +93,21 @@ echo "$(wc -l < "$STANDINS") stand-in images in $REG, built in $(( $(date +%s) -
 # ------------------------------------------------------------------ the suite, rewritten
 # Only image references change: after --container-image, PYXIS_CONTAINER_IMAGE= and docker://
 # (enroot import), a name, REGISTRY#NAME or REGISTRY/NAME becomes this registry's; a path, a
-# variable and dockerd:// stay.
+# variable and dockerd:// stay. In an #SBATCH line Slurm reads an unquoted # as the start of a
+# comment, so there the registry is written REGISTRY/NAME.
 rewrite() {  # FILE
     REG=$REG ZSTD="rapidsai/devcontainers=$ZSTD_DIGEST" perl -pi -e '
         sub digest { my $n = shift; my ($r, $d) = split /=/, $ENV{ZSTD};
             $n =~ s/\@sha256:[0-9a-f]+$/\@$d/ if $n =~ /^\Q$r\E\@/; $n }
-        sub img { my $r = shift;
-            return "docker://" . img($1) if $r =~ m{^docker://(.*)};
+        sub img { my ($r, $sep) = @_;
+            return "docker://" . img($1, $sep) if $r =~ m{^docker://(.*)};
             return $r if $r =~ m{^[a-z]+://};
-            return "$ENV{REG}#" . digest($1) if $r =~ /#(.*)/;
+            return "$ENV{REG}$sep" . digest($1) if $r =~ /#(.*)/;
             my ($host, $name) = $r =~ m{^([^/]+)/(.*)};
             return "$ENV{REG}/" . digest($name) if defined $host && $host =~ /[.:]|^localhost$/;
-            return "$ENV{REG}#" . digest($r) }
-        s{(--container-image[= ]|PYXIS_CONTAINER_IMAGE=|docker://)([A-Za-z0-9][A-Za-z0-9._:/#\@+-]*)}{$1 . img($2)}ge' "$1"
+            return "$ENV{REG}$sep" . digest($r) }
+        my $sep = /^#SBATCH/ ? "/" : "#";
+        s{(--container-image[= ]|PYXIS_CONTAINER_IMAGE=|docker://)([A-Za-z0-9][A-Za-z0-9._:/#\@+-]*)}{$1 . img($2, $sep)}ge' "$1"
 }
 S=$W/suite
 mkdir -p "$S"; cp -r "$PYXIS/tests" "$S/"
