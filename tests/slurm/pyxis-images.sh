@@ -84,7 +84,7 @@ copy_alternatives() {  # R
 # (status, file lists, conffiles), with the users, alternatives and loader cache their maintainer
 # scripts would have made.
 base_rootfs() {  # R
-    local r=$1 p f
+    local r=$1 p f pkgs
     mkdir -p "$r"/usr/{bin,sbin,lib,lib64} "$r"/{etc,tmp,proc,sys,dev,root,home,run,mnt,opt,srv} \
         "$r"/usr/local/{bin,sbin,lib,include,share,src} "$r"/var/{tmp,local,opt,mail,spool}
     ln -s usr/bin "$r/bin"; ln -s usr/sbin "$r/sbin"; ln -s usr/lib "$r/lib"; ln -s usr/lib64 "$r/lib64"
@@ -97,7 +97,7 @@ base_rootfs() {  # R
     for p in "${pkgs[@]}"; do
         dpkg-query -s "$p"; echo
         for f in list conffiles; do
-            f=$(pkg_info "$p" "$f") && grep -v -E "$EXCLUDE_RE" "$f" > "$r$f"
+            if f=$(pkg_info "$p" "$f"); then grep -v -E "$EXCLUDE_RE" "$f" > "$r$f"; fi
         done
     done > "$r/var/lib/dpkg/status"
     cp /usr/share/base-passwd/passwd.master "$r/etc/passwd"
@@ -105,7 +105,6 @@ base_rootfs() {  # R
     printf '/bin/sh\n/usr/bin/sh\n/bin/bash\n/usr/bin/bash\n/bin/dash\n/usr/bin/dash\n' > "$r/etc/shells"
     copy_alternatives "$r"
     ldconfig -r "$r"
-    echo "${#pkgs[@]} packages: ${pkgs[*]}" > "$r$REPO_DIR.base-packages"
 }
 
 # Package P as it is installed here, rebuilt as a .deb into directory OUT: its files (less
@@ -117,11 +116,11 @@ repack() {  # P OUT
     pkg_paths "$p" | copy_paths "$t"
     dpkg-query -s "$p" | awk '/^[A-Z]/ {skip = ($1 == "Status:" || $1 == "Conffiles:")} !skip' > "$t/DEBIAN/control"
     if f=$(pkg_info "$p" conffiles); then
-        while read -r s; do [ -e "$t$s" ] && echo "$s"; done < "$f" > "$t/DEBIAN/conffiles"
+        while read -r s; do if [ -e "$t$s" ]; then echo "$s"; fi; done < "$f" > "$t/DEBIAN/conffiles"
         [ -s "$t/DEBIAN/conffiles" ] || rm "$t/DEBIAN/conffiles"
     fi
     for s in preinst postinst prerm postrm config templates triggers shlibs; do
-        f=$(pkg_info "$p" "$s") && cp "$f" "$t/DEBIAN/$s"
+        if f=$(pkg_info "$p" "$s"); then cp "$f" "$t/DEBIAN/$s"; fi
     done
     dpkg-deb --root-owner-group -Zgzip -b "$t" "$2/$p.deb" >/dev/null
     rm -rf "$t"
@@ -132,7 +131,7 @@ repack() {  # P OUT
 apt_repo() {  # R
     local r=$1 d=$1$REPO_DIR p deb want=()
     mkdir -p "$d"
-    for p in "${REPO_WANT[@]}"; do pkg_installed "$p" && want+=("$p"); done
+    for p in "${REPO_WANT[@]}"; do if pkg_installed "$p"; then want+=("$p"); fi; done
     for p in $(comm -23 <(deb_closure "${want[@]}") <(deb_closure "${BASE_PKGS[@]}")); do
         repack "$p" "$d"
     done
