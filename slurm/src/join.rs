@@ -30,7 +30,7 @@ fn open_ns(pid: i32, ns: &str) -> Result<OwnedFd, String> {
 }
 
 /// Whether the holder's namespace `ns` is another than this process's.
-fn own_ns(pid: i32, ns: &str) -> bool {
+pub fn own_ns(pid: i32, ns: &str) -> bool {
     let link = |p: String| std::fs::read_link(p).ok();
     link(format!("/proc/{pid}/ns/{ns}")) != link(format!("/proc/self/ns/{ns}"))
 }

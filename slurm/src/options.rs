@@ -302,6 +302,8 @@ pub fn parse_image(s: &str) -> Result<Image, String> {
     }
     if let Some((scheme, rest)) = s.split_once("://") {
         return match scheme {
+            // enroot's URI form, docker://[REGISTRY#]IMAGE, as pyxis users write it too
+            "docker" if rest.contains('#') => parse_image(rest),
             "docker" => Ok(Image::Registry(s.to_string())),
             "podman" if !rest.is_empty() => Ok(Image::Podman(s.to_string())),
             "podman" => Err(format!("--container-image={s}: expected podman://IMAGE")),
@@ -490,6 +492,17 @@ pub fn parse_unshare(s: &str) -> Result<Vec<Unshare>, String> {
         }
     }
     Ok(out)
+}
+
+impl Unshare {
+    /// The namespace's name under /proc/PID/ns.
+    pub fn proc_name(self) -> &'static str {
+        match self {
+            Unshare::Uts => "uts",
+            Unshare::Net => "net",
+            Unshare::Ipc => "ipc",
+        }
+    }
 }
 
 /// pyxis's booleans (its variables and plugstack.conf arguments).
@@ -811,6 +824,10 @@ mod tests {
             (
                 "nvcr.io#nvidia/pytorch:24.05-py3",
                 reg("docker://nvcr.io/nvidia/pytorch:24.05-py3"),
+            ),
+            (
+                "docker://127.0.0.1:5000#nvidia/cuda:12.5",
+                reg("docker://127.0.0.1:5000/nvidia/cuda:12.5"),
             ),
             (
                 "docker://nvcr.io/nvidia/pytorch:24.05-py3",

@@ -512,6 +512,20 @@ fn join_running(sp: spank_t, p: &Plugin, job: u32) -> Option<Result<Step, String
             ))
         });
     };
+    // as pyxis: a namespace asked for must be the running container's own
+    if let Some(ns) = p
+        .opts
+        .unshare
+        .iter()
+        .find(|ns| !join::own_ns(holder.pid, ns.proc_name()))
+    {
+        return Some(Err(format!(
+            "--container-unshare={}: the running container {} is not in a separate {} namespace",
+            ns.proc_name(),
+            n.name,
+            ns.proc_name()
+        )));
+    }
     let env = state::split_env(job_env(sp).iter().map(String::as_str));
     holder.env = state::joined_env(&holder.env, &env);
     holder.cwd = p.opts.workdir.clone().unwrap_or_else(|| PathBuf::from("/"));
