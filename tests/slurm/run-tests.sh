@@ -376,13 +376,13 @@ EOF
 #SBATCH -e $W/join.err
 srun -t 1 --container-name=j1:exec true 2>$W/join.notrunning; echo "NOTRUNNING=\$?"
 srun -t 1 --container-name=j1 --container-image=$IMG --container-remap-root --container-unshare=uts --container-writable \
-  sh -c 'mkdir -p /mnt/j && mount -t tmpfs none /mnt/j && echo in > /mnt/j/f && hostname joined && cd /etc && touch $W/join.go && sleep 20' &
+  sh -c 'mkdir -p /mnt/j && mount -t tmpfs none /mnt/j && echo in > /mnt/j/f && hostname joined && cd /etc && touch $W/join.go && sleep 50' &
 for i in \$(seq 150); do [ -e $W/join.go ] && break; sleep 0.1; done
 echo "JOINED=\$(srun -t 1 --overlap --container-name=j1 sh -c 'echo \$(cat /mnt/j/f) \$(hostname) \$(pwd) \$(id -u)')"
+srun -t 1 --overlap --container-name=j1 --container-unshare=net true 2>$W/join.unshare; echo "UNSHARE=\$?"
 echo "EXEC=\$(srun -t 1 --overlap --container-name=j1:exec --container-workdir=/etc cat /mnt/j/f)"
 echo "MOUNTS=\$(srun -t 1 --overlap --container-name=j1 --container-mounts=$W/data:/data sh -c 'test -e /data/x && echo bound || echo not-bound' 2>$W/join.mounts)"
 echo "NOEXEC=\$(srun -t 1 --overlap --container-name=j1:no_exec sh -c 'cat /mnt/j/f 2>/dev/null || echo fresh')"
-srun -t 1 --overlap --container-name=j1 --container-unshare=net true 2>$W/join.unshare; echo "UNSHARE=\$?"
 kill %1; wait
 EOF
   rm -f join.go; sbatch --wait -Q join.sbatch >/dev/null 2>&1
