@@ -503,6 +503,15 @@ impl Unshare {
             Unshare::Ipc => "ipc",
         }
     }
+
+    /// The namespace's name in a sentence, as pyxis says it.
+    pub fn title(self) -> &'static str {
+        match self {
+            Unshare::Uts => "UTS",
+            Unshare::Net => "network",
+            Unshare::Ipc => "IPC",
+        }
+    }
 }
 
 /// pyxis's booleans (its variables and plugstack.conf arguments).

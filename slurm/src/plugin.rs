@@ -523,7 +523,7 @@ fn join_running(sp: spank_t, p: &Plugin, job: u32) -> Option<Result<Step, String
             "--container-unshare={}: the running container {} is not in a separate {} namespace",
             ns.proc_name(),
             n.name,
-            ns.proc_name()
+            ns.title()
         )));
     }
     let env = state::split_env(job_env(sp).iter().map(String::as_str));

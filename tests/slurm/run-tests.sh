@@ -391,7 +391,7 @@ EOF
   [ "$(get JOINED join.out)" = "in joined / 0" ]; res $? "--container-name=j1 while a step runs it: the step joins it (its tmpfs, host name, root user; starts in /) ($(get JOINED join.out))"
   [ "$(get EXEC join.out)" = in ]; res $? "--container-name=j1:exec --container-workdir: joins ($(get EXEC join.out))"
   [ "$(get MOUNTS join.out)" = not-bound ] && grep -q 'ignoring --container-mounts' join.mounts; res $? "--container-mounts on a join: ignored with a line, as pyxis ($(get MOUNTS join.out))"
-  [ "$(get UNSHARE join.out)" = 125 ] && grep -q 'the running container j1 is not in a separate net namespace' join.unshare
+  [ "$(get UNSHARE join.out)" = 125 ] && grep -q 'the running container j1 is not in a separate network namespace' join.unshare
   res $? "--container-unshare=net on a running container without one: refused, as pyxis ($(grep gpurun: join.unshare))"
   [ "$(get NOEXEC join.out)" = fresh ]; res $? "--container-name=j1:no_exec: a container of its own, not the running one ($(get NOEXEC join.out))"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root id -u 2>>stderr.log)
