@@ -205,7 +205,13 @@ mod tests {
         assert!(!image_kept(uid, &name), "the recorded image is gone");
         std::fs::write(&image, b"x").unwrap();
         assert!(image_kept(uid, &name));
-        assert!(!image_kept(uid + 1, &name), "another user's");
+        let mode = |m| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir.join("image"), std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(0o666);
+        assert!(!image_kept(uid, &name), "a record others may write");
+        mode(0o600);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
