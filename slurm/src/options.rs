@@ -436,7 +436,8 @@ fn parse_mount(m: &str) -> Result<Mount, String> {
 }
 
 /// A path inside the container: absolute, or relative to its root, as pyxis resolves it (its
-/// tasks start at `/`); `..` stops at the root.
+/// tasks start at `/`); `..` stops at the root. gpurun's `mount_spec::normalize` is the same
+/// rule, but the plugin, a crate apart, uses nothing of gpurun's.
 pub fn container_path(p: &str) -> PathBuf {
     let mut out = PathBuf::from("/");
     for c in Path::new(p).components() {
