@@ -81,8 +81,8 @@ fn probe_namespaces() -> NsProbe {
         }
         // Scratch on a tmpfs of its own: nothing outside the child's namespace is touched.
         let base = Path::new("/tmp");
-        let tmpfs =
-            sys::mount_tmpfs(base, 0o700, None, sys::Attrs::default()).map_err(|e| e.to_string());
+        let tmpfs = sys::mount_tmpfs(base, 0o700, None, None, sys::Attrs::default())
+            .map_err(|e| e.to_string());
         p.overlay = tmpfs.clone().and_then(|()| overlay_probe(base)).err();
         p.fuse = tmpfs.and_then(|()| fuse_probe(base, uid, gid)).err();
         fin(&p)

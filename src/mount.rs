@@ -17,6 +17,9 @@ pub enum MountSource {
         mode: u32,
         #[serde(skip_serializing_if = "Option::is_none")]
         size: Option<u64>,
+        /// Its transparent huge page policy (`huge=`: never, always, within_size, advise).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        huge: Option<String>,
     },
     /// A file whose contents gpurun generates (passwd, group, driver params…).
     File { contents: String },
@@ -34,7 +37,11 @@ pub enum MountSource {
 impl MountSource {
     /// A tmpfs of the kernel's default size.
     pub fn tmpfs(mode: u32) -> MountSource {
-        MountSource::Tmpfs { mode, size: None }
+        MountSource::Tmpfs {
+            mode,
+            size: None,
+            huge: None,
+        }
     }
 }
 

@@ -222,11 +222,20 @@ impl Attrs {
 }
 
 /// A tmpfs at `target`, its root of `mode`, of at most `size` bytes (None: the kernel's
-/// default); nosuid and nodev always.
-pub fn mount_tmpfs(target: &Path, mode: u32, size: Option<u64>, attrs: Attrs) -> Result<()> {
+/// default), with the huge page policy `huge` (None: the kernel's); nosuid and nodev always.
+pub fn mount_tmpfs(
+    target: &Path,
+    mode: u32,
+    size: Option<u64>,
+    huge: Option<&str>,
+    attrs: Attrs,
+) -> Result<()> {
     let mut opts = format!("mode={mode:o}");
     if let Some(n) = size {
         opts.push_str(&format!(",size={n}"));
+    }
+    if let Some(h) = huge {
+        opts.push_str(&format!(",huge={h}"));
     }
     nix::mount::mount(
         Some("tmpfs"),

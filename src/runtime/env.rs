@@ -1,6 +1,7 @@
 //! Environment composition, in Apptainer's order: host (minus a deny list) < image < --env-file <
 //! GPURUNENV_* < --env < what gpurun itself must set. Pure functions, table-tested.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::env_vars::var;
@@ -266,6 +267,34 @@ pub fn compose(inp: &EnvInputs) -> Result<Vec<(String, String)>, EnvError> {
     Ok(env.into_vec())
 }
 
+/// The container's environment after the holder's entrypoint: `env` with what the entrypoint
+/// changed from `given` (what it was started with) to `left` (what it exec'd the stop shell
+/// with): variables set or changed take their new value, variables it unset are dropped.
+pub fn after_entrypoint(
+    env: &[(String, String)],
+    given: &[(String, String)],
+    left: &[(String, String)],
+) -> Vec<(String, String)> {
+    let given: HashMap<&str, &str> = given
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let left_map: HashMap<&str, &str> =
+        left.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let unset = |k: &str| given.contains_key(k) && !left_map.contains_key(k);
+    let mut out = EnvList::new();
+    for (k, v) in env.iter().filter(|(k, _)| !unset(k)) {
+        out.set(k, v.as_str());
+    }
+    for (k, v) in left
+        .iter()
+        .filter(|(k, v)| given.get(k.as_str()) != Some(&v.as_str()))
+    {
+        out.set(k, v.as_str());
+    }
+    out.into_vec()
+}
+
 /// Host variables that hold secrets of gpurun's (registry credentials): never passed in, not
 /// even by name through `--env`-less inheritance.
 fn secret(name: &str) -> bool {
@@ -278,6 +307,46 @@ pub const SECRETS: &[&str] = &["GPURUN_DOCKER_USERNAME", "GPURUN_DOCKER_PASSWORD
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn after_entrypoint_table() {
+        let env = kv(&[("HOST", "h"), ("PATH", "/img"), ("TLS", "1"), ("GONE", "x")]);
+        let given = kv(&[("PATH", "/img"), ("GONE", "x")]);
+        // (what the entrypoint left, the result)
+        type Vars<'a> = &'a [(&'a str, &'a str)];
+        let cases: [(Vars, Vars); 4] = [
+            (
+                &[("PATH", "/img"), ("GONE", "x")],
+                &[("HOST", "h"), ("PATH", "/img"), ("TLS", "1"), ("GONE", "x")],
+            ),
+            (
+                &[("PATH", "/img"), ("GONE", "x"), ("NEW", "n")],
+                &[
+                    ("HOST", "h"),
+                    ("PATH", "/img"),
+                    ("TLS", "1"),
+                    ("GONE", "x"),
+                    ("NEW", "n"),
+                ],
+            ),
+            (
+                &[("PATH", "/e:/img")],
+                &[("HOST", "h"), ("PATH", "/e:/img"), ("TLS", "1")],
+            ),
+            // a host variable the entrypoint never saw keeps the host's value unless it set one
+            (
+                &[("PATH", "/img"), ("GONE", "x"), ("HOST", "e")],
+                &[("HOST", "e"), ("PATH", "/img"), ("TLS", "1"), ("GONE", "x")],
+            ),
+        ];
+        for (left, want) in cases {
+            assert_eq!(
+                after_entrypoint(&env, &given, &kv(left)),
+                kv(want),
+                "{left:?}"
+            );
+        }
+    }
 
     #[test]
     fn command_candidates_table() {

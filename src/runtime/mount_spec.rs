@@ -91,7 +91,7 @@ fn propagation(flag: &str) -> Option<Propagation> {
 }
 
 /// Parse one `--tmpfs DST[:OPTS]`: a fresh tmpfs at DST (mode 1777 unless `mode=`), OPTS
-/// `size=N` (500M, 2G…), `mode=OCTAL`, `ro`, `rw`, `nosuid`, `nodev`, `noexec`.
+/// `size=N` (500M, 2G…), `mode=OCTAL`, `huge=POLICY`, `ro`, `rw`, `nosuid`, `nodev`, `noexec`.
 pub fn parse_tmpfs(spec: &str) -> Result<Mount, SpecError> {
     let err = |why: String| SpecError::Tmpfs(spec.to_string(), why);
     let (dst, opts) = spec.split_once(':').unwrap_or((spec, ""));
@@ -113,12 +113,19 @@ pub fn parse_tmpfs(spec: &str) -> Result<Mount, SpecError> {
     Ok(m)
 }
 
+/// tmpfs's huge page policies (the kernel's `huge=` mount option).
+const HUGE: [&str; 4] = ["never", "always", "within_size", "advise"];
+
 fn tmpfs_option(m: &mut Mount, opt: &str) -> Result<(), String> {
-    let MountSource::Tmpfs { mode, size } = &mut m.source else {
+    let MountSource::Tmpfs { mode, size, huge } = &mut m.source else {
         unreachable!("a tmpfs")
     };
     match opt.split_once('=') {
         Some(("size", v)) => *size = Some(crate::units::parse_size(v)?),
+        Some(("huge", v)) if HUGE.contains(&v) => *huge = Some(v.to_string()),
+        Some(("huge", v)) => {
+            return Err(format!("huge={v}: give one of {}", HUGE.join(", ")));
+        }
         Some(("mode", v)) => {
             *mode = u32::from_str_radix(v, 8)
                 .ok()
@@ -133,7 +140,7 @@ fn tmpfs_option(m: &mut Mount, opt: &str) -> Result<(), String> {
             "noexec" => m.flags.noexec = true,
             _ => {
                 return Err(format!(
-                    "unknown option {opt:?}; use size=N, mode=OCTAL, ro, rw, nosuid, nodev, noexec"
+                    "unknown option {opt:?}; use size=N, mode=OCTAL, huge=POLICY, ro, rw, nosuid, nodev, noexec"
                 ))
             }
         },
@@ -257,6 +264,7 @@ mod tests {
         type Case<'a> = (&'a str, &'a str, u32, Option<u64>, bool, bool);
         let ok: &[Case] = &[
             ("/scratch", "/scratch", 0o1777, None, false, false),
+            ("/s:huge=within_size", "/s", 0o1777, None, false, false),
             ("/s/", "/s", 0o1777, None, false, false),
             ("/s:size=64M", "/s", 0o1777, Some(64 << 20), false, false),
             (
@@ -276,7 +284,8 @@ mod tests {
                 m.source,
                 MountSource::Tmpfs {
                     mode: *mode,
-                    size: *size
+                    size: *size,
+                    huge: spec.contains("huge=").then(|| "within_size".into()),
                 },
                 "{spec}"
             );
@@ -288,6 +297,7 @@ mod tests {
             ("/s:size=lots", "unknown unit"),
             ("/s:size=-1", "not a size"),
             ("/s:mode=999", "octal mode"),
+            ("/s:huge=yes", "huge=yes: give one of never, always"),
             ("/s:uid=0", "unknown option \"uid=0\""),
         ] {
             let e = parse_tmpfs(bad).unwrap_err().to_string();

@@ -108,6 +108,11 @@ pub struct Plan {
     /// above too), and the edits gpurun skipped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cdi: Option<Applied>,
+    /// The holder's entrypoint runs with the image's environment, the `GPURUNENV_` names and
+    /// gpurun's own, not the host's (as pyxis's through enroot); what it changes is applied to
+    /// `env` (`env::after_entrypoint`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry_env: Option<Vec<(String, String)>>,
 }
 
 /// What to run.
@@ -302,7 +307,7 @@ impl Extras {
 pub enum PlanError {
     #[error(transparent)]
     Spec(#[from] SpecError),
-    #[error("--bind source {0} does not exist; create it or fix the path")]
+    #[error("--bind: source path does not exist: {0}; create it or fix the path")]
     BindSourceMissing(PathBuf),
     #[error("--bind source {0}: permission denied; you need search access to every directory on its way")]
     BindSourceDenied(PathBuf),
@@ -476,6 +481,7 @@ pub fn parse_no_mount(names: &[String]) -> Result<Skips, PlanError> {
                 let why = "gpurun always mounts /proc, /sys and /dev: the container needs them";
                 return Err(PlanError::NoMount(n.into(), why.into()));
             }
+            p if normalize(Path::new(p)) == Path::new("/tmp") => s.tmp = true,
             p if p.starts_with('/') => s.dsts.push(normalize(Path::new(p))),
             _ => {
                 let why = format!(
@@ -593,11 +599,13 @@ pub fn plan(
     extras: &Extras,
 ) -> Result<Plan, PlanError> {
     let mut mounts = base_mounts(req, host, extras);
-    let skips = parse_no_mount(&req.no_mount)?;
+    let mut skips = parse_no_mount(&req.no_mount)?;
     check_namespaces(req)?;
     tmp_and_host_files(req, &skips, &mut mounts);
     let changes = changes(req, host, &image.root)?;
     let (uid, gid, home) = user_and_home(req, host, image, &skips, &changes, &mut mounts)?;
+    // `--no-mount DST` of the home's destination was the home's (pyxis's `umount:/root`)
+    skips.dsts.retain(|d| *d != home);
     apt_sandbox(req, image, &mut mounts);
     binds(req, host, &skips, &mut mounts)?;
     pmix_dir(host, &mut mounts);
@@ -606,7 +614,7 @@ pub fn plan(
     mounts.extend(extras.mounts.iter().cloned());
 
     let forced = forced_env(req, action, host, image, extras, &home);
-    let env = compose(&EnvInputs {
+    let inputs = EnvInputs {
         host: &host.env,
         host_drop: &extras.host_env_drop,
         cleanenv: req.cleanenv,
@@ -617,7 +625,17 @@ pub fn plan(
         ld_library_path_prepend: &extras.ld_library_path_prepend,
         ld_library_path_append: &extras.ld_library_path_append,
         path_append: &extras.path_append,
-    })?;
+    };
+    let env = compose(&inputs)?;
+    let entry_env = match action {
+        Action::Hold {
+            entrypoint: true, ..
+        } if !image.meta.entrypoint.is_empty() => Some(compose(&EnvInputs {
+            cleanenv: true,
+            ..inputs
+        })?),
+        _ => None,
+    };
 
     let argv = argv_for(action, image, host);
     if let RootSource::Dir(d) = &image.root {
@@ -647,6 +665,7 @@ pub fn plan(
         fake_ids: req.fakeroot,
         hostname: req.hostname.clone(),
         cdi: extras.cdi.clone(),
+        entry_env,
     })
 }
 
@@ -747,7 +766,8 @@ fn user_and_home(
         None if req.fakeroot => (host.home.clone(), PathBuf::from("/root"), false),
         None => (host.home.clone(), host.home.clone(), false),
     };
-    if (custom || !req.contain) && !req.no_home && !skips.home {
+    let skipped = skips.home || skips.dsts.contains(&home);
+    if (custom || !req.contain) && !req.no_home && !skipped {
         if custom && (host.exists)(&home_src) != HostPath::Exists {
             return Err(PlanError::HomeMissing(home_src));
         }
@@ -1540,7 +1560,10 @@ mod tests {
         // (names, destinations gone, cwd)
         let cases: &[(&[&str], &[&str], &str)] = &[
             (&["home"], &["/home/alice"], "/data/proj"),
+            // the home's and /tmp's destinations name them
+            (&["/home/alice/"], &["/home/alice"], "/data/proj"),
             (&["tmp"], &["/tmp", "/var/tmp"], "/data/proj"),
+            (&["/tmp"], &["/tmp", "/var/tmp"], "/data/proj"),
             (&["cwd"], &["/data/proj"], "/w"),
             (&["bind-paths"], &["/site", "/opt/apps"], "/data/proj"),
             (&["/opt/apps"], &["/opt/apps"], "/data/proj"),
@@ -1672,7 +1695,8 @@ mod tests {
             find(&p, "/w/a").unwrap().source,
             MountSource::Tmpfs {
                 mode: 0o1777,
-                size: Some(1 << 20)
+                size: Some(1 << 20),
+                huge: None,
             }
         );
         for (req, says) in [

@@ -67,7 +67,12 @@ pub(super) fn child(
         };
         if !prep.argv.is_empty() {
             match run_entrypoint(prep, &old_mask, &plan.cwd) {
-                Ok((env, cwd)) => (st.env, st.cwd) = (env, cwd),
+                Ok((env, cwd)) => {
+                    let given = plan.entry_env.as_deref().unwrap_or(&plan.env);
+                    let env = crate::runtime::env::after_entrypoint(&plan.env, given, &env);
+                    st.env = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    st.cwd = cwd;
+                }
                 Err(e) => return e,
             }
         }

@@ -37,15 +37,16 @@ impl Prepared {
             .iter()
             .map(|a| c(a.as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
-        let envp = plan
-            .env
+        // the holder's entrypoint runs with its own environment (Plan::entry_env)
+        let env = plan.entry_env.as_ref().unwrap_or(&plan.env);
+        let envp = env
             .iter()
             .map(|(k, v)| c(format!("{k}={v}").as_bytes()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Prepared {
             argv,
             envp,
-            path_dirs: crate::runtime::env::path_dirs(&plan.env),
+            path_dirs: crate::runtime::env::path_dirs(env),
             fake_ids: plan.fake_ids,
         })
     }

@@ -27,6 +27,9 @@ pub(super) fn state_file(h: &HoldState) -> Result<(File, PathBuf), LaunchError> 
     Ok((f, tmp))
 }
 
+/// Environment variables as (name, value).
+type EnvPairs = Vec<(String, String)>;
+
 /// pyxis's --container-entrypoint for the holder, whose argv is the image's entrypoint followed
 /// by `plan::HOLD_STOP`: run it in the container, once, and take the environment and working
 /// directory of the shell it execs, which stops itself; then end that shell.
@@ -34,7 +37,7 @@ pub(super) fn run_entrypoint(
     prep: &Prepared,
     mask: &SigSet,
     cwd: &Path,
-) -> Result<(Vec<String>, PathBuf), (i32, String)> {
+) -> Result<(EnvPairs, PathBuf), (i32, String)> {
     let in_cwd = nix::unistd::chdir(cwd).is_ok();
     // as for any command gpurun starts
     no_privileges(prep)?;
@@ -70,8 +73,8 @@ pub(super) fn run_entrypoint(
     let env = environ
         .split(|&b| b == 0)
         .filter(|e| !e.is_empty())
-        .map(|e| String::from_utf8_lossy(e).into_owned())
-        .filter(|e| e.split_once('=').is_some_and(|(k, _)| !k.is_empty()))
+        .filter_map(|e| crate::runtime::env::parse_kv(&String::from_utf8_lossy(e)))
+        .filter(|(k, _)| !k.is_empty())
         .collect();
     // where the working directory was missing the plugin says so, as without an entrypoint
     let dir = match dir {

@@ -155,7 +155,8 @@ struct Stage {
 impl Stage {
     fn new() -> Result<Stage, String> {
         let at = Path::new(STAGE);
-        sys::mount_tmpfs(at, 0o755, None, sys::Attrs::default()).map_err(|e| e.to_string())?;
+        sys::mount_tmpfs(at, 0o755, None, None, sys::Attrs::default())
+            .map_err(|e| e.to_string())?;
         Ok(Stage {
             overlays: Vec::new(),
             made: 0,
@@ -346,10 +347,11 @@ fn apply_mount(
             };
             attach(root, stage, m, tree, kind)
         }
-        MountSource::Tmpfs { mode, size } => {
+        MountSource::Tmpfs { mode, size, huge } => {
             let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
             root.not_the_root(&dst, &m.dst)?;
-            sys::mount_tmpfs(&sys::fd_path(&dst), *mode, *size, attrs(m))
+            let at = sys::fd_path(&dst);
+            sys::mount_tmpfs(&at, *mode, *size, huge.as_deref(), attrs(m))
         }
         MountSource::File { contents } => {
             let f = files.join(i.to_string());
