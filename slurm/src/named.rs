@@ -53,11 +53,16 @@ fn ns_inodes(pid: i32) -> Option<(u64, u64)> {
     Some((ino("user").ok()?, ino("mnt").ok()?))
 }
 
-/// In the first task of a named container's step, as the user: say that its holder runs, for
-/// later steps of the job to join. Written whole beside its place, in the container's
-/// directory, which `gpurun hold --name` made private.
+/// In the first task of a step, as the user: say that its holder runs, for later steps of the
+/// job to join. Written whole beside its place, in the container's directory, which `gpurun
+/// hold --name` made private (an unnamed step's, `JOB.JOB.STEP` as pyxis names it, is made
+/// here, private too).
 pub fn record_running(uid: u32, name: &str, h: &Holder) -> Result<(), String> {
     let (user_ns, mnt_ns) = ns_inodes(h.pid).ok_or("its holder is gone")?;
+    let base = hold_state::named_containers_dir(uid);
+    for dir in [base.clone(), base.join(name)] {
+        private_dir(&dir, uid)?;
+    }
     let state = hold_state::State {
         pid: h.pid,
         root: h.root.clone(),
@@ -100,6 +105,22 @@ pub fn image_kept(uid: u32, name: &str) -> bool {
     trusted
         && std::fs::read_to_string(&record)
             .is_ok_and(|image| std::fs::metadata(image.trim_end()).is_ok_and(|m| m.is_file()))
+}
+
+/// `dir` made private to `uid` where it is missing; one already there must be `uid`'s, closed
+/// to others.
+fn private_dir(dir: &Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            Err(format!("cannot create {}: {e}", dir.display()))
+        }
+        _ if owned(dir, uid) => Ok(()),
+        _ => Err(format!(
+            "{} is not a directory of yours closed to others; remove it",
+            dir.display()
+        )),
+    }
 }
 
 /// `path` is a directory or file of `uid`'s, no link, that nobody else may write.

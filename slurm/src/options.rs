@@ -389,7 +389,7 @@ const BIND_FLAGS: [&str; 17] = [
     "x-create=file",
 ];
 
-/// The options `gpurun --tmpfs` takes besides `size=` and `mode=`.
+/// The options `gpurun --tmpfs` takes besides `size=`, `mode=` and `huge=`.
 const TMPFS_FLAGS: [&str; 5] = ["ro", "rw", "nosuid", "nodev", "noexec"];
 
 fn parse_mount(m: &str) -> Result<Mount, String> {
@@ -401,7 +401,7 @@ fn parse_mount(m: &str) -> Result<Mount, String> {
     if src.is_empty() || dst.is_empty() {
         return Err(err("an empty path".into()));
     }
-    let dst = container_path(dst);
+    let dst = mount_target(dst).map_err(err)?;
     // pyxis adds `rbind` in front of the user's flags: `bind` there changes nothing
     let given = flags.split('+').filter(|f| !f.is_empty() && *f != "bind");
     let flags = given.map(String::from).collect::<Vec<_>>();
@@ -409,7 +409,8 @@ fn parse_mount(m: &str) -> Result<Mount, String> {
         "umount" => return Ok(Mount::Umount(dst)),
         "tmpfs" => {
             let tmpfs_ok = |f: &str| {
-                TMPFS_FLAGS.contains(&f) || f.starts_with("size=") || f.starts_with("mode=")
+                TMPFS_FLAGS.contains(&f)
+                    || ["size=", "mode=", "huge="].iter().any(|p| f.starts_with(p))
             };
             let opts: Vec<String> = flags
                 .into_iter()
@@ -417,7 +418,7 @@ fn parse_mount(m: &str) -> Result<Mount, String> {
                 .collect();
             if let Some(f) = opts.iter().find(|f| !tmpfs_ok(f)) {
                 return Err(err(format!(
-                    "unknown tmpfs flag {f} (size=N, mode=OCTAL, {})",
+                    "unknown tmpfs flag {f} (size=N, mode=OCTAL, huge=POLICY, {})",
                     TMPFS_FLAGS.join(", ")
                 )));
             }
@@ -450,6 +451,31 @@ pub fn container_path(p: &str) -> PathBuf {
         }
     }
     out
+}
+
+/// A mount's destination, as pyxis takes it: absolute, or relative to the container's root
+/// when written `./DST` or `../DST`; one that climbs out of the root is refused with the
+/// kernel's word for it (openat2's RESOLVE_BENEATH: EXDEV), as enroot refuses it.
+fn mount_target(p: &str) -> Result<PathBuf, String> {
+    if !p.starts_with(['.', '/']) {
+        return Err(format!(
+            "the destination {p} is not a path; write it absolute (/{p}) or relative (./{p})"
+        ));
+    }
+    let mut depth = 0usize;
+    for c in Path::new(p).components() {
+        match c {
+            Component::Normal(_) => depth += 1,
+            Component::ParentDir if depth == 0 => {
+                return Err(format!(
+                    "the destination {p} leaves the container's root (invalid cross-device link); write it from /"
+                ))
+            }
+            Component::ParentDir => depth -= 1,
+            _ => {}
+        }
+    }
+    Ok(container_path(p))
 }
 
 /// Variable names, comma separated; an empty one (`FOO,`) is an error, as in pyxis.
@@ -640,6 +666,9 @@ pub struct HoldCtx<'a> {
     pub hostname: &'a str,
     /// The job's id: a named container is the job's.
     pub job: u32,
+    /// The job's `$HOME` where it is a directory: bound as the container's home, at `/root`
+    /// with remap-root (enroot's home hook binds `$HOME`, not the user database's home).
+    pub home: Option<&'a Path>,
 }
 
 /// `SPEC:OPT1+OPT2` (or with `,`), or SPEC alone.
@@ -704,6 +733,16 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
             .filter(|(on, _)| *on)
             .map(|(_, f)| f.to_string()),
     );
+    if let (Some(h), false) = (at.home, o.mount_home == Some(false)) {
+        let dst = match o.remap_root == Some(true) {
+            true => Path::new("/root"),
+            false => h,
+        };
+        a.extend([
+            "--home".into(),
+            format!("{}:{}", h.display(), dst.display()),
+        ]);
+    }
     if let Some(s) = &o.save {
         a.push("--save".into());
         a.push(absolute(at.cwd, s).display().to_string());
@@ -918,8 +957,8 @@ mod tests {
                 vec![m("/a", "/b", &["x-create=file"])],
             ),
             // a relative destination is taken from the container's root
-            ("/a:rel/x", vec![m("/a", "/rel/x", &[])]),
-            ("/a:../../x", vec![m("/a", "/x", &[])]),
+            ("/a:./rel/x", vec![m("/a", "/rel/x", &[])]),
+            ("/a:./b/../x", vec![m("/a", "/x", &[])]),
             (
                 "umount:/etc/hosts",
                 vec![Mount::Umount("/etc/hosts".into())],
@@ -928,6 +967,10 @@ mod tests {
             (
                 "tmpfs:/t:size=64M+mode=700+noexec+x-create=dir",
                 vec![tmpfs("/t", &["size=64M", "mode=700", "noexec"])],
+            ),
+            (
+                "tmpfs:/t:huge=within_size",
+                vec![tmpfs("/t", &["huge=within_size"])],
             ),
         ];
         for (input, want) in ok {
@@ -942,6 +985,12 @@ mod tests {
                 ("/a:/b:sync", "unknown flag sync"),
                 ("/a:/b:x-detach", "unknown flag x-detach"),
                 ("tmpfs:/t:rbind", "unknown tmpfs flag rbind"),
+                ("/tmp:mnt:ro", "the destination mnt is not a path"),
+                (
+                    "/home:../home",
+                    "leaves the container's root (invalid cross-device link)",
+                ),
+                ("/home:/a/../../home", "leaves the container's root"),
             ],
         );
     }
@@ -1248,6 +1297,7 @@ mod tests {
             entrypoint,
             hostname: "node1",
             job: 42,
+            home: None,
         }
     }
 
@@ -1393,6 +1443,35 @@ mod tests {
                 "/s"
             ]
         );
+    }
+
+    /// The job's `$HOME` is the container's home, at `/root` with remap-root (enroot's home
+    /// hook), and nowhere with --no-container-mount-home.
+    #[test]
+    fn home_from_the_job() {
+        let home = Path::new("/tmp");
+        for (flags, want) in [
+            (&[][..], Some("/tmp:/tmp")),
+            (&[MOUNT_HOME][..], Some("/tmp:/tmp")),
+            (&[REMAP_ROOT, MOUNT_HOME][..], Some("/tmp:/root")),
+            (&[REMAP_ROOT, NO_HOME][..], None),
+        ] {
+            let mut o = ContainerOpts::default();
+            o.set(IMAGE, Some("/i.sqsh")).unwrap();
+            for f in flags {
+                o.set(*f, None).unwrap();
+            }
+            let at = HoldCtx {
+                home: Some(home),
+                ..at("/w", "/s", false)
+            };
+            let args = holder_args(&o, &at).unwrap();
+            let got = args
+                .iter()
+                .position(|a| a == "--home")
+                .map(|i| args[i + 1].as_str());
+            assert_eq!(got, want, "{flags:?}");
+        }
     }
 
     #[test]

@@ -460,12 +460,17 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         env.extend(options::entrypoint_env(&opts.env_from_host, &map));
     }
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let home = map
+        .get("HOME")
+        .map(Path::new)
+        .filter(|h| h.is_absolute() && h.is_dir());
     let at = options::HoldCtx {
         cwd: &cwd,
         state: &holder::state_path(&dir),
         entrypoint,
         hostname: hostname.trim(),
         job,
+        home,
     };
     let args = options::holder_args(&opts, &at)?;
     log_debug(&format!(
@@ -814,7 +819,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
             Ok(Some(_)) if p.opts.workdir.is_some() => fail_task(
                 first(),
                 &format!(
-                    "--container-workdir={}: no such directory in the container",
+                    "--container-workdir={}: No such file or directory in the container; create it or choose another",
                     holder.cwd.display()
                 ),
             ),
@@ -825,16 +830,26 @@ pub unsafe extern "C" fn slurm_spank_task_init(
     })
 }
 
-/// The first task of a named container's step on a node: say that the container runs, for
-/// later steps to join (named.rs). A failure only costs that join, so it is said, not fatal.
+/// The first task of a step on a node: say that its container runs, for later steps to join
+/// (named.rs) by its name, or an unnamed step's by `JOB.STEP` as with pyxis. A failure only
+/// costs that join, so it is said, not fatal.
 fn record_named(sp: spank_t, opts: &ContainerOpts, c: &Container, h: &Holder) {
-    let (Some(n), Container::Held(_)) = (&opts.name, c) else {
+    let Container::Held(_) = c else {
         return;
     };
-    let (Some(job), Some(uid)) = (item_u32(sp, S_JOB_ID), item_u32(sp, S_JOB_UID)) else {
+    let ids = (
+        item_u32(sp, S_JOB_ID),
+        item_u32(sp, S_JOB_STEPID),
+        item_u32(sp, S_JOB_UID),
+    );
+    let (Some(job), Some(step), Some(uid)) = ids else {
         return;
     };
-    if let Err(e) = named::record_running(uid, &format!("{job}.{}", n.name), h) {
+    let name = match &opts.name {
+        Some(n) => n.name.clone(),
+        None => format!("{job}.{step}"),
+    };
+    if let Err(e) = named::record_running(uid, &format!("{job}.{name}"), h) {
         log_user(&format!("gpurun: warning: {e}"));
     }
 }
