@@ -394,6 +394,19 @@ EOF
   [ "$(get UNSHARE join.out)" = 125 ] && grep -q 'the running container j1 is not in a separate network namespace' join.unshare
   res $? "--container-unshare=net on a running container without one: refused, as pyxis ($(grep gpurun: join.unshare))"
   [ "$(get NOEXEC join.out)" = fresh ]; res $? "--container-name=j1:no_exec: a container of its own, not the running one ($(get NOEXEC join.out))"
+  # an unnamed step's container is joined by JOB.STEP while it runs, as pyxis names it
+  cat > unnamed.sbatch <<EOF
+#!/bin/sh
+#SBATCH -t 2
+#SBATCH -o $W/unnamed.out
+#SBATCH -e $W/unnamed.err
+srun -t 1 --container-image=$IMG --container-mounts=tmpfs:/t sh -c 'echo in > /t/f && touch $W/unnamed.go && sleep 50' &
+for i in \$(seq 150); do [ -e $W/unnamed.go ] && break; sleep 0.1; done
+echo "ATTACHED=\$(srun -t 1 --overlap --container-name=\$SLURM_JOB_ID.0 cat /t/f)"
+kill %1; wait
+EOF
+  rm -f unnamed.go; sbatch --wait -Q unnamed.sbatch >/dev/null 2>&1
+  [ "$(get ATTACHED unnamed.out)" = in ]; res $? "--container-name=JOB.0 while unnamed step 0 runs: the step joins its container ($(get ATTACHED unnamed.out))" || cat unnamed.err
   out=$(srun "${T[@]}" --container-image="$IMG" --container-remap-root id -u 2>>stderr.log)
   [ "$out" = 0 ]; res $? "--container-remap-root: uid 0 inside ($out)"
   # The image server's file system is read-only as a whole: a task that tries to remount its
@@ -410,6 +423,11 @@ EOF
 
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mount-home sh -c "grep -c ' $HOME ' /proc/self/mountinfo" 2>>stderr.log)
   [ "$out" = 1 ]; res $? "--container-mount-home ($out)"
+  # the home bound is the job's $HOME (enroot's home hook), at /root with remap-root
+  out=$(echo $(HOME=$W/data srun "${T[@]}" --container-image="$IMG" sh -c 'echo $HOME $(cat $HOME/x)'; \
+    HOME=$W/data srun "${T[@]}" --container-image="$IMG" --container-remap-root sh -c 'echo $HOME $(cat /root/x)'; \
+    HOME=$W/data srun "${T[@]}" --container-image="$IMG" --container-remap-root --container-mounts=umount:/root sh -c 'cat /root/x 2>/dev/null || echo none') 2>>stderr.log)
+  [ "$out" = "$W/data secret /root secret none" ]; res $? "HOME=DIR: DIR is the home, at /root with --container-remap-root; umount:/root leaves it out ($out)"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-readonly sh -c 'touch /newfile 2>&1; true' 2>>stderr.log)
   case "$out" in *"Read-only file system"*) true ;; *) false ;; esac; res $? "--container-readonly ($(echo $out))"
   out=$(srun "${T[@]}" --container-image="$IMG" --no-container-remap-root id -u 2>>stderr.log)
@@ -430,7 +448,7 @@ EOF
 [ -n "${ENTRY_FAIL-}" ] && { echo "entry.sh: cannot start" >&2; exit 3; }
 echo "$$" >> ./entry.runs
 echo "entry.sh says hello"
-export ENTRY_SET=yes ENTRY_SAW_FOO="$FOO"
+export ENTRY_SET=yes ENTRY_SAW_FOO="$FOO" ENTRY_SAW_BAR="${BAR-unset}"
 [ -w / ] && echo made > /entry-made
 exec "$@"
 EOF
@@ -450,13 +468,18 @@ EOF
   [ "$out" = image ]; res $? "--container-entrypoint: the entrypoint sees the image's FOO ($out)"
   out=$(FOO=host srun "${T[@]}" --container-image="$EIMG" --container-entrypoint --container-env=FOO sh -c 'echo $ENTRY_SAW_FOO $FOO' 2>>stderr.log)
   [ "$out" = "host host" ]; res $? "--container-entrypoint --container-env=FOO: the entrypoint sees the host's FOO ($out)"
+  # the host's variables reach the tasks, not the entrypoint, unless --container-env names them
+  out=$(BAR=host srun "${T[@]}" --container-image="$EIMG" --container-entrypoint sh -c 'echo $ENTRY_SAW_BAR $BAR' 2>>stderr.log)
+  [ "$out" = "unset host" ]; res $? "--container-entrypoint: the entrypoint does not see the host's BAR, the task does ($out)"
+  out=$(BAR=host srun "${T[@]}" --container-image="$EIMG" --container-entrypoint --container-env=BAR sh -c 'echo $ENTRY_SAW_BAR $BAR' 2>>stderr.log)
+  [ "$out" = "host host" ]; res $? "--container-entrypoint --container-env=BAR: the entrypoint sees it ($out)"
   out=$(srun "${T[@]}" --container-image="$EIMG" --container-entrypoint --container-writable cat /entry-made 2>>stderr.log)
   [ "$out" = made ]; res $? "--container-entrypoint --container-writable: what the entrypoint wrote is there ($out)"
   out=$(srun "${T[@]}" --container-image="$EIMG" --container-entrypoint true 2>&1)
   ! grep -q 'entry.sh says hello' <<<"$out"; res $? "--container-entrypoint: what it prints is not shown ($out)"
   out=$(PYXIS_CONTAINER_ENTRYPOINT_LOG=1 srun "${T[@]}" -n2 --container-image="$EIMG" --container-entrypoint true 2>&1)
   [ "$(grep -c 'entry.sh says hello' <<<"$out")" = 1 ]; res $? "PYXIS_CONTAINER_ENTRYPOINT_LOG=1 (--container-entrypoint-log): what it printed is shown, once ($out)"
-  out=$(ENTRY_FAIL=1 srun "${T[@]}" -n2 --container-image="$EIMG" --container-entrypoint true 2>&1); rc=$?
+  out=$(ENTRY_FAIL=1 srun "${T[@]}" -n2 --container-image="$EIMG" --container-entrypoint --container-env=ENTRY_FAIL true 2>&1); rc=$?
   [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q 'cannot start.*exited with status 3.*--no-container-entrypoint' <<<"$out"
   res $? "a failing entrypoint: exit 125, one line with its error and the way out (rc=$rc: $(echo "$out" | tr '\n' '|'))"
 
@@ -514,11 +537,11 @@ EOF
   out=$(srun "${T[@]}" --container-image="$IMG" --container-workdir=data pwd 2>>stderr.log)
   [ "$out" = /data ]; res $? "--container-workdir=data: from the container's root ($out)"
   out=$(srun "${T[@]}" -n2 --container-image="$IMG" --container-workdir=/missing true 2>&1); rc=$?
-  [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q -- '--container-workdir=/missing: no such directory in the container' <<<"$out"
+  [ "$rc" = 125 ] && [ "$(grep -c '^gpurun:' <<<"$out")" = 1 ] && grep -q -- '--container-workdir=/missing: No such file or directory in the container' <<<"$out"
   res $? "--container-workdir=/missing: exit 125, one line (rc=$rc: $(echo "$out" | tr '\n' '|'))"
 
   # enroot's fstab flags in --container-mounts
-  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/m:ro+rprivate+nosuid,./data:rel/d:x-create=dir" \
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/m:ro+rprivate+nosuid,./data:./rel/d:x-create=dir" \
     sh -c 'cat /m/x /rel/d/x; touch /m/y 2>/dev/null && echo writable || echo readonly' 2>>stderr.log)
   [ "$(echo $out)" = "secret secret readonly" ]; res $? "--container-mounts with ro+rprivate+nosuid, a relative destination, x-create=dir ($(echo $out))"
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=umount:/etc/hosts sh -c 'wc -c < /etc/hosts' 2>>stderr.log)
@@ -530,6 +553,15 @@ EOF
   case ",${opts%% *}," in *,ro,*nodev,*noexec,*) ok_flags=1 ;; *) ok_flags= ;; esac
   [ -n "$ok_flags" ] && [[ "$opts" == *unbindable* ]] && [ "$(echo "$out" | cut -d'|' -f2-)" = "tmpfs|700|8192" ]
   res $? "--container-mounts with ro+nodev+noexec+unbindable and tmpfs:/t:size=8M+mode=700, as pyxis ($out)"
+  out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=tmpfs:/t:huge=within_size grep ' /t ' /proc/self/mountinfo 2>>stderr.log)
+  grep -q 'huge=within_size' <<<"$out"; res $? "--container-mounts=tmpfs:/t:huge=within_size ($out)"
+  # destinations as pyxis takes them: absolute or ./ ../ from the root, never out of it
+  for m in "/tmp:mnt is not a path" "$W/data:../d leaves the container's root (invalid cross-device link)" \
+           "/nonexistent/x:/m source path does not exist: /nonexistent/x"; do
+    out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="${m%% *}" true 2>&1); rc=$?
+    [ "$rc" != 0 ] && [ "$(grep -c 'gpurun:' <<<"$out")" = 1 ] && grep -qF "${m#* }" <<<"$out"
+    res $? "--container-mounts=${m%% *}: refused, one line (rc=$rc: $(grep gpurun: <<<"$out"))"
+  done
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts="$W/data:/m:nodev+sync" true 2>&1); rc=$?
   [ "$rc" != 0 ] && [ "$(grep -c 'gpurun:' <<<"$out")" = 1 ] && grep -q 'unknown flag sync' <<<"$out"; res $? "--container-mounts with a flag gpurun does not know: refused by srun, one line (rc=$rc)"
 
