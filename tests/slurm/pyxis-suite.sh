@@ -42,6 +42,9 @@ fi
 timeout 10 sinfo -h >/dev/null 2>&1 || die "no Slurm cluster answers: tests/slurm/cluster.sh start v1 PLUGIN.so gpurun=GPURUN"
 srun --help 2>/dev/null | grep -q -- --container-image= \
     || die "srun has no --container-image: start the cluster with gpurun's plugin (cluster.sh start v1 PLUGIN.so gpurun=GPURUN)"
+# the gpurun the plugin runs (its plugstack.conf line's gpurun=)
+GPURUN=$(sed -n 's/.*[[:space:]]gpurun=\([^[:space:]]*\).*/\1/p' /etc/slurm/plugstack.conf.d/*.conf 2>/dev/null | head -1)
+[ -x "${GPURUN:-}" ] || die "no gpurun= in /etc/slurm/plugstack.conf.d/: start the cluster with gpurun=GPURUN"
 
 rm -rf "$W"; mkdir -p "$W/results"; chmod 755 "$W"
 UHOME=$(getent passwd "$U" | cut -d: -f6)
@@ -118,6 +121,15 @@ missing=$(grep -rhoE "$REG[#/][^ \"']+" "$S/tests" | sed -E "s,^$REG[#/],,; s,^(
 echo "no stand-in for: ${missing:-none}"
 mkdir -p "$W/cache"
 chown -R "$U" "$S" "$W/cache" "$W/results"
+# A warm cache, as on a node where these images ran before: a test that gives its first step a
+# few seconds before the next (exec.bats) then times the run, not this machine's conversion.
+t0=$(date +%s)
+while read -r name; do
+    runuser -u "$U" -- env -i HOME="$UHOME" PATH=/usr/bin:/bin GPURUN_CACHEDIR="$W/cache" \
+        "$GPURUN" exec "docker://$REG/$name" true </dev/null >/dev/null 2>&1 \
+        || echo "warming the cache: $name did not run" >&2
+done < "$STANDINS"
+echo "cache warmed in $(( $(date +%s) - t0 )) s"
 
 # ------------------------------------------------------------------ run
 # tests/*.bats in an allocation of the whole node each (the suite's srun steps, named
@@ -128,13 +140,16 @@ chown -R "$U" "$S" "$W/cache" "$W/results"
 results() { echo "$W/results/$(tr / _ <<<"${1%.bats}")"; }  # FILE: its results' name, less .tap
 
 # bats --tap ARG... as the test user in the suite's directory; in an allocation of the whole
-# node with ALLOC=1
+# node with ALLOC=1. The suite assumes a site whose roots are writable by default (enroot's
+# ENROOT_ROOTFS_WRITABLE=yes: it installs packages as remapped root without
+# --container-writable): gpurun's writable_root setting, here through its variable.
 user_bats() {  # ALLOC ARG...
     local alloc=()
     [ "$1" = 0 ] || alloc=(salloc -N1 --exclusive --overcommit -t 60 -J pyxis-suite)
     shift
     runuser -u "$U" -- env -i HOME="$UHOME" USER="$U" LOGNAME="$U" SHELL=/bin/bash \
         PATH=/usr/local/bin:/usr/bin:/bin GPURUN_CACHEDIR="$W/cache" SLURM_OVERLAP=1 \
+        GPURUN_WRITABLE_ROOT=1 \
         BATS_TEST_TIMEOUT="${PYXIS_SUITE_TIMEOUT:-300}" \
         bash -c 'cd "$1" && shift && exec "$@"' - "$S" "${alloc[@]}" bats --tap "$@" </dev/null
 }
