@@ -170,6 +170,20 @@ fn pull_and_exec_an_image_of_the_users_podman_store() {
     let id1 = st.put(NAME, "v1");
     let src = format!("podman://{NAME}");
 
+    // inspect: podman's word on it, nothing saved or cached.
+    let o = st.gpurun_ok(&["inspect", "--json", &src]);
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["format"], "podman", "{r}");
+    let digest = format!("sha256:{}", id1.trim_start_matches("sha256:"));
+    assert_eq!(r["manifest_digest"], digest.as_str(), "{r}");
+    assert_eq!(
+        r["entrypoint"],
+        serde_json::json!(["/bin/echo", "entrypoint"])
+    );
+    assert_eq!(r["platform"], format!("linux/{}", arch()), "{r}");
+    assert!(r["size_bytes"].as_u64().unwrap() > 0, "{r}");
+    assert!(st.cached_images().is_empty());
+
     // pull: the files and the image's config, and where it came from.
     st.gpurun_ok(&["pull", "-q", "-o", "out.sqsh", &src]);
     let tree = support::read_image(&st.s.join("out.sqsh"));
@@ -243,6 +257,7 @@ fn podman_errors_name_the_fix_and_leave_nothing() {
         &[none, "podman images", "podman pull or podman load"],
     );
     one_line_error(&st.gpurun(&["exec", none, "true"]), EXIT_NOT_FOUND, &[none]);
+    one_line_error(&st.gpurun(&["inspect", none]), EXIT_NOT_FOUND, &[none]);
     assert!(st.cached_images().is_empty(), "{:?}", st.cached_images());
 
     // No podman on PATH (tar2sqfs is not needed that far).

@@ -99,7 +99,7 @@ pub struct JsonArg {
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// A .sqsh file (gpurun, enroot or mksquashfs), an Apptainer .sif file, or docker://REF
+    /// A .sqsh file (gpurun, enroot or mksquashfs), an Apptainer .sif file, docker://REF or podman://IMAGE
     pub image: String,
     /// Print JSON
     #[arg(long)]

@@ -94,7 +94,7 @@ fn report(
     }
 }
 
-/// Inspect a file or a `docker://` reference.
+/// Inspect a file, a `docker://` reference or a `podman://` image.
 pub fn inspect(
     image: &str,
     opts: &PullOptions,
@@ -113,6 +113,18 @@ pub fn inspect(
                 requirements,
             )
         });
+    }
+    if image.starts_with("podman://") {
+        let (meta, size) = super::pull::podman_meta(image)?;
+        let report = report(
+            image.to_string(),
+            "podman".into(),
+            size,
+            None,
+            meta,
+            requirements,
+        );
+        return Ok(report);
     }
     let path = Path::new(image);
     let archive = open_file(path)?;

@@ -35,6 +35,7 @@ pub use error::{exit, PullError};
 use oci_layout_source::oci_layout;
 use options::wanted_platform;
 pub use options::PullOptions;
+pub use podman_source::podman_meta;
 use podman_source::{image_id, podman_image};
 use progress::Ui;
 use registry_source::{client_for, resolve_docker, resolve_manifest, runtime};

@@ -34,6 +34,32 @@ pub(super) fn image_id(name: &str, source: &str) -> Result<String, PullError> {
     Ok(id)
 }
 
+/// What `podman image inspect` tells of `name`, as an OCI config (its config, platform and
+/// creation time) for `image_config::image_meta`, then its size: for `gpurun inspect`, which
+/// saves nothing.
+const INSPECT_FORMAT: &str = "{\"config\":{{json .Config}},\"os\":{{json .Os}},\"architecture\":{{json .Architecture}},\"created\":{{json .Created}}}\n{{.Size}}";
+
+/// `podman://NAME` for `gpurun inspect`: its metadata (the image ID as its digest) and size.
+pub fn podman_meta(reference: &str) -> Result<(ImageMeta, u64), PullError> {
+    let name = reference.strip_prefix("podman://").unwrap_or(reference);
+    let id = image_id(name, reference)?;
+    let out = podman(
+        &["image", "inspect", "--format", INSPECT_FORMAT, name].map(OsStr::new),
+        reference,
+    )?;
+    let bad = |detail: String| PullError::Podman {
+        source_ref: reference.to_string(),
+        detail,
+    };
+    let (config, size) = out
+        .trim_end()
+        .rsplit_once('\n')
+        .ok_or_else(|| bad(format!("podman image inspect gave {:?}", out.trim())))?;
+    let size = size.trim().parse().unwrap_or(0);
+    let meta = super::image_config::image_meta(config.as_bytes(), reference, &id).map_err(bad)?;
+    Ok((meta, size))
+}
+
 /// The image `id` (of `name`), saved into `staging` and read from there.
 pub(super) fn podman_image(
     name: &str,
