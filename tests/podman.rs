@@ -1,7 +1,8 @@
 //! `podman://IMAGE` as the unprivileged test user, with Debian's real rootless podman: an image
 //! put into the user's podman store (vfs; storage, runtime and config directories all in the
 //! scratch directory, nothing from the network), then `gpurun pull` and `gpurun exec` of it; and
-//! the errors of an image podman lacks, of no podman at all and of `dockerd://`.
+//! the errors of an image podman lacks, of no podman at all and of `dockerd://`; signals while
+//! podman saves the image.
 
 mod common;
 mod support;
@@ -300,4 +301,69 @@ fn podman_errors_name_the_fix_and_leave_nothing() {
     if st.s.join("cache/images").exists() {
         only(&st.s.join("cache/images"), &[]);
     }
+}
+
+/// The processes whose command line names `needle` (a path of this test's scratch directory).
+fn procs_naming(needle: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) {
+            left.push(cmd);
+        }
+    }
+    left
+}
+
+/// SIGINT and SIGTERM at points spread over a pull of `podman://`, while podman saves the image
+/// among them: no output, no staging directory or saved layout, no podman left; then a pull works.
+#[test]
+fn an_interrupted_podman_pull_leaves_nothing() {
+    if !ready() {
+        return;
+    }
+    let st = Store::new();
+    st.put(NAME, "v1");
+    let src = format!("podman://{NAME}");
+    let t0 = std::time::Instant::now();
+    st.gpurun_ok(&["pull", "-o", "x.sqsh", &src]);
+    let whole = t0.elapsed();
+    std::fs::remove_file(st.s.join("x.sqsh")).unwrap();
+    let scratch = st.s.path().display().to_string();
+    let mut while_saving = 0;
+    for i in 1..=8u32 {
+        let mut child = st
+            .cmd(common::gpurun_bin())
+            .args(["pull", "-o", "x.sqsh", &src])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(whole * i / 9);
+        let sig = [libc::SIGINT, libc::SIGTERM][i as usize % 2];
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        let o = child.wait_with_output().unwrap();
+        if o.status.success() {
+            std::fs::remove_file(st.s.join("x.sqsh")).unwrap();
+            continue;
+        }
+        let saving = stderr(&o).contains("from podman") && !stderr(&o).contains("Writing");
+        while_saving += usize::from(saving);
+        // a signal after the image was put in place leaves it whole
+        if st.s.join("x.sqsh").exists() {
+            let tree = support::read_image(&st.s.join("x.sqsh"));
+            assert_eq!(tree["etc/hello"].data, b"v1", "{}", stderr(&o));
+            std::fs::remove_file(st.s.join("x.sqsh")).unwrap();
+        }
+        only(st.s.path(), SCRATCH_FILES);
+        // podman's save and its helpers name the staging directory they write in
+        let left = procs_naming(&scratch);
+        assert!(left.is_empty(), "left after signal {sig}: {left:?}");
+    }
+    assert!(while_saving > 0, "no signal came while podman saved");
+    st.gpurun_ok(&["pull", "-o", "x.sqsh", &src]);
+    assert!(st.s.join("x.sqsh").is_file());
 }
