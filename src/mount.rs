@@ -32,6 +32,8 @@ pub enum MountSource {
     Proc,
     /// A devpts of the container's own, whose ptmx any user may open (/dev/ptmx points to it).
     Devpts,
+    /// The POSIX message queues of the container's own IPC namespace (`--ipc`).
+    Mqueue,
 }
 
 impl MountSource {

@@ -432,6 +432,13 @@ pub fn mount_proc(target: &Path) -> Result<()> {
         .map_err(at("mount proc on", target))
 }
 
+/// The message queue file system of this process's IPC namespace at `target`.
+pub fn mount_mqueue(target: &Path) -> Result<()> {
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    nix::mount::mount(Some("mqueue"), target, Some("mqueue"), flags, None::<&str>)
+        .map_err(at("mount mqueue on", target))
+}
+
 /// A new PID namespace (the next child forked is its init) and a new IPC namespace, as asked.
 pub fn enter_pid_ipc_namespaces(pid: bool, ipc: bool) -> Result<()> {
     let mut flags = CloneFlags::empty();

@@ -400,7 +400,9 @@ fn changes(req: &Request, host: &HostView, root: &RootSource) -> Result<Changes,
 
 /// With a PID namespace of its own, the container gets a /proc of it; with an IPC namespace of
 /// its own, a /dev/shm of its own instead of the host's.
-fn own_pid_ipc(req: &Request, mounts: &mut Vec<Mount>) {
+/// With an IPC namespace of its own, its own /dev/shm and, where /dev has a place for it (the
+/// host's has one, or /dev is gpurun's), its own /dev/mqueue (as enroot's and docker's).
+fn own_pid_ipc(req: &Request, own_dev: bool, host: &HostView, mounts: &mut Vec<Mount>) {
     if req.own_pid {
         for m in mounts.iter_mut().filter(|m| m.dst == Path::new("/proc")) {
             m.source = MountSource::Proc;
@@ -408,6 +410,9 @@ fn own_pid_ipc(req: &Request, mounts: &mut Vec<Mount>) {
     }
     if req.own_ipc {
         mounts.push(Mount::new("/dev/shm", MountSource::tmpfs(0o1777)));
+        if own_dev || (host.exists)(Path::new("/dev/mqueue")) == HostPath::Exists {
+            mounts.push(Mount::new("/dev/mqueue", MountSource::Mqueue));
+        }
     }
 }
 
@@ -718,7 +723,7 @@ fn base_mounts(req: &Request, host: &HostView, extras: &Extras) -> Vec<Mount> {
     } else {
         mounts.push(Mount::bind("/dev", "/dev", false));
     }
-    own_pid_ipc(req, &mut mounts);
+    own_pid_ipc(req, extras.filter_nvidia_dev, host, &mut mounts);
     mounts
 }
 
@@ -2025,6 +2030,10 @@ mod tests {
             let shm = at_of(&p, "/dev/shm");
             assert_eq!(shm == Some(MountSource::tmpfs(0o1777)), ipc, "{shm:?}");
             assert_eq!(shm.is_none(), !ipc);
+            // its own message queues (the fixture's host has a /dev/mqueue)
+            let mq = at_of(&p, "/dev/mqueue");
+            assert_eq!(mq.is_some(), ipc, "{mq:?}");
+            assert!(mq.is_none() || mq == Some(MountSource::Mqueue));
         }
         // --net, --network none; no other network
         let net = |net, network: Option<&str>| Request {

@@ -573,10 +573,10 @@ EOF
   [ -n "$out" ] && [ "$out" != "${host_uts%% *}" ]; res $? "PYXIS_CONTAINER_UNSHARE=uts ($out)"
   # net: loopback only, a namespace of the step's own shared by its tasks; ipc likewise
   out=$(srun "${T[@]}" -n2 -o 'net.%t' --container-image="$IMG" --container-unshare=net,ipc \
-    sh -c 'echo "NET=$(readlink /proc/self/ns/net) IPC=$(readlink /proc/self/ns/ipc) IFS=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | tr "\n" ,)"' 2>>stderr.log)
+    sh -c 'echo "NET=$(readlink /proc/self/ns/net) IPC=$(readlink /proc/self/ns/ipc) MQ=$(awk "\$2 == \"/dev/mqueue\" {print \$3}" /proc/self/mounts) IFS=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " " | tr "\n" ,)"' 2>>stderr.log)
   host_ns=$(readlink /proc/self/ns/net /proc/self/ns/ipc | tr '\n' ' ')
-  [ "$(cat net.0)" = "$(cat net.1)" ] && grep -q 'IFS=lo,$' net.0 && ! grep -qF "$(readlink /proc/self/ns/net)" net.0 && ! grep -qF "$(readlink /proc/self/ns/ipc)" net.0
-  res $? "--container-unshare=net,ipc: the step's tasks share network (only lo) and IPC namespaces of their own ($(cat net.0) | host $host_ns)"
+  [ "$(cat net.0)" = "$(cat net.1)" ] && grep -q 'MQ=mqueue IFS=lo,$' net.0 && ! grep -qF "$(readlink /proc/self/ns/net)" net.0 && ! grep -qF "$(readlink /proc/self/ns/ipc)" net.0
+  res $? "--container-unshare=net,ipc: the step's tasks share network (only lo) and IPC namespaces (and /dev/mqueue) of their own ($(cat net.0) | host $host_ns)"
 
   # every task of a container step has the fake-ids seccomp filter, as under pyxis and enroot
   out=$(echo $(srun "${T[@]}" --container-image="$IMG" grep Seccomp: /proc/self/status; srun "${T[@]}" --container-image="$IMG" --container-remap-root grep Seccomp: /proc/self/status) 2>>stderr.log)

@@ -326,7 +326,10 @@ fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
             (Some(PointKind::Dir), _) | (None, Ok(true)) => Create::Dir,
             _ => Create::File,
         }),
-        MountSource::Tmpfs { .. } | MountSource::Proc | MountSource::Devpts => Some(Create::Dir),
+        MountSource::Tmpfs { .. }
+        | MountSource::Proc
+        | MountSource::Devpts
+        | MountSource::Mqueue => Some(Create::Dir),
         MountSource::File { .. } => Some(Create::File),
         MountSource::Symlink { .. } | MountSource::RootFile { .. } => None,
     }
@@ -379,11 +382,12 @@ fn apply_mount(
             })
         }
         MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
-        MountSource::Proc | MountSource::Devpts => {
+        MountSource::Proc | MountSource::Devpts | MountSource::Mqueue => {
             let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
             root.not_the_root(&dst, &m.dst)?;
             match m.source {
                 MountSource::Proc => sys::mount_proc(&sys::fd_path(&dst)),
+                MountSource::Mqueue => sys::mount_mqueue(&sys::fd_path(&dst)),
                 _ => sys::mount_devpts(&sys::fd_path(&dst)),
             }
         }
