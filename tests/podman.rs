@@ -335,7 +335,7 @@ fn an_interrupted_podman_pull_leaves_nothing() {
     let scratch = st.s.path().display().to_string();
     let mut while_saving = 0;
     for i in 1..=8u32 {
-        let mut child = st
+        let child = st
             .cmd(common::gpurun_bin())
             .args(["pull", "-o", "x.sqsh", &src])
             .stdout(std::process::Stdio::null())
