@@ -26,6 +26,10 @@ pub enum MountSource {
     /// A generated file written into the container's writable root, where the container may
     /// replace it (rename); bound read-only as a `File` where the root refuses the write.
     RootFile { contents: String },
+    /// A host file copied into the container's writable root (a symlink as a symlink where the
+    /// image has its target), which the container may replace (tzdata's postinst renames over
+    /// /etc/localtime; a mount refuses that); bound read-only where the root refuses the copy.
+    HostCopy { src: PathBuf },
     /// A symlink created in the container's writable scratch (e.g. /dev/fd → /proc/self/fd).
     Symlink { target: PathBuf },
     /// A proc file system of the container's own PID namespace (`--pid`, `--containall`).

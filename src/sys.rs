@@ -652,6 +652,19 @@ pub fn symlink_in_root(root: &OwnedFd, path: &Path, target: &Path) -> Result<()>
     Ok(())
 }
 
+/// Remove the file or symlink at `path` inside `root`, if there is one.
+pub fn unlink_in_root(root: &OwnedFd, path: &Path) -> Result<()> {
+    let dir = open_in_root(root, path.parent().unwrap_or(Path::new("/")), Create::No)?;
+    let name = CString::new(path.file_name().unwrap_or_default().as_bytes()).expect("no NUL");
+    // SAFETY: a C string and an O_PATH directory fd, alive meanwhile.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } < 0
+        && Errno::last() != Errno::ENOENT
+    {
+        return Err(at("remove", path)(Errno::last()));
+    }
+    Ok(())
+}
+
 /// Write `contents` as the file at `path` inside `root` (parents created), mode 0644, over what
 /// is there; a symlink there is refused (ELOOP), so the write never lands outside the root.
 pub fn write_in_root(root: &OwnedFd, path: &Path, contents: &[u8]) -> Result<()> {

@@ -1,6 +1,7 @@
 //! Package installs under --fakeroot, as enroot's users make them: `apt-get update` and
 //! `apt-get install` of a package whose file is owned by another uid and whose postinst chowns
-//! it and adds a group and a user, from a repository on 127.0.0.1, in a Debian image made of
+//! it, adds a group and a user and renames a file over /etc/localtime (as tzdata's), from a
+//! repository on 127.0.0.1, in a Debian image made of
 //! this machine's own apt and dpkg (tests/fakeroot/make-apt-image.sh). Rootless: gpurun runs as
 //! the test user, in a user namespace that maps that one uid, which the fake-ids filter and
 //! apt's sandbox user (root) make enough.

@@ -606,8 +606,8 @@ pub fn plan(
     let mut mounts = base_mounts(req, host, extras);
     let mut skips = parse_no_mount(&req.no_mount)?;
     check_namespaces(req)?;
-    tmp_and_host_files(req, &skips, &mut mounts);
     let changes = changes(req, host, &image.root)?;
+    tmp_and_host_files(req, &skips, &changes, &mut mounts);
     let (uid, gid, home) = user_and_home(req, host, image, &skips, &changes, &mut mounts)?;
     // `--no-mount DST` of the home's destination was the home's (pyxis's `umount:/root`)
     skips.dsts.retain(|d| *d != home);
@@ -727,8 +727,10 @@ fn base_mounts(req: &Request, host: &HostView, extras: &Extras) -> Vec<Mount> {
     mounts
 }
 
-/// /tmp and /var/tmp (the host's, or fresh ones with --contain), and the host files.
-fn tmp_and_host_files(req: &Request, skips: &Skips, mounts: &mut Vec<Mount>) {
+/// /tmp and /var/tmp (the host's, or fresh ones with --contain), and the host files: bound
+/// read-only, or copied into a writable root whose changes are gpurun's (tmpfs) or the
+/// container's (--overlay), where packages may replace them (enroot copies them too).
+fn tmp_and_host_files(req: &Request, skips: &Skips, changes: &Changes, mounts: &mut Vec<Mount>) {
     match (skips.tmp, req.contain) {
         (true, _) => {}
         (false, true) => {
@@ -744,7 +746,20 @@ fn tmp_and_host_files(req: &Request, skips: &Skips, mounts: &mut Vec<Mount>) {
         .iter()
         .filter(|f| !skips.dsts.iter().any(|d| d == Path::new(f)))
     {
-        mounts.push(Mount::bind(f, f, true).optional());
+        // not into what --save keeps: the host's files are not the image's
+        let copied = req.save_changes.is_none()
+            && matches!(
+                changes,
+                Changes::Tmpfs
+                    | Changes::Overlay {
+                        readonly: false,
+                        ..
+                    }
+            );
+        mounts.push(match copied {
+            true => Mount::new(f, MountSource::HostCopy { src: f.into() }).optional(),
+            false => Mount::bind(f, f, true).optional(),
+        });
     }
 }
 
@@ -2012,6 +2027,53 @@ mod tests {
         assert!(
             !Changes::None.writable() && !ov("/o", true).writable() && ov("/o", false).writable()
         );
+    }
+
+    /// The host's /etc files: bound read-only, or copied into a root whose changes are gpurun's
+    /// or the container's, never into a directory image or what --save keeps.
+    #[test]
+    fn host_files_in_writable_roots() {
+        let bound = MountSource::Bind {
+            src: "/etc/localtime".into(),
+        };
+        let copied = MountSource::HostCopy {
+            src: "/etc/localtime".into(),
+        };
+        let cases = [
+            (Request::default(), &bound),
+            (
+                Request {
+                    writable_tmpfs: true,
+                    ..Default::default()
+                },
+                &copied,
+            ),
+            (
+                Request {
+                    overlay: Some("/o".into()),
+                    ..Default::default()
+                },
+                &copied,
+            ),
+            (
+                Request {
+                    overlay: Some("/o:ro".into()),
+                    ..Default::default()
+                },
+                &bound,
+            ),
+            (
+                Request {
+                    save_changes: Some("/s".into()),
+                    ..Default::default()
+                },
+                &bound,
+            ),
+        ];
+        for (req, want) in cases {
+            let p = exec_plan(&req).unwrap();
+            assert_eq!(at_of(&p, "/etc/localtime").as_ref(), Some(want), "{req:?}");
+        }
     }
 
     #[test]

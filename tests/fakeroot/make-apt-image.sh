@@ -12,7 +12,8 @@
 #                 python3 -m http.server PORT --bind 127.0.0.1 --directory OUTDIR/repo
 #
 # The package, gpurun-fakeroot-test, ships /usr/share/gpurun-fakeroot-test/owned owned by
-# 1234:1234; its postinst chowns it to 4321:4321 and adds group and user gpurunpkg (4321).
+# 1234:1234; its postinst chowns it to 4321:4321, adds group and user gpurunpkg (4321) and
+# replaces /etc/localtime by a rename, as tzdata's does.
 set -euo pipefail
 
 out=${1:?usage: make-apt-image.sh OUTDIR PORT}
@@ -101,6 +102,9 @@ if [ "\$1" = configure ]; then
     chown 4321:4321 /usr/share/$pkg/owned
     groupadd -g 4321 gpurunpkg
     useradd -u 4321 -g gpurunpkg -M -d /nonexistent -s /bin/sh gpurunpkg
+    # as tzdata's postinst: a new /etc/localtime renamed over the one there
+    cp /etc/localtime /etc/localtime.dpkg-new 2>/dev/null || : > /etc/localtime.dpkg-new
+    mv /etc/localtime.dpkg-new /etc/localtime
 fi
 EOF
 chmod 755 "$src/DEBIAN/postinst"

@@ -113,7 +113,9 @@ fn capture_sources(plan: &Plan, slaves: bool) -> Result<Vec<Option<OwnedFd>>, St
     let mut srcs = Vec::with_capacity(plan.mounts.len());
     for m in &plan.mounts {
         srcs.push(match &m.source {
-            MountSource::Bind { src } if receives_host_events(m) == slaves => {
+            MountSource::Bind { src } | MountSource::HostCopy { src }
+                if receives_host_events(m) == slaves =>
+            {
                 match sys::clone_tree(src) {
                     Ok(fd) => Some(fd),
                     Err(_) if m.optional => None,
@@ -331,7 +333,9 @@ fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
         | MountSource::Devpts
         | MountSource::Mqueue => Some(Create::Dir),
         MountSource::File { .. } => Some(Create::File),
-        MountSource::Symlink { .. } | MountSource::RootFile { .. } => None,
+        MountSource::Symlink { .. }
+        | MountSource::RootFile { .. }
+        | MountSource::HostCopy { .. } => None,
     }
 }
 
@@ -381,6 +385,16 @@ fn apply_mount(
                 apply_mount(root, stage, &bound, None, files, i)
             })
         }
+        MountSource::HostCopy { src: host } => {
+            let Some(tree) = src else {
+                return Ok(());
+            };
+            copy_host_file(root, host, &m.dst).or_else(|_| {
+                // a root that refuses it: bound read-only, as without a writable root
+                let bound = Mount::bind(host, &m.dst, true);
+                attach(root, stage, &bound, tree, Create::File)
+            })
+        }
         MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
         MountSource::Proc | MountSource::Devpts | MountSource::Mqueue => {
             let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
@@ -392,6 +406,26 @@ fn apply_mount(
             }
         }
     }
+}
+
+/// `host` copied over `dst` in the writable root: a symlink stays one where the image has what
+/// it points to (enroot's copy of /etc/localtime), else the file's contents are copied.
+fn copy_host_file(root: &Root, host: &Path, dst: &Path) -> Result<(), SysError> {
+    let io = |e: std::io::Error| SysError::Path {
+        what: "read",
+        path: host.to_path_buf(),
+        errno: sys::io_errno(&e),
+    };
+    let target = std::fs::read_link(host).ok();
+    if let Some(t) = target.filter(|t| t.is_absolute()) {
+        if sys::open_in_root(&root.fd, &t, Create::No).is_ok() {
+            sys::unlink_in_root(&root.fd, dst)?;
+            return sys::symlink_in_root(&root.fd, dst, &t);
+        }
+    }
+    let contents = std::fs::read(host).map_err(io)?;
+    sys::unlink_in_root(&root.fd, dst)?;
+    sys::write_in_root(&root.fd, dst, &contents)
 }
 
 /// The mount's attributes as the kernel takes them.
