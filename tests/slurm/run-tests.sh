@@ -681,6 +681,29 @@ EOF
     GPURUN_CACHEDIR=$W/cache sbatch --wait -Q regnamed.sbatch >/dev/null 2>&1
     [ "$(get READ regnamed.out)" = kept ] && [ "$(get NOIMAGE regnamed.out)" = kept ]
     res $? "--container-name with a registry image: later steps, with the image again or without it, see what the first wrote ($(get READ regnamed.out), $(get NOIMAGE regnamed.out))" || cat regnamed.err
+    # scancel while the batch step pulls the job's image (through a slow link to the
+    # registry): the pull ends with the job, the script never runs, no copy is left
+    slow=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    python3 "$ROOT/tests/slurm/slow_proxy.py" "$slow" "$port" 50000 & prox=$!
+    cat > slowpull.sbatch <<EOF
+#!/bin/sh
+#SBATCH -t 2
+#SBATCH -o $W/slowpull.out
+#SBATCH --container-image=127.0.0.1:$slow/gpurun/test:t
+echo ran
+EOF
+    job=$(GPURUN_CACHEDIR=$W/cache-slow sbatch --parsable slowpull.sbatch)
+    pulling=0
+    for _ in $(seq 150); do pgrep -u "$(id -u)" -f "pull --into-cache .*:$slow/" >/dev/null && { pulling=1; break; }; sleep 0.1; done
+    scancel "$job"
+    for _ in $(seq 300); do [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break; sleep 0.1; done
+    sleep 1
+    left=$(pgrep -u "$(id -u)" -fa "pull --into-cache .*:$slow/")
+    copies=$(ls /var/tmp | grep -c "^gpurun-job\.$job\.")
+    [ "$pulling" = 1 ] && [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && [ -z "$left" ] && [ "$copies" = 0 ] \
+      && ! grep -q '^ran$' slowpull.out 2>/dev/null
+    res $? "scancel while the batch step pulls its image: the job ends, no pull is left, the script never ran (pulling=$pulling left=${left:-none} copies=$copies)"
+    kill "$prox"
     # a cache directory another user made first (tests/slurm/ci.sh makes one): refused, not
     # used, by srun's pull before anything is submitted (Slurm adds its own line for the plugin)
     if [ -n "${SQUATTED_CACHE:-}" ]; then
