@@ -922,7 +922,7 @@ fn entrypoint_image(s: &Scratch) -> std::path::PathBuf {
         std::fs::write(
             root.join("entry.sh"),
             "#!/bin/sh\n[ -n \"$ENTRY_FAIL\" ] && { echo 'entry.sh: cannot start' >&2; exit 3; }\n\
-             export ENTRY_SET=yes\ncd /tmp\nexec \"$@\"\n",
+             export ENTRY_SET=yes ENTRY_SAW_HOST=\"${HOSTVAR-unset}\"\ncd /tmp\nexec \"$@\"\n",
         )
         .unwrap();
         std::fs::set_permissions(
@@ -934,8 +934,8 @@ fn entrypoint_image(s: &Scratch) -> std::path::PathBuf {
 }
 
 /// What `gpurun hold` writes is what the SPANK plugin reads (both use the hold-state crate);
-/// with --entrypoint the image's entrypoint runs first and the environment and directory it
-/// leaves are the container's.
+/// with --entrypoint the image's entrypoint runs first, as pyxis's, with the image's environment
+/// (not the host's HOSTVAR), and what it sets and the directory it leaves are the container's.
 #[test]
 fn hold_writes_the_state_the_plugin_reads() {
     let s = Scratch::new();
@@ -945,15 +945,14 @@ fn hold_writes_the_state_the_plugin_reads() {
         ("entry", &["--entrypoint"][..], true),
     ] {
         let state = s.join(format!("{name}.json"));
-        let (text, o) = hold(&img, &state, extra, &[]);
+        let (text, o) = hold(&img, &state, extra, &[("HOSTVAR", "h")]);
         let text = text.unwrap_or_else(|| panic!("{name}: no state: {}", stderr(&o)));
         let st = hold_state::State::parse(&text).unwrap();
         assert!(st.pid > 0 && st.root == Path::new("/"), "{name}: {st:?}");
-        assert_eq!(
-            st.env.iter().any(|e| e == "ENTRY_SET=yes"),
-            entry,
-            "{name}: {st:?}"
-        );
+        let has = |v: &str| st.env.iter().any(|e| e == v);
+        assert_eq!(has("ENTRY_SET=yes"), entry, "{name}: {st:?}");
+        assert_eq!(has("ENTRY_SAW_HOST=unset"), entry, "{name}: {st:?}");
+        assert!(has("HOSTVAR=h"), "{name}: {st:?}");
         assert!(st.env.iter().any(|e| e == "PATH=/bin"), "{name}: {st:?}");
         let cwd = if entry { "/tmp" } else { "/" };
         assert_eq!(st.cwd, Path::new(cwd), "{name}");
@@ -967,7 +966,13 @@ fn hold_reports_a_failing_entrypoint() {
     let s = Scratch::new();
     let img = entrypoint_image(&s);
     let state = s.join("state.json");
-    let (text, o) = hold(&img, &state, &["--entrypoint"], &[("ENTRY_FAIL", "1")]);
+    // given as the plugin gives a --container-env name: the entrypoint sees no other host variable
+    let (text, o) = hold(
+        &img,
+        &state,
+        &["--entrypoint"],
+        &[("GPURUNENV_ENTRY_FAIL", "1")],
+    );
     assert_eq!(text, None);
     assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
     let err = stderr(&o);
