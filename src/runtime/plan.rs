@@ -2039,36 +2039,17 @@ mod tests {
         let copied = MountSource::HostCopy {
             src: "/etc/localtime".into(),
         };
+        let req = |set: fn(&mut Request)| {
+            let mut r = Request::default();
+            set(&mut r);
+            r
+        };
         let cases = [
-            (Request::default(), &bound),
-            (
-                Request {
-                    writable_tmpfs: true,
-                    ..Default::default()
-                },
-                &copied,
-            ),
-            (
-                Request {
-                    overlay: Some("/o".into()),
-                    ..Default::default()
-                },
-                &copied,
-            ),
-            (
-                Request {
-                    overlay: Some("/o:ro".into()),
-                    ..Default::default()
-                },
-                &bound,
-            ),
-            (
-                Request {
-                    save_changes: Some("/s".into()),
-                    ..Default::default()
-                },
-                &bound,
-            ),
+            (req(|_| {}), &bound),
+            (req(|r| r.writable_tmpfs = true), &copied),
+            (req(|r| r.overlay = Some("/o".into())), &copied),
+            (req(|r| r.overlay = Some("/o:ro".into())), &bound),
+            (req(|r| r.save_changes = Some("/s".into())), &bound),
         ];
         for (req, want) in cases {
             let p = exec_plan(&req).unwrap();
