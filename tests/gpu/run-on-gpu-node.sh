@@ -191,6 +191,11 @@ fi
 as_user "$G" exec --nv --gpus all --fakeroot "$IMG" sh -c "'id -u; grep Seccomp: /proc/self/status; nvidia-smi -L'" | tee "$W/fakeroot.txt"
 check "--fakeroot with GPUs: root inside, the fake-ids filter, the GPUs seen" \
     bash -c "grep -qx 0 '$W/fakeroot.txt' && grep -q 'Seccomp:.2' '$W/fakeroot.txt' && [ \$(grep -c '^GPU ' '$W/fakeroot.txt') = $NG ]"
+# an IPC namespace's own message queues in gpurun's /dev; a writable root's /etc/localtime is a
+# copy a package may rename over (tzdata's postinst), not a mount
+as_user "$G" exec --nv --gpus all --ipc --writable-tmpfs --fakeroot "$IMG" sh -c "'grep -c \" /dev/mqueue mqueue \" /proc/self/mounts; echo x > /etc/localtime.new && mv /etc/localtime.new /etc/localtime && echo localtime-replaced; nvidia-smi -L'" | tee "$W/ipc.txt"
+check "--ipc --writable-tmpfs --fakeroot with GPUs: own /dev/mqueue, /etc/localtime replaceable, the GPUs seen" \
+    bash -c "grep -qx 1 '$W/ipc.txt' && grep -qx localtime-replaced '$W/ipc.txt' && [ \$(grep -c '^GPU ' '$W/ipc.txt') = $NG ]"
 
 say "device filter"
 if [ "$NG" -ge 2 ]; then
