@@ -6,13 +6,12 @@
 mod common;
 mod support;
 
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{busybox_image, gpurun, run_ok, stderr, test_ids, Scratch};
+use common::{busybox_image, gpurun, run_ok, stderr, user_procs, Scratch};
 use nix::sys::signal::Signal;
 use support::{Comp, LayerTar, Layout, Registry};
 
@@ -71,21 +70,15 @@ fn default_signals(c: &mut std::process::Command) -> &mut std::process::Command 
 /// Processes of the test user whose command line mentions `marker`, once they had time to go;
 /// an image server (`gpurun serve`) too with `servers`.
 fn procs_left(marker: &str, servers: bool) -> Vec<String> {
-    let (uid, _) = test_ids();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let mut out = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.parse::<u32>().is_err() || !e.metadata().is_ok_and(|m| m.uid() == uid) {
-                continue;
-            }
-            let cmd = std::fs::read(format!("/proc/{name}/cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) && (servers || !cmd.starts_with("gpurun serve ")) {
-                out.push(format!("{name}: {cmd}"));
-            }
-        }
+        let mut out = user_procs(marker);
+        out.retain(|p| {
+            servers
+                || !p
+                    .split_once(": ")
+                    .is_some_and(|(_, c)| c.starts_with("gpurun serve "))
+        });
         if out.is_empty() || Instant::now() > deadline {
             return out;
         }

@@ -303,21 +303,6 @@ fn podman_errors_name_the_fix_and_leave_nothing() {
     }
 }
 
-/// The processes whose command line names `needle` (a path of this test's scratch directory).
-fn procs_naming(needle: &str) -> Vec<String> {
-    let mut left = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(needle) {
-            left.push(cmd);
-        }
-    }
-    left
-}
-
 /// SIGINT and SIGTERM at points spread over a pull of `podman://`, while podman saves the image
 /// among them: no output, no staging directory or saved layout, no podman left; then a pull works.
 #[test]
@@ -360,7 +345,7 @@ fn an_interrupted_podman_pull_leaves_nothing() {
         }
         only(st.s.path(), SCRATCH_FILES);
         // podman's save and its helpers name the staging directory they write in
-        let left = procs_naming(&scratch);
+        let left = common::user_procs(&scratch);
         assert!(left.is_empty(), "left after signal {sig}: {left:?}");
     }
     assert!(while_saving > 0, "no signal came while podman saved");

@@ -11,32 +11,15 @@ use std::os::unix::fs::MetadataExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{busybox_image, fuse_connections, fusectl, gpurun, stderr, test_ids, Scratch};
+use common::{
+    busybox_image, fuse_connections, fusectl, gpurun, stderr, test_ids, user_procs, Scratch,
+};
 
 fn env_count(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// Processes of the test user whose command line mentions `marker`.
-fn user_procs(marker: &str) -> Vec<String> {
-    let (uid, _) = test_ids();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.parse::<u32>().is_err() {
-            continue;
-        }
-        let Ok(md) = e.metadata() else { continue };
-        let cmd = std::fs::read(format!("/proc/{name}/cmdline")).unwrap_or_default();
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if md.uid() == uid && cmd.contains(marker) {
-            out.push(format!("{name}: {cmd}"));
-        }
-    }
-    out
 }
 
 /// Entries the test user owns in the shared temp dirs that gpurun could have made (named for it,

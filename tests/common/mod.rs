@@ -301,3 +301,22 @@ pub fn fuse_connections() -> usize {
         .map(|d| d.count())
         .unwrap_or(0)
 }
+
+/// Processes of the test user whose command line mentions `marker`, as "PID: CMDLINE".
+pub fn user_procs(marker: &str) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let (uid, _) = test_ids();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.parse::<u32>().is_err() || !e.metadata().is_ok_and(|m| m.uid() == uid) {
+            continue;
+        }
+        let cmd = std::fs::read(format!("/proc/{name}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(marker) {
+            out.push(format!("{name}: {cmd}"));
+        }
+    }
+    out
+}
