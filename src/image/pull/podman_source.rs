@@ -14,13 +14,17 @@ use super::progress::Ui;
 use super::staging::{Staging, IN_FLIGHT};
 use crate::image::flatten::Layer;
 use crate::image::meta::ImageMeta;
-use crate::image::reference::valid_digest;
+use crate::image::reference::{valid_digest, Source};
 
 /// The ID podman gives the image `name` (`sha256:` and its config's digest): names its content,
 /// so it keys the cache for `exec podman://`, and a changed image is converted again.
 pub(super) fn image_id(name: &str, source: &str) -> Result<String, PullError> {
     let args = ["image", "inspect", "--format", "{{.Id}}", name].map(OsStr::new);
-    let out = podman(&args, source)?;
+    checked_id(&podman(&args, source)?, source)
+}
+
+/// podman's `{{.Id}}` as a digest, or why it is not one.
+fn checked_id(out: &str, source: &str) -> Result<String, PullError> {
     let id = format!("sha256:{}", out.trim());
     if !valid_digest(&id) {
         return Err(PullError::Podman {
@@ -34,29 +38,31 @@ pub(super) fn image_id(name: &str, source: &str) -> Result<String, PullError> {
     Ok(id)
 }
 
-/// What `podman image inspect` tells of `name`, as an OCI config (its config, platform and
-/// creation time) for `image_config::image_meta`, then its size: for `gpurun inspect`, which
-/// saves nothing.
-const INSPECT_FORMAT: &str = "{\"config\":{{json .Config}},\"os\":{{json .Os}},\"architecture\":{{json .Architecture}},\"created\":{{json .Created}}}\n{{.Size}}";
+/// What one `podman image inspect` tells of an image for `gpurun inspect`, a line each: its ID,
+/// its size, and an OCI config (its config, platform and creation time) for
+/// `image_config::image_meta`.
+const INSPECT_FORMAT: &str = "{{.Id}}\n{{.Size}}\n{\"config\":{{json .Config}},\"os\":{{json .Os}},\"architecture\":{{json .Architecture}},\"created\":{{json .Created}}}";
 
-/// `podman://NAME` for `gpurun inspect`: its metadata (the image ID as its digest) and size.
+/// `podman://NAME` for `gpurun inspect`: its metadata (the image ID as its digest) and size;
+/// nothing is saved.
 pub fn podman_meta(reference: &str) -> Result<(ImageMeta, u64), PullError> {
-    let name = reference.strip_prefix("podman://").unwrap_or(reference);
-    let id = image_id(name, reference)?;
-    let out = podman(
-        &["image", "inspect", "--format", INSPECT_FORMAT, name].map(OsStr::new),
-        reference,
-    )?;
+    let Source::Podman(name) = Source::parse(reference)? else {
+        return Err(PullError::NotRegistry(reference.to_string()));
+    };
+    let args = ["image", "inspect", "--format", INSPECT_FORMAT, &name].map(OsStr::new);
+    let out = podman(&args, reference)?;
     let bad = |detail: String| PullError::Podman {
         source_ref: reference.to_string(),
         detail,
     };
-    let (config, size) = out
-        .trim_end()
-        .rsplit_once('\n')
-        .ok_or_else(|| bad(format!("podman image inspect gave {:?}", out.trim())))?;
+    let mut lines = out.splitn(3, '\n');
+    let (Some(id), Some(size), Some(config)) = (lines.next(), lines.next(), lines.next()) else {
+        return Err(bad(format!("podman image inspect gave {:?}", out.trim())));
+    };
+    let id = checked_id(id, reference)?;
     let size = size.trim().parse().unwrap_or(0);
-    let meta = super::image_config::image_meta(config.as_bytes(), reference, &id).map_err(bad)?;
+    let meta = super::image_config::image_meta(config.trim_end().as_bytes(), reference, &id)
+        .map_err(bad)?;
     Ok((meta, size))
 }
 
