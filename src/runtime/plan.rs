@@ -608,9 +608,7 @@ pub fn plan(
     check_namespaces(req)?;
     let changes = changes(req, host, &image.root)?;
     tmp_and_host_files(req, &skips, &changes, &mut mounts);
-    let (uid, gid, home) = user_and_home(req, host, image, &skips, &changes, &mut mounts)?;
-    // `--no-mount DST` of the home's destination was the home's (pyxis's `umount:/root`)
-    skips.dsts.retain(|d| *d != home);
+    let (uid, gid, home) = user_and_home(req, host, image, &mut skips, &changes, &mut mounts)?;
     apt_sandbox(req, image, &mut mounts);
     binds(req, host, &skips, &mut mounts)?;
     pmix_dir(host, &mut mounts);
@@ -769,7 +767,7 @@ fn user_and_home(
     req: &Request,
     host: &HostView,
     image: &ImageView,
-    skips: &Skips,
+    skips: &mut Skips,
     changes: &Changes,
     mounts: &mut Vec<Mount>,
 ) -> Result<(u32, u32, PathBuf), PlanError> {
@@ -786,8 +784,12 @@ fn user_and_home(
         None if req.fakeroot => (host.home.clone(), PathBuf::from("/root"), false),
         None => (host.home.clone(), host.home.clone(), false),
     };
-    let skipped = skips.home || skips.dsts.contains(&home);
-    if (custom || !req.contain) && !req.no_home && !skipped {
+    // the home's destination names it, as `home` does (pyxis's `umount:/root`)
+    if skips.dsts.contains(&home) {
+        skips.dsts.retain(|d| *d != home);
+        skips.home = true;
+    }
+    if (custom || !req.contain) && !req.no_home && !skips.home {
         if custom && (host.exists)(&home_src) != HostPath::Exists {
             return Err(PlanError::HomeMissing(home_src));
         }
