@@ -108,7 +108,8 @@ pub fn image_kept(uid: u32, name: &str) -> bool {
 }
 
 /// `dir` made private to `uid` where it is missing; one already there must be `uid`'s, closed
-/// to others.
+/// to others. gpurun's `store::private_dir` is the same rule for gpurun's places; the plugin, a
+/// crate apart, uses nothing of gpurun's.
 fn private_dir(dir: &Path, uid: u32) -> Result<(), String> {
     use std::os::unix::fs::DirBuilderExt;
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {

@@ -72,9 +72,7 @@ pub(super) fn run_entrypoint(
     })?;
     let env = environ
         .split(|&b| b == 0)
-        .filter(|e| !e.is_empty())
         .filter_map(|e| crate::runtime::env::parse_kv(&String::from_utf8_lossy(e)))
-        .filter(|(k, _)| !k.is_empty())
         .collect();
     // where the working directory was missing the plugin says so, as without an entrypoint
     let dir = match dir {
