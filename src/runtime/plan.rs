@@ -399,8 +399,7 @@ fn changes(req: &Request, host: &HostView, root: &RootSource) -> Result<Changes,
 }
 
 /// With a PID namespace of its own, the container gets a /proc of it; with an IPC namespace of
-/// its own, a /dev/shm of its own instead of the host's.
-/// With an IPC namespace of its own, its own /dev/shm and, where /dev has a place for it (the
+/// its own, a /dev/shm of its own instead of the host's and, where /dev has a place for it (the
 /// host's has one, or /dev is gpurun's), its own /dev/mqueue (as enroot's and docker's).
 fn own_pid_ipc(req: &Request, own_dev: bool, host: &HostView, mounts: &mut Vec<Mount>) {
     if req.own_pid {
@@ -740,20 +739,20 @@ fn tmp_and_host_files(req: &Request, skips: &Skips, changes: &Changes, mounts: &
             mounts.push(Mount::bind("/var/tmp", "/var/tmp", false).optional());
         }
     }
+    // not into what --save keeps: the host's files are not the image's
+    let copied = req.save_changes.is_none()
+        && matches!(
+            changes,
+            Changes::Tmpfs
+                | Changes::Overlay {
+                    readonly: false,
+                    ..
+                }
+        );
     for f in HOST_FILES
         .iter()
         .filter(|f| !skips.dsts.iter().any(|d| d == Path::new(f)))
     {
-        // not into what --save keeps: the host's files are not the image's
-        let copied = req.save_changes.is_none()
-            && matches!(
-                changes,
-                Changes::Tmpfs
-                    | Changes::Overlay {
-                        readonly: false,
-                        ..
-                    }
-            );
         mounts.push(match copied {
             true => Mount::new(f, MountSource::HostCopy { src: f.into() }).optional(),
             false => Mount::bind(f, f, true).optional(),
