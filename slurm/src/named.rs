@@ -189,14 +189,15 @@ mod tests {
         let name = format!("4294967000.rec{}", std::process::id());
         let base = hold_state::named_containers_dir(uid);
         let dir = base.join(&name);
-        std::fs::create_dir_all(&dir).unwrap();
         let h = Holder {
             pid: std::process::id() as i32,
             root: "/".into(),
             env: vec![("A".into(), "b=c".into())],
             cwd: "/w".into(),
         };
+        // an unnamed step's directory is made here, private
         record_running(uid, &name, &h).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
         assert_eq!(find_running(uid, &name), Some(h.clone()));
         let mode = |m| {
             use std::os::unix::fs::PermissionsExt;
@@ -204,6 +205,11 @@ mod tests {
         };
         mode(0o777);
         assert_eq!(find_running(uid, &name), None);
+        let e = record_running(uid, &name, &h).unwrap_err();
+        assert!(
+            e.contains("not a directory of yours closed to others"),
+            "{e}"
+        );
         mode(0o700);
         // pid 1 is in other namespaces than this test only in a container: forge the inodes
         let path = hold_state::running_record(uid, &name);
