@@ -30,12 +30,16 @@ pub enum SysError {
     },
     #[error("{what}: {errno}")]
     Call { what: &'static str, errno: Errno },
+    /// A socket name held by another user's process.
+    #[error("held by another user (uid {uid})")]
+    Foreign { uid: u32 },
 }
 
 impl SysError {
     pub fn errno(&self) -> Errno {
         match self {
             SysError::Path { errno, .. } | SysError::Call { errno, .. } => *errno,
+            SysError::Foreign { .. } => Errno::EACCES,
         }
     }
 }
@@ -960,11 +964,21 @@ pub fn listen_abstract(name: &str) -> Result<OwnedFd> {
     Ok(fd)
 }
 
-/// A socket connected to the abstract name `name`; ECONNREFUSED where nothing listens.
-pub fn connect_abstract(name: &str) -> Result<OwnedFd> {
+/// A connection to the abstract name `name` whose other end is `uid`'s, and that end's pid.
+/// Abstract names are open to every user, so the kernel's record of who listened
+/// (SO_PEERCRED) is checked on this very connection before anything crosses it. Nothing waits
+/// longer than `wait`: the connect on a full backlog (another user's listener that never
+/// accepts: EAGAIN then), and each later send and receive. ECONNREFUSED where nothing listens,
+/// `SysError::Foreign` where another user does.
+pub fn connect_own(name: &str, uid: u32, wait: std::time::Duration) -> Result<(OwnedFd, i32)> {
     let fd = seqpacket()?;
+    set_timeouts(&fd, wait)?;
     connect(fd.as_raw_fd(), &abstract_addr(name)?).map_err(call("connect"))?;
-    Ok(fd)
+    let (owner, pid) = peer(&fd)?;
+    if owner != uid {
+        return Err(SysError::Foreign { uid: owner });
+    }
+    Ok((fd, pid))
 }
 
 /// Two connected sockets of the kind `listen_abstract` makes.
@@ -988,8 +1002,17 @@ pub fn peer(sock: &OwnedFd) -> Result<(u32, i32)> {
 
 /// How long a receive on `sock` waits at most.
 pub fn set_receive_timeout(sock: &OwnedFd, t: std::time::Duration) -> Result<()> {
-    let tv = nix::sys::time::TimeVal::new(t.as_secs() as _, t.subsec_micros() as _);
-    setsockopt(sock, sockopt::ReceiveTimeout, &tv).map_err(call("SO_RCVTIMEO"))
+    setsockopt(sock, sockopt::ReceiveTimeout, &timeval(t)).map_err(call("SO_RCVTIMEO"))
+}
+
+/// How long a connect, send or receive on `sock` waits at most.
+pub fn set_timeouts(sock: &OwnedFd, t: std::time::Duration) -> Result<()> {
+    setsockopt(sock, sockopt::SendTimeout, &timeval(t)).map_err(call("SO_SNDTIMEO"))?;
+    set_receive_timeout(sock, t)
+}
+
+fn timeval(t: std::time::Duration) -> nix::sys::time::TimeVal {
+    nix::sys::time::TimeVal::new(t.as_secs() as _, t.subsec_micros() as _)
 }
 
 /// The largest message `receive` takes whole.

@@ -799,3 +799,242 @@ s.bind("\0" + sys.argv[1]); s.listen(); print("ready", flush=True); time.sleep(6
         "{e}"
     );
 }
+
+/// Run `script` with python3 as `user`, with `args`; returns once it printed its first line.
+fn python_as(user: &str, script: &str, args: &[&str]) -> std::process::Child {
+    use std::io::Read;
+    let mut c = as_named(user, "python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    c.stdout.as_mut().unwrap().read_exact(&mut ready).unwrap();
+    c
+}
+
+/// `cmd`'s output, killed (and the test failed) when it takes longer than `bound`: a wait on
+/// something another user holds is a hang.
+fn within(cmd: &mut Command, bound: std::time::Duration) -> Output {
+    let started = std::time::Instant::now();
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!(
+                "{cmd:?} still ran after {bound:?} (a hang)\nstderr: {}",
+                stderr(&o)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Another user binds the name of a user's server with a backlog of one queued connection and
+/// never accepts: the user's commands neither hang nor use it (a server of the container's own,
+/// with one warning; `ps`, `stop` and `cache clean` skip the name).
+#[test]
+fn a_squatted_name_that_never_accepts_hangs_nothing() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "backlog", |root| {
+        std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
+    });
+    let i = img.to_str().unwrap();
+    common::run_ok(gpurun_as(TEST_USER, &["exec", i, "true"]).env("GPURUN_SERVER_IDLE", "1m"));
+    let name = name_of_server(&img);
+    common::run_ok(&mut gpurun_as(TEST_USER, &["stop", i]));
+    let squat = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind("\0" + sys.argv[1]); s.listen(0)
+c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); c.connect("\0" + sys.argv[1])
+print("ready", flush=True); time.sleep(120)
+"#;
+    let mut squatter = python_as(OTHER_USER, squat, &[&name]);
+    let bound = std::time::Duration::from_secs(40);
+    let exec = within(
+        gpurun_as(TEST_USER, &["exec", i, "cat", "/etc/app"]).env("GPURUN_SERVER_IDLE", "1m"),
+        bound,
+    );
+    let ps = within(&mut gpurun_as(TEST_USER, &["ps"]), bound);
+    let stop = within(&mut gpurun_as(TEST_USER, &["stop"]), bound);
+    let clean = within(&mut gpurun_as(TEST_USER, &["cache", "clean"]), bound);
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    assert_eq!(stdout(&exec), "genuine\n", "{}", stderr(&exec));
+    let e = stderr(&exec);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.starts_with("gpurun: warning:") && e.contains("does not answer"),
+        "{e}"
+    );
+    for o in [&ps, &stop, &clean] {
+        assert!(o.status.success(), "{}", stderr(o));
+    }
+}
+
+/// The name of the test user's server of `img` when it belongs to Slurm job `job`, from a start
+/// under a real keeper of the job (`gpurun keep`), below a process called slurmstepd.
+fn job_server_name(s: &Scratch, img: &Path, job: &str) -> String {
+    let keeper = common::gpurun_bin();
+    let mut k = gpurun_as(TEST_USER, &["keep", "--job", job])
+        .spawn()
+        .unwrap();
+    let (uid, _) = ids_of(TEST_USER);
+    let keeper_name = format!("@gpurun-keep-{uid}-{job}");
+    for _ in 0..200 {
+        let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+        if table.contains(&keeper_name) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let cmd = format!("{} exec {} true; exit $?", keeper.display(), img.display());
+    common::run_ok(under_slurmstepd(s, job, &cmd).env("GPURUN_SERVER_IDLE", "1m"));
+    let name = name_of_server(img);
+    common::run_ok(&mut gpurun_as(TEST_USER, &["stop", img.to_str().unwrap()]));
+    let _ = k.kill();
+    let _ = k.wait();
+    name
+}
+
+/// `sh -c CMD` as the test user in Slurm job `job`, from a shell called slurmstepd (gpurun
+/// finds its step by that ancestor).
+fn under_slurmstepd(s: &Scratch, job: &str, cmd: &str) -> Command {
+    let stepd = s.join("slurmstepd");
+    if !stepd.exists() {
+        std::fs::copy("/bin/dash", &stepd).unwrap();
+        s.chown_all();
+    }
+    let mut c = as_named(TEST_USER, &stepd);
+    c.args(["-c", cmd]).env("SLURM_JOB_ID", job);
+    c
+}
+
+/// The job's keeper ends (a job's end, an OOM kill) while a start has checked it and before
+/// that start asks it for a server, and another user binds its name in between: the start
+/// asks on the connection it checked, never on a new one, so the other user receives no
+/// descriptor and the container runs the user's image.
+#[test]
+fn a_dead_keepers_name_taken_by_another_user_gets_nothing() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "keeper", |root| {
+        std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
+    });
+    let job = format!("9{}", std::process::id());
+    let server = job_server_name(&s, &img, &job);
+    let (uid, _) = ids_of(TEST_USER);
+    let keeper = format!("gpurun-keep-{uid}-{job}");
+    let flags = shared_tmp(&s, "flags");
+    let (taken, held, got) = (flags.join("taken"), flags.join("held"), flags.join("got"));
+    // the user's keeper, checked by the start, gone once the other user holds its name; a
+    // server name that answers nothing until then, so the start asks the keeper afterwards
+    let victim = r#"
+import os, socket, sys, time
+kname, sname, taken, held = sys.argv[1:5]
+def listen(n):
+    l = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); l.bind("\0" + n); l.listen(); return l
+k, s = listen(kname), listen(sname)
+print("ready", flush=True)
+c, _ = k.accept(); k.close(); open(taken, "w").close()
+while not os.path.exists(held): time.sleep(0.01)
+d, _ = s.accept(); d.recv(65536); s.close(); d.close(); c.close()
+time.sleep(60)
+"#;
+    let attacker = r#"
+import os, socket, sys, time
+kname, taken, held, got = sys.argv[1:5]
+print("ready", flush=True)
+while not os.path.exists(taken): time.sleep(0.01)
+a = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); a.bind("\0" + kname); a.listen()
+open(held, "w").close(); a.settimeout(60); n = 0
+while True:
+    c, _ = a.accept()
+    _, fds, _, _ = socket.recv_fds(c, 65536, 8); n += len(fds)
+    open(got, "w").write(str(n)); c.send(b"{}"); [os.close(f) for f in fds]
+"#;
+    let p = |p: &PathBuf| p.to_str().unwrap().to_string();
+    let mut a = python_as(
+        OTHER_USER,
+        attacker,
+        &[&keeper, &p(&taken), &p(&held), &p(&got)],
+    );
+    let mut v = python_as(
+        TEST_USER,
+        victim,
+        &[&keeper, &server, &p(&taken), &p(&held)],
+    );
+    let cmd = format!(
+        "{} exec {} cat /etc/app; exit $?",
+        common::gpurun_bin().display(),
+        img.display()
+    );
+    let o = within(
+        under_slurmstepd(&s, &job, &cmd).env("GPURUN_SERVER_IDLE", "1m"),
+        std::time::Duration::from_secs(90),
+    );
+    for c in [&mut a, &mut v] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(held.exists(), "the other user never held the keeper's name");
+    let received = std::fs::read_to_string(&got).unwrap_or_else(|_| "0".into());
+    assert_eq!(
+        received,
+        "0",
+        "the other user received descriptors: {}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o), "genuine\n", "{}", stderr(&o));
+}
+
+/// A cache below a sticky directory another user owns (who may rename anything in it, also
+/// after gpurun checked the way) is not a safe place: nothing is kept or read there, with one
+/// warning, and the container runs.
+#[test]
+fn a_sticky_directory_of_another_user_is_no_safe_way() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let img = common::busybox_image(&s, "sticky", |root| {
+        std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
+    });
+    let sticky = shared_tmp(&s, "theirs");
+    let (other, _) = ids_of(OTHER_USER);
+    std::os::unix::fs::chown(&sticky, Some(other), None).unwrap();
+    let cache = sticky.join("cache");
+    let o = gpurun_as(
+        TEST_USER,
+        &["exec", img.to_str().unwrap(), "cat", "/etc/app"],
+    )
+    .env("GPURUN_CACHEDIR", &cache)
+    .output()
+    .unwrap();
+    assert_eq!(stdout(&o), "genuine\n", "{}", stderr(&o));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.starts_with("gpurun: warning: cache directory")
+            && e.contains("may be changed by other users"),
+        "{e}"
+    );
+    assert!(
+        !cache.exists(),
+        "made below a directory another user may rename in"
+    );
+}

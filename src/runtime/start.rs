@@ -195,7 +195,7 @@ enum Image {
         archive: Box<Archive>,
         /// Where its facts are kept between starts, and for which identity (`ImageFacts`).
         kept: Option<(PathBuf, String)>,
-        /// Where its servers keep their decompressed blocks (`kept_blocks`).
+        /// Where its servers keep their decompressed blocks (`sqfs::blocks_file`).
         blocks: Option<PathBuf>,
     },
 }
@@ -230,7 +230,7 @@ impl Image {
             },
         })?;
         let kept = kept_facts(&archive, cache_root());
-        let blocks = kept_blocks(&archive, cache_root());
+        let blocks = crate::image::sqfs::blocks_file(&archive, cache_root());
         // The blocks an earlier server kept serve this start's own lookups too (the plan's).
         if let (Some(f), Some((_, id))) = (&blocks, &kept) {
             archive.use_kept(f, id);
@@ -325,7 +325,7 @@ impl Image {
             let why = format!("/dev/fuse cannot be opened ({e})");
             return extracted(&path, &archive, &why);
         }
-        match attach::attach(&archive, &path, idle, blocks.as_deref()) {
+        match attach::attach(&archive, &path, idle, blocks.is_some()) {
             Ok(attached) => Ok(Lower::Served {
                 image: path,
                 attached,
@@ -387,28 +387,8 @@ const IMAGE_FACTS_FORMAT: u32 = 1;
 /// (`Archive::identity`) and gpurun's build. None where there is no private cache.
 fn kept_facts(archive: &Archive, root: PathBuf) -> Option<(PathBuf, String)> {
     let (file_key, id) = archive.identity().ok()?;
-    let b = &crate::version::BUILD;
-    let file = kept_file(root, "image-facts", &file_key, "json")?;
-    Some((file, format!("{id}:{}:{}", b.version, b.commit)))
-}
-
-/// The file of `kind` (`image-facts`, `image-blocks`) kept for the image file `file_key` in the
-/// user's private cache at `root`.
-fn kept_file(root: PathBuf, kind: &str, file_key: &str, ext: &str) -> Option<PathBuf> {
-    use crate::store::kept_facts::FactsDir;
-    use crate::store::short_hash;
-    let name = format!("{}.{ext}", short_hash(file_key));
-    FactsDir::open(root)?.file(kind, &name)
-}
-
-/// Where the image's server keeps its decompressed blocks for the next server
-/// (image/sqfs/kept.rs). Not on a network file system: the file is mapped, and a page of it
-/// that another node's rewrite or prune took away would be a SIGBUS in the server.
-fn kept_blocks(archive: &Archive, root: PathBuf) -> Option<PathBuf> {
-    let (file_key, _) = archive.identity().ok()?;
-    let file = kept_file(root, "image-blocks", &file_key, "blocks")?;
-    file.parent().filter(|d| !sys::on_network_fs(d))?;
-    Some(file)
+    let file = crate::store::kept_facts::kept_file(root, "image-facts", &file_key, "json")?;
+    Some((file, crate::image::sqfs::kept_id(&id)))
 }
 
 /// The host /dev entries worth a bind in a filtered /dev: directories, symlinks, and the nodes this
@@ -608,20 +588,5 @@ fn log_plan(plan: &plan::Plan, log: u8) {
                 eprintln!("gpurun: bind {} -> {}{ro}", src.display(), m.dst.display());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn facts_are_kept_one_file_per_image_file() {
-        let t = tempfile::tempdir().unwrap();
-        let f = |kind, key| kept_file(t.path().to_path_buf(), kind, key, "x").unwrap();
-        assert!(f("image-facts", "1:2").starts_with(t.path().join("image-facts")));
-        assert!(f("image-blocks", "1:2").starts_with(t.path().join("image-blocks")));
-        assert_eq!(f("image-facts", "1:2"), f("image-facts", "1:2"));
-        assert_ne!(f("image-facts", "1:2"), f("image-facts", "1:3"));
     }
 }

@@ -19,7 +19,7 @@ where
     T: serde::Serialize + serde::de::DeserializeOwned,
 {
     let old = file
-        .and_then(|f| std::fs::read(f).ok())
+        .and_then(read_own)
         .and_then(|b| serde_json::from_slice::<T>(&b).ok())
         .filter(&holds);
     if let Some(old) = old {
@@ -30,6 +30,24 @@ where
         let _ = write_atomically(f, &serde_json::to_vec(&new).unwrap_or_default());
     }
     Ok(new)
+}
+
+/// The contents of a kept file: only one of the caller's, no link, closed to others (another
+/// user's file at the name is never read).
+fn read_own(file: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut b = Vec::new();
+    let mut f = private_dir::open_trusted(file, uid).ok()?;
+    f.read_to_end(&mut b).ok()?;
+    Some(b)
+}
+
+/// The file of `kind` (`image-facts`, `image-blocks`) kept for the image file `file_key` in the
+/// user's private cache at `root`.
+pub fn kept_file(root: PathBuf, kind: &str, file_key: &str, ext: &str) -> Option<PathBuf> {
+    let name = format!("{}.{ext}", super::short_hash(file_key));
+    FactsDir::open(root)?.file(kind, &name)
 }
 
 /// Where facts are kept between starts (`kept`): one directory per kind under a root, the user's
@@ -105,6 +123,16 @@ pub fn prune(dir: &Path, max_files: usize, max_bytes: u64) {
 mod tests {
     use super::*;
     use std::fs::File;
+
+    #[test]
+    fn one_file_per_kind_and_image_file() {
+        let t = tempfile::tempdir().unwrap();
+        let f = |kind, key| kept_file(t.path().to_path_buf(), kind, key, "x").unwrap();
+        assert!(f("image-facts", "1:2").starts_with(t.path().join("image-facts")));
+        assert!(f("image-blocks", "1:2").starts_with(t.path().join("image-blocks")));
+        assert_eq!(f("image-facts", "1:2"), f("image-facts", "1:2"));
+        assert_ne!(f("image-facts", "1:2"), f("image-facts", "1:3"));
+    }
 
     #[test]
     fn facts_only_in_a_private_directory() {

@@ -7,7 +7,8 @@
 //! - the directory is the caller's own, not a symbolic link another user made, and nobody else
 //!   may write to it (for [`Visibility::Private`], nor read or search it);
 //! - every directory on its way from `/` can be changed only by root or the caller, or is sticky
-//!   (as /tmp and /var/tmp are), so nobody can swap it for another after the check;
+//!   and root's or the caller's (as /tmp and /var/tmp are), so nobody can swap it for another
+//!   after the check;
 //! - a symbolic link on the way is followed only when root or the caller made it.
 //!
 //! The path returned is the resolved one, with no link left in it: later opens go exactly where
@@ -139,12 +140,14 @@ fn io_problem(e: &io::Error) -> Problem {
 }
 
 /// Whether a directory on the way to a place can be changed by nobody but root and `uid`. A
-/// sticky directory (/tmp) is fine: others can add names to it, but not replace ours.
+/// sticky directory of root's or the caller's (/tmp) is fine: others can add names to it, but
+/// not replace ours. The owner of a sticky directory may rename anything in it, so another
+/// user's is not.
 fn way_is_safe(mode: u32, owner: u32, uid: u32, own_group: impl FnOnce() -> bool) -> bool {
-    if mode & libc::S_ISVTX != 0 {
-        return true;
-    }
     let owner_ok = owner == 0 || owner == uid;
+    if mode & libc::S_ISVTX != 0 {
+        return owner_ok;
+    }
     let group_ok = mode & 0o020 == 0 || (owner == uid && own_group());
     owner_ok && mode & 0o002 == 0 && group_ok
 }
@@ -548,7 +551,9 @@ mod tests {
             (0o777, 0, 1000, false, false),
             (0o757, 1000, 1000, false, false),
             (0o1777, 0, 1000, false, true),
-            (0o1777, 1001, 1000, false, true),
+            (0o1777, 1001, 1000, false, false),
+            (0o1777, 1000, 1000, false, true),
+            (0o1770, 1001, 1000, true, false),
             (0o775, 1000, 1000, true, true),
             (0o775, 1000, 1000, false, false),
             (0o775, 0, 1000, true, false),

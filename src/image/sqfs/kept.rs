@@ -11,17 +11,20 @@
 //! have ended (runtime/image_server/serve.rs), and a later server maps that file and serves those blocks
 //! from it while the image file and the gpurun build are the same (the `id` in its header). A
 //! later server that needs blocks not kept yet rewrites the file with them, up to `MAX_BYTES`.
+//! The file is read only when it is the user's own, closed to others, and says it was kept by
+//! this user (`kept_id`): another user's file at its name is never served.
 //!
 //! Layout (little-endian): `MAGIC`, `FORMAT` (u32), the entry count (u32), the id's length
 //! (u32), 4 bytes reserved, the id padded to 8 bytes, then one entry per block (image offset,
 //! file offset, length, and for a metadata block the image offset of the next one, else 0: four
 //! u64), sorted by image offset, then the blocks' data.
 
-use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+
+use super::Archive;
 
 const MAGIC: &[u8; 8] = b"GPURUNKB";
 /// Bumped when the layout changes.
@@ -36,6 +39,24 @@ pub const MAX_BYTES: usize = 32 << 20;
 pub const RECORD_BYTES: usize = 16 << 20;
 /// Larger files are not mapped: `MAX_BYTES` and an index of the smallest blocks (4 KiB) fit.
 const MAX_FILE: usize = MAX_BYTES * 2;
+
+/// What a file kept for the image `image_id` (`Archive::identity`) must say it was kept for:
+/// this user, this image file and this gpurun build.
+pub fn kept_id(image_id: &str) -> String {
+    let b = &crate::version::BUILD;
+    let uid = nix::unistd::geteuid().as_raw();
+    format!("{uid}:{image_id}:{}:{}", b.version, b.commit)
+}
+
+/// Where the servers of `archive` keep its decompressed blocks in the user's private cache at
+/// `root`. Not on a network file system: the file is mapped, and a page of it that another
+/// node's rewrite or prune took away would be a SIGBUS in the server.
+pub fn blocks_file(archive: &Archive, root: PathBuf) -> Option<PathBuf> {
+    let (file_key, _) = archive.identity().ok()?;
+    let file = crate::store::kept_facts::kept_file(root, "image-blocks", &file_key, "blocks")?;
+    file.parent().filter(|d| !crate::sys::on_network_fs(d))?;
+    Some(file)
+}
 
 /// Where one kept block is in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +93,8 @@ impl Kept {
     /// The kept blocks in `file` when it was written for `id`, with blocks of at most
     /// `block_size` bytes; None when it is missing, damaged or for another image or build.
     pub fn open(file: &Path, id: &str, block_size: usize) -> Option<Kept> {
-        let f = File::open(file).ok()?;
+        let me = nix::unistd::geteuid().as_raw();
+        let f = crate::store::private_dir::open_trusted(file, me).ok()?;
         let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
         if !(HEADER..=MAX_FILE).contains(&len) {
             return None;
@@ -466,5 +488,20 @@ mod tests {
         assert_eq!(k.blocks().collect::<Vec<_>>(), blocks);
         assert!(Kept::open(&p, "img:2", 8192).is_none());
         assert!(Kept::open(&dir.path().join("missing"), "img:1", 8192).is_none());
+        // never a file others may change, nor another user's, nor one through a link
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(
+            Kept::open(&p, "img:1", 8192).is_none(),
+            "others may write it"
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        assert!(Kept::open(&link, "img:1", 8192).is_none(), "a link");
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&p, Some(4242), None).unwrap();
+            assert!(Kept::open(&p, "img:1", 8192).is_none(), "another user's");
+        }
     }
 }

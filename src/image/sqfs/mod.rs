@@ -29,6 +29,7 @@ use blocks::{Arena, Block};
 pub use compress::Compressor;
 use format::{BlockWord, Body, ByteSource, FormatResult, RawInode, Superblock, SuperblockError};
 pub use format::{DirEntry, Kind};
+pub use kept::{blocks_file, kept_id};
 use kept::{Kept, KeptBlock};
 
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
+use super::job_keeper;
 use super::serve::{self, Ready, Reply, Request, Status};
 use super::socket_names::{keeper_name, server_name, server_prefix};
 use crate::image::sqfs::Archive;
@@ -31,6 +32,10 @@ const ANSWER: Duration = Duration::from_secs(30);
 const KEEPER_START: Duration = Duration::from_secs(3);
 /// Tries to reach or start the shared server before a start goes its own way.
 const TRIES: usize = 4;
+
+/// How long a start waits for a name's listener to take its connection: a listener that takes
+/// none (another user's, whose backlog is full) is not the user's server.
+const CONNECT: Duration = Duration::from_secs(1);
 
 /// A container's copy of its image server's mount, and the connection that keeps it attached:
 /// the server lives at least as long as that is open, and its end closes it.
@@ -48,8 +53,9 @@ pub struct Scope {
     label: String,
     /// The process whose end ends the server.
     anchor: Option<i32>,
-    /// The name of the job's keeper, which starts the job's servers.
-    keeper: Option<String>,
+    /// A connection to the job's keeper, which starts the job's servers: checked to be the
+    /// user's when it was made, and the one the request goes on.
+    keeper: Option<OwnedFd>,
 }
 
 /// Why no server lends its mount.
@@ -73,8 +79,8 @@ impl From<String> for AttachError {
 struct Start<'a> {
     image: &'a Path,
     idle: Duration,
-    /// Where it keeps its decompressed blocks for the next server (image/sqfs/kept.rs).
-    kept: Option<&'a Path>,
+    /// Whether it keeps its decompressed blocks for the next server (image/sqfs/kept.rs).
+    keep_blocks: bool,
 }
 
 /// Reach the user's server for `archive` (at `image`), starting it where there is none, and
@@ -83,9 +89,13 @@ pub fn attach(
     archive: &Archive,
     image: &Path,
     idle: Duration,
-    kept: Option<&Path>,
+    keep_blocks: bool,
 ) -> Result<Attached, AttachError> {
-    let start = Start { image, idle, kept };
+    let start = Start {
+        image,
+        idle,
+        keep_blocks,
+    };
     if idle.is_zero() {
         return private(archive, &start);
     }
@@ -96,8 +106,8 @@ pub fn attach(
     let name = server_name(uid(), &id, nix::unistd::getgid().as_raw(), &scope.key);
     let mut why = String::new();
     for _ in 0..TRIES {
-        let conn = match sys::connect_abstract(&name) {
-            Ok(c) => c,
+        let conn = match sys::connect_own(&name, uid(), CONNECT) {
+            Ok((c, _)) => c,
             Err(e) if e.errno() == Errno::ECONNREFUSED => {
                 match bind_and_start(archive, &start, &name, &scope) {
                     Ok(()) => continue,
@@ -107,20 +117,13 @@ pub fn attach(
                 continue;
             }
             Err(e) => {
-                why = e.to_string();
-                break;
+                not_mine(image, &e);
+                return private(archive, &start);
             }
         };
         match request(conn) {
             Ok(a) => return Ok(a),
-            Err(Refusal::Foreign(other)) => {
-                eprintln!(
-                    "gpurun: warning: the name of your image server for {} is held by another user (uid {other}); this container gets a server of its own",
-                    image.display()
-                );
-                return private(archive, &start);
-            }
-            Err(Refusal::Failed(e)) => why = e,
+            Err(e) => why = e,
         }
     }
     eprintln!(
@@ -129,6 +132,20 @@ pub fn attach(
         if why.is_empty() { "it kept exiting" } else { &why }
     );
     private(archive, &start)
+}
+
+/// The one line for a server name that is not the user's to use: another user holds it, or
+/// its listener takes no connection.
+fn not_mine(image: &Path, e: &sys::SysError) {
+    let who = match e {
+        sys::SysError::Foreign { uid } => format!("is held by another user (uid {uid})"),
+        e if e.errno() == Errno::EAGAIN => "is held by a process that does not answer".into(),
+        e => format!("cannot be reached ({e})"),
+    };
+    eprintln!(
+        "gpurun: warning: the name of your image server for {} {who}; this container gets a server of its own",
+        image.display()
+    );
 }
 
 /// A server for one container, ending with it.
@@ -145,10 +162,7 @@ fn private(archive: &Archive, start: &Start) -> Result<Attached, AttachError> {
         ..*start
     };
     spawn(archive, &own, &node, theirs)?;
-    request(mine).map_err(|r| match r {
-        Refusal::Failed(e) => AttachError::Failed(e),
-        Refusal::Foreign(uid) => AttachError::Failed(format!("the image server runs as uid {uid}")),
-    })
+    Ok(request(mine)?)
 }
 
 /// Bind the server's name and start it there; Ok also when another start bound it first.
@@ -176,15 +190,32 @@ fn spawn(
 ) -> Result<(), AttachError> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
     let id = archive.identity().map_err(|e| e.to_string())?.1;
-    let args = serve_args(start, &id, scope);
     let fds = [sock.as_raw_fd(), w.as_raw_fd(), archive.raw_fd()];
     match &scope.keeper {
         Some(k) => {
-            let k = sys::connect_abstract(k).map_err(|e| e.to_string())?;
-            super::job_keeper::ask(&k, &args, &fds)?
+            let ask = job_keeper::Ask {
+                build: format!(
+                    "{} {}",
+                    crate::version::BUILD.version,
+                    crate::version::BUILD.commit
+                ),
+                image: start.image.to_path_buf(),
+                id,
+                idle_seconds: start.idle.as_secs().max(1),
+                keep_blocks: start.keep_blocks,
+            };
+            job_keeper::ask(k, &ask, &fds)?
         }
-        None => sys::spawn(Path::new("/proc/self/exe"), &args, &fds, Spawn::Detached)
-            .map_err(|e| e.to_string())?,
+        None => {
+            let args = serve_args(start, id, scope);
+            sys::spawn(
+                Path::new("/proc/self/exe"),
+                &args.command_line(),
+                &fds,
+                Spawn::Detached,
+            )
+            .map_err(|e| e.to_string())?
+        }
     }
     drop((sock, w));
     match serve::wait_ready(r, ANSWER) {
@@ -194,63 +225,38 @@ fn spawn(
     }
 }
 
-/// The command line of `gpurun serve` (runtime/image_server/serve.rs `Args`).
-fn serve_args(start: &Start, id: &str, scope: &Scope) -> Vec<String> {
-    let mut a = vec![
-        "serve".to_string(),
-        "--image".into(),
-        start.image.display().to_string(),
-        "--id".into(),
-        id.into(),
-        "--idle".into(),
-        start.idle.as_secs().max(1).to_string(),
-        "--scope".into(),
-        scope.label.clone(),
-    ];
-    if let Some(p) = scope.anchor {
-        a.extend(["--anchor".into(), p.to_string()]);
+/// The settings of a server this start spawns itself.
+fn serve_args(start: &Start, id: String, scope: &Scope) -> serve::Args {
+    serve::Args {
+        image: start.image.to_path_buf(),
+        id,
+        idle: start.idle,
+        scope: scope.label.clone(),
+        anchor: scope.anchor,
+        keep_blocks: start.keep_blocks,
+        private: start.idle.is_zero(),
     }
-    if let Some(k) = start.kept {
-        a.extend(["--kept".into(), k.display().to_string()]);
-    }
-    if start.idle.is_zero() {
-        a.push("--private".into());
-    }
-    a
 }
 
-/// Why a server did not lend its mount.
-enum Refusal {
-    /// The socket belongs to another user.
-    Foreign(u32),
-    Failed(String),
-}
-
-/// Ask the server at the other end of `conn` for its mount.
-fn request(conn: OwnedFd) -> Result<Attached, Refusal> {
-    let failed = |e: sys::SysError| Refusal::Failed(e.to_string());
-    let (peer_uid, _) = sys::peer(&conn).map_err(failed)?;
-    if peer_uid != uid() {
-        return Err(Refusal::Foreign(peer_uid));
-    }
-    sys::set_receive_timeout(&conn, ANSWER).map_err(failed)?;
+/// Ask the server at the other end of `conn` (the user's: checked when it was made, or a pair
+/// of this process's) for its mount.
+fn request(conn: OwnedFd) -> Result<Attached, String> {
+    let failed = |e: sys::SysError| e.to_string();
+    sys::set_timeouts(&conn, ANSWER).map_err(failed)?;
     let ask = serde_json::to_vec(&Request::Attach).expect("requests serialise");
     sys::send(&conn, &ask, &[]).map_err(failed)?;
     let (msg, mut fds) = match sys::receive(&conn) {
         Err(e) if e.errno() == Errno::EAGAIN => {
-            let s = format!("it did not answer within {} s", ANSWER.as_secs());
-            return Err(Refusal::Failed(s));
+            return Err(format!("it did not answer within {} s", ANSWER.as_secs()));
         }
         r => r.map_err(failed)?,
     };
-    let reply: Reply = serde_json::from_slice(&msg)
-        .map_err(|_| Refusal::Failed("it exited before answering".into()))?;
+    let reply: Reply =
+        serde_json::from_slice(&msg).map_err(|_| "it exited before answering".to_string())?;
     if let Some(e) = reply.error {
-        return Err(Refusal::Failed(e));
+        return Err(e);
     }
-    let mount = fds
-        .pop()
-        .ok_or(Refusal::Failed("it lent no mount".into()))?;
+    let mount = fds.pop().ok_or("it lent no mount")?;
     sys::set_receive_timeout(&conn, Duration::ZERO).map_err(failed)?;
     Ok(Attached {
         mount,
@@ -278,13 +284,12 @@ fn scope() -> Scope {
     let Some((stepd, started)) = ancestor("slurmstepd") else {
         return node;
     };
-    let keeper = keeper_name(uid(), &job);
-    if let Some(pid) = job_keeper(&keeper, &job) {
+    if let Some((pid, conn)) = job_keeper(&keeper_name(uid(), &job), &job) {
         return Scope {
             key: format!("job {job}"),
-            label: format!("slurm-job {job}"),
+            label: job_keeper::scope_label(&job),
             anchor: Some(pid),
-            keeper: Some(keeper),
+            keeper: Some(conn),
         };
     }
     Scope {
@@ -295,14 +300,27 @@ fn scope() -> Scope {
     }
 }
 
-/// The pid of the user's keeper of `job` (named `keeper`). slurmd starts a job's steps without
-/// waiting for its extern step to start the keeper, and all tasks of a step must agree on the
-/// scope (else they start two servers): while that extern step on this node is young, wait.
-fn job_keeper(keeper: &str, job: &str) -> Option<i32> {
+/// The user's keeper of `job` (named `keeper`): its pid and a connection to it, checked to be
+/// the user's. slurmd starts a job's steps without waiting for its extern step to start the
+/// keeper, and all tasks of a step must agree on the scope (else they start two servers):
+/// while that extern step on this node is young, wait. A name another user holds is not the
+/// user's keeper: servers then belong to the step, with one warning.
+fn job_keeper(keeper: &str, job: &str) -> Option<(i32, OwnedFd)> {
     let mut deadline = None;
     loop {
-        if let Ok((owner, pid)) = sys::connect_abstract(keeper).and_then(|k| sys::peer(&k)) {
-            return (owner == uid()).then_some(pid);
+        match sys::connect_own(keeper, uid(), CONNECT) {
+            Ok((conn, pid)) => return Some((pid, conn)),
+            Err(e) if e.errno() != Errno::ECONNREFUSED => {
+                eprintln!(
+                    "gpurun: warning: the name of your job's keeper ({keeper}) {}; image servers belong to this step",
+                    match e {
+                        sys::SysError::Foreign { uid } => format!("is held by another user (uid {uid})"),
+                        e => format!("cannot be used ({e})"),
+                    }
+                );
+                return None;
+            }
+            Err(_) => {}
         }
         let until = *deadline.get_or_insert_with(|| {
             sys::process_titled(&format!("slurmstepd: [{job}.extern]"))
@@ -377,12 +395,12 @@ fn same_image(a: &Path, b: &Path) -> bool {
     a == b || key(a).is_some_and(|k| Some(k) == key(b))
 }
 
-/// A connection to the server called `name`, if it is the user's.
+/// A connection to the server called `name`, if it is the user's (a name another user holds
+/// is skipped, never waited on).
 fn own_server(name: &str) -> Option<OwnedFd> {
-    let c = sys::connect_abstract(name).ok()?;
-    sys::peer(&c).ok().filter(|(u, _)| *u == uid())?;
-    sys::set_receive_timeout(&c, Duration::from_secs(2)).ok()?;
-    Some(c)
+    sys::connect_own(name, uid(), Duration::from_secs(2))
+        .ok()
+        .map(|(c, _)| c)
 }
 
 /// Each of the user's servers: its name and status.

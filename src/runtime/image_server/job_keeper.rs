@@ -4,22 +4,38 @@
 //! (runtime/image_server/attach.rs), so the server is the keeper's child, in the extern step: it outlives
 //! the step that needed it, serves the job's later steps and tasks, and ends with the job,
 //! whose end ends the keeper (the server watches it too).
+//!
+//! Its name is abstract, so anyone may connect: it answers its own user only (SO_PEERCRED of
+//! each connection), and starts nothing but `gpurun serve` with settings it derives itself
+//! from a typed request: no path, program or argument a peer sends (code in a container shares
+//! the host's abstract names) reaches the server's command line but the image's own name,
+//! which the server only displays and watches.
 
-use std::os::fd::{OwnedFd, RawFd};
-use std::path::Path;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::serve;
 use crate::sys::{self, Spawn};
 
-/// What a start asks of the keeper, with the server's descriptors attached.
-#[derive(Serialize, Deserialize)]
-struct Ask {
+/// How long the keeper waits for a request on a connection, and a start for its answer.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// What a start asks of the keeper, with the server's three descriptors (`serve::FDS`)
+/// attached: its socket, its ready pipe and the image file.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ask {
     /// The asking gpurun's build: the keeper's gpurun starts the server, and both must speak
     /// the same protocol to it.
-    build: String,
-    args: Vec<String>,
+    pub build: String,
+    /// The image file's name (shown by `gpurun ps`, watched for changes); the server serves
+    /// the descriptor, whose identity must be `id`.
+    pub image: PathBuf,
+    pub id: String,
+    pub idle_seconds: u64,
+    pub keep_blocks: bool,
 }
 
 fn build() -> String {
@@ -44,39 +60,75 @@ pub fn run(job: &str) -> i32 {
             continue;
         };
         if sys::peer(&c).is_ok_and(|(uid, _)| uid == me) {
-            let answer = match start(&c) {
-                Ok(()) => "{}".to_string(),
-                Err(e) => serde_json::json!({ "error": e }).to_string(),
-            };
-            let _ = sys::send(&c, answer.as_bytes(), &[]);
+            // A start holds its connection while it decides: each is served apart.
+            let job = job.to_string();
+            std::thread::spawn(move || answer(&c, &job));
         }
     }
 }
 
-/// Start the server one connection asks for.
-fn start(c: &OwnedFd) -> Result<(), String> {
-    sys::set_receive_timeout(c, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    let (msg, fds) = sys::receive(c).map_err(|e| e.to_string())?;
-    let ask: Ask = serde_json::from_slice(&msg).map_err(|e| e.to_string())?;
+/// Answer the requests on one connection until it closes or stays silent for `WAIT`.
+fn answer(c: &OwnedFd, job: &str) {
+    if sys::set_timeouts(c, WAIT).is_err() {
+        return;
+    }
+    while let Ok((msg, fds)) = sys::receive(c) {
+        if msg.is_empty() {
+            return;
+        }
+        let answer = match start(&msg, fds, job) {
+            Ok(()) => "{}".to_string(),
+            Err(e) => serde_json::json!({ "error": e }).to_string(),
+        };
+        if sys::send(c, answer.as_bytes(), &[]).is_err() {
+            return;
+        }
+    }
+}
+
+/// Start the server one request asks for: the job's, anchored to this keeper.
+fn start(msg: &[u8], fds: Vec<OwnedFd>, job: &str) -> Result<(), String> {
+    let ask: Ask = serde_json::from_slice(msg).map_err(|_| "not a request of gpurun's")?;
     if ask.build != build() {
         return Err(format!("the job's keeper is gpurun {}", build()));
     }
-    if ask.args.first().map(String::as_str) != Some("serve") || fds.len() != 3 {
-        return Err("the job's keeper starts image servers only".into());
+    if fds.len() != serve::FDS.len() {
+        return Err("a request without the server's descriptors".into());
     }
-    let raw: Vec<RawFd> = fds.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
-    sys::spawn(Path::new("/proc/self/exe"), &ask.args, &raw, Spawn::Child)
-        .map_err(|e| e.to_string())
+    let args = serve_args(ask, job, std::process::id() as i32);
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    sys::spawn(
+        Path::new("/proc/self/exe"),
+        &args.command_line(),
+        &raw,
+        Spawn::Child,
+    )
+    .map_err(|e| e.to_string())
 }
 
-/// Ask the keeper at the other end of `keeper` to start `gpurun ARGS` with `fds` as 3, 4, 5.
-pub fn ask(keeper: &OwnedFd, args: &[String], fds: &[RawFd]) -> Result<(), String> {
-    let ask = Ask {
-        build: build(),
-        args: args.to_vec(),
-    };
-    let msg = serde_json::to_vec(&ask).expect("requests serialise");
-    sys::set_receive_timeout(keeper, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+/// The server the keeper `keeper` of `job` starts for `ask`: everything but the image's name,
+/// its identity and two settings is the keeper's own.
+fn serve_args(ask: Ask, job: &str, keeper: i32) -> serve::Args {
+    serve::Args {
+        image: ask.image,
+        id: ask.id,
+        idle: Duration::from_secs(ask.idle_seconds),
+        scope: scope_label(job),
+        anchor: Some(keeper),
+        keep_blocks: ask.keep_blocks,
+        private: false,
+    }
+}
+
+/// What `gpurun ps` says a job's server belongs to.
+pub fn scope_label(job: &str) -> String {
+    format!("slurm-job {job}")
+}
+
+/// Ask the keeper at the other end of `keeper` (a connection checked to be the user's) to
+/// start a server for `ask` with `fds` as its descriptors.
+pub fn ask(keeper: &OwnedFd, ask: &Ask, fds: &[RawFd]) -> Result<(), String> {
+    let msg = serde_json::to_vec(ask).expect("requests serialise");
     sys::send(keeper, &msg, fds).map_err(|e| e.to_string())?;
     let (answer, _) = sys::receive(keeper).map_err(|e| e.to_string())?;
     let answer: serde_json::Value =
@@ -84,5 +136,37 @@ pub fn ask(keeper: &OwnedFd, args: &[String], fds: &[RawFd]) -> Result<(), Strin
     match answer.get("error").and_then(|e| e.as_str()) {
         Some(e) => Err(e.to_string()),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_names_no_path_the_server_acts_on() {
+        let ask: Ask = serde_json::from_str(
+            r#"{"build":"b","image":"/x/i.sqsh","id":"1:2","idle_seconds":60,
+                "keep_blocks":true,"kept":"/home/u","args":["serve","--kept","/home/u"]}"#,
+        )
+        .unwrap();
+        let line = serve_args(ask, "42", 7).command_line();
+        assert_eq!(
+            line,
+            [
+                "serve",
+                "--image",
+                "/x/i.sqsh",
+                "--id",
+                "1:2",
+                "--idle",
+                "60",
+                "--scope",
+                "slurm-job 42",
+                "--anchor",
+                "7",
+                "--keep-blocks"
+            ]
+        );
     }
 }

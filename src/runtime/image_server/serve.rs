@@ -26,8 +26,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::fuse_fs;
-use crate::image::sqfs::Archive;
+use crate::image::sqfs::{blocks_file, kept_id, Archive};
+use crate::store::cache_dir::cache_root;
 use crate::sys;
+
+/// How long a send to a container's gpurun may wait.
+const SEND: Duration = Duration::from_secs(2);
 
 /// Where the server mounts the image, in its own mount namespace.
 const MOUNT: &str = "/tmp";
@@ -84,10 +88,38 @@ pub struct Args {
     pub scope: String,
     /// A process (slurmstepd, or the job's keeper) whose end ends the server.
     pub anchor: Option<i32>,
-    /// Where the server keeps the blocks its first containers needed decompressed, for the next
-    /// server of the image (image/sqfs/kept.rs).
-    pub kept: Option<PathBuf>,
+    /// Whether the server keeps the blocks its first containers needed decompressed, for the
+    /// next server of the image, in the user's cache (image/sqfs/kept.rs): a place it finds
+    /// itself, never one a request names.
+    pub keep_blocks: bool,
     pub private: bool,
+}
+
+impl Args {
+    /// The command line of `gpurun serve` with these settings.
+    pub fn command_line(&self) -> Vec<String> {
+        let mut a = vec![
+            "serve".to_string(),
+            "--image".into(),
+            self.image.display().to_string(),
+            "--id".into(),
+            self.id.clone(),
+            "--idle".into(),
+            self.idle.as_secs().max(1).to_string(),
+            "--scope".into(),
+            self.scope.clone(),
+        ];
+        if let Some(p) = self.anchor {
+            a.extend(["--anchor".into(), p.to_string()]);
+        }
+        if self.keep_blocks {
+            a.push("--keep-blocks".into());
+        }
+        if self.private {
+            a.push("--private".into());
+        }
+        a
+    }
 }
 
 /// The descriptors a server is started with (`Args`).
@@ -119,7 +151,7 @@ pub fn run(args: Args) -> i32 {
     let [sock, ready, image] = FDS.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     let mut ready = File::from(ready);
     let started = prepare(&args, File::from(image));
-    let (archive, session, mount) = match started {
+    let (archive, session, mount, kept) = match started {
         Ok(s) => s,
         Err(e) => {
             let _ = ready.write_all(&Ready::from(e).to_json());
@@ -138,6 +170,7 @@ pub fn run(args: Args) -> i32 {
         a => a.and_then(Result::ok),
     };
     let mut s = Server::new(args, sock, mount, archive, said, anchor);
+    s.kept = kept;
     s.serve();
     drop(session);
     0
@@ -145,10 +178,19 @@ pub fn run(args: Args) -> i32 {
 
 /// Open the image, enter a user and mount namespace of its own, mount the image read-only and
 /// start serving it. Single-threaded until the serving starts, as unshare needs.
+#[allow(clippy::type_complexity)]
 fn prepare(
     args: &Args,
     image: File,
-) -> Result<(Arc<Archive>, fuser::BackgroundSession, OwnedFd), ServerError> {
+) -> Result<
+    (
+        Arc<Archive>,
+        fuser::BackgroundSession,
+        OwnedFd,
+        Option<PathBuf>,
+    ),
+    ServerError,
+> {
     let fd_path = sys::fd_path(&image);
     let archive = crate::image::sif::open_archive(&fd_path)
         .map_err(|e| ServerError::Image(args.image.clone(), e.to_string()))?
@@ -158,7 +200,11 @@ fn prepare(
     if id != args.id {
         return Err(ServerError::Changed(args.image.clone()));
     }
-    if let Some(f) = &args.kept {
+    let kept = args
+        .keep_blocks
+        .then(|| blocks_file(&archive, cache_root()));
+    let kept = kept.flatten();
+    if let Some(f) = &kept {
         archive.use_kept(f, &kept_id(&id));
         archive.record_blocks();
     }
@@ -183,7 +229,7 @@ fn prepare(
     let archive = Arc::new(archive);
     let session = fuse_fs::serve(archive.clone(), fuse, cpus, (uid, gid))?;
     let root = sys::open_path(mount).map_err(mnt)?;
-    Ok((archive, session, root))
+    Ok((archive, session, root, kept))
 }
 
 /// A connection to the server, and whether a container is attached through it.
@@ -201,6 +247,8 @@ struct Server {
     /// The root of the image's mount, for the copies lent to containers.
     mount: OwnedFd,
     archive: Arc<Archive>,
+    /// Where it keeps the blocks its first containers needed (image/sqfs/kept.rs), until then.
+    kept: Option<PathBuf>,
     /// The read end of this process's stderr.
     said: Option<OwnedFd>,
     /// Changes in the image's directory, and the process whose end ends the server.
@@ -251,6 +299,7 @@ impl Server {
             conns,
             mount,
             archive,
+            kept: None,
             said,
             watch,
             anchor,
@@ -333,6 +382,10 @@ impl Server {
         let Some(l) = &self.listener else { return };
         let Ok(sock) = sys::accept(l) else { return };
         let me = nix::unistd::getuid().as_raw();
+        // a container's gpurun that stops reading must not stop the server's sends
+        if sys::set_timeouts(&sock, SEND).is_err() {
+            return;
+        }
         match sys::peer(&sock) {
             Ok((uid, pid)) if uid == me => self.conns.push(Conn {
                 sock,
@@ -421,7 +474,7 @@ impl Server {
     /// Once its first containers have gone: the blocks they needed decompressed, for the next
     /// server of the image, which then decompresses none of them (written whole, at most once).
     fn keep_blocks(&mut self) {
-        let Some(file) = self.args.kept.take() else {
+        let Some(file) = self.kept.take() else {
             return;
         };
         let written = self.archive.keep_blocks(&file, &kept_id(&self.args.id));
@@ -479,12 +532,6 @@ impl Server {
             .then(|| sys::listen_abstract(&name).ok())
             .flatten();
     }
-}
-
-/// What a kept-blocks file must say it was kept for: this image file and this gpurun build.
-fn kept_id(image_id: &str) -> String {
-    let b = &crate::version::BUILD;
-    format!("{image_id}:{}:{}", b.version, b.commit)
 }
 
 /// Image files' kept blocks at most (a file is 32 MiB at most, most are a few MiB): every
