@@ -87,7 +87,9 @@ fn hold(mut a: gpurun::cli::HoldArgs, ctx: &Ctx) -> i32 {
         None => a.image.unwrap_or_default(),
         Some(name) => {
             let uid = nix::unistd::getuid().as_raw();
-            match gpurun::runtime::named::resolve(name, a.image.as_deref(), a.name_create, uid) {
+            let dir = a.containers.as_deref().unwrap_or(std::path::Path::new("/"));
+            match gpurun::runtime::named::resolve(dir, name, a.image.as_deref(), a.name_create, uid)
+            {
                 Ok((image, overlay)) => {
                     a.opts.overlay = Some(overlay.display().to_string());
                     image
@@ -282,7 +284,7 @@ fn serve(a: gpurun::cli::ServeArgs) -> i32 {
         idle: std::time::Duration::from_secs(a.idle),
         scope: a.scope,
         anchor: a.anchor,
-        kept: a.kept,
+        keep_blocks: a.keep_blocks,
         private: a.private,
     })
 }

@@ -4,7 +4,7 @@
 //!
 //! `{"pid": N, "root": "/…", "env": ["K=V", …], "cwd": "/…"}`
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -80,10 +80,16 @@ impl State {
     }
 }
 
+/// Where the plugin keeps named containers on a node unless plugstack.conf says
+/// `containers_dir=`: a directory of root's, in a directory only root may change, so that no
+/// user can make it, or a user's place in it, first.
+pub const CONTAINERS_DIR: &str = "/var/lib/gpurun/containers";
+
 /// Where `gpurun hold --name JOB.NAME` keeps user `uid`'s named containers on a node (the
-/// plugin's `--container-name`), and whence the plugin's job epilog removes the job's.
-pub fn named_containers_dir(uid: u32) -> PathBuf {
-    PathBuf::from(format!("/tmp/gpurun-containers-{uid}"))
+/// plugin's `--container-name`), below the site's `base`: made by the plugin as root, the
+/// user's and private, and whence the plugin's job epilog removes the job's.
+pub fn named_containers_dir(base: &Path, uid: u32) -> PathBuf {
+    base.join(uid.to_string())
 }
 
 /// A named container's holder while a step runs in it, which later steps of the job join
@@ -112,8 +118,8 @@ impl Running {
 }
 
 /// The running record of user `uid`'s named container `JOB.NAME`.
-pub fn running_record(uid: u32, name: &str) -> PathBuf {
-    named_containers_dir(uid).join(name).join("running")
+pub fn running_record(base: &Path, uid: u32, name: &str) -> PathBuf {
+    named_containers_dir(base, uid).join(name).join("running")
 }
 
 #[cfg(test)]

@@ -262,43 +262,35 @@ fn io_text(e: &std::io::Error) -> String {
     t.split(" (os error").next().unwrap_or(&t).to_string()
 }
 
-/// The name of the copy sbcast makes for `job`: random, so that nobody can put a file there
-/// first; the job's epilog finds it by its prefix.
-pub fn sent_name(dir: &Path, job: u32, random: u64) -> PathBuf {
-    dir.join(format!("{}{random:016x}.sqsh", sent_prefix(job)))
+/// The name of the copy sbcast makes for `job.step` (`None`: for the whole job): random, so
+/// that nobody can put a file there first; the step's end and the job's epilog find it by its
+/// prefix.
+pub fn sent_name(dir: &Path, job: u32, step: Option<u32>, random: u64) -> PathBuf {
+    dir.join(format!("{}{random:016x}.sqsh", sent_prefix(job, step)))
 }
 
-fn sent_prefix(job: u32) -> String {
-    format!("gpurun-job.{job}.")
+fn sent_prefix(job: u32, step: Option<u32>) -> String {
+    let step = step.map_or("job".to_string(), |s| s.to_string());
+    format!("gpurun-job.{job}.{step}.")
 }
 
-/// Remove `path` if it is a regular file of `uid`'s (run as root at step end: never a file of
-/// someone else's, never through a link).
-pub fn remove_sent(path: &Path, uid: u32) {
-    if is_own_file(path, uid) {
-        let _ = std::fs::remove_file(path);
-    }
-}
-
-fn is_own_file(path: &Path, uid: u32) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file() && m.uid() == uid)
-}
-
-/// The job's epilog: every copy sbcast made for `job` in `dir`.
-pub fn remove_job_copies(dir: &Path, job: u32, uid: u32) -> usize {
-    let prefix = sent_prefix(job);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
+/// Whether `name` is a copy sbcast made for `job`: for `step` alone, or with None any of the
+/// job's.
+pub fn is_sent(name: &str, job: u32, step: Option<u32>) -> bool {
+    let Some(rest) = name
+        .strip_prefix(&format!("gpurun-job.{job}."))
+        .and_then(|r| r.strip_suffix(".sqsh"))
+    else {
+        return false;
     };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with(&prefix) && name.ends_with(".sqsh") && is_own_file(&e.path(), uid) {
-            removed += usize::from(std::fs::remove_file(e.path()).is_ok());
-        }
-    }
-    removed
+    let Some((for_step, random)) = rest.split_once('.') else {
+        return false;
+    };
+    let whose = match step {
+        Some(s) => for_step == s.to_string(),
+        None => for_step == "job" || for_step.parse::<u32>().is_ok(),
+    };
+    whose && random.len() == 16 && random.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The job's image before its step exists, as the user: in srun's init_post_opt (before the
@@ -381,7 +373,7 @@ fn send(
     env: &[(String, String)],
     user: Option<&Creds>,
 ) -> Result<PathBuf, String> {
-    let dest = sent_name(&s.sbcast_dir, job, random()?);
+    let dest = sent_name(&s.sbcast_dir, job, step, random()?);
     sbcast(src, &dest, job, step, env, user)?;
     Ok(dest)
 }
@@ -683,35 +675,35 @@ mod tests {
     }
 
     #[test]
-    fn copies_are_named_and_removed_by_job() {
-        let t = tempfile::tempdir().unwrap();
-        let uid = unsafe { libc::getuid() };
-        let a = sent_name(t.path(), 42, 0xabc);
-        assert_eq!(
-            a.file_name().unwrap(),
-            "gpurun-job.42.0000000000000abc.sqsh"
-        );
-        let b = sent_name(t.path(), 42, 7);
-        let other_job = sent_name(t.path(), 421, 7);
-        for f in [&a, &b, &other_job] {
-            std::fs::write(f, "x").unwrap();
+    fn sent_names() {
+        let d = Path::new("/var/tmp");
+        let a = sent_name(d, 42, Some(3), 0xabc);
+        assert_eq!(a, d.join("gpurun-job.42.3.0000000000000abc.sqsh"));
+        let j = sent_name(d, 42, None, 7);
+        assert_eq!(j, d.join("gpurun-job.42.job.0000000000000007.sqsh"));
+        let name = |p: &PathBuf| p.file_name().unwrap().to_str().unwrap().to_string();
+        for (n, job, step, want) in [
+            (name(&a), 42, Some(3), true),
+            (name(&a), 42, Some(4), false),
+            (name(&a), 42, None, true),
+            (name(&a), 4, None, false),
+            (name(&j), 42, None, true),
+            (name(&j), 42, Some(3), false),
+            ("gpurun-job.42.3.link.sqsh".into(), 42, Some(3), false),
+            (
+                "gpurun-job.42.3.0000000000000abc.sqsh.x".into(),
+                42,
+                Some(3),
+                false,
+            ),
+            (
+                "gpurun-job.421.3.0000000000000abc.sqsh".into(),
+                42,
+                None,
+                false,
+            ),
+        ] {
+            assert_eq!(is_sent(&n, job, step), want, "{n} {job} {step:?}");
         }
-        std::os::unix::fs::symlink(&other_job, t.path().join("gpurun-job.42.link.sqsh")).unwrap();
-        assert_eq!(
-            remove_job_copies(t.path(), 42, uid + 1),
-            0,
-            "not the user's"
-        );
-        assert_eq!(remove_job_copies(t.path(), 42, uid), 2);
-        assert!(!a.exists() && !b.exists() && other_job.exists());
-        assert!(t
-            .path()
-            .join("gpurun-job.42.link.sqsh")
-            .symlink_metadata()
-            .is_ok());
-        remove_sent(&other_job, uid + 1);
-        assert!(other_job.exists());
-        remove_sent(&other_job, uid);
-        assert!(!other_job.exists());
     }
 }

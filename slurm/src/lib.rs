@@ -24,4 +24,5 @@ pub mod named;
 pub mod options;
 #[cfg(not(test))]
 mod plugin;
+pub mod removal;
 pub mod state;

@@ -1,12 +1,16 @@
 //! Named containers (`--container-name`) at the job's end: their directories, which gpurun keeps
 //! as `JOB.NAME` in `hold_state::named_containers_dir` (gpurun's src/runtime/named.rs),
-//! are the job's and go with it.
+//! are the job's and go with it. The user's directory there is made by the plugin as root
+//! (`prepare`), in the site's `containers_dir=`, which only root may change: no user can make
+//! it, or squat it, first.
 
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::removal;
 use crate::state::Holder;
 
 /// Whether `name` in the base directory is one of job `job`'s containers.
@@ -15,36 +19,63 @@ pub fn is_jobs(name: &str, job: u32) -> bool {
         .is_some_and(|n| !n.is_empty() && n != "." && n != "..")
 }
 
-/// Remove job `job`'s named containers of user `uid` (as root, in the job's epilog). The base
-/// directory is opened without following a link and checked to be the user's, and entries are
-/// reached through that open directory: the user cannot steer the removal elsewhere.
-pub fn remove_job_containers(base: &Path, job: u32, uid: u32) -> usize {
-    let Ok(dir) = File::options()
+/// As root, before the step's holder starts: user `uid`'s directory in `base` (made if
+/// missing, with `base`), the user's and private. `base` must be root's and closed to others;
+/// the user's directory is reached through a handle on it, never by a path the user could
+/// change.
+pub fn prepare(base: &Path, uid: u32, gid: u32) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let bad = |what: String| format!("containers_dir={}: {what}", base.display());
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(base);
+    let b = open_dir(base).map_err(|e| bad(e.to_string()))?;
+    let m = b.metadata().map_err(|e| bad(e.to_string()))?;
+    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(bad(format!(
+            "owned by uid {} with mode {:04o}; it must be root's and closed to others (remove it, or name another in plugstack.conf)",
+            m.uid(),
+            m.mode() & 0o7777
+        )));
+    }
+    let name = uid.to_string();
+    match nix::sys::stat::mkdirat(
+        &b,
+        name.as_str(),
+        nix::sys::stat::Mode::from_bits_truncate(0o700),
+    ) {
+        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+        Err(e) => return Err(bad(format!("cannot make {name}: {e}"))),
+    }
+    let held = PathBuf::from(format!("/proc/self/fd/{}/{name}", b.as_raw_fd()));
+    let d = open_dir(&held).map_err(|e| bad(format!("{name}: {e}")))?;
+    // only root can have made it: give it to the user, closed to others
+    nix::unistd::fchown(&d, Some(uid.into()), Some(gid.into()))
+        .and_then(|()| nix::sys::stat::fchmod(&d, nix::sys::stat::Mode::from_bits_truncate(0o700)))
+        .map_err(|e| bad(format!("{name}: {e}")))?;
+    Ok(hold_state::named_containers_dir(base, uid))
+}
+
+fn open_dir(p: &Path) -> std::io::Result<File> {
+    File::options()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(base)
-    else {
-        return 0;
-    };
-    if dir.metadata().map(|m| m.uid()).ok() != Some(uid) {
-        return 0;
-    }
-    let held = PathBuf::from(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(&dir)
-    ));
-    let Ok(entries) = std::fs::read_dir(&held) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if is_jobs(&name, job) {
-            // remove_dir_all follows no link inside
-            removed += usize::from(std::fs::remove_dir_all(held.join(&name)).is_ok());
-        }
-    }
-    removed
+        .open(p)
+}
+
+/// Remove job `job`'s named containers of user `uid` (as root, in the job's epilog), as that
+/// user (removal.rs).
+pub fn remove_job_containers(base: &Path, job: u32, uid: u32, gid: u32) -> usize {
+    let dir = hold_state::named_containers_dir(base, uid);
+    removal::remove_dirs(&dir, uid, gid, |n| is_jobs(n, job))
+}
+
+/// Remove the record directory `name` (an unnamed step's `JOB.JOB.STEP`) of user `uid`, as
+/// that user, at its step's end: nothing of it is left for the epilog.
+pub fn remove_record(base: &Path, uid: u32, gid: u32, name: &str) {
+    let dir = hold_state::named_containers_dir(base, uid);
+    removal::remove_dirs(&dir, uid, gid, |n| n == name);
 }
 
 /// The inode numbers of process `pid`'s user and mount namespaces.
@@ -57,9 +88,9 @@ fn ns_inodes(pid: i32) -> Option<(u64, u64)> {
 /// job to join. Written whole beside its place, in the container's directory, which `gpurun
 /// hold --name` made private (an unnamed step's, `JOB.JOB.STEP` as pyxis names it, is made
 /// here, private too).
-pub fn record_running(uid: u32, name: &str, h: &Holder) -> Result<(), String> {
+pub fn record_running(base: &Path, uid: u32, name: &str, h: &Holder) -> Result<(), String> {
     let (user_ns, mnt_ns) = ns_inodes(h.pid).ok_or("its holder is gone")?;
-    let base = hold_state::named_containers_dir(uid);
+    let base = hold_state::named_containers_dir(base, uid);
     for dir in [base.clone(), base.join(name)] {
         private_dir(&dir, uid)?;
     }
@@ -75,7 +106,7 @@ pub fn record_running(uid: u32, name: &str, h: &Holder) -> Result<(), String> {
         mnt_ns,
     }
     .to_line();
-    let path = hold_state::running_record(uid, name);
+    let path = base.join(name).join("running");
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let written = File::options()
         .write(true)
@@ -96,12 +127,16 @@ pub fn record_running(uid: u32, name: &str, h: &Holder) -> Result<(), String> {
 
 /// Whether user `uid`'s named container `JOB.NAME` exists and the image it was made from is
 /// still there (its record, `image`, is the user's own, in directories closed to others).
-pub fn image_kept(uid: u32, name: &str) -> bool {
-    let dir = hold_state::named_containers_dir(uid).join(name);
+pub fn image_kept(base: &Path, uid: u32, name: &str) -> bool {
+    let dir = hold_state::named_containers_dir(base, uid).join(name);
     let record = dir.join("image");
-    let trusted = [hold_state::named_containers_dir(uid), dir, record.clone()]
-        .iter()
-        .all(|p| owned(p, uid));
+    let trusted = [
+        hold_state::named_containers_dir(base, uid),
+        dir,
+        record.clone(),
+    ]
+    .iter()
+    .all(|p| owned(p, uid));
     trusted
         && std::fs::read_to_string(&record)
             .is_ok_and(|image| std::fs::metadata(image.trim_end()).is_ok_and(|m| m.is_file()))
@@ -133,10 +168,10 @@ fn owned(path: &Path, uid: u32) -> bool {
 /// The holder of user `uid`'s named container `JOB.NAME` if a step runs in it now: its record
 /// is trusted only where the directories and the file are the user's own, closed to others,
 /// and the recorded process still has the recorded namespaces.
-pub fn find_running(uid: u32, name: &str) -> Option<Holder> {
-    let path = hold_state::running_record(uid, name);
+pub fn find_running(base: &Path, uid: u32, name: &str) -> Option<Holder> {
+    let path = hold_state::running_record(base, uid, name);
     let dir = path.parent()?;
-    if !owned(&hold_state::named_containers_dir(uid), uid) || !owned(dir, uid) {
+    if !owned(&hold_state::named_containers_dir(base, uid), uid) || !owned(dir, uid) {
         return None;
     }
     let mut f = File::options()
@@ -181,14 +216,24 @@ mod tests {
         }
     }
 
+    /// A base directory of the test's, with the user's directory in it as `prepare` leaves it.
+    fn base(uid: u32) -> tempfile::TempDir {
+        use std::os::unix::fs::DirBuilderExt;
+        let t = tempfile::tempdir().unwrap();
+        let d = hold_state::named_containers_dir(t.path(), uid);
+        std::fs::DirBuilder::new().mode(0o700).create(d).unwrap();
+        t
+    }
+
     /// A record is found while its process has the recorded namespaces, and not through a
     /// directory others may write or once the namespaces differ.
     #[test]
     fn running_records() {
         let uid = unsafe { libc::getuid() };
-        let name = format!("4294967000.rec{}", std::process::id());
-        let base = hold_state::named_containers_dir(uid);
-        let dir = base.join(&name);
+        let t = base(uid);
+        let b = t.path();
+        let name = "4294967000.rec".to_string();
+        let dir = hold_state::named_containers_dir(b, uid).join(&name);
         let h = Holder {
             pid: std::process::id() as i32,
             root: "/".into(),
@@ -196,67 +241,91 @@ mod tests {
             cwd: "/w".into(),
         };
         // an unnamed step's directory is made here, private
-        record_running(uid, &name, &h).unwrap();
+        record_running(b, uid, &name, &h).unwrap();
         assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
-        assert_eq!(find_running(uid, &name), Some(h.clone()));
+        assert_eq!(find_running(b, uid, &name), Some(h.clone()));
         let mode = |m| {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(m)).unwrap()
         };
         mode(0o777);
-        assert_eq!(find_running(uid, &name), None);
-        let e = record_running(uid, &name, &h).unwrap_err();
+        assert_eq!(find_running(b, uid, &name), None);
+        let e = record_running(b, uid, &name, &h).unwrap_err();
         assert!(
             e.contains("not a directory of yours closed to others"),
             "{e}"
         );
         mode(0o700);
         // pid 1 is in other namespaces than this test only in a container: forge the inodes
-        let path = hold_state::running_record(uid, &name);
+        let path = hold_state::running_record(b, uid, &name);
         let text = std::fs::read_to_string(&path).unwrap();
         let mut r = hold_state::Running::parse(&text).unwrap();
         r.mnt_ns += 1;
         std::fs::write(&path, r.to_line()).unwrap();
-        assert_eq!(find_running(uid, &name), None);
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(find_running(b, uid, &name), None);
+        // its step's end removes it
+        remove_record(b, uid, unsafe { libc::getgid() }, &name);
+        assert!(!dir.exists());
     }
 
     #[test]
     fn kept_images() {
         let uid = unsafe { libc::getuid() };
-        let name = format!("4294967000.img{}", std::process::id());
-        let dir = hold_state::named_containers_dir(uid).join(&name);
+        let t = base(uid);
+        let b = t.path();
+        let name = "4294967000.img";
+        let dir = hold_state::named_containers_dir(b, uid).join(name);
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(!image_kept(uid, &name), "no record");
+        assert!(!image_kept(b, uid, name), "no record");
         let image = dir.join("copy.sqsh");
         std::fs::write(dir.join("image"), image.to_str().unwrap()).unwrap();
-        assert!(!image_kept(uid, &name), "the recorded image is gone");
+        assert!(!image_kept(b, uid, name), "the recorded image is gone");
         std::fs::write(&image, b"x").unwrap();
-        assert!(image_kept(uid, &name));
+        assert!(image_kept(b, uid, name));
         let mode = |m| {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(dir.join("image"), std::fs::Permissions::from_mode(m)).unwrap()
         };
         mode(0o666);
-        assert!(!image_kept(uid, &name), "a record others may write");
-        mode(0o600);
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(!image_kept(b, uid, name), "a record others may write");
     }
 
     #[test]
     fn removes_only_the_jobs() {
-        let t = std::env::temp_dir().join(format!("gpurun-named-test-{}", std::process::id()));
-        for d in ["7.c1/overlay/upper", "7.c2", "8.c1"] {
-            std::fs::create_dir_all(t.join(d)).unwrap();
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let t = base(uid);
+        let d = hold_state::named_containers_dir(t.path(), uid);
+        for n in ["7.c1/overlay/upper", "7.c2", "8.c1"] {
+            std::fs::create_dir_all(d.join(n)).unwrap();
         }
-        let uid = std::fs::metadata(&t).unwrap().uid();
-        assert_eq!(remove_job_containers(&t, 7, uid + 1), 0);
-        assert_eq!(remove_job_containers(&t, 7, uid), 2);
-        let left: Vec<_> = std::fs::read_dir(&t)
+        assert_eq!(remove_job_containers(t.path(), 7, uid + 1, gid), 0);
+        assert_eq!(remove_job_containers(t.path(), 7, uid, gid), 2);
+        let left: Vec<_> = std::fs::read_dir(&d)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(left, ["8.c1"]);
-        std::fs::remove_dir_all(&t).unwrap();
+    }
+
+    /// As root: the user's directory is made theirs and private in a base of root's; a base
+    /// another user owns, or may write, is refused.
+    #[test]
+    fn the_users_directory_is_made_by_root() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let b = t.path().join("containers");
+        let d = prepare(&b, 4242, 4343).unwrap();
+        let m = std::fs::metadata(&d).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (4242, 4343, 0o700));
+        assert_eq!(prepare(&b, 4242, 4343).unwrap(), d, "again: the same");
+        std::os::unix::fs::chown(&b, Some(4242), None).unwrap();
+        let e = prepare(&b, 4343, 4343).unwrap_err();
+        assert!(e.contains("must be root's"), "{e}");
+        std::os::unix::fs::chown(&b, Some(0), None).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(prepare(&b, 4343, 4343).is_err(), "others may write it");
     }
 }

@@ -669,6 +669,8 @@ pub struct HoldCtx<'a> {
     /// The job's `$HOME` where it is a directory: bound as the container's home, at `/root`
     /// with remap-root (enroot's home hook binds `$HOME`, not the user database's home).
     pub home: Option<&'a Path>,
+    /// The user's directory of named containers on this node (named.rs `prepare`).
+    pub containers: &'a Path,
 }
 
 /// `SPEC:OPT1+OPT2` (or with `,`), or SPEC alone.
@@ -749,6 +751,7 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
     }
     if let Some(n) = &o.name {
         a.extend(["--name".to_string(), format!("{}.{}", at.job, n.name)]);
+        a.extend(["--containers".into(), at.containers.display().to_string()]);
         if n.create {
             a.push("--name-create".into());
         }
@@ -793,6 +796,9 @@ pub struct PluginArgs {
     /// Who pulls a registry image and how the nodes get it (`pull=`, `pull_cache=`,
     /// `sbcast_dir=`).
     pub job_image: jobimage::Settings,
+    /// Where named containers are kept on a node (`containers_dir=`): root's, a directory per
+    /// user in it made by the plugin.
+    pub containers_dir: PathBuf,
 }
 
 impl Default for PluginArgs {
@@ -804,6 +810,7 @@ impl Default for PluginArgs {
             pytorch_env: true,
             remap_root: false,
             job_image: jobimage::Settings::default(),
+            containers_dir: PathBuf::from(hold_state::CONTAINERS_DIR),
         }
     }
 }
@@ -814,7 +821,7 @@ pub fn parse_plugin_args<'a>(
     let unknown = |a: &str| {
         format!(
             "unknown plugstack.conf argument {a:?} (gpurun=PATH, timeout=SECONDS, \
-             execute_entrypoint=0|1, pytorch_env=0|1, remap_root=0|1, {})",
+             execute_entrypoint=0|1, pytorch_env=0|1, remap_root=0|1, containers_dir=DIR, {})",
             jobimage::ARGS
         )
     };
@@ -823,6 +830,12 @@ pub fn parse_plugin_args<'a>(
         match a.split_once('=') {
             Some(("gpurun", v)) if v.starts_with('/') => p.gpurun = PathBuf::from(v),
             Some(("gpurun", v)) => return Err(format!("gpurun={v}: needs an absolute path")),
+            Some(("containers_dir", v)) if v.starts_with('/') => {
+                p.containers_dir = PathBuf::from(v)
+            }
+            Some(("containers_dir", v)) => {
+                return Err(format!("containers_dir={v}: needs an absolute path"))
+            }
             Some(("timeout", v)) => match v.parse::<u64>() {
                 Ok(s) if s > 0 => p.timeout = Duration::from_secs(s),
                 _ => return Err(format!("timeout={v}: needs a positive number of seconds")),
@@ -1298,6 +1311,7 @@ mod tests {
             hostname: "node1",
             job: 42,
             home: None,
+            containers: Path::new("/c/1000"),
         }
     }
 
@@ -1338,7 +1352,7 @@ mod tests {
             // no image: the holder runs the one the container was made from
             (
                 &[(NAME, Some("c1:create"))],
-                "hold --image-workdir --name 42.c1 --name-create --state /s",
+                "hold --image-workdir --name 42.c1 --containers /c/1000 --name-create --state /s",
             ),
             // writable anyway: no tmpfs over the kept changes
             (
@@ -1347,7 +1361,7 @@ mod tests {
                     (IMAGE, Some("/i.sqsh")),
                     (WRITABLE, None),
                 ],
-                "hold --image-workdir --name 42.c1 /i.sqsh --state /s",
+                "hold --image-workdir --name 42.c1 --containers /c/1000 /i.sqsh --state /s",
             ),
         ];
         for (set, want) in cases {

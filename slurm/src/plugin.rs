@@ -18,6 +18,7 @@ use crate::jobimage;
 use crate::join;
 use crate::named;
 use crate::options::{self, ContainerOpts, Join, PluginArgs, OPTIONS};
+use crate::removal;
 use crate::state::{self, EnvChange, Holder};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
@@ -114,8 +115,9 @@ struct Step {
     container: Container,
     /// The environment the holder was started with.
     env: HashMap<String, String>,
-    /// The job's image as sbcast copied it for this step (removed at its end), and whose.
-    sent: Option<(PathBuf, u32)>,
+    /// Whether sbcast copied the job's image for this step alone: the step's end removes that
+    /// copy, which it finds itself (`jobimage::is_sent`).
+    sent: bool,
     /// The batch step's pull of the job's image, named in the script's environment for its
     /// sruns (`jobimage::VAR`).
     job_image: Option<String>,
@@ -383,8 +385,23 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
         if ctx == S_CTX_LOCAL {
             return srun_pull(&mut p);
         }
+        if remote && (p.opts.image.is_some() || p.opts.name.is_some()) {
+            prepare_containers_dir(sp, &p.args);
+        }
         0
     })
+}
+
+/// In slurmstepd, as root, before the holder starts: the user's directory of named containers
+/// and step records (named.rs `prepare`). Without it named containers fail with gpurun's line
+/// and joins of unnamed steps are not offered; the step itself runs.
+fn prepare_containers_dir(sp: spank_t, a: &PluginArgs) {
+    let (Some(uid), Some(gid)) = (item_u32(sp, S_JOB_UID), item_u32(sp, S_JOB_GID)) else {
+        return;
+    };
+    if let Err(e) = named::prepare(&a.containers_dir, uid, gid) {
+        log_error(&format!("gpurun: plugstack.conf: {e}"));
+    }
 }
 
 /// Remote context, once per step on each node, before any task exists (uid 0, euid = user):
@@ -451,7 +468,8 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         batch_image = batch_pull(sp, p, job, &creds, &mut env)?;
     }
     let (opts, sent) = job_image(&opts, &mut env, job, step, creds.uid)?;
-    let (opts, sent) = named_registry_image(opts, sent, job, creds.uid);
+    let (opts, sent) = named_registry_image(opts, sent, job, creds.uid, &p.args.containers_dir);
+    let containers = hold_state::named_containers_dir(&p.args.containers_dir, creds.uid);
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
     let entrypoint = opts.entrypoint.unwrap_or(p.args.execute_entrypoint);
@@ -471,6 +489,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         hostname: hostname.trim(),
         job,
         home,
+        containers: &containers,
     };
     let args = options::holder_args(&opts, &at)?;
     log_debug(&format!(
@@ -509,7 +528,8 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
 fn join_running(sp: spank_t, p: &Plugin, job: u32) -> Option<Result<Step, String>> {
     let n = p.opts.name.as_ref().filter(|n| n.join != Join::Never)?;
     let uid = item_u32(sp, S_JOB_UID)?;
-    let Some(mut holder) = named::find_running(uid, &format!("{job}.{}", n.name)) else {
+    let base = &p.args.containers_dir;
+    let Some(mut holder) = named::find_running(base, uid, &format!("{job}.{}", n.name)) else {
         return (n.join == Join::Must).then(|| {
             Err(format!(
                 "--container-name={}:exec: the container is not running",
@@ -539,7 +559,7 @@ fn join_running(sp: spank_t, p: &Plugin, job: u32) -> Option<Result<Step, String
     Some(Ok(Step {
         container: Container::Joined(holder),
         env,
-        sent: None,
+        sent: false,
         job_image: None,
         notice,
     }))
@@ -554,20 +574,20 @@ fn job_image(
     job: u32,
     step: u32,
     uid: u32,
-) -> Result<(ContainerOpts, Option<(PathBuf, u32)>), String> {
+) -> Result<(ContainerOpts, bool), String> {
     let found = jobimage::for_step(env, registry(opts), job, step, uid)?;
     let var = format!("{}=", jobimage::VAR);
     env.retain(|e| !e.starts_with(&var));
     let mut opts = opts.clone();
     let Some(p) = found else {
-        return Ok((opts, None));
+        return Ok((opts, false));
     };
     log_debug(&format!(
         "gpurun: step {job}.{step}: the job's image {}",
         p.path.display()
     ));
     opts.image = Some(options::Image::File(p.path.clone()));
-    Ok((opts, p.copy_of_step(step).then_some((p.path, uid))))
+    Ok((opts, p.copy_of_step(step)))
 }
 
 /// A named container of a registry image, as pyxis's: where the job's container exists, it
@@ -575,23 +595,23 @@ fn job_image(
 /// makes it, its copy stays for the job's later steps (the job's epilog removes it).
 fn named_registry_image(
     mut opts: ContainerOpts,
-    sent: Option<(PathBuf, u32)>,
+    sent: bool,
     job: u32,
     uid: u32,
-) -> (ContainerOpts, Option<(PathBuf, u32)>) {
+    base: &Path,
+) -> (ContainerOpts, bool) {
     let Some(n) = &opts.name else {
         return (opts, sent);
     };
-    let from_registry =
-        sent.is_some() || opts.image.as_ref().is_some_and(|i| i.registry().is_some());
+    let from_registry = sent || opts.image.as_ref().is_some_and(|i| i.registry().is_some());
     if !from_registry {
         return (opts, sent);
     }
-    if named::image_kept(uid, &format!("{job}.{}", n.name)) {
+    if named::image_kept(base, uid, &format!("{job}.{}", n.name)) {
         opts.image = None;
         return (opts, sent);
     }
-    (opts, None)
+    (opts, false)
 }
 
 /// The step's registry reference, for a registry image.
@@ -735,17 +755,16 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(
             return 0;
         };
         if let (Some(job), Some(uid)) = (item_u32(sp, S_JOB_ID), item_u32(sp, S_JOB_UID)) {
-            let n = jobimage::remove_job_copies(&a.job_image.sbcast_dir, job, uid);
+            // the epilog's items hold no gid: the user's own group, from the user database
+            let gid = user_gid(uid);
+            let sent = |n: &str| jobimage::is_sent(n, job, None);
+            let n = removal::remove_files(&a.job_image.sbcast_dir, uid, gid, sent);
             if n > 0 {
                 log_debug(&format!(
                     "gpurun: job {job}: removed {n} copies of its image"
                 ));
             }
-            let n = crate::named::remove_job_containers(
-                &hold_state::named_containers_dir(uid),
-                job,
-                uid,
-            );
+            let n = named::remove_job_containers(&a.containers_dir, job, uid, gid);
             if n > 0 {
                 log_debug(&format!("gpurun: job {job}: removed {n} named containers"));
             }
@@ -753,6 +772,15 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(
         // never fail: a failing epilog drains the node
         0
     })
+}
+
+/// The primary group of user `uid` (the user database's; else the nobody group, which owns
+/// nothing of the user's).
+fn user_gid(uid: u32) -> u32 {
+    nix::unistd::User::from_uid(uid.into())
+        .ok()
+        .flatten()
+        .map_or(65534, |u| u.gid.as_raw())
 }
 
 /// Remote context, in each forked task, as the user, just before slurmstepd looks up and execs
@@ -788,7 +816,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
             if let (true, Container::Held(r)) = (p.opts.entrypoint_log, &step.container) {
                 r.output().lines().for_each(log_user);
             }
-            record_named(sp, &p.opts, &step.container, &holder);
+            record_named(sp, &p.args, &p.opts, &step.container, &holder);
         }
         let task_env = state::split_env(job_env(sp).iter().map(String::as_str));
         let mut changes = state::task_env(&step.env, &holder.env, &task_env, &p.opts.env_from_host);
@@ -833,7 +861,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
 /// The first task of a step on a node: say that its container runs, for later steps to join
 /// (named.rs) by its name, or an unnamed step's by `JOB.STEP` as with pyxis. A failure only
 /// costs that join, so it is said, not fatal.
-fn record_named(sp: spank_t, opts: &ContainerOpts, c: &Container, h: &Holder) {
+fn record_named(sp: spank_t, args: &PluginArgs, opts: &ContainerOpts, c: &Container, h: &Holder) {
     let Container::Held(_) = c else {
         return;
     };
@@ -845,12 +873,18 @@ fn record_named(sp: spank_t, opts: &ContainerOpts, c: &Container, h: &Holder) {
     let (Some(job), Some(step), Some(uid)) = ids else {
         return;
     };
-    let name = match &opts.name {
-        Some(n) => n.name.clone(),
-        None => format!("{job}.{step}"),
-    };
-    if let Err(e) = named::record_running(uid, &format!("{job}.{name}"), h) {
+    let name = record_name(opts, job, step);
+    if let Err(e) = named::record_running(&args.containers_dir, uid, &name, h) {
         log_user(&format!("gpurun: warning: {e}"));
+    }
+}
+
+/// The directory of the step's container record: its name's, else `JOB.JOB.STEP` (pyxis's
+/// name for an unnamed step's container).
+fn record_name(opts: &ContainerOpts, job: u32, step: u32) -> String {
+    match &opts.name {
+        Some(n) => format!("{job}.{}", n.name),
+        None => format!("{job}.{job}.{step}"),
     }
 }
 
@@ -920,14 +954,32 @@ pub unsafe extern "C" fn slurm_spank_task_exit(
     })
 }
 
+/// What a step's end removes, as root, found by root itself (removal.rs): the copy sbcast made
+/// for this step alone, and the record of an unnamed step's container (no epilog needed).
+fn step_leftovers(sp: spank_t, p: &Plugin, s: &Step) {
+    let ids = (
+        item_u32(sp, S_JOB_ID),
+        item_u32(sp, S_JOB_STEPID),
+        item_u32(sp, S_JOB_UID),
+        item_u32(sp, S_JOB_GID),
+    );
+    let (Some(job), Some(step), Some(uid), Some(gid)) = ids else {
+        return;
+    };
+    if s.sent {
+        let this = |n: &str| jobimage::is_sent(n, job, Some(step));
+        removal::remove_files(&p.args.job_image.sbcast_dir, uid, gid, this);
+    }
+    if let (None, Container::Held(_)) = (&p.opts.name, &s.container) {
+        let name = record_name(&p.opts, job, step);
+        named::remove_record(&p.args.containers_dir, uid, gid, &name);
+    }
+}
+
 /// Remote: after the step's tasks have exited, stop the holder (it unmounts the image); in the
 /// extern step, at the job's end, the keeper (its servers end with it).
 #[no_mangle]
-pub unsafe extern "C" fn slurm_spank_exit(
-    _sp: spank_t,
-    _ac: c_int,
-    _av: *mut *mut c_char,
-) -> c_int {
+pub unsafe extern "C" fn slurm_spank_exit(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
     guard("exit", || {
         if unsafe { spank_context() } != S_CTX_REMOTE {
             return 0;
@@ -935,9 +987,7 @@ pub unsafe extern "C" fn slurm_spank_exit(
         let mut p = plugin();
         if let Some(Ok(mut s)) = p.step.take() {
             s.container.stop(STOP_GRACE);
-            if let Some((copy, uid)) = s.sent {
-                jobimage::remove_sent(&copy, uid);
-            }
+            step_leftovers(sp, &p, &s);
         }
         if let Some(mut k) = p.keeper.take() {
             // SAFETY: a signal to our own child, not yet reaped.

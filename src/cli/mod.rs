@@ -455,8 +455,12 @@ pub struct HoldArgs {
     pub save: Option<PathBuf>,
     /// The plugin's --container-name: the changes are kept in the node's named container
     /// JOB.NAME (made from IMAGE, else run with the image it was made from)
-    #[arg(long, value_name = "JOB.NAME", hide = true)]
+    #[arg(long, value_name = "JOB.NAME", hide = true, requires = "containers")]
     pub name: Option<String>,
+    /// With --name: the user's directory of named containers on this node, which the plugin
+    /// made as root
+    #[arg(long, value_name = "DIR", hide = true, requires = "name")]
+    pub containers: Option<std::path::PathBuf>,
     /// With --name: refuse a container that exists already
     #[arg(long, requires = "name", hide = true)]
     pub name_create: bool,
@@ -486,7 +490,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub anchor: Option<i32>,
     #[arg(long)]
-    pub kept: Option<PathBuf>,
+    pub keep_blocks: bool,
     #[arg(long)]
     pub private: bool,
 }

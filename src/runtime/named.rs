@@ -1,6 +1,8 @@
 //! Named containers (the SPANK plugin's `--container-name`, as pyxis's): a step's root changes
 //! kept on the node in an overlay directory that later steps of the job with the same name reuse.
-//! The plugin's job epilog removes the job's (`JOB.*`) at its end.
+//! The plugin's job epilog removes the job's (`JOB.*`) at its end. They live in the user's
+//! directory the plugin made as root in the site's `containers_dir=` (no fixed name in /tmp
+//! that another user could take first).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -34,10 +36,11 @@ pub fn valid(name: &str) -> bool {
     !name.is_empty() && !name.contains('/') && !name.contains("..") && name != "."
 }
 
-/// The image to run and the `--overlay` directory of named container `name` (`JOB.NAME`):
-/// made with `image` where it is not there (an error with `create` where it is), else run
-/// with the image it was made from.
+/// The image to run and the `--overlay` directory of named container `name` (`JOB.NAME`) in
+/// `dir`, the user's directory of named containers: made with `image` where it is not there
+/// (an error with `create` where it is), else run with the image it was made from.
 pub fn resolve(
+    dir: &Path,
     name: &str,
     image: Option<&str>,
     create: bool,
@@ -46,12 +49,8 @@ pub fn resolve(
     if !valid(name) {
         return Err(NamedError::BadName(name.into()));
     }
-    let fix = "remove it, or set TMPDIR's /tmp right";
-    let base = own_dir(
-        &hold_state::named_containers_dir(uid),
-        Visibility::Private,
-        fix,
-    )?;
+    let fix = "the SPANK plugin makes it as root: check plugstack.conf's containers_dir=";
+    let base = own_dir(dir, Visibility::Private, fix)?;
     let dir = base.join(name);
     let record = dir.join("image");
     let io = |p: &Path| {
@@ -59,7 +58,7 @@ pub fn resolve(
         move |e| NamedError::Io(p, e)
     };
     let short = name.split_once('.').map_or(name, |(_, n)| n).to_string();
-    match fs::read_to_string(&record) {
+    match read_record(&record, uid) {
         Ok(_) if create => Err(NamedError::Exists(short)),
         Ok(recorded) => match (image, Path::new(&recorded).exists()) {
             (Some(given), true) if given != recorded => Err(NamedError::OtherImage {
@@ -85,6 +84,19 @@ pub fn resolve(
         }
         Err(e) => Err(NamedError::Io(record, e)),
     }
+}
+
+/// The image named in `record`, a file of the user's own closed to others (NotFound when
+/// missing).
+fn read_record(record: &Path, uid: u32) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = crate::store::private_dir::open_trusted(record, uid).map_err(|p| match p {
+        crate::store::private_dir::Problem::Io(k, t) => std::io::Error::new(k, t),
+        p => std::io::Error::other(p.to_string()),
+    })?;
+    let mut s = String::new();
+    f.read_to_string(&mut s)?;
+    Ok(s)
 }
 
 #[cfg(test)]

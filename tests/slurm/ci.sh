@@ -28,7 +28,13 @@ if tests/fakeroot/make-apt-image.sh "$APT_DIR" "$APT_PORT" >"$APT_DIR/make.log" 
 else
   echo "tests/fakeroot/make-apt-image.sh failed:"; cat "$APT_DIR/make.log"
 fi
-trap 'rm -rf "$SQUATTED" "$APT_DIR"' EXIT
+# A file of the test user's in a directory of root's, which the user cannot remove: a step's
+# environment names it as the job's image copy, and the step's end must leave it.
+VICTIM_DIR=$(mktemp -d /var/tmp/gpurun-rootdir.XXXXXX); chmod 755 "$VICTIM_DIR"
+install -o "$U" -m 0644 /dev/null "$VICTIM_DIR/keep.sqsh"
+# The old fixed place of named containers, made first by another user: nothing depends on it.
+install -d -o "${GPURUN_OTHER_USER:-gpurunother}" -m 0700 "/tmp/gpurun-containers-$(id -u "$U")" 2>/dev/null || true
+trap 'rm -rf "$SQUATTED" "$APT_DIR" "$VICTIM_DIR" "/tmp/gpurun-containers-$(id -u "$U")"' EXIT
 status=0; summary=()
 for mode in ${SLURM_CI_MODES:-v1 none}; do
   echo "=== Slurm, cgroup mode $mode"
@@ -36,6 +42,7 @@ for mode in ${SLURM_CI_MODES:-v1 none}; do
     summary+=("$mode: cluster did not start"); status=1; continue
   fi
   runuser -u "$U" -- env GPURUN="$GPURUN" SQUATTED_CACHE="$SQUATTED" APT_DIR="$APT_DIR" APT_PORT="$APT_PORT" \
+    ROOT_DIR_FILE="$VICTIM_DIR/keep.sqsh" \
     tests/slurm/run-tests.sh | tee "/tmp/gpurun-slurm-tests-$mode.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   summary+=("$mode: $(tail -n 1 "/tmp/gpurun-slurm-tests-$mode.log")")

@@ -347,7 +347,7 @@ echo "JOB=\$SLURM_JOB_ID"
 srun -t 1 --container-name=c1 --container-image=$IMG --container-writable sh -c 'echo kept > /etc/named-kept'
 echo "READ=\$(srun -t 1 --container-name=c1 cat /etc/named-kept)"
 echo "ENV=\$(PYXIS_CONTAINER_NAME=c1 srun -t 1 cat /etc/named-kept)"
-echo "DIR=\$(ls -d /tmp/gpurun-containers-\$(id -u)/\$SLURM_JOB_ID.c1 2>/dev/null)"
+echo "DIR=\$(ls -d /var/lib/gpurun/containers/\$(id -u)/\$SLURM_JOB_ID.c1 2>/dev/null)"
 srun -t 1 --container-name=c1:create --container-image=$IMG true 2>$W/named.create
 echo "CREATE=\$?"
 srun -t 1 --container-name=c1 --container-image=$W/saved.sqsh true 2>$W/named.other
@@ -358,10 +358,10 @@ EOF
   sbatch --wait -Q named.sbatch >/dev/null 2>&1
   job=$(get JOB named.out)
   # the job's epilog removes it, maybe just after sbatch returned
-  for _ in $(seq 50); do [ -e "/tmp/gpurun-containers-$(id -u)/$job.c1" ] || break; sleep 0.1; done
+  for _ in $(seq 50); do [ -e "/var/lib/gpurun/containers/$(id -u)/$job.c1" ] || break; sleep 0.1; done
   [ "$(get READ named.out)" = kept ]; res $? "--container-name=c1: the next step (no image) sees the file the first wrote ($(get READ named.out))" || cat named.err
   [ "$(get ENV named.out)" = kept ]; res $? "PYXIS_CONTAINER_NAME=c1 acts as --container-name ($(get ENV named.out))"
-  [ -n "$(get DIR named.out)" ] && [ ! -e "/tmp/gpurun-containers-$(id -u)/$job.c1" ]; res $? "--container-name: its state is on the node in the job ($(get DIR named.out)), gone after it"
+  [ -n "$(get DIR named.out)" ] && [ ! -e "/var/lib/gpurun/containers/$(id -u)/$job.c1" ]; res $? "--container-name: its state is on the node in the job ($(get DIR named.out)), gone after it"
   [ "$(get CREATE named.out)" != 0 ] && grep -q 'c1:create: the container exists already' named.create; res $? "--container-name=c1:create on an existing name: refused ($(tail -n 1 named.create))"
   [ "$(get OTHER named.out)" != 0 ] && grep -q 'c1: it was made from' named.other; res $? "--container-name=c1 with another image: refused ($(tail -n 1 named.other))"
   [ "$(get NOIMAGE named.out)" != 0 ] && grep -q 'c2: no such container' named.noimage; res $? "--container-name=c2 without an image, never made: refused ($(tail -n 1 named.noimage))"
@@ -715,6 +715,25 @@ EOF
     kill "$reg"
   else
     bad "--container-image from a registry: needs docker-registry, skopeo and umoci (tests/setup-machine.sh)"
+  fi
+
+  # the job's environment names a file of the user's in a directory of root's as the step's
+  # sbcast copy: the step's end (root, in slurmstepd) removes only copies it finds itself, in
+  # sbcast_dir, as the user, so the file stays (tests/slurm/ci.sh makes it)
+  if [ -n "${ROOT_DIR_FILE:-}" ]; then
+    cat > rootunlink.sbatch <<EOF
+#!/bin/sh
+#SBATCH -t 1
+#SBATCH -o $W/rootunlink.out
+#SBATCH -e $W/rootunlink.err
+export SLURM_SPANK_GPURUN_IMAGE="\$(printf '1\t%s\t0\tsbcast\tdocker://x.invalid/y\t%s' "\$SLURM_JOB_ID" "$ROOT_DIR_FILE")"
+srun -t 1 --export=ALL,PYXIS_CONTAINER_IMAGE=docker://x.invalid/y true
+echo "SRUN=\$?"
+EOF
+    sbatch --wait -Q rootunlink.sbatch >/dev/null 2>&1
+    sleep 1
+    [ -f "$ROOT_DIR_FILE" ] && grep -q '^SRUN=' rootunlink.out
+    res $? "a step whose environment names another file as its sbcast copy: root removes nothing at its end ($(cat rootunlink.out 2>/dev/null | tr '\n' ' '))"
   fi
 
   out=$(srun "${T[@]}" --container-image="$IMG" --container-mounts=/a:/b:sync true 2>&1); rc=$?
