@@ -965,19 +965,26 @@ pub fn listen_abstract(name: &str) -> Result<OwnedFd> {
 }
 
 /// A connection to the abstract name `name` whose other end is `uid`'s, and that end's pid.
-/// Abstract names are open to every user, so the kernel's record of who listened
-/// (SO_PEERCRED) is checked on this very connection before anything crosses it. Nothing waits
-/// longer than `wait`: the connect on a full backlog (another user's listener that never
-/// accepts: EAGAIN then), and each later send and receive. ECONNREFUSED where nothing listens,
-/// `SysError::Foreign` where another user does.
+/// Abstract names are open to every user, so the kernel's record of who listens (SO_PEERCRED)
+/// is checked on this very connection before anything crosses it. The connect never waits: a
+/// listener whose backlog is full (another user's that never accepts) is EAGAIN at once, so
+/// many such names cost nothing. Each later send and receive waits at most `wait`.
+/// ECONNREFUSED where nothing listens, `SysError::Foreign` where another user does.
 pub fn connect_own(name: &str, uid: u32, wait: std::time::Duration) -> Result<(OwnedFd, i32)> {
-    let fd = seqpacket()?;
-    set_timeouts(&fd, wait)?;
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let fd =
+        socket(AddressFamily::Unix, SockType::SeqPacket, flags, None).map_err(call("socket"))?;
     connect(fd.as_raw_fd(), &abstract_addr(name)?).map_err(call("connect"))?;
     let (owner, pid) = peer(&fd)?;
     if owner != uid {
         return Err(SysError::Foreign { uid: owner });
     }
+    nix::fcntl::fcntl(
+        &fd,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    )
+    .map_err(call("fcntl"))?;
+    set_timeouts(&fd, wait)?;
     Ok((fd, pid))
 }
 

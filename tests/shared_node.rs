@@ -1038,3 +1038,44 @@ fn a_sticky_directory_of_another_user_is_no_safe_way() {
         "made below a directory another user may rename in"
     );
 }
+
+/// Another user binds many names with the user's server prefix (`gpurun-UID-…`, all listed in
+/// /proc/net/unix), each with a full backlog (listen(0) and one queued connection, whose
+/// socket may even be closed again: one descriptor a name). Every name alone is skipped after
+/// `own_server`'s 2 s, but the waits add up: `gpurun ps`, `stop` and `cache clean` take 2 s a
+/// name, so a few hundred names (the other user's descriptor limit is thousands) hang them
+/// for many minutes. A name held by another user must cost no wait at all.
+#[test]
+fn many_squatted_names_add_up_to_no_hang() {
+    if !two_users() {
+        return;
+    }
+    let (uid, _) = ids_of(TEST_USER);
+    let squat = r#"
+import socket, sys, time
+keep = []
+for i in range(int(sys.argv[2])):
+    n = "\0gpurun-%s-squat%d-%04d" % (sys.argv[1], __import__("os").getpid(), i)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); s.bind(n); s.listen(0)
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); c.connect(n); c.close()
+    keep.append(s)
+print("ready", flush=True); time.sleep(120)
+"#;
+    let mut squatter = python_as(OTHER_USER, squat, &[&uid.to_string(), "20"]);
+    let bound = std::time::Duration::from_secs(10);
+    // `ps` changes nothing; `stop` of an image no server serves stops nothing either, but
+    // asks every name first
+    let ps = std::panic::catch_unwind(|| within(&mut gpurun_as(TEST_USER, &["ps"]), bound));
+    let stop = std::panic::catch_unwind(|| {
+        within(
+            &mut gpurun_as(TEST_USER, &["stop", "/nonexistent/none.sqsh"]),
+            bound,
+        )
+    });
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    for o in [ps, stop] {
+        let o = o.expect("a hang on names another user holds");
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}

@@ -33,8 +33,8 @@ const KEEPER_START: Duration = Duration::from_secs(3);
 /// Tries to reach or start the shared server before a start goes its own way.
 const TRIES: usize = 4;
 
-/// How long a start waits for a name's listener to take its connection: a listener that takes
-/// none (another user's, whose backlog is full) is not the user's server.
+/// How long a start tries a name whose listener takes no connection (a full backlog) before it
+/// takes it for another user's that never accepts.
 const CONNECT: Duration = Duration::from_secs(1);
 
 /// A container's copy of its image server's mount, and the connection that keeps it attached:
@@ -106,8 +106,8 @@ pub fn attach(
     let name = server_name(uid(), &id, nix::unistd::getgid().as_raw(), &scope.key);
     let mut why = String::new();
     for _ in 0..TRIES {
-        let conn = match sys::connect_own(&name, uid(), CONNECT) {
-            Ok((c, _)) => c,
+        let conn = match connect_busy(&name) {
+            Ok(c) => c,
             Err(e) if e.errno() == Errno::ECONNREFUSED => {
                 match bind_and_start(archive, &start, &name, &scope) {
                     Ok(()) => continue,
@@ -132,6 +132,20 @@ pub fn attach(
         if why.is_empty() { "it kept exiting" } else { &why }
     );
     private(archive, &start)
+}
+
+/// A connection to the user's server `name`: a full backlog (a burst of starts) is tried again
+/// for up to `CONNECT`, after which the listener is taken for one that never accepts.
+fn connect_busy(name: &str) -> sys::Result<OwnedFd> {
+    let started = std::time::Instant::now();
+    loop {
+        match sys::connect_own(name, uid(), ANSWER) {
+            Err(e) if e.errno() == Errno::EAGAIN && started.elapsed() < CONNECT => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            r => return r.map(|(c, _)| c),
+        }
+    }
 }
 
 /// The one line for a server name that is not the user's to use: another user holds it, or
