@@ -47,6 +47,8 @@ pub struct Running {
     timeout: Duration,
     /// Stopped already (at the last task's exit, to save the container).
     stopped: bool,
+    /// Whose `dir` is (the job's user): removed as them.
+    owner: (u32, u32),
 }
 
 pub fn state_path(dir: &Path) -> PathBuf {
@@ -130,6 +132,7 @@ pub fn start(spec: &Spec) -> Result<Running, String> {
         started: Instant::now(),
         timeout: spec.timeout,
         stopped: false,
+        owner: (spec.creds.uid, spec.creds.gid),
     })
 }
 
@@ -289,7 +292,11 @@ impl Running {
         }
         // reap it if slurmstepd has not already (then this returns an error we do not need)
         let _ = self.child.try_wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // as root at the step's end: removed as the user it belongs to (removal.rs)
+        if let (Some(parent), Some(name)) = (self.dir.parent(), self.dir.file_name()) {
+            let name = name.to_string_lossy().into_owned();
+            crate::removal::remove_dirs(parent, 0, self.owner, |n| n == name);
+        }
     }
 
     fn signal(&self, sig: libc::c_int) {

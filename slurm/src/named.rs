@@ -68,14 +68,14 @@ fn open_dir(p: &Path) -> std::io::Result<File> {
 /// user (removal.rs).
 pub fn remove_job_containers(base: &Path, job: u32, uid: u32, gid: u32) -> usize {
     let dir = hold_state::named_containers_dir(base, uid);
-    removal::remove_dirs(&dir, uid, gid, |n| is_jobs(n, job))
+    removal::remove_dirs(&dir, uid, (uid, gid), |n| is_jobs(n, job))
 }
 
 /// Remove the record directory `name` (an unnamed step's `JOB.JOB.STEP`) of user `uid`, as
 /// that user, at its step's end: nothing of it is left for the epilog.
 pub fn remove_record(base: &Path, uid: u32, gid: u32, name: &str) {
     let dir = hold_state::named_containers_dir(base, uid);
-    removal::remove_dirs(&dir, uid, gid, |n| n == name);
+    removal::remove_dirs(&dir, uid, (uid, gid), |n| n == name);
 }
 
 /// The inode numbers of process `pid`'s user and mount namespaces.

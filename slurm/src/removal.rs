@@ -8,9 +8,11 @@
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use nix::unistd::UnlinkatFlags;
 
 /// Run `f` in a thread of its own whose file-system uid and gid are `uid` and `gid` and which
 /// has no supplementary groups; None where that identity cannot be taken (nothing then runs).
@@ -53,27 +55,49 @@ fn open_dir(dir: &Path, owner: u32) -> Option<File> {
     (m.is_dir() && m.uid() == owner && closed).then_some(d)
 }
 
-/// The names in the open directory `dir` that `wanted` accepts.
-fn names(dir: &File, wanted: impl Fn(&str) -> bool) -> Vec<CString> {
-    // SAFETY: a duplicate of our own descriptor, owned by the Dir from here on.
-    let fd = unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-    if fd < 0 {
+/// The names in the open directory `dir` that `wanted` accepts (`.` and `..` never).
+fn names(dir: impl AsFd, wanted: impl Fn(&str) -> bool) -> Vec<CString> {
+    let Ok(fd) = dir.as_fd().try_clone_to_owned() else {
         return Vec::new();
-    }
-    // SAFETY: `fd` is a new descriptor nothing else owns.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let Ok(mut d) = nix::dir::Dir::from_fd(owned) else {
+    };
+    let Ok(mut d) = nix::dir::Dir::from_fd(fd) else {
         return Vec::new();
     };
     d.iter()
         .flatten()
         .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
         .filter(|n| n.to_str().is_ok_and(&wanted))
         .collect()
 }
 
+/// Remove the directory `name` of `parent` with all it holds, never through a link. Run as
+/// the user: a directory they closed to themselves (overlayfs's work directory is mode 0) is
+/// opened to them first, as they could do.
+fn remove_tree(parent: BorrowedFd, name: &CStr) -> nix::Result<()> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{fchmodat, FchmodatFlags, Mode};
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = match openat(parent, name, flags, Mode::empty()) {
+        Err(nix::errno::Errno::EACCES) => {
+            let rwx = Mode::from_bits_truncate(0o700);
+            fchmodat(parent, name, rwx, FchmodatFlags::NoFollowSymlink)
+                .or_else(|_| fchmodat(parent, name, rwx, FchmodatFlags::FollowSymlink))?;
+            openat(parent, name, flags, Mode::empty())?
+        }
+        r => r?,
+    };
+    for n in names(&fd, |_| true) {
+        match entry(&fd, &n) {
+            Some((libc::S_IFDIR, _)) => remove_tree(fd.as_fd(), &n)?,
+            _ => nix::unistd::unlinkat(&fd, n.as_c_str(), UnlinkatFlags::NoRemoveDir)?,
+        }
+    }
+    nix::unistd::unlinkat(parent, name, UnlinkatFlags::RemoveDir)
+}
+
 /// The entry `name` of `dir`, not followed if it is a link: its type bits and owner.
-fn entry(dir: &File, name: &CStr) -> Option<(u32, u32)> {
+fn entry(dir: impl AsFd, name: &CStr) -> Option<(u32, u32)> {
     nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
         .ok()
         .map(|st| (st.st_mode & libc::S_IFMT, st.st_uid))
@@ -96,19 +120,22 @@ pub fn remove_files(dir: &Path, uid: u32, gid: u32, wanted: impl Fn(&str) -> boo
     .unwrap_or(0)
 }
 
-/// Remove, as user `uid`, the directories of theirs in `dir` (a directory of theirs) whose
-/// names `wanted` accepts, with all they hold. Returns how many went.
-pub fn remove_dirs(dir: &Path, uid: u32, gid: u32, wanted: impl Fn(&str) -> bool + Send) -> usize {
+/// Remove, as user `uid`, the directories of theirs in `dir` (a directory of `dir_owner`'s:
+/// theirs, or root's) whose names `wanted` accepts, with all they hold. Returns how many went.
+pub fn remove_dirs(
+    dir: &Path,
+    dir_owner: u32,
+    (uid, gid): (u32, u32),
+    wanted: impl Fn(&str) -> bool + Send,
+) -> usize {
     as_user(uid, gid, || {
-        let Some(d) = open_dir(dir, uid) else {
+        let Some(d) = open_dir(dir, dir_owner) else {
             return 0;
         };
-        let held = PathBuf::from(format!("/proc/thread-self/fd/{}", d.as_raw_fd()));
         names(&d, wanted)
             .iter()
             .filter(|n| entry(&d, n) == Some((libc::S_IFDIR, uid)))
-            // remove_dir_all follows no link inside
-            .filter(|n| std::fs::remove_dir_all(held.join(n.to_str().unwrap_or("."))).is_ok())
+            .filter(|n| remove_tree(d.as_fd(), n).is_ok())
             .count()
     })
     .unwrap_or(0)
@@ -174,20 +201,45 @@ mod tests {
 
     #[test]
     fn only_own_directories_by_name() {
-        let (uid, gid) = ids();
+        // as root, a user's tree: the removal then runs without root's overrides
+        let (uid, gid) = match ids() {
+            (0, _) => (4242, 4242),
+            ids => ids,
+        };
         let t = tempfile::tempdir().unwrap();
-        for d in ["7.c1/overlay/upper", "7.c2", "8.c1"] {
+        for d in [
+            "7.c1/overlay/upper",
+            "7.c1/overlay/work/work",
+            "7.c2",
+            "8.c1",
+        ] {
             std::fs::create_dir_all(t.path().join(d)).unwrap();
         }
+        std::fs::write(t.path().join("7.c1/overlay/upper/f"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc", t.path().join("7.c1/overlay/upper/l")).unwrap();
         std::fs::write(t.path().join("7.file"), "x").unwrap();
+        if ids().0 == 0 {
+            let st = std::process::Command::new("chown")
+                .args(["-hR", &format!("{uid}:{gid}")])
+                .arg(t.path())
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        // as overlayfs leaves its work directory: closed even to its owner
+        use std::os::unix::fs::PermissionsExt;
+        let closed = std::fs::Permissions::from_mode(0);
+        std::fs::set_permissions(t.path().join("7.c1/overlay/work/work"), closed).unwrap();
         let wanted = |n: &str| n.starts_with("7.");
-        assert_eq!(remove_dirs(t.path(), uid + 1, gid, wanted), 0);
-        assert_eq!(remove_dirs(t.path(), uid, gid, wanted), 2);
+        assert_eq!(remove_dirs(t.path(), uid, (uid + 1, gid), wanted), 0);
+        assert_eq!(remove_dirs(t.path(), uid + 1, (uid, gid), wanted), 0);
+        assert_eq!(remove_dirs(t.path(), uid, (uid, gid), wanted), 2);
         let mut left: Vec<_> = std::fs::read_dir(t.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         left.sort();
         assert_eq!(left, ["7.file", "8.c1"]);
+        assert!(std::path::Path::new("/etc/passwd").exists());
     }
 }
