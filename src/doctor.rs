@@ -415,6 +415,139 @@ fn slurm_check(env: &[(String, String)]) -> Check {
     }
 }
 
+/// The plugstack.conf file that loads gpurun's SPANK plugin, and how long ago it changed: the
+/// site's slurm.conf's `PlugStackConfig` (else plugstack.conf beside it), and the files it
+/// includes.
+fn plugin_line() -> Option<(PathBuf, std::time::Duration)> {
+    let conf = std::env::var_os("SLURM_CONF").map_or("/etc/slurm/slurm.conf".into(), PathBuf::from);
+    let text = std::fs::read_to_string(&conf).unwrap_or_default();
+    let stack = text
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            k.trim()
+                .eq_ignore_ascii_case("PlugStackConfig")
+                .then(|| PathBuf::from(v.trim()))
+        })
+        .unwrap_or_else(|| conf.with_file_name("plugstack.conf"));
+    let mut todo = vec![stack];
+    for _ in 0..64 {
+        let file = todo.pop()?;
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let (loads, includes) = plugstack_entries(&text);
+        if loads {
+            let age = std::fs::metadata(&file)
+                .ok()?
+                .modified()
+                .ok()?
+                .elapsed()
+                .ok()?;
+            return Some((file, age));
+        }
+        todo.extend(includes.iter().flat_map(|g| glob_files(g)));
+    }
+    None
+}
+
+/// Whether a plugstack.conf text loads gpurun's plugin, and the patterns it includes.
+fn plugstack_entries(text: &str) -> (bool, Vec<String>) {
+    let mut includes = Vec::new();
+    let mut loads = false;
+    for l in text.lines().map(str::trim).filter(|l| !l.starts_with('#')) {
+        let mut f = l.split_whitespace();
+        match (f.next(), f.next()) {
+            (Some("include"), Some(p)) => includes.push(p.to_string()),
+            (Some("required" | "optional"), Some(so)) => {
+                loads |= Path::new(so)
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains("gpurun"))
+            }
+            _ => {}
+        }
+    }
+    (loads, includes)
+}
+
+/// The files a plugstack.conf `include` names: a path, or a directory's files matching one `*`.
+fn glob_files(pattern: &str) -> Vec<PathBuf> {
+    let p = Path::new(pattern);
+    let (Some(dir), Some(name)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) else {
+        return Vec::new();
+    };
+    let Some((pre, post)) = name.split_once('*') else {
+        return vec![p.to_path_buf()];
+    };
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|f| {
+            f.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(pre) && n.ends_with(post))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// slurmd reads plugstack.conf only when it starts: a gpurun line newer than slurmd means its
+/// job epilog (which removes what jobs leave on the node) does not run.
+fn slurmd_check(
+    line: Option<(PathBuf, std::time::Duration)>,
+    slurmd: Option<(i32, std::time::Duration)>,
+) -> Check {
+    const NAME: &str = "Slurm plugin";
+    let Some((file, changed)) = line else {
+        return check(
+            NAME,
+            Status::Skip,
+            "plugstack.conf does not load gpurun's plugin",
+            "",
+        );
+    };
+    let Some((pid, running)) = slurmd else {
+        return check(
+            NAME,
+            Status::Skip,
+            format!("{} loads it; no slurmd on this node", file.display()),
+            "",
+        );
+    };
+    if changed < running {
+        let detail = format!(
+            "{} changed after slurmd (pid {pid}) started: slurmd has not loaded the plugin, so the job epilog does not remove named containers and image copies",
+            file.display()
+        );
+        return check(
+            NAME,
+            Status::Warn,
+            detail,
+            "restart slurmd on this node (systemctl restart slurmd)",
+        );
+    }
+    check(
+        NAME,
+        Status::Ok,
+        format!(
+            "{} loads it, and slurmd (pid {pid}) started after it changed",
+            file.display()
+        ),
+        "",
+    )
+}
+
+/// This node's slurmd and how long it has run.
+fn slurmd_running() -> Option<(i32, std::time::Duration)> {
+    let pid = std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        (comm.trim() == "slurmd").then_some(pid)
+    })?;
+    Some((pid, sys::since_boot().saturating_sub(sys::started(pid)?)))
+}
+
 /// Every check, in the order a user should fix them.
 pub fn run(driver_paths: &[PathBuf], cache_root: &Path) -> Vec<Check> {
     let env = crate::env_vars::host_env();
@@ -425,6 +558,7 @@ pub fn run(driver_paths: &[PathBuf], cache_root: &Path) -> Vec<Check> {
     out.push(tools_check());
     out.push(cache_check(cache_root));
     out.push(slurm_check(&env));
+    out.push(slurmd_check(plugin_line(), slurmd_running()));
     out
 }
 
@@ -458,6 +592,39 @@ pub fn render(checks: &[Check]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slurmd_and_its_plugin() {
+        use std::time::Duration as D;
+        let line = |age| {
+            Some((
+                PathBuf::from("/etc/slurm/plugstack.conf.d/gpurun.conf"),
+                D::from_secs(age),
+            ))
+        };
+        for (l, d, want) in [
+            (None, Some((7, D::from_secs(10))), Status::Skip),
+            (line(5), None, Status::Skip),
+            (line(5), Some((7, D::from_secs(10))), Status::Warn),
+            (line(50), Some((7, D::from_secs(10))), Status::Ok),
+        ] {
+            let c = slurmd_check(l.clone(), d);
+            assert_eq!(c.status, want, "{c:?}");
+            assert_eq!(
+                c.fix.contains("restart slurmd"),
+                want == Status::Warn,
+                "{c:?}"
+            );
+        }
+        let (loads, inc) = plugstack_entries(
+            "# required /x/spank_gpurun.so\ninclude /etc/slurm/plugstack.conf.d/*.conf\noptional /usr/lib/spank_other.so\n",
+        );
+        assert!(!loads);
+        assert_eq!(inc, ["/etc/slurm/plugstack.conf.d/*.conf"]);
+        assert!(
+            plugstack_entries("required /usr/lib/slurm/spank_gpurun.so gpurun=/usr/bin/gpurun").0
+        );
+    }
 
     #[test]
     fn slurm_environment() {

@@ -25,4 +25,5 @@ pub mod options;
 #[cfg(not(test))]
 mod plugin;
 pub mod removal;
+pub mod slurmd;
 pub mod state;

@@ -19,6 +19,7 @@ use crate::join;
 use crate::named;
 use crate::options::{self, ContainerOpts, Join, PluginArgs, OPTIONS};
 use crate::removal;
+use crate::slurmd;
 use crate::state::{self, EnvChange, Holder};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
@@ -109,6 +110,8 @@ struct Plugin {
     pulled: Option<(jobimage::Pulled, bool)>,
     /// In slurmstepd: the step's tasks on this node that have exited.
     exited: u32,
+    /// In slurmstepd: this node's slurmd has not loaded the plugin (slurmd.rs).
+    slurmd_lacks_plugin: bool,
 }
 
 struct Step {
@@ -387,6 +390,7 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
         }
         if remote && (p.opts.image.is_some() || p.opts.name.is_some()) {
             prepare_containers_dir(sp, &p.args);
+            p.slurmd_lacks_plugin = slurmd::lacks_plugin() == Some(true);
         }
         0
     })
@@ -507,13 +511,21 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         timeout: p.args.timeout,
         log_stdout: entrypoint && opts.entrypoint_log,
     };
+    let leaves = (step == SLURM_BATCH_SCRIPT && batch_image.is_some())
+        || opts.name.as_ref().is_some_and(|n| {
+            !containers
+                .join(format!("{job}.{}", n.name))
+                .join("image")
+                .exists()
+        });
+    let notice = (p.slurmd_lacks_plugin && leaves).then(|| slurmd::restart_line(hostname.trim()));
     match holder::start(&spec) {
         Ok(running) => Ok(Step {
             container: Container::Held(running),
             env: map,
             sent,
             job_image: batch_image,
-            notice: None,
+            notice,
         }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
@@ -554,8 +566,9 @@ fn join_running(sp: spank_t, p: &Plugin, job: u32) -> Option<Result<Step, String
     let env = state::split_env(job_env(sp).iter().map(String::as_str));
     holder.env = state::joined_env(&holder.env, &env);
     holder.cwd = p.opts.workdir.clone().unwrap_or_else(|| PathBuf::from("/"));
-    let notice = (!p.opts.mounts.is_empty())
-        .then(|| "ignoring --container-mounts: the step joins a running container".to_string());
+    let notice = (!p.opts.mounts.is_empty()).then(|| {
+        "gpurun: ignoring --container-mounts: the step joins a running container".to_string()
+    });
     Some(Ok(Step {
         container: Container::Joined(holder),
         env,
@@ -811,7 +824,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         };
         if first() {
             if let Some(n) = &step.notice {
-                log_user(&format!("gpurun: {n}"));
+                log_user(n);
             }
             if let (true, Container::Held(r)) = (p.opts.entrypoint_log, &step.container) {
                 r.output().lines().for_each(log_user);

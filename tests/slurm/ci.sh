@@ -47,6 +47,16 @@ for mode in ${SLURM_CI_MODES:-v1 none}; do
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   summary+=("$mode: $(tail -n 1 "/tmp/gpurun-slurm-tests-$mode.log")")
 done
+# slurmd reads plugstack.conf only when it starts: `gpurun doctor` says whether it has loaded
+# the plugin, and says so once its line is newer than slurmd
+echo "=== Slurm, doctor"
+doctor() { runuser -u "$U" -- "$GPURUN" doctor 2>&1 | grep 'Slurm plugin'; }
+d=0
+doctor | grep -q 'slurmd (pid [0-9]*) started after' || { d=$((d + 1)); doctor; }
+touch /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
+doctor | grep -q 'restart slurmd' || { d=$((d + 1)); doctor; }
+[ "$d" = 0 ] || status=1
+summary+=("doctor: $((2 - d)) passed, $d failed")
 tests/slurm/cluster.sh stop
 # Then 3 nodes in namespaces of this machine (tests/slurm/multinode.sh), without cgroups.
 if [ "${SLURM_CI_MULTINODE:-1}" = 1 ]; then

@@ -163,14 +163,15 @@ ConstrainSwapSpace=no
 EOF
   grep -qs "include $ETC/plugstack.conf.d/\*.conf" "$ETC/plugstack.conf" \
     || echo "include $ETC/plugstack.conf.d/*.conf" >> "$ETC/plugstack.conf"
-  # plugstack is read by every srun/sbatch/slurmstepd: a change needs no daemon restart
+  # srun, sbatch and slurmstepd read plugstack.conf afresh, slurmd only when it starts (the
+  # plugin's job epilog): a change restarts the daemons below
   if [ $# -gt 0 ]; then
     [ -r "$1" ] || die "SPANK plugin $1 not readable"
     local so; so=$(realpath "$1"); shift
-    echo "required $so $*" > "$SPANKCONF"
+    write_if_changed "$SPANKCONF" <<<"required $so $*"
     log "SPANK plugin: $(cat "$SPANKCONF")"
-  else
-    rm -f "$SPANKCONF"
+  elif [ -e "$SPANKCONF" ]; then
+    rm -f "$SPANKCONF"; changed=1
   fi
   log "configs in $ETC (node $node, $NCPU cpus, $NGPU fake gpus, cgroup=$mode, changed=$changed)"
   if [ "$already" = 1 ] && [ "$changed" = 1 ]; then
