@@ -55,8 +55,15 @@ d=0
 doctor | grep -q 'slurmd (pid [0-9]*) started after' || { d=$((d + 1)); doctor; }
 touch /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
 doctor | grep -q 'restart slurmd' || { d=$((d + 1)); doctor; }
+# the plugin at a new path slurmd has not loaded: a step making a named container says so
+NEWSO=$(mktemp /tmp/gpurun-ci-plugin.XXXXXX.so); cp "$SO" "$NEWSO"; chmod 644 "$NEWSO"
+echo "required $NEWSO gpurun=$GPURUN" > /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
+IMG=/tmp/gpurun-slurm-tests.$U/img.sqsh
+said=$(cd /tmp && runuser -u "$U" -- srun -t 1 --container-name=stale --container-image="$IMG" true 2>&1)
+grep -q 'gpurun: warning: slurmd on .* restart slurmd there' <<<"$said" || { d=$((d + 1)); echo "$said"; }
+rm -f "$NEWSO"
 [ "$d" = 0 ] || status=1
-summary+=("doctor: $((2 - d)) passed, $d failed")
+summary+=("doctor and the plugin's line: $((3 - d)) passed, $d failed")
 tests/slurm/cluster.sh stop
 # Then 3 nodes in namespaces of this machine (tests/slurm/multinode.sh), without cgroups.
 if [ "${SLURM_CI_MULTINODE:-1}" = 1 ]; then

@@ -354,6 +354,8 @@ srun -t 1 --container-name=c1 --container-image=$W/saved.sqsh true 2>$W/named.ot
 echo "OTHER=\$?"
 srun -t 1 --container-name=c2 true 2>$W/named.noimage
 echo "NOIMAGE=\$?"
+srun -t 1 --container-image=$IMG true
+echo "UNNAMED=\$(ls -d /var/lib/gpurun/containers/\$(id -u)/\$SLURM_JOB_ID.\$SLURM_JOB_ID.* 2>/dev/null | wc -l)"
 EOF
   sbatch --wait -Q named.sbatch >/dev/null 2>&1
   job=$(get JOB named.out)
@@ -364,6 +366,7 @@ EOF
   [ -n "$(get DIR named.out)" ] && [ ! -e "/var/lib/gpurun/containers/$(id -u)/$job.c1" ]; res $? "--container-name: its state is on the node in the job ($(get DIR named.out)), gone after it"
   [ "$(get CREATE named.out)" != 0 ] && grep -q 'c1:create: the container exists already' named.create; res $? "--container-name=c1:create on an existing name: refused ($(tail -n 1 named.create))"
   [ "$(get OTHER named.out)" != 0 ] && grep -q 'c1: it was made from' named.other; res $? "--container-name=c1 with another image: refused ($(tail -n 1 named.other))"
+  [ "$(get UNNAMED named.out)" = 0 ]; res $? "an unnamed step's record is gone at its end, before the job's ($(get UNNAMED named.out) left)"
   [ "$(get NOIMAGE named.out)" != 0 ] && grep -q 'c2: no such container' named.noimage; res $? "--container-name=c2 without an image, never made: refused ($(tail -n 1 named.noimage))"
   srun "${T[@]}" --container-name=a/b --container-image="$IMG" true 2>named.bad
   [ $? != 0 ] && grep -q "container-name=a/b: a name with '/'" named.bad; res $? "--container-name=a/b: refused ($(tail -n 1 named.bad))"
