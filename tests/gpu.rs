@@ -649,6 +649,37 @@ const INSIDE: &str =
      head -c 4 /.gpurun/nvidia/lib/libcuda.so.1 | tail -c 3; \
      head -c 4 /.gpurun/nvidia/lib/libnvidia-ml.so.1 | tail -c 3; echo; nvidia-smi";
 
+/// Under a real terminal (script's pty), where GPU nodes make /dev gpurun's own tmpfs with a
+/// devpts of the container's own, the caller's terminal is still there by its device: `tty`
+/// names it (/dev/console, where Apptainer binds it) and a shell can read from it.
+#[test]
+fn callers_terminal_beside_the_gpus() {
+    let Some(f) = fake_driver(1) else { return };
+    let s = common::Scratch::new();
+    let img = image(&s, &["PATH=/bin"]);
+    let inside = "tty; test -c /dev/pts/ptmx && echo own devpts; ls /dev | grep -c nvidia0";
+    let cmd = format!(
+        "{} exec {} sh -c '{inside}'",
+        common::gpurun_bin().display(),
+        img.display()
+    );
+    let mut c = common::as_user("script");
+    c.args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null());
+    for (k, v) in f.env(&[]) {
+        c.env(k, v);
+    }
+    c.env("GPURUN_NV_DRIVER_PATH", f.cache("new"));
+    let o = c.output().unwrap();
+    let out = common::stdout(&o).replace('\r', "");
+    assert!(o.status.success(), "{out}\n{}", common::stderr(&o));
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["/dev/console", "own devpts", "1"],
+        "{out}"
+    );
+}
+
 #[test]
 fn exec_sees_exactly_the_chosen_gpus() {
     let Some(f) = fake_driver(4) else { return };

@@ -210,6 +210,8 @@ pub struct HostView<'a> {
     pub env: Vec<(String, String)>,
     /// Top-level entries of /dev (used only when /dev must be filtered).
     pub dev: Vec<DevEntry>,
+    /// The caller's terminal (the device of its first standard stream that is one).
+    pub tty: Option<PathBuf>,
     pub exists: &'a dyn Fn(&Path) -> HostPath,
 }
 
@@ -698,11 +700,13 @@ fn base_mounts(req: &Request, host: &HostView, extras: &Extras) -> Vec<Mount> {
             target: "pts/ptmx".into(),
         };
         mounts.push(Mount::new("/dev/ptmx", ptmx));
-        for e in host
-            .dev
-            .iter()
-            .filter(|e| !matches!(e.name(), "pts" | "ptmx"))
-        {
+        // The caller's pty is not in that devpts: bound at /dev/console, as Apptainer does, so
+        // that ttyname() finds it by its device (tty, GPG_TTY, password prompts).
+        if let Some(tty) = &host.tty {
+            mounts.push(Mount::bind(tty, "/dev/console", false).optional());
+        }
+        let taken = |n: &str| matches!(n, "pts" | "ptmx") || (n == "console" && host.tty.is_some());
+        for e in host.dev.iter().filter(|e| !taken(e.name())) {
             match e {
                 DevEntry::Symlink { name, target } => mounts.push(Mount::new(
                     Path::new("/dev").join(name),
@@ -1056,6 +1060,7 @@ mod tests {
             cwd: cwd.into(),
             env,
             dev,
+            tty: None,
             exists: &host_exists,
         }
     }
@@ -1832,6 +1837,51 @@ mod tests {
         // with the host's whole /dev, its own
         let p = exec_plan(&Request::default()).unwrap();
         assert!(find(&p, "/dev/pts").is_none() && find(&p, "/dev/ptmx").is_none());
+    }
+
+    #[test]
+    fn callers_terminal_in_filtered_dev() {
+        let extras = Extras {
+            filter_nvidia_dev: true,
+            ..Default::default()
+        };
+        let console = vec![DevEntry::Other {
+            name: "console".into(),
+        }];
+        let mut host = alice("/", Vec::new(), console);
+        host.tty = Some("/dev/pts/7".into());
+        let image = image_of(ImageMeta::default());
+        let p = plan(
+            &Request::default(),
+            &Action::Exec(vec![]),
+            &host,
+            &image,
+            &extras,
+        )
+        .unwrap();
+        let c: Vec<&Mount> = (p.mounts.iter())
+            .filter(|m| m.dst == Path::new("/dev/console"))
+            .collect();
+        assert_eq!(
+            c,
+            [&Mount::bind("/dev/pts/7", "/dev/console", false).optional()]
+        );
+        // without a terminal, the host's console entry as any other
+        host.tty = None;
+        let p = plan(
+            &Request::default(),
+            &Action::Exec(vec![]),
+            &host,
+            &image,
+            &extras,
+        )
+        .unwrap();
+        assert_eq!(
+            find(&p, "/dev/console").unwrap().source,
+            MountSource::Bind {
+                src: "/dev/console".into()
+            }
+        );
     }
 
     #[test]

@@ -417,6 +417,27 @@ fn dev_entries() -> Vec<DevEntry> {
     out
 }
 
+/// The caller's terminal: the device node of the first of stdin, stdout and stderr that is a
+/// terminal, where its name still leads to it (as Apptainer finds the one it binds).
+fn caller_tty() -> Option<PathBuf> {
+    use std::io::IsTerminal;
+    use std::os::unix::fs::MetadataExt;
+    let terminal = [
+        std::io::stdin().is_terminal(),
+        std::io::stdout().is_terminal(),
+        std::io::stderr().is_terminal(),
+    ];
+    (0..3).filter(|fd| terminal[*fd]).find_map(|fd| {
+        let link = format!("/proc/self/fd/{fd}");
+        let name = std::fs::read_link(&link).ok()?;
+        let (named, open) = (
+            std::fs::metadata(&name).ok()?,
+            std::fs::metadata(&link).ok()?,
+        );
+        (named.rdev() == open.rdev() && named.ino() == open.ino()).then_some(name)
+    })
+}
+
 /// One line for the variables that still use the old prefix for the container's environment.
 fn warn_legacy_env(env: &[(String, String)], quiet: bool) {
     let legacy = super::env::legacy_names(env);
@@ -469,6 +490,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         } else {
             Vec::new()
         },
+        tty: caller_tty(),
         exists: &host_exists,
     };
     let mut saving = Save::prepare(&l, &meta)?;
