@@ -57,7 +57,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-caps -d 'Drive
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l save -d 'Once the command has succeeded, write the container\'s root with its changes as a new image OUT (the image\'s metadata kept)' -r -F
-complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s c -l contain -d 'An empty home directory and a private /tmp of the container\'s own (in memory); no cwd bind'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s p -l pid -d 'A PID namespace of the container\'s own, with its own /proc'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s i -l ipc -d 'An IPC namespace of the container\'s own, with its own /dev/shm'
@@ -90,7 +90,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l gpus -d 'GPUs to u
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv-caps -d 'Driver capabilities beyond compute and utility: video, graphics, all [default: NVIDIA_DRIVER_CAPABILITIES]' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
-complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s c -l contain -d 'An empty home directory and a private /tmp of the container\'s own (in memory); no cwd bind'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s p -l pid -d 'A PID namespace of the container\'s own, with its own /proc'
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s i -l ipc -d 'An IPC namespace of the container\'s own, with its own /dev/shm'
@@ -124,7 +124,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv-caps -d 'Driv
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l device -d 'A device as the site\'s CDI specs define it (repeatable): VENDOR/CLASS=NAME, e.g. nvidia.com/gpu=0, nvidia.com/gpu=all, nvidia.com/gpu=GPU-<uuid> (gpurun help gpu)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l nv-driver-path -d 'Extra ld.so.cache files or directories holding the driver\'s libraries, searched before /usr/local/nvidia and /etc/ld.so.cache' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s s -l shell -d 'Shell to start (default: $SHELL if the image has it, else /bin/sh)' -r
-complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s c -l contain -d 'Do not bind the home directory, use a private /tmp, and bind no cwd'
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s c -l contain -d 'An empty home directory and a private /tmp of the container\'s own (in memory); no cwd bind'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s C -l containall -d '--contain and --cleanenv together, in PID and IPC namespaces of its own'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s p -l pid -d 'A PID namespace of the container\'s own, with its own /proc'
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s i -l ipc -d 'An IPC namespace of the container\'s own, with its own /dev/shm'

@@ -48,9 +48,9 @@ is made at DST where the image lacks it; auto: as SRC is). An unknown flag is an
   --tmpfs DST[:OPTS]             a fresh tmpfs at DST (repeatable): size=8G, mode=700, ro,
                                  noexec…, comma-separated (docker's --tmpfs)
 Your --bind and --tmpfs mounts go shallower destinations first: --tmpfs /w -B /d:/w/d keeps both.
-Bound by default: your home directory (not with --no-home or --contain) and the current
-directory when it is outside what is already bound (not with --contain); --contain also gives a
-private /tmp and /var/tmp. SRC must exist on the host; DST must be an absolute path.
+Bound by default: your home directory (not with --no-home; --contain gives an empty one in
+memory) and the current directory when it is outside what is already bound (not with
+--contain); --contain also gives a private /tmp and /var/tmp. SRC must exist on the host; DST must be an absolute path.
   -H, --home SRC[:DST]     SRC as the home directory, at DST inside (HOME=DST); also with --contain
   -C, --containall         --contain and --cleanenv
   --no-mount home,cwd,tmp  leave default mounts out; also bind-paths (the config files' binds),

@@ -127,6 +127,24 @@ fn identity_home_cwd_and_files() {
     assert!(stdout(&o).contains("here.txt"));
 }
 
+/// -c/--contain and -C/--containall give an empty, writable home of the user's own (and /tmp), as
+/// Apptainer does: $HOME exists, and what is written there stays out of the host's home.
+#[test]
+fn contained_home_is_empty_and_writable() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let probe =
+        "cd && ls -A | wc -l && echo x > .cachefile && test \"$(stat -c %u .)\" = \"$(id -u)\" \
+                 && touch /tmp/t && echo $HOME";
+    for opt in ["-c", "-C"] {
+        let o = exec_with(&[opt], &img, &["sh", "-c", probe]);
+        assert!(o.status.success(), "{opt}: {}{}", stdout(&o), stderr(&o));
+        let home = format!("/home/{TEST_USER}");
+        assert_eq!(stdout(&o), format!("0\n{home}\n"), "{opt}");
+        assert!(!Path::new(&home).join(".cachefile").exists(), "{opt}");
+    }
+}
+
 #[test]
 fn hard_links_xattrs_and_big_files() {
     let s = Scratch::new();
@@ -507,12 +525,12 @@ fn binds_contain_and_writable_tmpfs() {
     assert_eq!(o.status.code(), Some(125));
     assert!(stderr(&o).contains("/nonexistent-src"), "{}", stderr(&o));
 
-    // --contain: no home, private /tmp, image WorkingDir.
+    // --contain: not the host's home (an empty one), private /tmp, image WorkingDir.
     let marker = format!("/tmp/gpurun-contain-{}", std::process::id());
     std::fs::write(&marker, "host").unwrap();
     let o = run_ok(&mut gpurun(&[
         "exec", "--contain", img.to_str().unwrap(), "sh", "-c",
-        &format!("pwd; ls $HOME 2>/dev/null && echo home-visible; test -e {marker} && echo tmp-shared; echo ok"),
+        &format!("pwd; test -z \"$(ls -A $HOME)\" || echo home-visible; test -e {marker} && echo tmp-shared; echo ok"),
     ]));
     assert_eq!(stdout(&o), "/opt/work\nok\n");
     let o = run_ok(&mut gpurun(&[

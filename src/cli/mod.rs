@@ -220,7 +220,7 @@ pub struct LaunchOpts {
     /// (comma-separated; repeatable)
     #[arg(long, value_name = "DST[:OPTS]")]
     pub tmpfs: Vec<String>,
-    /// Do not bind the home directory, use a private /tmp, and bind no cwd
+    /// An empty home directory and a private /tmp of the container's own (in memory); no cwd bind
     #[arg(short = 'c', long)]
     pub contain: bool,
     /// --contain and --cleanenv together, in PID and IPC namespaces of its own

@@ -764,8 +764,8 @@ fn tmp_and_host_files(req: &Request, skips: &Skips, changes: &Changes, mounts: &
     }
 }
 
-/// The ids inside, the home directory (bound unless contained) and /etc/passwd and /etc/group
-/// naming the user.
+/// The ids inside, the home directory (bound; an empty tmpfs when contained) and /etc/passwd
+/// and /etc/group naming the user.
 fn user_and_home(
     req: &Request,
     host: &HostView,
@@ -792,11 +792,16 @@ fn user_and_home(
         skips.dsts.retain(|d| *d != home);
         skips.home = true;
     }
-    if (custom || !req.contain) && !req.no_home && !skips.home {
-        if custom && (host.exists)(&home_src) != HostPath::Exists {
-            return Err(PlanError::HomeMissing(home_src));
+    if !req.no_home && !skips.home {
+        if custom || !req.contain {
+            if custom && (host.exists)(&home_src) != HostPath::Exists {
+                return Err(PlanError::HomeMissing(home_src));
+            }
+            mounts.push(Mount::bind(&home_src, &home, false));
+        } else {
+            // contained: an empty home of the container's own, as Apptainer's, so $HOME exists
+            mounts.push(Mount::new(&home, MountSource::tmpfs(0o700)));
         }
-        mounts.push(Mount::bind(&home_src, &home, false));
     }
     let passwd_line = format!(
         "{}:x:{}:{}:{}:{}:{}",
@@ -1370,7 +1375,11 @@ mod tests {
             ..Default::default()
         };
         let p = exec_plan(&contain).unwrap();
-        assert!(find(&p, "/home/alice").is_none());
+        // an empty home of its own, not the host's
+        assert_eq!(
+            find(&p, "/home/alice").unwrap().source,
+            MountSource::tmpfs(0o700)
+        );
         assert_eq!(find(&p, "/tmp").unwrap().source, MountSource::tmpfs(0o1777));
         let no_home = Request {
             no_home: true,
