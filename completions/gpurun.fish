@@ -47,7 +47,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l tmpfs -d 'Mount a
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l network -d 'The network of --net: none (loopback only) is the one gpurun has; implies --net' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s H -l home -d 'Bind SRC as the home directory, at DST inside (default: SRC); also with --contain' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l no-mount -d 'Leave out default mounts: home, cwd, tmp, hostfs, bind-paths (the config files\' binds), or the destination of one of those binds or of /etc/hosts, /etc/localtime, /etc/resolv.conf (comma-separated, repeatable)' -r
-complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l pwd -l cwd -d 'Working directory inside the container (default: the current one); one the container lacks is an error' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l env -d 'Set variables inside: K=V, or a comma-separated list K=V,K2=V2 (Apptainer\'s rules: gpurun help env), repeatable' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l env-file -d 'Read K=V lines from a file (comma-separated, repeatable)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s o -l overlay -d 'Keep the root\'s changes in directory DIR (in DIR/upper), over the image; DIR:ro reads them without writing' -r
@@ -81,7 +81,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l tmpfs -d 'Mount a 
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l network -d 'The network of --net: none (loopback only) is the one gpurun has; implies --net' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s H -l home -d 'Bind SRC as the home directory, at DST inside (default: SRC); also with --contain' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l no-mount -d 'Leave out default mounts: home, cwd, tmp, hostfs, bind-paths (the config files\' binds), or the destination of one of those binds or of /etc/hosts, /etc/localtime, /etc/resolv.conf (comma-separated, repeatable)' -r
-complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l pwd -l cwd -d 'Working directory inside the container (default: the current one); one the container lacks is an error' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l env -d 'Set variables inside: K=V, or a comma-separated list K=V,K2=V2 (Apptainer\'s rules: gpurun help env), repeatable' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -l env-file -d 'Read K=V lines from a file (comma-separated, repeatable)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand run" -s o -l overlay -d 'Keep the root\'s changes in directory DIR (in DIR/upper), over the image; DIR:ro reads them without writing' -r
@@ -114,7 +114,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l tmpfs -d 'Mount 
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l network -d 'The network of --net: none (loopback only) is the one gpurun has; implies --net' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s H -l home -d 'Bind SRC as the home directory, at DST inside (default: SRC); also with --contain' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l no-mount -d 'Leave out default mounts: home, cwd, tmp, hostfs, bind-paths (the config files\' binds), or the destination of one of those binds or of /etc/hosts, /etc/localtime, /etc/resolv.conf (comma-separated, repeatable)' -r
-complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l pwd -l cwd -d 'Working directory inside the container (default: the current one)' -r -F
+complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l pwd -l cwd -d 'Working directory inside the container (default: the current one); one the container lacks is an error' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l env -d 'Set variables inside: K=V, or a comma-separated list K=V,K2=V2 (Apptainer\'s rules: gpurun help env), repeatable' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -l env-file -d 'Read K=V lines from a file (comma-separated, repeatable)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand shell" -s o -l overlay -d 'Keep the root\'s changes in directory DIR (in DIR/upper), over the image; DIR:ro reads them without writing' -r

@@ -145,6 +145,24 @@ fn contained_home_is_empty_and_writable() {
     }
 }
 
+/// --pwd names where the command must start: a directory the container lacks is an error (exit
+/// 125, as pyxis's --container-workdir), not a start in / with a warning. Without --pwd, a
+/// working directory the container lacks still falls back to / with a warning.
+#[test]
+fn pwd_missing_is_an_error() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let o = exec_with(&["--pwd", "/missing/dir"], &img, &["pwd"]);
+    one_line_error(
+        &o,
+        125,
+        &["--pwd /missing/dir", "No such file or directory"],
+    );
+    assert_eq!(stdout(&o), "");
+    let o = exec_with(&["--pwd", "/opt/work"], &img, &["pwd"]);
+    assert_eq!(stdout(&o), "/opt/work\n", "{}", stderr(&o));
+}
+
 #[test]
 fn hard_links_xattrs_and_big_files() {
     let s = Scratch::new();

@@ -249,7 +249,8 @@ pub struct LaunchOpts {
     /// /etc/resolv.conf (comma-separated, repeatable)
     #[arg(long, value_name = "NAME[,NAME…]", value_delimiter = ',')]
     pub no_mount: Vec<String>,
-    /// Working directory inside the container (default: the current one)
+    /// Working directory inside the container (default: the current one); one the container
+    /// lacks is an error
     #[arg(long, visible_alias = "cwd", value_name = "DIR")]
     pub pwd: Option<PathBuf>,
     /// Start from an empty environment (plus the image's and --env)

@@ -83,6 +83,9 @@ pub struct Plan {
     pub mounts: Vec<Mount>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
+    /// `cwd` was asked for (--pwd): where the container lacks it, the start fails, as pyxis's
+    /// --container-workdir does, rather than running somewhere else.
+    pub cwd_asked: bool,
     pub argv: Vec<String>,
     /// Where the root's changes go (`Changes::None`: it is read-only).
     pub changes: Changes,
@@ -660,6 +663,7 @@ pub fn plan(
         mounts,
         env,
         cwd,
+        cwd_asked: req.pwd.is_some(),
         argv: argv?,
         changes,
         overlay_driver: req.overlay_driver,

@@ -84,7 +84,15 @@ pub(super) fn child(
         hold();
     }
     drop(ready);
-    if nix::unistd::chdir(&plan.cwd).is_err() {
+    if let Err(e) = nix::unistd::chdir(&plan.cwd) {
+        if plan.cwd_asked {
+            let why = format!(
+                "--pwd {}: {} in the container; create it (or --bind a directory there) or choose another",
+                plan.cwd.display(),
+                e.desc()
+            );
+            return (exit::GPURUN_FAILED, why);
+        }
         eprintln!(
             "gpurun: warning: working directory {} does not exist in the container; using /",
             plan.cwd.display()
