@@ -311,6 +311,48 @@ fn ps_lists_running_containers() {
     assert_eq!(found["gpus"], serde_json::json!([]));
 }
 
+/// `gpurun ps` finds containers whatever the binary's file is called: a site's versioned copy
+/// (gpurun-1.2), run directly or through a wrapper script that execs it.
+#[test]
+fn ps_sees_containers_of_a_renamed_binary() {
+    let s = Scratch::new();
+    let img = gpurun_image(&s);
+    let copy = s.join("gpurun-1.2");
+    std::fs::copy(gpurun_bin(), &copy).unwrap();
+    let wrapper = s.join("site-gpurun");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", copy.display()),
+    )
+    .unwrap();
+    for f in [&copy, &wrapper] {
+        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let mut child = as_user(&wrapper)
+        .args(["exec", img.to_str().unwrap(), "sleep", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = json(&run_ok(as_user(&wrapper).args(["ps", "--json"])));
+        let listed = v["containers"].as_array().unwrap().iter().any(|c| {
+            c["pid"] == child.id() && !c["init_pid"].is_null() && c["command"][0] == "sleep"
+        });
+        if listed {
+            break;
+        }
+        if Instant::now() > deadline {
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+            panic!("container of {} not listed: {v}", copy.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+}
+
 #[test]
 fn config_layers_reach_launches_and_pulls() {
     let s = Scratch::new();

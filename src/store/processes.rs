@@ -1,6 +1,7 @@
 //! The user's processes as /proc describes them (for `gpurun ps` and `gpurun cache gc`).
 
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use procfs::process::{all_processes, FDTarget, Process};
@@ -32,11 +33,20 @@ pub fn own_processes(uid: u32) -> Vec<Proc> {
     let Ok(all) = all_processes() else {
         return Vec::new();
     };
-    all.flatten().filter_map(|p| own_process(&p, uid)).collect()
+    let me = file_id("/proc/self/exe");
+    all.flatten()
+        .filter_map(|p| own_process(&p, uid, me))
+        .collect()
 }
 
-/// `p`, when it is `uid`'s and still there.
-fn own_process(p: &Process, uid: u32) -> Option<Proc> {
+/// The (device, inode) of the file at `path`.
+fn file_id(path: &str) -> Option<(u64, u64)> {
+    fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// `p`, when it is `uid`'s and still there. It is gpurun's when it runs this very binary
+/// (`me`), whatever its file's name (a site's gpurun-1.2, a wrapper's exec), or one named gpurun.
+fn own_process(p: &Process, uid: u32, me: Option<(u64, u64)>) -> Option<Proc> {
     if p.uid().ok()? != uid {
         return None;
     }
@@ -45,7 +55,8 @@ fn own_process(p: &Process, uid: u32) -> Option<Proc> {
     let cmdline = cmdline(pid);
     let base = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
     let exe = p.exe().ok();
-    let is_gpurun = exe.as_deref().and_then(base).as_deref() == Some("gpurun")
+    let is_gpurun = (me.is_some() && file_id(&format!("/proc/{pid}/exe")) == me)
+        || exe.as_deref().and_then(base).as_deref() == Some("gpurun")
         || cmdline
             .first()
             .map(|c| base(Path::new(c)).as_deref() == Some("gpurun"))
