@@ -19,6 +19,9 @@ _gpurun() {
             gpurun,cache)
                 cmd="gpurun__subcmd__cache"
                 ;;
+            gpurun,completions)
+                cmd="gpurun__subcmd__completions"
+                ;;
             gpurun,config)
                 cmd="gpurun__subcmd__config"
                 ;;
@@ -74,7 +77,7 @@ _gpurun() {
 
     case "${cmd}" in
         gpurun)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version exec run shell gpus pull inspect cache doctor ps stop config version help"
+            opts="-q -v -h -V --quiet --verbose --debug --help --version exec run shell gpus pull inspect cache doctor ps stop config version help completions"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -140,6 +143,20 @@ _gpurun() {
         gpurun__subcmd__cache__subcmd__list)
             opts="-q -v -h -V --json --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        gpurun__subcmd__completions)
+            opts="-q -v -h -V --quiet --verbose --debug --help --version bash elvish fish powershell zsh"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -302,7 +319,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__help)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps stop version"
+            opts="-q -v -h -V --quiet --verbose --debug --help --version env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps stop version completions"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

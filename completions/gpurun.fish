@@ -42,6 +42,7 @@ complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "stop" -d 'Stop your i
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "config" -d 'Print the merged configuration and where each value came from'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "version" -d 'Print the version, git commit, compiler and target'
 complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "help" -d 'Help on a subcommand or a topic: env, binds, gpu, slurm, exit-codes, config, images, apptainer'
+complete -c gpurun -n "__fish_gpurun_needs_command" -f -a "completions" -d 'Write a shell completion script to stdout (bash, zsh, fish)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -s B -l bind -d 'Bind a host path: SRC[:DST[:FLAGS]], repeatable, comma-separated lists allowed; FLAGS joined with \'+\': ro, rw, nosuid, nodev, noexec, [r]private, [r]slave, [r]shared, [r]unbindable, x-create=dir|file|auto (gpurun help binds)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l tmpfs -d 'Mount a fresh tmpfs at DST inside: DST[:OPTS], OPTS size=N, mode=OCTAL, ro, noexec… (comma-separated; repeatable)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand exec" -l network -d 'The network of --net: none (loopback only) is the one gpurun has; implies --net' -r
@@ -235,6 +236,11 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand help" -s v -l verbose -d '
 complete -c gpurun -n "__fish_gpurun_using_subcommand help" -l debug -d 'Also print the cause chain of errors and every mount'
 complete -c gpurun -n "__fish_gpurun_using_subcommand help" -s h -l help -d 'Print help'
 complete -c gpurun -n "__fish_gpurun_using_subcommand help" -s V -l version -d 'Print version'
+complete -c gpurun -n "__fish_gpurun_using_subcommand completions" -s q -l quiet -d 'Print only errors'
+complete -c gpurun -n "__fish_gpurun_using_subcommand completions" -s v -l verbose -d 'Say what gpurun does (mounts, binds, devices)'
+complete -c gpurun -n "__fish_gpurun_using_subcommand completions" -l debug -d 'Also print the cause chain of errors and every mount'
+complete -c gpurun -n "__fish_gpurun_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c gpurun -n "__fish_gpurun_using_subcommand completions" -s V -l version -d 'Print version'
 
 # The IMAGE of exec, run, shell and inspect: image files and directories.
 function __fish_gpurun_value_options
@@ -296,4 +302,4 @@ end
 
 complete -c gpurun -n __fish_gpurun_wants_image -f -a '(__fish_gpurun_images)'
 # help's topics and subcommands (clap_complete's fish script offers no positional values)
-complete -c gpurun -n "__fish_gpurun_using_subcommand help" -f -a "env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps stop version"
+complete -c gpurun -n "__fish_gpurun_using_subcommand help" -f -a "env binds gpu slurm exit-codes config images apptainer exec run shell gpus pull inspect cache doctor ps stop version completions"

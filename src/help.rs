@@ -21,7 +21,8 @@ Environment inside the container, lowest to highest precedence:
      PYTHONPATH, PS1, …) and registry credentials; --cleanenv (-e) drops the host's entirely
   2. the image's: the OCI config's Env (gpurun images), /etc/environment (enroot images),
      the assignments in /.singularity.d/env/*.sh (Apptainer images)
-  3. --env-file FILE (KEY=VALUE lines)
+  3. --env-file FILE (KEY=VALUE lines, taken literally: no $VAR expansion, unlike Apptainer's,
+     which runs the file as a shell script on the host)
   4. GPURUNENV_K=V in the host environment (like APPTAINERENV_K); the old form GPURUN_ENV_K
      still works, with a warning (GPURUN_ENV_FILE is --env-file's variable, not FILE inside)
   5. --env K=V
@@ -32,8 +33,8 @@ PATH defaults to /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin wh
 --env splits as Apptainer's does: with one '=' the value is one variable, commas and all
 (--env PATH=/a,b sets PATH to \"/a,b\"); with more it is a comma-separated list (--env A=1,B=2),
 where a whole K=V in double quotes keeps its commas (--env '\"A=1,2\",B=3'). No backslash escapes.
-Every option has a variable too (GPURUN_CLEANENV=1, GPURUN_ENV=A=1,B=2, GPURUN_PWD=/w, …; the
-command line wins): gpurun help config.
+Every option but the outputs (--save, --json, pull's -o) has a variable too (GPURUN_CLEANENV=1,
+GPURUN_ENV=A=1,B=2, GPURUN_PWD=/w, …; the command line wins): gpurun help config.
 ";
 
 const BINDS: &str = "\
@@ -131,7 +132,8 @@ Every option of exec, run, shell, pull and inspect, and the global ones, has a v
 after it, as Apptainer's APPTAINER_<FLAG>: GPURUN_CLEANENV=1, GPURUN_CONTAIN=yes,
 GPURUN_NO_MOUNT=home,tmp, GPURUN_PWD=/work, GPURUN_GPUS=0,1 … The command line wins; empty is
 unset; switches take 1/0, true/false, yes/no, on/off. Not --bind (GPURUN_BIND adds to it) nor
---nv (GPURUN_NV=1|0). Their names: the ENVIRONMENT section of gpurun-exec(1).
+--nv (GPURUN_NV=1|0); the outputs --save, --json and pull's --output have none. Their names:
+the ENVIRONMENT section of gpurun-exec(1).
 gpurun config show prints the merged values, the options set by variables, and where each came
 from.
 ";

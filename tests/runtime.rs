@@ -163,6 +163,54 @@ fn pwd_missing_is_an_error() {
     assert_eq!(stdout(&o), "/opt/work\n", "{}", stderr(&o));
 }
 
+/// --env-file takes its K=V lines literally, as `gpurun help env` says (Apptainer evaluates the
+/// file as a shell script): nothing is expanded; `export ` and one pair of quotes are dropped.
+#[test]
+fn env_file_values_are_literal() {
+    let s = Scratch::new();
+    let img = image(&s);
+    let f = s.join("vars.env");
+    std::fs::write(&f, "# comment\nA=$HOME/x\n  export B='q r'\n").unwrap();
+    let file = f.to_str().unwrap();
+    let o = exec_with(&["--env-file", file], &img, &["sh", "-c", "echo \"$A|$B\""]);
+    assert_eq!(stdout(&o), "$HOME/x|q r\n", "{}", stderr(&o));
+    let help = stdout(&run_ok(&mut gpurun(&["help", "env"])));
+    assert!(
+        help.contains("taken literally: no $VAR expansion"),
+        "{help}"
+    );
+}
+
+/// `run` follows Docker's rule, as the README says: an image with neither entrypoint nor cmd
+/// runs ARGS as the command, and /bin/sh without ARGS.
+#[test]
+fn run_without_entrypoint_or_cmd() {
+    let s = Scratch::new();
+    let img = busybox_image(&s, "bare", |_| {});
+    let img = img.to_str().unwrap();
+    let o = run_ok(&mut gpurun(&["run", img, "echo", "as the command"]));
+    assert_eq!(stdout(&o), "as the command\n");
+    let mut c = gpurun(&["run", img]);
+    c.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo from sh\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&o), "from sh\n");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let said = "neither entrypoint nor cmd runs ARGS as the command, and `/bin/sh`\nwithout ARGS";
+    assert!(
+        readme.contains(said),
+        "the README does not say what run does"
+    );
+}
+
 #[test]
 fn hard_links_xattrs_and_big_files() {
     let s = Scratch::new();

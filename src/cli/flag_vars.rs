@@ -220,6 +220,27 @@ pub fn render(set: &[FlagSetting]) -> String {
 mod tests {
     use super::*;
 
+    /// The options left without a variable are the ones `gpurun help config` names as such (the
+    /// help, the docs and the man page say every other option has one).
+    #[test]
+    fn options_without_a_variable_are_named() {
+        let config = crate::help::topic("config").unwrap();
+        let cmd = crate::cli::documented();
+        // the hidden `hold`'s own options are the plugin's, not a user's
+        let subs = (COMMANDS.iter())
+            .filter_map(|n| cmd.find_subcommand(n))
+            .filter(|s| !s.is_hide_set());
+        let args = cmd
+            .get_arguments()
+            .chain(subs.flat_map(|s| s.get_arguments()));
+        for a in args.filter(|a| !a.is_hide_set() && a.get_env().is_none()) {
+            let Some(long) = a.get_long().filter(|l| !["help", "version"].contains(l)) else {
+                continue;
+            };
+            assert!(config.contains(&format!("--{long}")), "--{long}: {config}");
+        }
+    }
+
     #[test]
     fn names_follow_the_long_option() {
         for (long, var) in [

@@ -67,7 +67,7 @@ Examples:
 
 /// Variables besides the options' own, and the pages (commands) they belong on.
 const VARIABLES: &[(&str, &[&str], &str)] = &[
-    ("GPURUN_<FLAG>", &["gpurun"], "every option of exec, run, shell, pull and inspect, and the global ones: GPURUN_CLEANENV=1, GPURUN_PWD=/work, GPURUN_NO_MOUNT=home,tmp (gpurun config show lists those set)"),
+    ("GPURUN_<FLAG>", &["gpurun"], "every option of exec, run, shell, pull and inspect, and the global ones, but the outputs --save, --json and pull's --output: GPURUN_CLEANENV=1, GPURUN_PWD=/work, GPURUN_NO_MOUNT=home,tmp (gpurun config show lists those set)"),
     ("GPURUNENV_NAME", &["gpurun", "exec", "run", "shell"], "sets NAME inside the container (as Apptainer's APPTAINERENV_NAME); GPURUN_ENV_NAME, the old form, still works and is warned about"),
     ("GPURUN_BIND", &["gpurun", "exec", "run", "shell"], "binds added to --bind: SRC[:DST[:FLAGS]],…"),
     ("GPURUN_WRITABLE_ROOT", &["gpurun", "exec", "run", "shell"], "1: the root is writable (a tmpfs overlay, as --writable-tmpfs) unless --read-only; writable_root in the config"),

@@ -83,7 +83,6 @@ pub enum Command {
     /// apptainer
     Help(HelpArgs),
     /// Write a shell completion script to stdout (bash, zsh, fish)
-    #[command(hide = true)]
     Completions(CompletionsArgs),
     /// Write the man pages (gpurun.1 and one per subcommand) into DIR
     #[command(hide = true)]
@@ -684,6 +683,76 @@ mod tests {
         // exec needs a command; an unknown option before the image is an error
         assert!(parse_other(&v(&["gpurun", "exec", "i.sqsh"])).is_none());
         assert!(parse_other(&v(&["gpurun", "exec", "--nope", "i.sqsh", "ls"])).is_none());
+    }
+
+    /// What docs/apptainer-and-pyxis.md says of Apptainer's options holds: one it calls the same
+    /// is an option of exec, run or shell; one it calls not needed is refused, saying why.
+    #[test]
+    fn apptainer_table_agrees_with_the_options() {
+        let doc = include_str!("../../docs/apptainer-and-pyxis.md");
+        let table = doc
+            .split("## Apptainer options (exec, run, shell)")
+            .nth(1)
+            .unwrap();
+        let table = table.split("\n## ").next().unwrap();
+        let cmd = documented();
+        let launches = ["exec", "run", "shell"].map(|n| cmd.find_subcommand(n).unwrap());
+        let defined = |o: &str| {
+            let arg = |a: &clap::Arg| match o.strip_prefix("--") {
+                Some(l) => a
+                    .get_long_and_visible_aliases()
+                    .unwrap_or_default()
+                    .contains(&l),
+                None => a.get_short().is_some_and(|s| o == format!("-{s}")),
+            };
+            launches.iter().any(|s| s.get_arguments().any(arg))
+        };
+        for row in table.lines().filter(|l| l.starts_with("| `")) {
+            let (theirs, ours) = row[2..].split_once(" | ").unwrap();
+            let opts = (theirs.split('`').skip(1).step_by(2))
+                .flat_map(|c| c.split(", "))
+                .map(|o| o.split([' ', '=']).next().unwrap())
+                .filter(|o| o.starts_with('-') && !o.ends_with('*'));
+            for o in opts {
+                if ours.starts_with("the same") || ours.starts_with("always") {
+                    assert!(defined(o), "{o} is not an option: {row}");
+                } else if ours.starts_with("not needed") {
+                    let args = v(&["gpurun", "exec", o, "i", "x"]);
+                    let e = cmd.clone().try_get_matches_from(&args).unwrap_err();
+                    assert!(refusal(&args, &e).is_some(), "{o} is not refused: {row}");
+                }
+            }
+        }
+    }
+
+    /// The commands a user runs are in --help and the README (completions too, which installs
+    /// the completion scripts).
+    #[test]
+    fn commands_are_in_help_and_readme() {
+        let readme = include_str!("../../README.md");
+        let cmd = documented();
+        let shown: Vec<&str> = (cmd.get_subcommands())
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name())
+            .collect();
+        for name in [
+            "exec",
+            "run",
+            "shell",
+            "pull",
+            "inspect",
+            "cache",
+            "doctor",
+            "ps",
+            "stop",
+            "config",
+            "gpus",
+            "completions",
+        ] {
+            assert!(shown.contains(&name), "{name} is not in --help");
+            let line = format!("gpurun {name}");
+            assert!(readme.contains(&line), "{name} is not in the README");
+        }
     }
 
     #[test]
