@@ -195,7 +195,7 @@ enum Image {
         archive: Box<Archive>,
         /// Where its facts are kept between starts, and for which identity (`ImageFacts`).
         kept: Option<(PathBuf, String)>,
-        /// Where its servers keep their decompressed blocks (`sqfs::blocks_file`).
+        /// Where its servers keep their decompressed blocks (`Archive::blocks_file`).
         blocks: Option<PathBuf>,
     },
 }
@@ -230,7 +230,7 @@ impl Image {
             },
         })?;
         let kept = kept_facts(&archive, cache_root());
-        let blocks = crate::image::sqfs::blocks_file(&archive, cache_root());
+        let blocks = archive.blocks_file(cache_root());
         // The blocks an earlier server kept serve this start's own lookups too (the plan's).
         if let (Some(f), Some((_, id))) = (&blocks, &kept) {
             archive.use_kept(f, id);

@@ -21,10 +21,8 @@
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr::NonNull;
-
-use super::Archive;
 
 const MAGIC: &[u8; 8] = b"GPURUNKB";
 /// Bumped when the layout changes.
@@ -46,16 +44,6 @@ pub fn kept_id(image_id: &str) -> String {
     let b = &crate::version::BUILD;
     let uid = nix::unistd::geteuid().as_raw();
     format!("{uid}:{image_id}:{}:{}", b.version, b.commit)
-}
-
-/// Where the servers of `archive` keep its decompressed blocks in the user's private cache at
-/// `root`. Not on a network file system: the file is mapped, and a page of it that another
-/// node's rewrite or prune took away would be a SIGBUS in the server.
-pub fn blocks_file(archive: &Archive, root: PathBuf) -> Option<PathBuf> {
-    let (file_key, _) = archive.identity().ok()?;
-    let file = crate::store::kept_facts::kept_file(root, "image-blocks", &file_key, "blocks")?;
-    file.parent().filter(|d| !crate::sys::on_network_fs(d))?;
-    Some(file)
 }
 
 /// Where one kept block is in the file.

@@ -29,7 +29,7 @@ use blocks::{Arena, Block};
 pub use compress::Compressor;
 use format::{BlockWord, Body, ByteSource, FormatResult, RawInode, Superblock, SuperblockError};
 pub use format::{DirEntry, Kind};
-pub use kept::{blocks_file, kept_id};
+pub use kept::kept_id;
 use kept::{Kept, KeptBlock};
 
 #[derive(Debug, thiserror::Error)]
@@ -744,6 +744,16 @@ impl Archive {
             }
             out.extend_from_slice(&buf[..n]);
         }
+    }
+
+    /// Where the servers of this image keep its decompressed blocks in the user's private cache
+    /// at `root` (kept.rs). Not on a network file system: the file is mapped, and a page of it
+    /// that another node's rewrite or prune took away would be a SIGBUS in the server.
+    pub fn blocks_file(&self, root: PathBuf) -> Option<PathBuf> {
+        let (file_key, _) = self.identity().ok()?;
+        let file = crate::store::kept_facts::kept_file(root, "image-blocks", &file_key, "blocks")?;
+        file.parent().filter(|d| !crate::sys::on_network_fs(d))?;
+        Some(file)
     }
 
     /// Serve the blocks, data and metadata, kept in `file` for `id` by an earlier server (kept.rs),

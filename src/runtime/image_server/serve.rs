@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::fuse_fs;
-use crate::image::sqfs::{blocks_file, kept_id, Archive};
+use crate::image::sqfs::{kept_id, Archive};
 use crate::store::cache_dir::cache_root;
 use crate::sys;
 
@@ -200,9 +200,7 @@ fn prepare(
     if id != args.id {
         return Err(ServerError::Changed(args.image.clone()));
     }
-    let kept = args
-        .keep_blocks
-        .then(|| blocks_file(&archive, cache_root()));
+    let kept = args.keep_blocks.then(|| archive.blocks_file(cache_root()));
     let kept = kept.flatten();
     if let Some(f) = &kept {
         archive.use_kept(f, &kept_id(&id));
