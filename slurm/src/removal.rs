@@ -228,7 +228,7 @@ mod tests {
         }
         // as overlayfs leaves its work directory: closed even to its owner
         use std::os::unix::fs::PermissionsExt;
-        let closed = std::fs::Permissions::from_mode(0);
+        let closed = std::fs::Permissions::from_mode(0o000);
         std::fs::set_permissions(t.path().join("7.c1/overlay/work/work"), closed).unwrap();
         let wanted = |n: &str| n.starts_with("7.");
         assert_eq!(remove_dirs(t.path(), uid, (uid + 1, gid), wanted), 0);
