@@ -284,7 +284,7 @@ fn serve(a: gpurun::cli::ServeArgs) -> i32 {
         idle: std::time::Duration::from_secs(a.idle),
         scope: a.scope,
         anchor: a.anchor,
-        keep_blocks: a.keep_blocks,
+        keep_blocks_in: a.keep_blocks_in,
         private: a.private,
     })
 }

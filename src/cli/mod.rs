@@ -490,7 +490,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub anchor: Option<i32>,
     #[arg(long)]
-    pub keep_blocks: bool,
+    pub keep_blocks_in: Option<PathBuf>,
     #[arg(long)]
     pub private: bool,
 }

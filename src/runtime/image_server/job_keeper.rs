@@ -115,7 +115,8 @@ fn serve_args(ask: Ask, job: &str, keeper: i32) -> serve::Args {
         idle: Duration::from_secs(ask.idle_seconds),
         scope: scope_label(job),
         anchor: Some(keeper),
-        keep_blocks: ask.keep_blocks,
+        // the keeper's own cache: a request names no place
+        keep_blocks_in: ask.keep_blocks.then(crate::store::cache_dir::cache_root),
         private: false,
     }
 }
@@ -151,6 +152,7 @@ mod tests {
         )
         .unwrap();
         let line = serve_args(ask, "42", 7).command_line();
+        let own = crate::store::cache_dir::cache_root().display().to_string();
         assert_eq!(
             line,
             [
@@ -165,7 +167,8 @@ mod tests {
                 "slurm-job 42",
                 "--anchor",
                 "7",
-                "--keep-blocks"
+                "--keep-blocks-in",
+                &own,
             ]
         );
     }
