@@ -69,14 +69,17 @@ tests/slurm/cluster.sh stop
 if [ "${SLURM_CI_MULTINODE:-1}" = 1 ]; then
   echo "=== Slurm, 3 nodes"
   t0=$(date +%s)
-  if tests/slurm/multinode.sh start 3 "$SO" "gpurun=$GPURUN"; then
-    GPURUN_TEST_USER=$U GPURUN=$GPURUN tests/slurm/multinode-tests.sh | tee /tmp/gpurun-slurm-tests-multinode.log
+  # The plugin and gpurun from a directory under /tmp, of which each node has its own: the
+  # cluster must bind it in, as it must a checkout there.
+  BIN=$(mktemp -d /tmp/gpurun-ci-bin.XXXXXX); chmod 755 "$BIN"; cp "$SO" "$GPURUN" "$BIN/"
+  if tests/slurm/multinode.sh start 3 "$BIN/${SO##*/}" "gpurun=$BIN/gpurun"; then
+    GPURUN_TEST_USER=$U GPURUN=$BIN/gpurun tests/slurm/multinode-tests.sh | tee /tmp/gpurun-slurm-tests-multinode.log
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     summary+=("3 nodes: $(tail -n 1 /tmp/gpurun-slurm-tests-multinode.log)")
   else
     summary+=("3 nodes: cluster did not start"); status=1
   fi
-  tests/slurm/multinode.sh stop
+  tests/slurm/multinode.sh stop; rm -rf "$BIN"
   summary+=("3 nodes: $(( $(date +%s) - t0 )) s with the cluster's start and stop")
 fi
 printf '=== Slurm tests\n'; printf '%s\n' "${summary[@]}"

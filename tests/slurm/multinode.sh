@@ -3,7 +3,8 @@
 # benches. Each node is a slurmd in its own network, UTS and mount namespace: its own hostname
 # (n1..nN) and address on a bridge, its own /tmp, /var/tmp and /dev/shm (node-local disks),
 # while homes, the source tree and the rest of the file system are shared (a parallel file
-# system). One slurmctld and one munged (on a socket of their own) serve all nodes; no cgroups.
+# system); a plugin or gpurun under /tmp, /var/tmp or /dev/shm (a checkout there) is bound into
+# each node at its own path. One slurmctld and one munged (on a socket of their own) serve all nodes; no cgroups.
 #
 #   multinode.sh start N [PLUGIN.so [ARG...]]
 #                           the cluster, with "required PLUGIN.so ARG..." as plugstack.conf
@@ -178,7 +179,9 @@ node_files() {  # n
 }
 # Node i's mount and UTS namespaces, kept by bind mounts in $NSD (a private mount, so they can
 # be bind-mounted there). Inside: its hostname, node-local tmpfs, its hosts and CA files; it
-# drops its copies of $NSD and /run/netns so that no node holds another's namespaces.
+# drops its copies of $NSD and /run/netns so that no node holds another's namespaces. The
+# directories of $DIR/keep-paths (the plugin's and gpurun's, where they lie under a node-local
+# directory) are bound in at their own paths before the tmpfs hides them.
 make_node() {  # i
   local i=$1
   [ -e "$NSD/n$i.mnt" ] && return 0
@@ -187,9 +190,24 @@ make_node() {  # i
     --propagation private sh -euc '
       hostname "n$1"
       umount -l "$2"; umount -l /run/netns 2>/dev/null || true
+      k=0; while read -r p; do
+        mkdir -p "$3/keep/$k"; mount --bind "$p" "$3/keep/$k"; k=$((k + 1))
+      done < "$3/keep-paths"
       for d in /tmp /var/tmp /dev/shm; do mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$d"; done
+      k=0; while read -r p; do
+        mkdir -p "$p"; mount --move "$3/keep/$k" "$p"; k=$((k + 1))
+      done < "$3/keep-paths"
       mount --bind "$3/hosts" /etc/hosts
       mount --bind "$3/ca-certificates.crt" /etc/ssl/certs/ca-certificates.crt' - "$i" "$NSD" "$DIR"
+}
+# The directories of the plugstack line's absolute paths that lie under a node-local directory
+# (a checkout under /tmp): slurmd must load the plugin there, and the steps run gpurun there.
+keep_paths() {  # plugin-line
+  local w p
+  for w in $1; do
+    p=${w#*=}
+    case "$p" in /tmp/*|/var/tmp/*|/dev/shm/*) dirname "$p" ;; esac
+  done | sort -u > "$DIR/keep-paths"
 }
 make_nodes() {  # n
   local i
@@ -296,6 +314,7 @@ start() {
   make_network "$n"
   start_registry
   node_files "$n"
+  keep_paths "$plugin"
   make_nodes "$n"
   rm -rf "${DIR:?}"/ctld/* "${SPOOL:?}"/*   # fresh state: job ids from 1, no recovered node state
   /usr/sbin/slurmctld || die "slurmctld failed, see $DIR/log/slurmctld.log"
