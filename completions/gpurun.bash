@@ -105,7 +105,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__cache__subcmd__clean)
-            opts="-q -v -h -V --quiet --verbose --debug --help --version"
+            opts="-q -v -h -V --force --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -423,13 +423,12 @@ fn inspect(a: gpurun::cli::InspectArgs, ctx: &Ctx) -> i32 {
 
 fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
     use gpurun::image::gc;
-    use gpurun::units::human_size;
     let cache = gpurun::image::cache::Cache::open(&gpurun::store::cache_dir::cache_root())?;
     let from_files = match &ctx.cfg.cache_dir.from {
         Origin::Site(_) | Origin::User(_) => ctx.cfg.cache_dir.value.as_deref(),
         _ => None,
     };
-    if matches!(c, CacheCommand::Clean) {
+    if matches!(c, CacheCommand::Clean(_)) {
         // Image servers hold their images open: the idle ones end first.
         gpurun::runtime::image_server::attach::stop(None);
     }
@@ -438,44 +437,73 @@ fn cache(c: CacheCommand, ctx: &Ctx) -> anyhow::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let (chosen, dry_run) = match c {
+    let (chosen, dry_run, force) = match c {
         CacheCommand::List(j) => return cache_list(&entries, cache.root(), j.json),
-        CacheCommand::Clean => (gc::choose(&entries, None, None, now), false),
+        CacheCommand::Clean(a) => (
+            gc::choose(&entries, None, None, now, a.force),
+            false,
+            a.force,
+        ),
         CacheCommand::Gc(g) => {
             if g.max_size.is_none() && g.older_than.is_none() {
                 anyhow::bail!("gc needs --max-size SIZE and/or --older-than AGE (gpurun cache clean removes everything unused)");
             }
             (
-                gc::choose(&entries, g.max_size, g.older_than, now),
+                gc::choose(&entries, g.max_size, g.older_than, now, false),
                 g.dry_run,
+                false,
             )
         }
     };
-    let mut freed = 0;
+    let mut removed = vec![false; entries.len()];
     for &i in &chosen {
-        let e = &entries[i];
-        if dry_run || gc::remove(e)? {
-            freed += e.size_bytes;
-            if !ctx.quiet {
-                let verb = if dry_run { "would remove" } else { "removed" };
-                println!(
-                    "{verb} {} {} ({})",
-                    format!("{:?}", e.kind).to_lowercase(),
-                    e.name,
-                    human_size(e.size_bytes)
-                );
-            }
-        }
+        removed[i] = dry_run || gc::remove(&entries[i])?;
     }
-    let kept = entries.iter().filter(|e| e.in_use.is_some()).count();
     if !ctx.quiet {
-        println!(
-            "{} {}; kept {kept} in use",
-            if dry_run { "would free" } else { "freed" },
-            human_size(freed)
-        );
+        cache_report(&entries, &removed, dry_run, force);
     }
     Ok(())
+}
+
+/// What `cache clean|gc` removed, and what it kept and why (the process that uses it).
+fn cache_report(
+    entries: &[gpurun::image::gc::Entry],
+    removed: &[bool],
+    dry_run: bool,
+    force: bool,
+) {
+    use gpurun::units::human_size;
+    let (mut freed, mut kept) = (0, 0);
+    for (e, &gone) in entries.iter().zip(removed) {
+        let what = format!(
+            "{} {} ({})",
+            format!("{:?}", e.kind).to_lowercase(),
+            e.name,
+            human_size(e.size_bytes)
+        );
+        let why = e.in_use.as_deref();
+        match (gone, why) {
+            (true, None) => println!(
+                "{} {what}",
+                if dry_run { "would remove" } else { "removed" }
+            ),
+            (true, Some(why)) => println!("removed {what}, which was {why}"),
+            (false, Some(why)) => println!("kept {what}: {why}"),
+            (false, None) => {}
+        }
+        freed += if gone { e.size_bytes } else { 0 };
+        kept += usize::from(!gone && why.is_some());
+    }
+    let more = if kept > 0 && !force && entries.iter().any(|e| e.in_use.is_some() && !e.locked) {
+        " (gpurun cache clean --force removes them, but for what a pull is writing)"
+    } else {
+        ""
+    };
+    println!(
+        "{} {}; kept {kept} in use{more}",
+        if dry_run { "would free" } else { "freed" },
+        human_size(freed)
+    );
 }
 
 /// `gpurun cache list`: every blob and image of the cache, as JSON or as a table.
@@ -489,18 +517,19 @@ fn cache_list(
         println!("{}", serde_json::to_string_pretty(&entries)?);
         return Ok(());
     }
+    // IN USE last: it names the process that uses the entry, of any length.
     println!(
-        "{:<8} {:<20} {:>10}  {:<20} NAME",
-        "KIND", "LAST USED", "SIZE", "IN USE"
+        "{:<8} {:<20} {:>10}  {:<71}  IN USE",
+        "KIND", "LAST USED", "SIZE", "NAME"
     );
     for e in entries {
         println!(
-            "{:<8} {:<20} {:>10}  {:<20} {}",
+            "{:<8} {:<20} {:>10}  {:<71}  {}",
             format!("{:?}", e.kind).to_lowercase(),
             gpurun::ps::utc(e.last_used),
             human_size(e.size_bytes),
-            e.in_use.as_deref().unwrap_or("-"),
-            e.name
+            e.name,
+            e.in_use.as_deref().unwrap_or("-")
         );
     }
     let total: u64 = entries.iter().map(|e| e.size_bytes).sum();

@@ -70,7 +70,7 @@ fn cache_list_gc_and_clean_keep_what_is_in_use() {
     let s = Scratch::new();
     let c = fake_cache(&s);
     let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
-    // Oldest use first; the fresh blob is protected.
+    // Oldest use first.
     assert_eq!(names(&v), ["d", "f", "a", "b", "c", "e"]);
     assert_eq!(v[0]["kind"], "image");
     assert_eq!(v[0]["size_bytes"], 8000);
@@ -78,7 +78,6 @@ fn cache_list_gc_and_clean_keep_what_is_in_use() {
         (&v[1]["kind"], &v[1]["size_bytes"]),
         (&"blocks".into(), &300.into())
     );
-    assert_eq!(v[5]["in_use"], "recent");
     let text = stdout(&run_ok(&mut cache_cmd(&c, &["list"])));
     assert!(text.contains("6 entries"), "{text}");
 
@@ -102,19 +101,26 @@ fn cache_list_gc_and_clean_keep_what_is_in_use() {
     run_ok(&mut cache_cmd(&c, &["gc", "--older-than", "30d"]));
     let v = json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])));
     assert_eq!(names(&v), ["d", "b", "c", "e"]);
-    assert_eq!(v[0]["in_use"], "locked");
-    // Down to 5000 bytes: b goes (the locked image and the fresh blob stay, whatever their size).
+    assert_eq!(v[0]["in_use"], "locked: a pull is writing it");
+    // Down to 13000 bytes: b goes (the locked image stays, whatever its size).
     run_ok(&mut cache_cmd(&c, &["gc", "--max-size", "13000"]));
     assert_eq!(
         names(&json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))),
         ["d", "c", "e"]
     );
+    // Forced, all but the locked image.
+    let o = run_ok(&mut cache_cmd(&c, &["clean", "--force"]));
+    assert!(
+        stdout(&o).contains("kept image sha256:dddd") && stdout(&o).contains("a pull is writing"),
+        "{}",
+        stdout(&o)
+    );
     drop(lock);
     run_ok(&mut cache_cmd(&c, &["clean"]));
-    assert_eq!(
-        names(&json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))),
-        ["e"]
-    );
+    assert!(json(&run_ok(&mut cache_cmd(&c, &["list", "--json"])))
+        .as_array()
+        .unwrap()
+        .is_empty());
 
     let o = cache_cmd(&c, &["gc", "--max-size", "20X"])
         .output()
@@ -156,7 +162,9 @@ fn a_running_gpurun_keeps_blobs_of_its_own_cache_only() {
     let in_use =
         |c: &Path| json(&run_ok(&mut cache_cmd(c, &["list", "--json"])))[0]["in_use"].clone();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while in_use(&mine) != "gpurun running" {
+    let running =
+        |v: serde_json::Value| v.as_str().is_some_and(|s| s.starts_with("gpurun running"));
+    while !running(in_use(&mine)) {
         assert!(
             std::time::Instant::now() < deadline,
             "the running container was not seen"
@@ -166,4 +174,53 @@ fn a_running_gpurun_keeps_blobs_of_its_own_cache_only() {
     assert_eq!(in_use(&other), serde_json::Value::Null);
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
+}
+
+/// Just after a pull or a run, with nothing running, `clean` frees everything (the cache is on
+/// a local file system here); an entry a process holds open stays, named with that process,
+/// until `--force`.
+#[test]
+fn clean_frees_what_no_process_uses_and_names_who_keeps_the_rest() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Scratch::new();
+    let c = fake_cache(&s);
+    let fresh = c.join("blobs/sha256").join("9".repeat(64));
+    std::fs::write(&fresh, "just pulled").unwrap();
+    let image = c.join("images").join(format!("{}.sqsh", "d".repeat(64)));
+    s.chown_all();
+    let mut holder = as_user("sh")
+        .args(["-c", "exec 3<\"$1\"; echo ready; exec sleep 60", "-"])
+        .arg(&image)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    let o = run_ok(&mut cache_cmd(&c, &["clean"]));
+    let out = stdout(&o);
+    let kept = format!("kept image sha256:{}", "d".repeat(64));
+    let by = format!("open by pid {} (sleep 60)", holder.id());
+    assert!(out.contains(&kept) && out.contains(&by), "{out}");
+    assert!(
+        out.contains(&format!("removed blob sha256:{}", "9".repeat(64))),
+        "{out}"
+    );
+    assert!(
+        out.contains("kept 1 in use") && out.contains("--force"),
+        "{out}"
+    );
+    assert!(!fresh.exists() && image.exists(), "{out}");
+    let o = run_ok(&mut cache_cmd(&c, &["clean", "--force"]));
+    assert!(
+        stdout(&o).contains(&format!("which was {}", by)),
+        "{}",
+        stdout(&o)
+    );
+    assert!(!image.exists());
+    let _ = holder.kill();
+    let _ = holder.wait();
 }

@@ -121,10 +121,18 @@ pub struct CacheArgs {
 pub enum CacheCommand {
     /// List cached blobs and images with their size and last use
     List(JsonArg),
-    /// Remove everything in the cache that no pull is using right now
-    Clean,
+    /// Remove everything in the cache that no process uses; say what is kept and for whom
+    Clean(CleanArgs),
     /// Remove least recently used entries until the cache fits the limits
     Gc(GcArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CleanArgs {
+    /// Remove what processes use too, all but what a pull is writing (an open file's space
+    /// returns when its process ends)
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Args, Debug)]

@@ -8,8 +8,11 @@
 //!   this cache (by its environment and the config files) runs on this node: a pull may have
 //!   found a blob in the cache and not opened it yet, and a container may run from an extracted
 //!   rootfs;
-//! - it changed in the last ten minutes (covers pulls on other nodes when the cache is on a
-//!   shared filesystem, which no /proc scan can see).
+//! - the cache is on a network file system and the entry changed in the last ten minutes (a
+//!   pull on another node, which no /proc scan here can see, may use it).
+//!
+//! Each reason names the process, so the user can end it; `cache clean --force` removes all but
+//! the locked entries (an open file's space returns when its process ends).
 //!
 //! A partial download is in use only while its lock is held: its writer holds the lock as long
 //! as it writes (also from another node, where the file system passes flock on), so one left by a
@@ -18,6 +21,8 @@
 //! "Last use" is the later of the access and modification times: the kernel updates atime on
 //! reads (relatime: at least daily), so it tracks when a cached image was last run.
 
+use std::collections::HashMap;
+use std::fmt;
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -27,7 +32,8 @@ use serde::Serialize;
 
 use super::cache::Cache;
 use crate::store::cache_dir::{cache_root_from, GRACE};
-use crate::store::processes::{environ, open_files, own_processes};
+use crate::store::processes::{environ, open_files, own_processes, Proc};
+use crate::sys;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -50,8 +56,97 @@ pub struct Entry {
     pub size_bytes: u64,
     /// Seconds since the epoch.
     pub last_used: u64,
-    /// Why it must stay, when it must (`locked`, `open`, `gpurun running`, `recent`).
+    /// Why it must stay, when it must ([`Keep`] in words).
     pub in_use: Option<String>,
+    /// A pull is writing it: not removed even by `clean --force`.
+    #[serde(skip)]
+    pub locked: bool,
+}
+
+/// A process that uses the cache: named where an entry is kept for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub pid: u32,
+    /// Its command line, shortened.
+    pub command: String,
+}
+
+impl User {
+    fn of(p: &Proc) -> User {
+        let mut args = p.cmdline.iter();
+        let first = args
+            .next()
+            .map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
+        let line: Vec<String> = first.into_iter().chain(args.cloned()).collect();
+        let line = line.join(" ");
+        let command = match line.char_indices().nth(60) {
+            Some((i, _)) => format!("{}…", &line[..i]),
+            None => line,
+        };
+        User {
+            pid: p.pid,
+            command,
+        }
+    }
+}
+
+impl fmt::Display for User {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {} ({})", self.pid, self.command)
+    }
+}
+
+/// Why an entry must stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keep {
+    Locked,
+    Open(User),
+    Gpurun(User),
+    /// Changed this many seconds ago, on a network file system.
+    Recent(u64),
+}
+
+impl fmt::Display for Keep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Keep::Locked => write!(f, "locked: a pull is writing it"),
+            Keep::Open(u) => write!(f, "open by {u}"),
+            Keep::Gpurun(u) => write!(f, "gpurun running, may use it: {u}"),
+            Keep::Recent(s) => write!(
+                f,
+                "changed {} min ago on a network file system: a pull on another node may use it",
+                s / 60
+            ),
+        }
+    }
+}
+
+/// What is known of one entry, to decide whether it must stay.
+struct Seen<'a> {
+    kind: Kind,
+    locked: bool,
+    open_by: Option<&'a User>,
+    /// Seconds since it last changed.
+    changed: u64,
+}
+
+/// Why `e` must stay, if it must, with `a` the user's activity on this node.
+fn why_kept(e: &Seen, a: &Activity) -> Option<Keep> {
+    if e.locked {
+        return Some(Keep::Locked);
+    }
+    if e.kind == Kind::Partial {
+        // Its writer holds the lock for as long as it writes: unlocked, nothing writes it.
+        return None;
+    }
+    if let Some(u) = e.open_by {
+        return Some(Keep::Open(u.clone()));
+    }
+    match &a.gpurun {
+        Some(u) if matches!(e.kind, Kind::Blob | Kind::Rootfs) => Some(Keep::Gpurun(u.clone())),
+        _ if a.network_fs && e.changed < GRACE.as_secs() => Some(Keep::Recent(e.changed)),
+        _ => None,
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,11 +200,13 @@ fn locked(lock: &Path) -> bool {
     f.try_lock().is_err()
 }
 
-/// What this user's processes have open, and whether a gpurun pull or launch that uses this
-/// cache runs.
+/// What this user's processes have open, whether a gpurun pull or launch that uses this cache
+/// runs, and whether the cache is on a network file system (seen by other nodes' pulls).
+#[derive(Default)]
 pub struct Activity {
-    pub open: std::collections::HashSet<PathBuf>,
-    pub gpurun_running: bool,
+    pub open: HashMap<PathBuf, User>,
+    pub gpurun: Option<User>,
+    pub network_fs: bool,
 }
 
 /// The cache root a process with environment `env` uses: GPURUN_CACHEDIR, else the
@@ -133,14 +230,16 @@ impl Activity {
         let me = std::process::id();
         let uid = nix::unistd::getuid().as_raw();
         let mut a = Activity {
-            open: Default::default(),
-            gpurun_running: false,
+            network_fs: sys::on_network_fs(cache),
+            ..Activity::default()
         };
         for p in own_processes(uid) {
             if p.pid == me {
                 continue;
             }
-            a.open.extend(open_files(p.pid));
+            for f in open_files(p.pid) {
+                a.open.entry(f).or_insert_with(|| User::of(&p));
+            }
             let active = p.is_gpurun
                 && matches!(
                     p.subcommand().as_deref(),
@@ -148,9 +247,10 @@ impl Activity {
                 );
             // A process whose environment cannot be read is assumed to use this cache.
             if active
+                && a.gpurun.is_none()
                 && environ(p.pid).is_none_or(|env| cache_root_of(&env, from_files, uid) == cache)
             {
-                a.gpurun_running = true;
+                a.gpurun = Some(User::of(&p));
             }
         }
         a
@@ -167,20 +267,13 @@ pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
             return;
         };
         let last_used = (md.atime().max(md.mtime())).max(0) as u64;
-        let in_use = if lock.as_deref().is_some_and(locked) {
-            Some("locked")
-        } else if kind == Kind::Partial {
-            // Its writer holds the lock for as long as it writes: unlocked, nothing writes it.
-            None
-        } else if activity.open.contains(&path) {
-            Some("open")
-        } else if matches!(kind, Kind::Blob | Kind::Rootfs) && activity.gpurun_running {
-            Some("gpurun running")
-        } else if t.saturating_sub(md.mtime().max(0) as u64) < GRACE.as_secs() {
-            Some("recent")
-        } else {
-            None
+        let seen = Seen {
+            kind,
+            locked: lock.as_deref().is_some_and(locked),
+            open_by: activity.open.get(&path),
+            changed: t.saturating_sub(md.mtime().max(0) as u64),
         };
+        let in_use = why_kept(&seen, activity);
         out.push(Entry {
             kind,
             name,
@@ -191,7 +284,8 @@ pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
             },
             path,
             last_used,
-            in_use: in_use.map(str::to_string),
+            in_use: in_use.map(|k| k.to_string()),
+            locked: seen.locked,
         });
     };
     let read = |sub: &str| -> Result<Vec<String>, GcError> {
@@ -224,7 +318,7 @@ pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
         }
     }
     for n in read("rootfs")? {
-        // .tmp-* are extractions in progress (or abandoned): kept by the grace period.
+        // .tmp-* are extractions in progress (kept while their gpurun runs) or abandoned.
         add(Kind::Rootfs, n.clone(), root.join("rootfs").join(&n), None);
     }
     for n in read("image-blocks")? {
@@ -237,16 +331,18 @@ pub fn list(cache: &Cache, activity: &Activity) -> Result<Vec<Entry>, GcError> {
 }
 
 /// What gc would remove, in order: entries unused for `older_than`, then the least recently
-/// used until the total is at most `max_size`. With neither limit, everything not in use.
+/// used until the total is at most `max_size`. With neither limit, everything not in use;
+/// `force` takes entries in use too, all but the locked ones.
 pub fn choose(
     entries: &[Entry],
     max_size: Option<u64>,
     older_than: Option<Duration>,
     now: u64,
+    force: bool,
 ) -> Vec<usize> {
     let mut total: u64 = entries.iter().map(|e| e.size_bytes).sum();
     let mut chosen = Vec::new();
-    let free = |e: &Entry| e.in_use.is_none();
+    let free = |e: &Entry| e.in_use.is_none() || (force && !e.locked);
     for (i, e) in entries.iter().enumerate() {
         let old = match (max_size, older_than) {
             (None, None) => true,
@@ -303,7 +399,66 @@ mod tests {
             size_bytes: size,
             last_used,
             in_use: in_use.then(|| "open".to_string()),
+            locked: false,
         }
+    }
+
+    #[test]
+    fn reasons_to_keep() {
+        let u = |pid| User {
+            pid,
+            command: "gpurun serve".into(),
+        };
+        let seen = |kind, locked, open_by, changed| Seen {
+            kind,
+            locked,
+            open_by,
+            changed,
+        };
+        let (idle, running) = (
+            Activity::default(),
+            Activity {
+                gpurun: Some(u(9)),
+                ..Activity::default()
+            },
+        );
+        let network = Activity {
+            network_fs: true,
+            ..Activity::default()
+        };
+        let open = u(7);
+        let cases: &[(Seen, &Activity, Option<Keep>)] = &[
+            (seen(Kind::Image, true, None, 0), &idle, Some(Keep::Locked)),
+            (seen(Kind::Partial, false, Some(&open), 0), &running, None),
+            (
+                seen(Kind::Image, false, Some(&open), 0),
+                &idle,
+                Some(Keep::Open(u(7))),
+            ),
+            (
+                seen(Kind::Blob, false, None, 0),
+                &running,
+                Some(Keep::Gpurun(u(9))),
+            ),
+            (
+                seen(Kind::Rootfs, false, None, 0),
+                &running,
+                Some(Keep::Gpurun(u(9))),
+            ),
+            (seen(Kind::Image, false, None, 0), &running, None),
+            // Changed just now, nothing uses it: kept only where other nodes' pulls may.
+            (seen(Kind::Blob, false, None, 5), &idle, None),
+            (
+                seen(Kind::Blob, false, None, 120),
+                &network,
+                Some(Keep::Recent(120)),
+            ),
+            (seen(Kind::Blob, false, None, 600), &network, None),
+        ];
+        for (i, (s, a, want)) in cases.iter().enumerate() {
+            assert_eq!(&why_kept(s, a), want, "case {i}");
+        }
+        assert_eq!(Keep::Open(u(7)).to_string(), "open by pid 7 (gpurun serve)");
     }
 
     #[test]
@@ -338,20 +493,31 @@ mod tests {
             e(30, 90 * day, false),
             e(40, 99 * day, false),
         ];
-        assert_eq!(choose(&v, None, None, now), vec![0, 2, 3]);
+        assert_eq!(choose(&v, None, None, now, false), vec![0, 2, 3]);
         assert_eq!(
-            choose(&v, None, Some(Duration::from_secs(30 * day)), now),
+            choose(&v, None, Some(Duration::from_secs(30 * day)), now, false),
             vec![0]
         );
         // 100 in all; to reach 60 remove 10 (in-use 20 skipped) then 30.
-        assert_eq!(choose(&v, Some(60), None, now), vec![0, 2]);
-        assert_eq!(choose(&v, Some(100), None, now), Vec::<usize>::new());
+        assert_eq!(choose(&v, Some(60), None, now, false), vec![0, 2]);
+        assert_eq!(choose(&v, Some(100), None, now, false), Vec::<usize>::new());
         // Both limits: the old ones first, then by size.
         assert_eq!(
-            choose(&v, Some(30), Some(Duration::from_secs(30 * day)), now),
+            choose(
+                &v,
+                Some(30),
+                Some(Duration::from_secs(30 * day)),
+                now,
+                false
+            ),
             vec![0, 2, 3]
         );
         // In-use entries are never chosen, even when the limit cannot be met.
-        assert_eq!(choose(&v, Some(0), None, now), vec![0, 2, 3]);
+        assert_eq!(choose(&v, Some(0), None, now, false), vec![0, 2, 3]);
+        // Forced, all but the locked ones.
+        assert_eq!(choose(&v, None, None, now, true), vec![0, 1, 2, 3]);
+        let mut locked = v.clone();
+        locked[1].locked = true;
+        assert_eq!(choose(&locked, None, None, now, true), vec![0, 2, 3]);
     }
 }
