@@ -110,6 +110,8 @@ pull (and inspect docker://) return:
   layer); 24 disk full; 25 podman:// with podman missing (not on PATH) or failing;
   130 interrupted (SIGINT/SIGTERM); 125 other failures
 doctor returns 0 when this node can run containers, 1 when a check failed.
+gpus returns 0 when it lists a GPU a container here can be given, 1 when none (no driver, no
+  device node, or none this process may open).
 Other commands return 0 on success and 125 on failure.
 ";
 

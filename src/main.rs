@@ -233,7 +233,10 @@ fn dispatch(command: Command, ctx: &Ctx) -> i32 {
         Command::Pull(args) => pull(args, ctx),
         Command::Gpus(a) => {
             let paths = a.driver.or_configured(&ctx.cfg.nv_driver_paths.value);
-            done(gpus(&paths, a.json), ctx.debug)
+            gpus(&paths, a.json).unwrap_or_else(|e| {
+                report(&e, ctx.debug);
+                FAILED
+            })
         }
         Command::Inspect(a) => inspect(a, ctx),
         Command::Cache(a) => done(cache(a.command, ctx), ctx.debug),
@@ -596,13 +599,17 @@ fn man(dir: &std::path::Path) -> std::io::Result<()> {
     gpurun::cli::man::generate(cmd, dir)
 }
 
-fn gpus(driver_paths: &[PathBuf], json: bool) -> anyhow::Result<()> {
+/// `gpurun gpus`: its exit status says whether a container here can be given a GPU.
+fn gpus(driver_paths: &[PathBuf], json: bool) -> Result<i32, gpurun::gpu::GpuError> {
     let env: Vec<(String, String)> = std::env::vars().collect();
     let l = gpurun::gpu::list(driver_paths, &env)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&l)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&l).expect("reports serialise")
+        );
     } else {
         print!("{}", gpurun::gpu::render(&l));
     }
-    Ok(())
+    Ok(l.exit_code())
 }

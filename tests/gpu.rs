@@ -597,17 +597,21 @@ fn gpus_command_as_user() {
     assert_eq!(j["gpus"][0]["nvml"]["name"], "Fake H200");
     assert_eq!(j["gpus"][0]["nvml"]["index"], 1);
     assert!(j["gpus"][1]["nvml"].is_null(), "{j}");
-    // text form, and no driver at all
-    let o = common::run_ok(
-        common::gpurun(&["gpus"])
-            .env("GPURUN_NV_PROC", "/nonexistent")
-            .env("GPURUN_NV_DEV", f.dev()),
-    );
+    // text form, and device nodes without a driver: no GPU a container could get, exit 1
+    let o = common::gpurun(&["gpus"])
+        .env("GPURUN_NV_PROC", "/nonexistent")
+        .env("GPURUN_NV_DEV", f.dev())
+        .output()
+        .unwrap();
     let s = common::stdout(&o);
     assert!(
-        s.contains("no NVIDIA driver on this node") && s.contains("GPU 1: /dev/nvidia2"),
+        s.contains("no NVIDIA driver on this node")
+            && s.contains("/dev/nvidia0, /dev/nvidia2 exist, but without a driver")
+            && s.contains("no GPU this process may use")
+            && !s.contains("GPU 0:"),
         "{s}"
     );
+    assert_eq!(o.status.code(), Some(1), "{s}");
 }
 
 /// A busybox image with this Env, and stale driver files where gpurun puts the host's (as an

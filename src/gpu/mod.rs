@@ -883,6 +883,16 @@ pub struct GpuList {
     pub gpus: Vec<GpuListEntry>,
     /// Device nodes that exist but this process may not open (device cgroup).
     pub denied: Vec<PathBuf>,
+    /// Device nodes that exist on a node without a driver: no GPU of a container.
+    pub without_driver: Vec<PathBuf>,
+}
+
+impl GpuList {
+    /// `gpurun gpus`'s exit status: 0 when it lists a GPU a container here can be given, 1 when
+    /// none (no driver, no device node, or none this process may open).
+    pub fn exit_code(&self) -> i32 {
+        i32::from(self.gpus.is_empty())
+    }
 }
 
 /// The GPUs this process may use, with NVML's details where NVML works.
@@ -915,14 +925,19 @@ pub fn list(driver_paths: &[PathBuf], host_env: &[(String, String)]) -> Result<G
             ))
         }
     }
-    let (open, denied) = openable(&dev);
+    let (mut open, denied) = openable(&dev);
+    // Without a driver no container gets a GPU (--gpus fails): its nodes are no GPUs to list.
+    let without_driver = match version {
+        None => std::mem::take(&mut open),
+        Some(_) => Vec::new(),
+    };
     let allowed = with_facts(&open, nvml.as_ref());
     let gpus = allowed
         .iter()
         .enumerate()
         .map(|(index, g)| GpuListEntry {
             index,
-            path: Path::new("/dev").join(format!("nvidia{}", g.minor)),
+            path: node_path(g.minor),
             minor: g.minor,
             nvml: nvml
                 .as_ref()
@@ -934,11 +949,13 @@ pub fn list(driver_paths: &[PathBuf], host_env: &[(String, String)]) -> Result<G
         cuda_version: nvml.as_ref().and_then(|n| n.cuda_version.clone()),
         nvml_error,
         gpus,
-        denied: denied
-            .iter()
-            .map(|m| Path::new("/dev").join(format!("nvidia{m}")))
-            .collect(),
+        denied: denied.iter().map(|&m| node_path(m)).collect(),
+        without_driver: without_driver.iter().map(|&m| node_path(m)).collect(),
     })
+}
+
+fn node_path(minor: u32) -> PathBuf {
+    Path::new("/dev").join(format!("nvidia{minor}"))
 }
 
 /// `gpurun gpus` as text.
@@ -958,6 +975,17 @@ pub fn render(l: &GpuList) -> String {
         if l.driver_version.is_some() {
             s.push_str(&format!("({e}: showing device nodes only)\n"));
         }
+    }
+    if !l.without_driver.is_empty() {
+        let nodes: Vec<String> = l
+            .without_driver
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        s.push_str(&format!(
+            "{} exist, but without a driver no container gets them (--gpus fails); load the NVIDIA driver, or run on a GPU node\n",
+            nodes.join(", ")
+        ));
     }
     if l.gpus.is_empty() {
         s.push_str("no GPU this process may use\n");
