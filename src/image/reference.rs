@@ -14,6 +14,8 @@ pub enum ReferenceError {
     NoTransport(String),
     #[error("{0}: gpurun cannot read the Docker daemon's images (its socket is root's, and gpurun runs as you); save the image with docker save -o FILE.tar IMAGE and use docker-archive:FILE.tar")]
     Dockerd(String),
+    #[error("image reference '{given}': the transport takes two slashes; write {meant}")]
+    OneSlash { given: String, meant: String },
     #[error("image reference '{reference}' is invalid: {why}")]
     Invalid { reference: String, why: String },
 }
@@ -102,6 +104,25 @@ impl ImageRef {
     }
 }
 
+fn is_port(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `docker:/host/x`, `podman:x`: the transport was meant; a path after `docker:` may be a
+/// `docker save` file.
+fn one_slash(given: &str, transport: &str, rest: &str) -> ReferenceError {
+    let mut meant = format!("{transport}://{}", rest.trim_start_matches('/'));
+    if transport == "docker" && rest.starts_with('/') {
+        meant.push_str(&format!(
+            " (or docker-archive:{rest} for a docker save file)"
+        ));
+    }
+    ReferenceError::OneSlash {
+        given: given.to_string(),
+        meant,
+    }
+}
+
 impl Source {
     pub fn parse(s: &str) -> Result<Source, ReferenceError> {
         if let Some(rest) = s.strip_prefix("docker://") {
@@ -145,6 +166,10 @@ impl Source {
             }
             "docker-archive" => Ok(Source::DockerArchive(rest.into())),
             "dir" => Ok(Source::Dir(rest.into())),
+            // `docker:5000/x` is a registry called docker, on port 5000.
+            "docker" | "podman" if !rest.split('/').next().is_some_and(is_port) => {
+                Err(one_slash(s, transport, rest))
+            }
             _ => Err(ReferenceError::NoTransport(s.to_string())),
         }
     }
@@ -456,6 +481,14 @@ mod tests {
             Source::parse("/path/x.sqsh"),
             Err(ReferenceError::NoTransport(_))
         ));
+        let e = |r: &str| Source::parse(r).unwrap_err().to_string();
+        assert_eq!(
+            e("docker:/host/x"),
+            "image reference 'docker:/host/x': the transport takes two slashes; write \
+             docker://host/x (or docker-archive:/host/x for a docker save file)"
+        );
+        assert!(e("podman:ubi9").ends_with("write podman://ubi9"));
+        assert!(e("docker:5000/x").contains("write docker://docker:5000/x"));
         assert!(matches!(
             Source::parse("dir:"),
             Err(ReferenceError::Invalid { .. })
