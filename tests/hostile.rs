@@ -480,6 +480,30 @@ fn docker_archive_metadata_is_bounded() {
     nothing_partial(&s);
 }
 
+/// umoci and podman write the root as an entry of its own ("/", "./"): it is no escape, and a
+/// pull of such layers warns of nothing.
+#[test]
+fn a_root_entry_passes_silently() {
+    let s = Scratch::new();
+    let bottom = Raw::new().dir(b"/").busybox().finish();
+    let top = Raw::new().dir(b"./").file(b"./etc/motd", b"hi").finish();
+    let mut layout = Layout::new(&s.join("layout"));
+    layout.image(
+        "rooted",
+        &[(bottom, Comp::Gzip), (top, Comp::Gzip)],
+        "amd64",
+        None,
+        serde_json::json!({}),
+    );
+    s.chown_all();
+    let src = format!("oci:{}:rooted", s.join("layout").display());
+    let o = pull(&s, &src, "rooted.sqsh");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("gpurun: warning"), "{}", stderr(&o));
+    let t = support::read_image(&s.join("rooted.sqsh"));
+    assert_eq!(String::from_utf8_lossy(&t["etc/motd"].data), "hi");
+}
+
 #[test]
 fn layers_writing_through_symlinks_are_refused() {
     // Docker would write these through the symlink (inside the root); a top-down merge meets

@@ -41,7 +41,8 @@ pub struct Normalized {
 /// Normalise a tar entry name or hard-link target lexically (a tar stream has no symlinks to
 /// follow, and clamping `..` at the root is what chroot-style resolution does).
 pub fn normalize(raw: &str) -> Normalized {
-    let mut escaped = raw.starts_with('/');
+    // An absolute name escapes, but for the root itself ("/"), which umoci and podman write.
+    let mut escaped = raw.starts_with('/') && raw.split('/').any(|c| !c.is_empty() && c != ".");
     let mut parts: Vec<&str> = Vec::new();
     for comp in raw.split('/') {
         match comp {
@@ -942,7 +943,9 @@ mod tests {
             ("../../etc/shadow", "etc/shadow", true),
             ("a/../../b", "b", true),
             ("./", "", false),
-            ("/", "", true),
+            ("/", "", false),
+            ("/./", "", false),
+            ("/..", "", true),
             ("..", "", true),
             ("a/b/..", "a", false),
         ];
