@@ -940,6 +940,12 @@ pub fn on_network_fs(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether `path` is on a file system mounted noexec (where execve says EACCES).
+pub fn on_noexec_mount(path: &Path) -> bool {
+    nix::sys::statvfs::statvfs(path)
+        .is_ok_and(|st| st.flags().contains(nix::sys::statvfs::FsFlags::ST_NOEXEC))
+}
+
 /// Give the CPU to any other runnable thread; returns at once when there is none.
 fn yield_cpu() {
     let _ = nix::sched::sched_yield();

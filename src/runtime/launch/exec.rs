@@ -129,7 +129,30 @@ pub(super) fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32,
                 .map(|&e| Errno::from_raw(e)),
         )
         .collect();
-    Err(exec_failure(&name, &prep.path_dirs, &attempts, &head_of))
+    Err(exec_failure(
+        &name,
+        &prep.path_dirs,
+        &attempts,
+        &head_of,
+        &denied_why,
+    ))
+}
+
+/// Why execve said EACCES for `p`: each has its own fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Denied {
+    Directory,
+    NoExecMount,
+    /// No execute bit, or it cannot be told.
+    Other,
+}
+
+fn denied_why(p: &Path) -> Denied {
+    match std::fs::metadata(p) {
+        Ok(md) if md.is_dir() => Denied::Directory,
+        Ok(_) if sys::on_noexec_mount(p) => Denied::NoExecMount,
+        _ => Denied::Other,
+    }
 }
 
 /// The first bytes of a file, for `interpreter::missing`.
@@ -159,6 +182,7 @@ fn exec_failure(
     path_dirs: &[PathBuf],
     attempts: &[(PathBuf, Errno)],
     head: &dyn Fn(&Path) -> Option<Vec<u8>>,
+    denied_why: &dyn Fn(&Path) -> Denied,
 ) -> (i32, String) {
     if let Some((p, e)) = attempts.iter().find(|(_, e)| !next_candidate(*e)) {
         return (
@@ -182,13 +206,7 @@ fn exec_failure(
                 p.display()
             ),
         ),
-        Some((p, e)) => (
-            exit::NOT_EXECUTABLE,
-            format!(
-                "cannot execute {}: {e}; make it executable (chmod +x) or run it through its interpreter",
-                p.display()
-            ),
-        ),
+        Some((p, e)) => (exit::NOT_EXECUTABLE, not_executable(p, *e, denied_why(p))),
         None if name.contains('/') => (
             exit::NOT_FOUND,
             format!("{name}: no such file in the container; check the path (the image's files, and binds)"),
@@ -203,6 +221,22 @@ fn exec_failure(
                     .collect::<Vec<_>>()
                     .join(":")
             ),
+        ),
+    }
+}
+
+/// The line for a candidate execve refused with `e` (EACCES, EISDIR).
+fn not_executable(p: &Path, e: Errno, why: Denied) -> String {
+    let p = p.display();
+    match why {
+        Denied::Directory => {
+            format!("cannot execute {p}: it is a directory; give the program to run in it")
+        }
+        Denied::NoExecMount => format!(
+            "cannot execute {p}: its file system is mounted noexec; bind it without noexec, or run it through its interpreter (sh FILE, python3 FILE)"
+        ),
+        Denied::Other => format!(
+            "cannot execute {p}: {e}; make it executable (chmod +x) or run it through its interpreter"
         ),
     }
 }
@@ -250,6 +284,19 @@ mod tests {
                 126,
                 "not a program for this machine",
             ),
+            // What EACCES meant, as the file tells.
+            (
+                "/data",
+                vec![at("/data", Errno::EACCES)],
+                126,
+                "/data: it is a directory; give the program",
+            ),
+            (
+                "/mnt/tool",
+                vec![at("/mnt/tool", Errno::EACCES)],
+                126,
+                "/mnt/tool: its file system is mounted noexec; bind it without noexec",
+            ),
             // Another error stops the search there.
             (
                 "x",
@@ -278,7 +325,12 @@ mod tests {
                 p.ends_with("script")
                     .then(|| b"#!/bin/sh\r\necho hi\r\n".to_vec())
             };
-            let (c, msg) = exec_failure(name, &dirs, &attempts, &head);
+            let why = |p: &Path| match p.to_str() {
+                Some("/data") => Denied::Directory,
+                Some("/mnt/tool") => Denied::NoExecMount,
+                _ => Denied::Other,
+            };
+            let (c, msg) = exec_failure(name, &dirs, &attempts, &head, &why);
             assert_eq!(c, code, "{attempts:?}: {msg}");
             assert!(msg.contains(says), "{attempts:?}: {msg}");
             assert!(!msg.contains('\n'), "one line: {msg}");
