@@ -25,7 +25,16 @@ pub(super) fn docker_archive(
         source_ref: source.to_string(),
         detail,
     };
-    let members = index_members(file).map_err(fail)?;
+    let not_archive = |why: String| PullError::BadImage {
+        image: source.to_string(),
+        detail: format!(
+            "{why}: not a docker save archive (docker save -o FILE.tar IMAGE makes one)"
+        ),
+    };
+    let members = index_members(file).map_err(|e| match e {
+        Index::Open(why) => fail(why),
+        Index::NotTar(why) => not_archive(format!("not a tar file ({why})")),
+    })?;
     let read_member = |name: &str| -> Result<Vec<u8>, PullError> {
         let &(pos, size) = members
             .get(&normalize(name).path)
@@ -53,7 +62,7 @@ pub(super) fn docker_archive(
         layers: Vec<String>,
     }
     if !members.contains_key("manifest.json") {
-        return Err(fail("no manifest.json: not a docker save archive".into()));
+        return Err(not_archive("no manifest.json".into()));
     }
     let manifest: Vec<Entry> = serde_json::from_slice(&read_member("manifest.json")?)
         .map_err(|e| fail(format!("manifest.json: {e}")))?;
@@ -91,14 +100,22 @@ pub(super) fn docker_archive(
     Ok((layers, meta))
 }
 
+/// Why the archive's members could not be listed: the file cannot be opened (missing: exit 20),
+/// or it is no tar (a malformed image: exit 23).
+enum Index {
+    Open(String),
+    NotTar(String),
+}
+
 /// The archive's members: name -> (data offset, size). Only manifest.json and the config are
 /// read, later, by offset: a hostile archive of many members costs no memory.
-fn index_members(file: &Path) -> Result<HashMap<String, (u64, u64)>, String> {
-    let f = File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+fn index_members(file: &Path) -> Result<HashMap<String, (u64, u64)>, Index> {
+    let f = File::open(file).map_err(|e| Index::Open(format!("{}: {e}", file.display())))?;
     let mut members = HashMap::new();
     let mut ar = tar::Archive::new(f);
-    for e in ar.entries().map_err(|e| e.to_string())? {
-        let e = e.map_err(|e| e.to_string())?;
+    let not_tar = |e: std::io::Error| Index::NotTar(e.to_string());
+    for e in ar.entries().map_err(not_tar)? {
+        let e = e.map_err(not_tar)?;
         let name = normalize(&String::from_utf8_lossy(&e.path_bytes())).path;
         members.insert(name, (e.raw_file_position(), e.size()));
     }
