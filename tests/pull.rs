@@ -1031,28 +1031,28 @@ fn full_disk_leaves_no_partial_image() {
     let s = Scratch::new();
     let reg = Registry::start(&s.join("reg"), None);
     fixture(&s, &reg);
-    let small = s.join("small");
-    std::fs::create_dir(&small).unwrap();
-    let (uid, gid) = common::test_ids();
-    let st = Command::new("mount")
-        .args([
-            "-t",
-            "tmpfs",
-            "-o",
-            &format!("size=1m,uid={uid},gid={gid}"),
-            "tmpfs",
-        ])
-        .arg(&small)
-        .status()
-        .unwrap();
-    assert!(st.success());
     struct Umount(PathBuf);
     impl Drop for Umount {
         fn drop(&mut self) {
             let _ = Command::new("umount").arg(&self.0).status();
         }
     }
-    let _u = Umount(small.clone());
+    let tmpfs = |name: &str, size: &str| {
+        let dir = s.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let (uid, gid) = common::test_ids();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size},uid={uid},gid={gid}"))
+            .args(["tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        Umount(dir)
+    };
+    let small_fs = tmpfs("small", "1m");
+    let small = small_fs.0.clone();
     let src = format!("docker://{}/test/big:v1", reg.addr());
     let o = pull(
         &s,
@@ -1073,6 +1073,19 @@ fn full_disk_leaves_no_partial_image() {
     );
     one_line_error(&o, 24, &["disk is full"]);
     assert!(!s.join("big.sqsh").exists());
+    // exec: room for the 3 MiB blob in the cache, not for the image too; exec has no -o
+    let mid = tmpfs("mid", "5m");
+    let o = common::gpurun(&["exec", &src, "true"])
+        .env("GPURUN_CACHEDIR", mid.0.join("cache"))
+        .env("DOCKER_CONFIG", s.join("docker-config"))
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert!(
+        e.contains("disk is full") && e.contains("GPURUN_CACHEDIR") && !e.contains("-o"),
+        "{e}"
+    );
+    assert_eq!(o.status.code(), Some(24), "{e}");
 }
 
 #[test]

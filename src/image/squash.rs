@@ -27,8 +27,21 @@ pub enum SquashError {
     Spawn(io::Error),
     #[error("tar2sqfs failed writing {path}: {msg}")]
     Failed { path: PathBuf, msg: String },
-    #[error("tar2sqfs could not write {path}: the disk is full; free space or choose another -o")]
+    #[error(
+        "tar2sqfs could not write {path}: the disk is full; {}",
+        full_disk_fix(path)
+    )]
     DiskFull { path: PathBuf },
+}
+
+/// What to do when writing `path` filled its disk: an image `exec docker://` builds in the cache
+/// needs the cache elsewhere; `pull` writes its output where -o says.
+pub fn full_disk_fix(path: &Path) -> &'static str {
+    if path.starts_with(crate::store::cache_dir::cache_root()) {
+        "free space (gpurun cache clean) or set GPURUN_CACHEDIR to a larger file system"
+    } else {
+        "free space or choose another -o"
+    }
 }
 
 pub struct SquashWriter {

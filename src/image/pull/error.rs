@@ -1,13 +1,14 @@
 //! What can go wrong in a pull, and the exit status each failure gives.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::image::cache::CacheError;
 use crate::image::flatten::FlattenError;
 use crate::image::reference::ReferenceError;
 use crate::image::registry::RegistryError;
-use crate::image::squash::SquashError;
+use crate::image::squash::{full_disk_fix, SquashError};
+use crate::store::cache_dir::{cache_root, CACHE_FIX};
 
 /// Exit codes of `gpurun pull` (and of commands that pull through [`super::ensure_local`]). Other
 /// failures exit with [`crate::exit::GPURUN_FAILED`] (125).
@@ -44,9 +45,9 @@ pub enum PullError {
     Platform(String),
     #[error("{0} already exists; remove it or pass --force to replace it")]
     Exists(PathBuf),
-    #[error("cannot write {path} ({source}); choose another -o")]
+    #[error("cannot write {path} ({source}); {}", output_fix(path, source))]
     Output { path: PathBuf, source: io::Error },
-    #[error("{path}: the disk is full; free space or choose another -o")]
+    #[error("{path}: the disk is full; {}", full_disk_fix(path))]
     DiskFull { path: PathBuf },
     #[error("source {source_ref}: {detail}")]
     Source { source_ref: String, detail: String },
@@ -64,6 +65,16 @@ pub enum PullError {
     Podman { source_ref: String, detail: String },
     #[error("cannot start the async runtime ({0})")]
     Runtime(io::Error),
+}
+
+/// The fix for an output that cannot be written: pull's -o, or the cache, where `exec
+/// docker://` writes its images.
+fn output_fix(path: &Path, source: &io::Error) -> &'static str {
+    match source.raw_os_error() {
+        Some(libc::ENOSPC) => full_disk_fix(path),
+        _ if path.starts_with(cache_root()) => CACHE_FIX,
+        _ => "choose another -o",
+    }
 }
 
 impl PullError {
