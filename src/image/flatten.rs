@@ -17,7 +17,7 @@ pub const OPAQUE_MARKER: &str = ".wh..wh..opq";
 
 #[derive(Debug, thiserror::Error)]
 pub enum FlattenError {
-    #[error("layer {layer}: cannot read it as a tar archive ({source}); the blob may be corrupt, pull again")]
+    #[error("layer {layer}: {}", read_failure(source))]
     Read { layer: String, source: io::Error },
     #[error("layer {layer}: entry '{entry}' is refused: {why}")]
     Entry {
@@ -27,6 +27,17 @@ pub enum FlattenError {
     },
     #[error("writing the merged tar stream to tar2sqfs failed ({0})")]
     Write(io::Error),
+}
+
+/// Why a layer could not be read, and the fix: a file the user may not read (`dir:` of another
+/// user's tree) is no corrupt blob.
+fn read_failure(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => format!(
+            "permission denied: {e}; ask its owner for read access, or pull as a user who can read it"
+        ),
+        _ => format!("cannot read it as a tar archive ({e}); the blob may be corrupt, pull again"),
+    }
 }
 
 /// A path made relative to the image root, with `.` and `..` resolved without leaving it.

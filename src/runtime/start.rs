@@ -211,6 +211,12 @@ impl Image {
         };
         let md = std::fs::metadata(&path).map_err(|e| StartError::image_access(&path, e))?;
         let path = std::path::absolute(&path).unwrap_or(path);
+        // An image the user may not read is said so, not taken for an empty or a damaged one.
+        let readable = match md.is_dir() {
+            true => std::fs::read_dir(&path).map(drop),
+            false => std::fs::File::open(&path).map(drop),
+        };
+        readable.map_err(|e| StartError::image_access(&path, e))?;
         if md.is_dir() {
             return Ok(Image::Dir(path));
         }

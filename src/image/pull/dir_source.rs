@@ -30,7 +30,8 @@ pub(super) fn rootfs_dir(dir: &Path, source: &str) -> Result<(Vec<Layer>, ImageM
 /// overlay's `upper` directory has its whiteouts and opaque directories written as OCI ones,
 /// and its own xattrs left out.
 pub(super) fn dir_layer(dir: &Path, name: &str, upper: bool, skip: Vec<PathBuf>) -> Layer {
-    let root = dir.to_path_buf();
+    // Absolute, as the messages name paths in it.
+    let root = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     Layer {
         name: name.to_string(),
         size: 0,
@@ -80,14 +81,18 @@ impl Packer<'_> {
     /// nothing in an image).
     fn dir<W: io::Write>(&mut self, rel: &Path, b: &mut tar::Builder<W>) -> io::Result<()> {
         use std::os::unix::fs::{FileTypeExt, MetadataExt};
-        let mut names: Vec<_> = fs::read_dir(self.root.join(rel))?
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<io::Result<_>>()?;
+        let here = match rel.as_os_str().is_empty() {
+            true => self.root.to_path_buf(),
+            false => self.root.join(rel),
+        };
+        let mut names: Vec<_> = fs::read_dir(&here)
+            .and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect())
+            .map_err(|e| at(&here, e))?;
         names.sort();
         for name in names {
             let rel = rel.join(&name);
             let full = self.root.join(&rel);
-            let md = fs::symlink_metadata(&full)?;
+            let md = fs::symlink_metadata(&full).map_err(|e| at(&full, e))?;
             let ft = md.file_type();
             if ft.is_socket() || self.skip.contains(&rel) {
                 continue;
@@ -144,13 +149,25 @@ impl Packer<'_> {
         let full = full.to_path_buf();
         let rel = rel.to_path_buf();
         if ft.is_symlink() {
-            b.append_link(&mut h, &rel, fs::read_link(&full)?)
+            b.append_link(
+                &mut h,
+                &rel,
+                fs::read_link(&full).map_err(|e| at(&full, e))?,
+            )
         } else if ft.is_file() {
-            b.append_data(&mut h, &rel, File::open(&full)?)
+            b.append_data(&mut h, &rel, File::open(&full).map_err(|e| at(&full, e))?)
         } else {
             // fifos and device nodes: header only (devices are dropped by the flattener)
             b.append_data(&mut h, &rel, io::empty())
         }
+    }
+}
+
+/// `e`, met at `path`, naming it: the flattener says "permission denied" and the path.
+fn at(path: &Path, e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => io::Error::new(e.kind(), path.display().to_string()),
+        _ => io::Error::new(e.kind(), format!("{}: {e}", path.display())),
     }
 }
 

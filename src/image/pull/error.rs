@@ -93,6 +93,11 @@ impl PullError {
                 RegistryError::DiskFull { .. } => exit::DISK_FULL,
                 RegistryError::Io { .. } | RegistryError::Cache(_) => crate::exit::GPURUN_FAILED,
             },
+            PullError::Flatten(FlattenError::Read { source, .. })
+                if source.kind() == io::ErrorKind::PermissionDenied =>
+            {
+                crate::exit::GPURUN_FAILED
+            }
             PullError::Flatten(FlattenError::Read { .. } | FlattenError::Entry { .. })
             | PullError::BadImage { .. } => exit::BAD_IMAGE,
             PullError::Squash(SquashError::DiskFull { .. }) | PullError::DiskFull { .. } => {
