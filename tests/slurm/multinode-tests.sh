@@ -27,7 +27,8 @@ GPURUN=${GPURUN:-$ROOT/target/debug/gpurun}
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); echo "PASS $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-res() { if [ "$1" = 0 ]; then ok "$2"; else bad "$2"; fi; }
+# Returns the status it was given, so that `res $? "…" || cat details` shows them on a failure.
+res() { if [ "$1" = 0 ]; then ok "$2"; else bad "$2"; return 1; fi; }
 T0=$(date +%s)
 section() { echo "--- $* (at $(( $(date +%s) - T0 )) s)"; }
 
@@ -199,19 +200,31 @@ clean_after "the job's image servers gone with the job"
 section "Open MPI across nodes (PMIx)"
 MPIIMG=$W/mpi.sqsh
 as_user bash "$ROOT/tests/slurm/mpi-image.sh" "$MPIIMG" 2>mpi-image.err || { cat mpi-image.err; MPIIMG=; }
+# The Slurm daemons' log lines written since log_mark NAME: what a failed step's nodes said.
+log_mark() { wc -l "$MN_LOG_DIR"/*.log | awk '$2 != "total" {print $2, $1}' > "$1.marks"; }
+logs_since() {
+  local f n
+  while read -r f n; do tail -n +"$((n + 1))" "$f" | sed "s|^|${f##*/}: |"; done < "$1.marks"
+}
 mpi_case() {  # NAME DESCRIPTION: 6 ranks on 3 nodes, Allreduce sum 15, each got its left neighbour's rank
   local r ok=0
   for r in 0 1 2 3 4 5; do
     grep -q "^rank=$r size=6 sum=15 from=$(( (r + 5) % 6 )) image=yes host=n" "$1.out" || ok=1
   done
   [ "$ok" = 0 ] && [ "$(hosts_of "$1.out")" = "n1 n2 n3" ] && ! grep -q 'PMIX ERROR' "$1.err"
-  res $? "$2: 6 ranks on n1 n2 n3, Allreduce sum 15, ring Sendrecv, all in the image" || cat "$1.out" "$1.err"
+  res $? "$2: 6 ranks on n1 n2 n3, Allreduce sum 15, ring Sendrecv, all in the image" && return
+  echo "srun: $(cat "$1.rc"); its output and errors:"; cat "$1.out" "$1.err"
+  echo "what the Slurm daemons logged meanwhile:"; logs_since "$1"
 }
 if [ -n "$MPIIMG" ]; then
+  log_mark mpi; t=$SECONDS
   as_user srun "${T[@]}" -N3 -n6 --ntasks-per-node=2 --mpi=pmix gpurun exec \
     --env OMPI_MCA_btl_vader_single_copy_mechanism=none "$MPIIMG" mpi-hello >mpi.out 2>mpi.err
+  echo "exit status $? after $((SECONDS - t)) s" > mpi.rc
   mpi_case mpi "srun --mpi=pmix gpurun exec, Open MPI across 3 nodes"
+  log_mark pmpi; t=$SECONDS
   as_user srun "${T[@]}" -N3 -n6 --ntasks-per-node=2 --mpi=pmix --container-image="$MPIIMG" mpi-hello >pmpi.out 2>pmpi.err
+  echo "exit status $? after $((SECONDS - t)) s" > pmpi.rc
   mpi_case pmpi "srun --mpi=pmix --container-image, Open MPI across 3 nodes"
 else
   bad "the Open MPI test image could not be built (tests/slurm/mpi-image.sh)"
