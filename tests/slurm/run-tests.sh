@@ -24,8 +24,8 @@ T=(-t 1)   # every job: one minute at most
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); echo "PASS $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-res() {  # status description: `CONDITION; res $? "what it shows"`
-  if [ "$1" = 0 ]; then ok "$2"; else bad "$2"; fi
+res() {  # status description: `CONDITION; res $? "what it shows" || DETAILS`
+  if [ "$1" = 0 ]; then ok "$2"; else bad "$2"; return 1; fi
 }
 
 [ "$(id -u)" != 0 ] || { echo "run this as an unprivileged user (jobs and containers are theirs)" >&2; exit 2; }
