@@ -13,9 +13,13 @@
 //! one per image, for all its steps; it is stopped at the job's end. A registry image is pulled
 //! once per job, by srun before the tasks launch (`jobimage`), not by every node.
 //!
-//! Everything that can be decided without Slurm is in pure modules with unit tests (`options`,
-//! `state`); `holder` and `join` make the syscalls; `plugin` is the C ABI. The ABI module is left
-//! out of test builds: its `spank_*` symbols only exist inside Slurm's processes.
+//! Everything that can be decided without Slurm is in pure modules with unit tests: `options`,
+//! `state`, and the decisions of each SPANK context, `step_start` (init_post_opt, user_init),
+//! `task` (task_init) and `step_end` (task_exit, exit, job_epilog: what root removes).
+//! `holder`, `join`, `named` and `removal` make the syscalls. `plugin` is the C ABI, a thin
+//! dispatcher: it gathers Slurm's items, the environment and plugstack.conf's arguments, calls
+//! the decision, and performs it. It is left out of test builds: its `spank_*` symbols only
+//! exist inside Slurm's processes.
 
 pub mod holder;
 pub mod jobimage;
@@ -27,3 +31,6 @@ mod plugin;
 pub mod removal;
 pub mod slurmd;
 pub mod state;
+pub mod step_end;
+pub mod step_start;
+pub mod task;

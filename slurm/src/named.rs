@@ -1,6 +1,6 @@
-//! Named containers (`--container-name`) at the job's end: their directories, which gpurun keeps
-//! as `JOB.NAME` in `hold_state::named_containers_dir` (gpurun's src/runtime/named.rs),
-//! are the job's and go with it. The user's directory there is made by the plugin as root
+//! Named containers (`--container-name`): their directories, which gpurun keeps as `JOB.NAME`
+//! in `hold_state::named_containers_dir` (gpurun's src/runtime/named.rs), are the job's and go
+//! with it (step_end.rs says which). The user's directory there is made by the plugin as root
 //! (`prepare`), in the site's `containers_dir=`, which only root may change: no user can make
 //! it, or squat it, first.
 
@@ -10,7 +10,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::removal;
 use crate::state::Holder;
 
 /// Whether `name` in the base directory is one of job `job`'s containers.
@@ -64,18 +63,9 @@ fn open_dir(p: &Path) -> std::io::Result<File> {
         .open(p)
 }
 
-/// Remove job `job`'s named containers of user `uid` (as root, in the job's epilog), as that
-/// user (removal.rs).
-pub fn remove_job_containers(base: &Path, job: u32, uid: u32, gid: u32) -> usize {
-    let dir = hold_state::named_containers_dir(base, uid);
-    removal::remove_dirs(&dir, uid, (uid, gid), |n| is_jobs(n, job))
-}
-
-/// Remove the record directory `name` (an unnamed step's `JOB.JOB.STEP`) of user `uid`, as
-/// that user, at its step's end: nothing of it is left for the epilog.
-pub fn remove_record(base: &Path, uid: u32, gid: u32, name: &str) {
-    let dir = hold_state::named_containers_dir(base, uid);
-    removal::remove_dirs(&dir, uid, (uid, gid), |n| n == name);
+/// The record directory of an unnamed step's container: `JOB.JOB.STEP`, pyxis's name for it.
+pub fn step_record(job: u32, step: u32) -> String {
+    format!("{job}.{job}.{step}")
 }
 
 /// The inode numbers of process `pid`'s user and mount namespaces.
@@ -263,9 +253,6 @@ mod tests {
         r.mnt_ns += 1;
         std::fs::write(&path, r.to_line()).unwrap();
         assert_eq!(find_running(b, uid, &name), None);
-        // its step's end removes it
-        remove_record(b, uid, unsafe { libc::getgid() }, &name);
-        assert!(!dir.exists());
     }
 
     #[test]
@@ -288,23 +275,6 @@ mod tests {
         };
         mode(0o666);
         assert!(!image_kept(b, uid, name), "a record others may write");
-    }
-
-    #[test]
-    fn removes_only_the_jobs() {
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let t = base(uid);
-        let d = hold_state::named_containers_dir(t.path(), uid);
-        for n in ["7.c1/overlay/upper", "7.c2", "8.c1"] {
-            std::fs::create_dir_all(d.join(n)).unwrap();
-        }
-        assert_eq!(remove_job_containers(t.path(), 7, uid + 1, gid), 0);
-        assert_eq!(remove_job_containers(t.path(), 7, uid, gid), 2);
-        let left: Vec<_> = std::fs::read_dir(&d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        assert_eq!(left, ["8.c1"]);
     }
 
     /// As root: the user's directory is made theirs and private in a base of root's; a base

@@ -1,11 +1,14 @@
-//! The SPANK ABI: exported symbols, the subset of <slurm/spank.h> used, and the callbacks.
+//! The SPANK ABI: exported symbols, the subset of <slurm/spank.h> used, and the callbacks, each
+//! a dispatcher as pyxis's pyxis_dispatch.c: gather what its context gives (Slurm's items, the
+//! environment, plugstack.conf's arguments), call the decision (step_start.rs, task.rs,
+//! step_end.rs), perform what it returns. Left out of test builds: the `spank_*` symbols only
+//! exist inside Slurm's processes.
 //!
 //! Undefined `spank_*`/`slurm_*` symbols resolve at dlopen() from libslurmfull.so, which srun,
 //! sbatch, salloc, slurmd and slurmstepd all link; the plugin must not link libslurm (it does not
 //! export them). rustc links cdylibs with BIND_NOW, so only APIs present in Slurm 22.05 are used.
 #![allow(non_camel_case_types, non_upper_case_globals)]
 
-use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -13,14 +16,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use crate::holder::{self, Creds, Running, Spec};
+use crate::holder::{self, Creds, Spec};
 use crate::jobimage;
 use crate::join;
 use crate::named;
-use crate::options::{self, ContainerOpts, Join, PluginArgs, OPTIONS};
-use crate::removal;
+use crate::options::{self, ContainerOpts, PluginArgs, OPTIONS};
 use crate::slurmd;
 use crate::state::{self, EnvChange, Holder};
+use crate::step_end::{self, Ended, Kind, StepIds};
+use crate::step_start::{self, Container, Context, Node, Step, SLURM_BATCH_SCRIPT};
+use crate::task::{self, Entered};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
 
@@ -67,14 +72,6 @@ const S_JOB_ENV: c_int = 10;
 const S_TASK_ID: c_int = 11;
 const S_JOB_SUPPLEMENTARY_GIDS: c_int = 19;
 const ESPANK_SUCCESS: c_int = 0;
-/// Step ids from here up are the batch script, the extern step, the interactive step…
-const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
-/// The job's extern step (`PrologFlags=contain`), which lives as long as the job.
-const SLURM_EXTERN_CONT: u32 = 0xffff_fffc;
-/// The batch script's step.
-const SLURM_BATCH_SCRIPT: u32 = 0xffff_fffb;
-/// salloc's shell on the first node (`LaunchParameters=use_interactive_step`).
-const SLURM_INTERACTIVE_STEP: u32 = 0xffff_fffa;
 
 extern "C" {
     fn spank_option_register(sp: spank_t, opt: *const spank_option) -> c_int;
@@ -112,42 +109,6 @@ struct Plugin {
     exited: u32,
     /// In slurmstepd: this node's slurmd has not loaded the plugin (slurmd.rs).
     slurmd_lacks_plugin: bool,
-}
-
-struct Step {
-    container: Container,
-    /// The environment the holder was started with.
-    env: HashMap<String, String>,
-    /// Whether sbcast copied the job's image for this step alone: the step's end removes that
-    /// copy, which it finds itself (`jobimage::is_sent`).
-    sent: bool,
-    /// The batch step's pull of the job's image, named in the script's environment for its
-    /// sruns (`jobimage::VAR`).
-    job_image: Option<String>,
-    /// What the step's first task says before the command (once per node).
-    notice: Option<String>,
-}
-
-/// Where a step's tasks go: the container its holder builds, or the named container another
-/// step of the job runs (`--container-name`), which they join.
-enum Container {
-    Held(Running),
-    Joined(Holder),
-}
-
-impl Container {
-    fn ready(&mut self) -> Result<Holder, String> {
-        match self {
-            Container::Held(r) => r.ready(),
-            Container::Joined(h) => Ok(h.clone()),
-        }
-    }
-
-    fn stop(&mut self, grace: Duration) {
-        if let Container::Held(r) = self {
-            r.stop(grace);
-        }
-    }
 }
 
 fn plugin() -> MutexGuard<'static, Plugin> {
@@ -240,13 +201,22 @@ fn job_creds(sp: spank_t) -> Result<Creds, String> {
     Ok(Creds { uid, gid, groups })
 }
 
-/// The job and step where the step's tasks may run in a container: srun's steps, the batch
-/// script and salloc's interactive step, as with pyxis; never the extern step.
+/// The job and step where the step's tasks may run in a container (step_start.rs).
 fn container_step(sp: spank_t) -> Option<(u32, u32)> {
     let job = item_u32(sp, S_JOB_ID)?;
     let step = item_u32(sp, S_JOB_STEPID)?;
-    let batch_or_shell = [SLURM_BATCH_SCRIPT, SLURM_INTERACTIVE_STEP].contains(&step);
-    (step < SLURM_MAX_NORMAL_STEP_ID || batch_or_shell).then_some((job, step))
+    step_start::container_step(step).then_some((job, step))
+}
+
+/// Which SPANK context this is.
+fn context() -> Context {
+    // SAFETY: spank_context takes no arguments and only reads Slurm's own state.
+    match unsafe { spank_context() } {
+        S_CTX_LOCAL => Context::Local,
+        S_CTX_REMOTE => Context::Remote,
+        S_CTX_ALLOCATOR => Context::Allocator,
+        _ => Context::Other,
+    }
 }
 
 /// The step's program: in the batch step, the script in slurmd's spool directory.
@@ -344,11 +314,8 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
     })
 }
 
-/// After option parsing: the `PYXIS_CONTAINER_*` variables where their options were not given
-/// (srun's and sbatch's environment; in slurmstepd the job's). As with pyxis, other
-/// --container-* options without an image leave the step on the host (`#SBATCH
-/// --container-mounts` with an image on some srun lines only), but srun says so, in case the
-/// image was forgotten.
+/// After option parsing: the `PYXIS_CONTAINER_*` variables (step_start.rs `init_post_opt`);
+/// then srun pulls the job's image, slurmstepd prepares the node.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_init_post_opt(
     sp: spank_t,
@@ -357,42 +324,30 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
 ) -> c_int {
     guard("init_post_opt", || {
         let mut p = plugin();
-        let ctx = unsafe { spank_context() };
-        let remote = ctx == S_CTX_REMOTE;
-        let job = remote.then(|| state::split_env(job_env(sp).iter().map(String::as_str)));
+        let ctx = context();
+        let job = (ctx == Context::Remote)
+            .then(|| state::split_env(job_env(sp).iter().map(String::as_str)));
         let var = |k: &str| match &job {
             Some(env) => env.get(k).cloned(),
             None => std::env::var(k).ok(),
         };
-        match p.opts.apply_env_vars(&var) {
-            Ok(warnings) if !remote => {
-                for w in warnings {
-                    log_warning(&format!("gpurun: warning: {w}"));
-                }
-            }
-            Ok(_) => {}
-            Err(e) => {
-                log_error(&format!("gpurun: {e}"));
+        let after = match step_start::init_post_opt(ctx, &mut p.opts, &var) {
+            Ok(after) => after,
+            Err(line) => {
+                log_error(&line);
                 return -1;
             }
+        };
+        after.warnings.iter().for_each(|w| log_warning(w));
+        match after.next {
+            step_start::AfterOpts::Pull => srun_pull(&mut p),
+            step_start::AfterOpts::PrepareNode => {
+                prepare_containers_dir(sp, &p.args);
+                p.slurmd_lacks_plugin = slurmd::lacks_plugin() == Some(true);
+                0
+            }
+            step_start::AfterOpts::Nothing => 0,
         }
-        if ctx == S_CTX_LOCAL
-            && p.opts.image.is_none()
-            && p.opts.name.is_none()
-            && p.opts.has_container_settings()
-        {
-            log_warning(
-                "gpurun: warning: no --container-image: the --container-* options are ignored",
-            );
-        }
-        if ctx == S_CTX_LOCAL {
-            return srun_pull(&mut p);
-        }
-        if remote && (p.opts.image.is_some() || p.opts.name.is_some()) {
-            prepare_containers_dir(sp, &p.args);
-            p.slurmd_lacks_plugin = slurmd::lacks_plugin() == Some(true);
-        }
-        0
     })
 }
 
@@ -409,9 +364,9 @@ fn prepare_containers_dir(sp: spank_t, a: &PluginArgs) {
 }
 
 /// Remote context, once per step on each node, before any task exists (uid 0, euid = user):
-/// start the holder. The tasks wait for its container in task_init, so it is built while
-/// slurmstepd prepares and forks the tasks (waiting here put the whole build before them:
-/// ~17 ms more per step, measured). A failure is kept and reported by the tasks (a failing
+/// join a running named container, or start the holder. The tasks wait for its container in
+/// task_init, so it is built while slurmstepd prepares and forks the tasks (waiting here put
+/// the whole build before them). A failure is kept and reported by the tasks (a failing
 /// user_init makes srun print "launch failed" and still exit 0).
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_user_init(
@@ -424,10 +379,13 @@ pub unsafe extern "C" fn slurm_spank_user_init(
             return 0;
         };
         let mut p = plugin();
-        if p.opts.image.is_none() && p.opts.name.is_none() {
+        if !step_start::wants_container(&p.opts) {
             return 0;
         }
-        let result = join_running(sp, &p, job).unwrap_or_else(|| start_holder(sp, &p, job, step));
+        let env = state::split_env(job_env(sp).iter().map(String::as_str));
+        let uid = item_u32(sp, S_JOB_UID);
+        let joined = step_start::join_running(&p.opts, &p.args, job, uid, env, &Host);
+        let result = joined.unwrap_or_else(|| start_holder(sp, &p, job, step));
         if let Err(e) = &result {
             log_debug(&format!("gpurun: step {job}.{step}: {e}"));
         }
@@ -436,195 +394,103 @@ pub unsafe extern "C" fn slurm_spank_user_init(
     })
 }
 
+/// The node as the step-start decisions ask it: its file system and /proc.
+struct Host;
+
+impl Node for Host {
+    fn is_dir(&self, p: &Path) -> bool {
+        p.is_dir()
+    }
+    fn exists(&self, p: &Path) -> bool {
+        p.exists()
+    }
+    fn image_kept(&self, base: &Path, uid: u32, name: &str) -> bool {
+        named::image_kept(base, uid, name)
+    }
+    fn find_running(&self, base: &Path, uid: u32, name: &str) -> Option<Holder> {
+        named::find_running(base, uid, name)
+    }
+    fn own_ns(&self, pid: i32, ns: &str) -> bool {
+        join::own_ns(pid, ns)
+    }
+}
+
+/// Start the step's holder as the job's user, with what step_start.rs decides from the job's
+/// environment, Slurm's items and the node.
 fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, String> {
     let mut env = job_env(sp);
     let map = state::split_env(env.iter().map(String::as_str));
-    // `srun --mpi=pmix`: gpurun binds PMIX_SERVER_TMPDIR, which Slurm sets only per task.
-    if map
-        .get("SLURM_MPI_TYPE")
-        .is_some_and(|t| t.starts_with("pmix"))
-        && !map.contains_key("PMIX_SERVER_TMPDIR")
-    {
+    if step_start::wants_pmix_dir(&map) {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
         if let Some(dir) = state::pmix_dir_in_maps(&maps, job, step) {
             env.push(format!("PMIX_SERVER_TMPDIR={dir}"));
         }
     }
-    // srun passes the submitting shell's PWD; the holder starts there so relative paths and
-    // the default working directory mean what they mean for `gpurun exec`
-    let cwd = map
-        .get("PWD")
-        .map(PathBuf::from)
-        .filter(|d| d.is_absolute() && d.is_dir())
-        .unwrap_or_else(|| PathBuf::from("/"));
     let creds = job_creds(sp)?;
-    let mut opts = p.opts.clone();
-    opts.remap_root = opts.remap_root.or(Some(p.args.remap_root));
-    let mut batch_image = None;
-    if step == SLURM_BATCH_SCRIPT {
-        // slurmstepd runs the script from slurmd's spool directory, so it must be there inside
-        let script = job_argv0(sp).ok_or("cannot get the batch script's path")?;
-        opts.mounts.push(options::Mount::Bind {
-            src: script.clone(),
-            dst: script,
-            flags: vec!["ro".into()],
-        });
-        batch_image = batch_pull(sp, p, job, &creds, &mut env)?;
+    let batch = step == SLURM_BATCH_SCRIPT;
+    let script = match batch {
+        true => Some(job_argv0(sp).ok_or("cannot get the batch script's path")?),
+        false => None,
+    };
+    let opts = step_start::holder_opts(&p.opts, &p.args, script);
+    let batch_image = match batch {
+        true => batch_pull(sp, p, job, &creds, &mut env)?,
+        false => None,
+    };
+    let found = jobimage::for_step(&env, registry(&opts), job, step, creds.uid)?;
+    if let Some(f) = &found {
+        log_debug(&format!(
+            "gpurun: step {job}.{step}: the job's image {}",
+            f.path.display()
+        ));
     }
-    let (opts, sent) = job_image(&opts, &mut env, job, step, creds.uid)?;
-    let (opts, sent) = named_registry_image(opts, sent, job, creds.uid, &p.args.containers_dir);
-    let containers = hold_state::named_containers_dir(&p.args.containers_dir, creds.uid);
+    let (opts, sent) = step_start::with_job_image(opts, &mut env, found.as_ref(), step);
+    let base = &p.args.containers_dir;
+    let kept = |name: &str| Host.image_kept(base, creds.uid, name);
+    let (opts, sent) = step_start::named_registry_image(opts, sent, job, kept);
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
         .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
-    let entrypoint = opts.entrypoint.unwrap_or(p.args.execute_entrypoint);
-    let mut env = options::without_host_locale(env, &opts.env_from_host);
-    if entrypoint {
-        env.extend(options::entrypoint_env(&opts.env_from_host, &map));
-    }
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let home = map
-        .get("HOME")
-        .map(Path::new)
-        .filter(|h| h.is_absolute() && h.is_dir());
-    let at = options::HoldCtx {
-        cwd: &cwd,
-        state: &holder::state_path(&dir),
-        entrypoint,
-        hostname: hostname.trim(),
+    let facts = step_start::StepFacts {
         job,
-        home,
-        containers: &containers,
+        step,
+        uid: creds.uid,
+        env: &map,
+        hostname: hostname.trim(),
+        state: &holder::state_path(&dir),
+        batch_image: batch_image.is_some(),
+        slurmd_lacks_plugin: p.slurmd_lacks_plugin,
     };
-    let args = options::holder_args(&opts, &at)?;
+    let inputs = step_start::holder_inputs(&opts, &p.args, &facts, env, &Host)?;
+    let gpurun = &p.args.gpurun;
     log_debug(&format!(
         "gpurun: {} {}",
-        p.args.gpurun.display(),
-        args.join(" ")
+        gpurun.display(),
+        inputs.args.join(" ")
     ));
     let spec = Spec {
-        gpurun: &p.args.gpurun,
-        args: &args,
-        env: &env,
-        cwd: &cwd,
+        gpurun,
+        args: &inputs.args,
+        env: &inputs.env,
+        cwd: &inputs.cwd,
         creds: &creds,
         dir: &dir,
         timeout: p.args.timeout,
-        log_stdout: entrypoint && opts.entrypoint_log,
+        log_stdout: inputs.log_stdout,
     };
-    let leaves = (step == SLURM_BATCH_SCRIPT && batch_image.is_some())
-        || opts.name.as_ref().is_some_and(|n| {
-            !containers
-                .join(format!("{job}.{}", n.name))
-                .join("image")
-                .exists()
-        });
-    let notice = (p.slurmd_lacks_plugin && leaves).then(|| slurmd::restart_line(hostname.trim()));
     match holder::start(&spec) {
         Ok(running) => Ok(Step {
             container: Container::Held(running),
             env: map,
             sent,
             job_image: batch_image,
-            notice,
+            notice: inputs.notice,
         }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
             Err(e)
         }
     }
-}
-
-/// A step naming a container that another step of the job runs now joins it, as with pyxis
-/// (never with `:no_exec`; `:exec` requires it): its namespaces, its root with the changes made
-/// so far, its environment; the step's own Slurm variables, working directory (else `/`).
-fn join_running(sp: spank_t, p: &Plugin, job: u32) -> Option<Result<Step, String>> {
-    let n = p.opts.name.as_ref().filter(|n| n.join != Join::Never)?;
-    let uid = item_u32(sp, S_JOB_UID)?;
-    let base = &p.args.containers_dir;
-    let Some(mut holder) = named::find_running(base, uid, &format!("{job}.{}", n.name)) else {
-        return (n.join == Join::Must).then(|| {
-            Err(format!(
-                "--container-name={}:exec: the container is not running",
-                n.name
-            ))
-        });
-    };
-    // as pyxis: a namespace asked for must be the running container's own
-    if let Some(ns) = p
-        .opts
-        .unshare
-        .iter()
-        .find(|ns| !join::own_ns(holder.pid, ns.proc_name()))
-    {
-        return Some(Err(format!(
-            "--container-unshare={}: the running container {} is not in a separate {} namespace",
-            ns.proc_name(),
-            n.name,
-            ns.title()
-        )));
-    }
-    let env = state::split_env(job_env(sp).iter().map(String::as_str));
-    holder.env = state::joined_env(&holder.env, &env);
-    holder.cwd = p.opts.workdir.clone().unwrap_or_else(|| PathBuf::from("/"));
-    let notice = (!p.opts.mounts.is_empty()).then(|| {
-        "gpurun: ignoring --container-mounts: the step joins a running container".to_string()
-    });
-    Some(Ok(Step {
-        container: Container::Joined(holder),
-        env,
-        sent: false,
-        job_image: None,
-        notice,
-    }))
-}
-
-/// The step's options with the job's image file in place of a registry reference, where srun
-/// pulled it (jobimage.rs), and the copy sbcast made for this step; the variable that said so
-/// is kept from the container (the tasks then have it unset, as gpurun dropped it).
-fn job_image(
-    opts: &ContainerOpts,
-    env: &mut Vec<String>,
-    job: u32,
-    step: u32,
-    uid: u32,
-) -> Result<(ContainerOpts, bool), String> {
-    let found = jobimage::for_step(env, registry(opts), job, step, uid)?;
-    let var = format!("{}=", jobimage::VAR);
-    env.retain(|e| !e.starts_with(&var));
-    let mut opts = opts.clone();
-    let Some(p) = found else {
-        return Ok((opts, false));
-    };
-    log_debug(&format!(
-        "gpurun: step {job}.{step}: the job's image {}",
-        p.path.display()
-    ));
-    opts.image = Some(options::Image::File(p.path.clone()));
-    Ok((opts, p.copy_of_step(step)))
-}
-
-/// A named container of a registry image, as pyxis's: where the job's container exists, it
-/// runs the copy of the image it was made from (this step's copy is not used); where this step
-/// makes it, its copy stays for the job's later steps (the job's epilog removes it).
-fn named_registry_image(
-    mut opts: ContainerOpts,
-    sent: bool,
-    job: u32,
-    uid: u32,
-    base: &Path,
-) -> (ContainerOpts, bool) {
-    let Some(n) = &opts.name else {
-        return (opts, sent);
-    };
-    let from_registry = sent || opts.image.as_ref().is_some_and(|i| i.registry().is_some());
-    if !from_registry {
-        return (opts, sent);
-    }
-    if named::image_kept(base, uid, &format!("{job}.{}", n.name)) {
-        opts.image = None;
-        return (opts, sent);
-    }
-    (opts, false)
 }
 
 /// The step's registry reference, for a registry image.
@@ -754,8 +620,7 @@ fn batch_pull(
 }
 
 /// The job's epilog on each node (slurmd, as root; plugstack.conf arguments come with this call
-/// alone): remove the copies sbcast made for the job, also of steps that ended without
-/// their exit callback, and the job's named containers.
+/// alone): what step_end.rs `at_job_end` names.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_job_epilog(
     sp: spank_t,
@@ -769,17 +634,15 @@ pub unsafe extern "C" fn slurm_spank_job_epilog(
         };
         if let (Some(job), Some(uid)) = (item_u32(sp, S_JOB_ID), item_u32(sp, S_JOB_UID)) {
             // the epilog's items hold no gid: the user's own group, from the user database
-            let gid = user_gid(uid);
-            let sent = |n: &str| jobimage::is_sent(n, job, None);
-            let n = removal::remove_files(&a.job_image.sbcast_dir, uid, gid, sent);
-            if n > 0 {
-                log_debug(&format!(
-                    "gpurun: job {job}: removed {n} copies of its image"
-                ));
-            }
-            let n = named::remove_job_containers(&a.containers_dir, job, uid, gid);
-            if n > 0 {
-                log_debug(&format!("gpurun: job {job}: removed {n} named containers"));
+            for r in step_end::at_job_end(job, uid, user_gid(uid), &a) {
+                let n = r.perform();
+                let what = match r.kind {
+                    Kind::Files => "copies of its image",
+                    Kind::Dirs => "named containers",
+                };
+                if n > 0 {
+                    log_debug(&format!("gpurun: job {job}: removed {n} {what}"));
+                }
             }
         }
         // never fail: a failing epilog drains the node
@@ -797,7 +660,7 @@ fn user_gid(uid: u32) -> u32 {
 }
 
 /// Remote context, in each forked task, as the user, just before slurmstepd looks up and execs
-/// the command: wait for the container, set its environment and move into it.
+/// the command: wait for the container, set its environment (task.rs) and move into it.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_task_init(
     sp: spank_t,
@@ -810,6 +673,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         // one line per node, not one per rank
         let first = || {
             let mut task: c_int = 0;
+            // SAFETY: S_TASK_ID's one argument is an int* to write; `task` outlives the call.
             unsafe { spank_get_item(sp, S_TASK_ID, &mut task as *mut c_int) };
             task == 0
         };
@@ -832,43 +696,43 @@ pub unsafe extern "C" fn slurm_spank_task_init(
             record_named(sp, &p.args, &p.opts, &step.container, &holder);
         }
         let task_env = state::split_env(job_env(sp).iter().map(String::as_str));
-        let mut changes = state::task_env(&step.env, &holder.env, &task_env, &p.opts.env_from_host);
-        changes.extend(state::pmix_mca(&state::applied(&task_env, &changes)));
-        if p.args.pytorch_env {
-            changes.extend(state::pytorch_env(&state::applied(&task_env, &changes)));
-        }
-        if let Some(v) = &step.job_image {
-            changes.push(EnvChange::Set(jobimage::VAR.into(), v.clone()));
-        }
-        for c in changes {
-            let rc = match &c {
-                EnvChange::Set(k, v) => unsafe {
-                    spank_setenv(sp, cstring(k).as_ptr(), cstring(v).as_ptr(), 1)
-                },
-                EnvChange::Unset(k) => unsafe { spank_unsetenv(sp, cstring(k).as_ptr()) },
-            };
-            if rc != ESPANK_SUCCESS {
-                fail_task(
-                    true,
-                    &format!("cannot set the task environment ({c:?}): error {rc}"),
-                );
-            }
-        }
-        match join::enter(&holder) {
-            Ok(None) => {}
-            // as pyxis: a working directory asked for must exist
-            Ok(Some(_)) if p.opts.workdir.is_some() => fail_task(
-                first(),
-                &format!(
-                    "--container-workdir={}: No such file or directory in the container; create it or choose another",
-                    holder.cwd.display()
-                ),
-            ),
-            Ok(Some(warning)) => log_user(&format!("gpurun: {warning}")),
-            Err(e) => fail_task(true, &format!("cannot enter the container: {e}")),
+        let job_image = step.job_image.as_deref();
+        let changes = task::env_changes(
+            &step.env,
+            &holder.env,
+            &task_env,
+            job_image,
+            &p.opts,
+            &p.args,
+        );
+        set_task_env(sp, changes);
+        match task::after_enter(join::enter(&holder), &p.opts, &holder.cwd) {
+            Entered::Run => {}
+            Entered::Warn(line) => log_user(&line),
+            Entered::Fail { line, every_task } => fail_task(every_task || first(), &line),
         }
         0
     })
+}
+
+/// Apply `changes` to the task's environment; a failure ends the task.
+fn set_task_env(sp: spank_t, changes: Vec<EnvChange>) {
+    for c in changes {
+        let rc = match &c {
+            // SAFETY: NUL-terminated strings that outlive the call; Slurm copies them.
+            EnvChange::Set(k, v) => unsafe {
+                spank_setenv(sp, cstring(k).as_ptr(), cstring(v).as_ptr(), 1)
+            },
+            // SAFETY: as above, one string.
+            EnvChange::Unset(k) => unsafe { spank_unsetenv(sp, cstring(k).as_ptr()) },
+        };
+        if rc != ESPANK_SUCCESS {
+            fail_task(
+                true,
+                &format!("cannot set the task environment ({c:?}): error {rc}"),
+            );
+        }
+    }
 }
 
 /// The first task of a step on a node: say that its container runs, for later steps to join
@@ -886,18 +750,9 @@ fn record_named(sp: spank_t, args: &PluginArgs, opts: &ContainerOpts, c: &Contai
     let (Some(job), Some(step), Some(uid)) = ids else {
         return;
     };
-    let name = record_name(opts, job, step);
+    let name = step_start::record_name(opts, job, step);
     if let Err(e) = named::record_running(&args.containers_dir, uid, &name, h) {
         log_user(&format!("gpurun: warning: {e}"));
-    }
-}
-
-/// The directory of the step's container record: its name's, else `JOB.JOB.STEP` (pyxis's
-/// name for an unnamed step's container).
-fn record_name(opts: &ContainerOpts, job: u32, step: u32) -> String {
-    match &opts.name {
-        Some(n) => format!("{job}.{}", n.name),
-        None => format!("{job}.{job}.{step}"),
     }
 }
 
@@ -923,7 +778,7 @@ pub unsafe extern "C" fn slurm_spank_task_post_fork(
     _av: *mut *mut c_char,
 ) -> c_int {
     guard("task_post_fork", || {
-        let (Some(job), Some(SLURM_EXTERN_CONT)) =
+        let (Some(job), Some(step_start::SLURM_EXTERN_CONT)) =
             (item_u32(sp, S_JOB_ID), item_u32(sp, S_JOB_STEPID))
         else {
             return 0;
@@ -941,9 +796,9 @@ pub unsafe extern "C" fn slurm_spank_task_post_fork(
     })
 }
 
-/// Remote, in slurmstepd as each task exits: with --container-save, once the last task of the
-/// node has exited, stop the holder and let it write the image. slurmstepd kills what is left
-/// in the step (the holder too) before it calls `slurm_spank_exit`.
+/// Remote, in slurmstepd as each task exits: with --container-save, stop the holder after the
+/// node's last task (step_end.rs `save_now`) and let it write the image. slurmstepd kills what
+/// is left in the step (the holder too) before it calls `slurm_spank_exit`.
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_task_exit(
     sp: spank_t,
@@ -951,24 +806,21 @@ pub unsafe extern "C" fn slurm_spank_task_exit(
     _av: *mut *mut c_char,
 ) -> c_int {
     guard("task_exit", || {
-        let mut p = plugin();
-        if p.opts.save.is_none() {
+        let mut locked = plugin();
+        let p = &mut *locked;
+        let local_tasks = item_u32(sp, S_JOB_LOCAL_TASK_COUNT);
+        if !step_end::save_now(&p.opts, &mut p.exited, local_tasks) {
             return 0;
         }
-        p.exited += 1;
-        if item_u32(sp, S_JOB_LOCAL_TASK_COUNT) != Some(p.exited) {
-            return 0;
-        }
-        let timeout = p.args.timeout;
         if let Some(Ok(s)) = p.step.as_mut() {
-            s.container.stop(timeout);
+            s.container.stop(p.args.timeout);
         }
         0
     })
 }
 
-/// What a step's end removes, as root, found by root itself (removal.rs): the copy sbcast made
-/// for this step alone, and the record of an unnamed step's container (no epilog needed).
+/// What a step's end removes as root (step_end.rs `at_step_end`): made of Slurm's items and
+/// plugstack.conf's arguments alone.
 fn step_leftovers(sp: spank_t, p: &Plugin, s: &Step) {
     let ids = (
         item_u32(sp, S_JOB_ID),
@@ -979,13 +831,18 @@ fn step_leftovers(sp: spank_t, p: &Plugin, s: &Step) {
     let (Some(job), Some(step), Some(uid), Some(gid)) = ids else {
         return;
     };
-    if s.sent {
-        let this = |n: &str| jobimage::is_sent(n, job, Some(step));
-        removal::remove_files(&p.args.job_image.sbcast_dir, uid, gid, this);
-    }
-    if let (None, Container::Held(_)) = (&p.opts.name, &s.container) {
-        let name = record_name(&p.opts, job, step);
-        named::remove_record(&p.args.containers_dir, uid, gid, &name);
+    let ids = StepIds {
+        job,
+        step,
+        uid,
+        gid,
+    };
+    let ended = Ended {
+        sent: s.sent,
+        held: matches!(s.container, Container::Held(_)),
+    };
+    for r in step_end::at_step_end(ids, &p.args, &p.opts, ended) {
+        r.perform();
     }
 }
 
@@ -994,7 +851,7 @@ fn step_leftovers(sp: spank_t, p: &Plugin, s: &Step) {
 #[no_mangle]
 pub unsafe extern "C" fn slurm_spank_exit(sp: spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
     guard("exit", || {
-        if unsafe { spank_context() } != S_CTX_REMOTE {
+        if context() != Context::Remote {
             return 0;
         }
         let mut p = plugin();
