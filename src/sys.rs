@@ -273,16 +273,19 @@ pub fn clone_tree(path: &Path) -> Result<OwnedFd> {
     let c = cstr(path);
     let flags =
         OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+    // SAFETY: a C string alive during the call; a non-negative result is a new fd.
     let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
     if fd < 0 {
         return Err(at("bind source", path)(Errno::last()));
     }
+    // SAFETY: open_tree returned a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Attach a tree from `clone_tree` on the object `dst` (an O_PATH fd) refers to.
 pub fn attach_tree(tree: &OwnedFd, dst: &OwnedFd, what: &Path) -> Result<()> {
     let empty = c"";
+    // SAFETY: fds owned by the caller and empty C strings, alive during the call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
@@ -318,6 +321,7 @@ pub fn set_tree_attrs(tree: &OwnedFd, attrs: Attrs, what: &Path) -> Result<bool>
         propagation: 0,
         userns_fd: 0,
     };
+    // SAFETY: an fd, an empty C string and `attr` with its true size, alive during the call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
@@ -595,11 +599,14 @@ pub fn open_in_root(root: &OwnedFd, path: &Path, create: Create) -> Result<Owned
     let c = CString::new(name.as_bytes()).expect("no NUL");
     // An O_PATH directory fd is enough for the *at calls.
     let r = if create == Create::Dir {
+        // SAFETY: an O_PATH directory fd and a C string, alive during the call.
         unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o755) }
     } else {
         let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC;
+        // SAFETY: an O_PATH directory fd and a C string, alive during the call.
         let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, 0o644) };
         if fd >= 0 {
+            // SAFETY: the fd openat just returned, closed once.
             unsafe { libc::close(fd) };
         }
         fd.min(0)
@@ -611,6 +618,7 @@ pub fn open_in_root(root: &OwnedFd, path: &Path, create: Create) -> Result<Owned
 }
 
 fn openat2_in_root(root: &OwnedFd, rel: &Path) -> std::result::Result<OwnedFd, Errno> {
+    // SAFETY: open_how is plain integers; all zeroes is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
@@ -634,6 +642,7 @@ fn openat2_in_root(root: &OwnedFd, rel: &Path) -> std::result::Result<OwnedFd, E
             )
         };
         match Errno::last() {
+            // SAFETY: openat2 returned a new fd that nothing else owns.
             _ if fd >= 0 => return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
             Errno::EAGAIN => yield_cpu(),
             e => return Err(e),
@@ -648,6 +657,7 @@ pub fn symlink_in_root(root: &OwnedFd, path: &Path, target: &Path) -> Result<()>
     let dir = open_in_root(root, parent, Create::Dir)?;
     let name = CString::new(path.file_name().unwrap_or_default().as_bytes()).expect("no NUL");
     let t = cstr(target);
+    // SAFETY: C strings and an O_PATH directory fd, alive during the call.
     if unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), name.as_ptr()) } < 0
         && Errno::last() != Errno::EEXIST
     {
@@ -680,6 +690,7 @@ pub fn write_in_root(root: &OwnedFd, path: &Path, contents: &[u8]) -> Result<()>
     if fd < 0 {
         return Err(at("create", path)(Errno::last()));
     }
+    // SAFETY: openat returned a new fd that nothing else owns.
     let mut f = unsafe { File::from_raw_fd(fd) };
     let written = f.write_all(contents).and_then(|_| {
         use std::os::unix::fs::PermissionsExt;
@@ -905,6 +916,7 @@ pub fn fake_id_changes() -> Result<()> {
 
 /// Get `signal` when the parent dies: a container must not outlive gpurun (its image server).
 pub fn die_with_parent(signal: i32) -> Result<()> {
+    // SAFETY: prctl with an integer argument: no memory is touched.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong) } < 0 {
         return Err(SysError::Call {
             what: "PR_SET_PDEATHSIG",
@@ -1197,6 +1209,7 @@ pub fn spawn(exe: &Path, args: &[String], fds: &[RawFd], how: Spawn) -> Result<(
             }
             Ok(())
         }
+        // SAFETY: in the forked child: only async-signal-safe calls on data prepared before the fork, then exec or _exit.
         nix::unistd::ForkResult::Child => unsafe {
             if how == Spawn::Detached {
                 libc::setsid();
@@ -1233,6 +1246,7 @@ pub fn spawn_daemon(
     // execs or leaves with _exit.
     match unsafe { nix::unistd::fork() }.map_err(call("fork"))? {
         nix::unistd::ForkResult::Parent { child } => Ok(child),
+        // SAFETY: in the forked child: only async-signal-safe calls on data prepared before the fork, then exec or _exit.
         nix::unistd::ForkResult::Child => unsafe {
             let dies = libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
             if dies < 0 || libc::getppid() != parent.as_raw() {

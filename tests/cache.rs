@@ -85,6 +85,7 @@ fn cache_list_gc_and_clean_keep_what_is_in_use() {
     let lock =
         std::fs::File::open(c.join("locks").join(format!("{}.lock", "d".repeat(64)))).unwrap();
     assert_eq!(
+        // SAFETY: an fd `lock` owns, alive during the call.
         unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) },
         0
     );
@@ -172,6 +173,7 @@ fn a_running_gpurun_keeps_blobs_of_its_own_cache_only() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(in_use(&other), serde_json::Value::Null);
+    // SAFETY: a signal to the test's own child: no memory is touched.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
 }

@@ -26,6 +26,7 @@ fn check(r: libc::c_int, what: &str) {
 /// In the child: become the test user (when root), then unshare user+mount namespaces with
 /// that user mapped to 0, as gpurun does.
 fn enter_namespaces(uid: u32, gid: u32) {
+    // SAFETY: integer arguments and a NULL list of length 0: no memory is touched.
     unsafe {
         if libc::geteuid() == 0 {
             check(libc::setgroups(0, std::ptr::null()), "setgroups");
@@ -45,6 +46,7 @@ fn enter_namespaces(uid: u32, gid: u32) {
     std::fs::write("/proc/self/gid_map", format!("0 {gid} 1")).unwrap();
     let none = CString::new("none").unwrap();
     let root = CString::new("/").unwrap();
+    // SAFETY: C strings alive during the call.
     let r = unsafe {
         libc::mount(
             none.as_ptr(),
@@ -60,6 +62,7 @@ fn enter_namespaces(uid: u32, gid: u32) {
 /// Open /dev/fuse and mount it read-only on `mnt` with the options gpurun's launcher uses.
 fn mount_fuse(mnt: &Path) -> OwnedFd {
     let dev = CString::new("/dev/fuse").unwrap();
+    // SAFETY: a C string alive during the call.
     let fd = unsafe { libc::open(dev.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     check(fd, "open /dev/fuse");
     let opts = CString::new(format!("fd={fd},rootmode=40000,user_id=0,group_id=0")).unwrap();
@@ -68,6 +71,7 @@ fn mount_fuse(mnt: &Path) -> OwnedFd {
         CString::new("fuse.gpurun").unwrap(),
     );
     let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    // SAFETY: C strings alive during the call.
     let r = unsafe {
         libc::mount(
             src.as_ptr(),
@@ -78,12 +82,14 @@ fn mount_fuse(mnt: &Path) -> OwnedFd {
         )
     };
     check(r, "mount fuse");
+    // SAFETY: open returned a new fd that nothing else owns (checked above).
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
 fn getxattr(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
     let n = CString::new(name).unwrap();
     let mut v = vec![0u8; size];
+    // SAFETY: C strings and a buffer of `size` bytes, alive during the call.
     let k = unsafe { libc::getxattr(c(p).as_ptr(), n.as_ptr(), v.as_mut_ptr().cast(), size) };
     if k < 0 {
         return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
@@ -160,8 +166,10 @@ fn checks(src: &Path, img: &Path, bad_img: &Path, mnt: &Path, mnt2: &Path) {
         b"hello\n"
     );
     // statfs
+    // SAFETY: statvfs is plain integers; all zeroes is a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     check(
+        // SAFETY: a C string and `st`, alive during the call.
         unsafe { libc::statvfs(c(mnt).as_ptr(), &mut st) },
         "statvfs",
     );
@@ -224,6 +232,7 @@ fn fuse_mount_serves_the_image() {
 /// panics. (unshare(CLONE_NEWUSER) needs a single-threaded process, hence the fork.)
 fn in_namespaces(f: impl FnOnce()) {
     let (uid, gid) = common::test_ids();
+    // SAFETY: the child runs the test's closure and leaves with _exit, never returning into the harness.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
@@ -231,9 +240,11 @@ fn in_namespaces(f: impl FnOnce()) {
             enter_namespaces(uid, gid);
             f();
         }));
+        // SAFETY: _exit ends the forked child without running the harness's destructors.
         unsafe { libc::_exit(if r.is_ok() { 0 } else { 1 }) };
     }
     let mut status = 0;
+    // SAFETY: `status` outlives the call; the pid is our own child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,

@@ -117,6 +117,7 @@ impl Drop for Store {
             .ok()
             .and_then(|p| p.trim().parse::<libc::pid_t>().ok())
         {
+            // SAFETY: a signal to podman's pause process: no memory is touched.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
@@ -329,6 +330,7 @@ fn an_interrupted_podman_pull_leaves_nothing() {
             .unwrap();
         std::thread::sleep(whole * i / 9);
         let sig = [libc::SIGINT, libc::SIGTERM][i as usize % 2];
+        // SAFETY: a signal to the test's own child: no memory is touched.
         unsafe { libc::kill(child.id() as libc::pid_t, sig) };
         let o = child.wait_with_output().unwrap();
         if o.status.success() {

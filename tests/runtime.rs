@@ -990,6 +990,7 @@ fn hold(
         std::thread::sleep(Duration::from_millis(20));
     }
     let text = std::fs::read_to_string(state).ok();
+    // SAFETY: a signal to the test's own child: no memory is touched.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     (text, child.wait_with_output().unwrap())
 }

@@ -65,6 +65,7 @@ fn sleeper(mut c: Command) -> Child {
 }
 
 fn stop(child: &mut Child) {
+    // SAFETY: a signal to the test's own child: no memory is touched.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
 }
@@ -249,6 +250,7 @@ fn a_killed_server_ends_its_containers_cleanly_and_is_replaced() {
         ],
     ));
     let pid = pid_of(&servers_of(&img)[0]);
+    // SAFETY: a signal: no memory is touched.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let t = Instant::now();
     let o = a.wait_with_output().unwrap();
@@ -457,6 +459,7 @@ fn under_slurm_a_server_ends_with_its_step_or_its_job() {
         .output()
         .unwrap();
     let keeper: i32 = stdout(&keeper).trim().parse().unwrap();
+    // SAFETY: a signal: no memory is touched.
     unsafe { libc::kill(keeper, libc::SIGTERM) };
     let server = pid_of(&v[0]);
     eventually(10, "the job's server ends with its keeper", || {

@@ -533,6 +533,7 @@ fn hold_state_is_never_written_through_a_planted_link() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let written = state.exists();
+    // SAFETY: a signal to the test's own child: no memory is touched.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = child.wait_with_output().unwrap();
     unchanged(&victim_file);

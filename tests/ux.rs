@@ -294,6 +294,7 @@ fn ps_lists_running_containers() {
         assert!(Instant::now() < deadline, "container not listed: {v}");
         std::thread::sleep(Duration::from_millis(100));
     };
+    // SAFETY: a signal to the test's own child: no memory is touched.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
     assert_eq!(found["action"], "exec");
@@ -343,12 +344,14 @@ fn ps_sees_containers_of_a_renamed_binary() {
             break;
         }
         if Instant::now() > deadline {
+            // SAFETY: a signal to the test's own child: no memory is touched.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
             let _ = child.wait();
             panic!("container of {} not listed: {v}", copy.display());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    // SAFETY: a signal to the test's own child: no memory is touched.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let _ = child.wait();
 }

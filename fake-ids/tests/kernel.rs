@@ -14,6 +14,7 @@ const ID: i64 = 4321;
 const NOBODY: u32 = 65534;
 
 fn is_root() -> bool {
+    // SAFETY: geteuid only reads the process's id.
     unsafe { libc::geteuid() == 0 }
 }
 
@@ -202,6 +203,7 @@ fn abis_here() -> Vec<&'static Abi> {
     let mut abis = Vec::new();
     if cfg!(target_arch = "x86_64") {
         abis.push(&X86_64);
+        // SAFETY: getpid only reads the process's id.
         let getpid = in_child(|| (int80(20, [0; 5]) != unsafe { libc::getpid() }) as i32);
         match getpid {
             0 => abis.push(&I386),
@@ -246,6 +248,7 @@ fn other_calls_run_under_the_filter() {
         if !filtered() {
             return 9;
         }
+        // SAFETY: getpid only reads the process's id.
         let pid = unsafe { libc::getpid() } as i64;
         // getpid of each ABI: 39 on x86_64, 20 on i386, 172 on aarch64
         let nr = |abi: &Abi| match abi.name {

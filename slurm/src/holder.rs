@@ -76,6 +76,7 @@ pub fn make_dir(base: &Path, tag: &str) -> io::Result<PathBuf> {
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     // SAFETY: plain syscall; a non-negative result is a new fd we own (close-on-exec by default).
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: a non-negative result is a new fd that nothing else owns.
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
@@ -313,6 +314,7 @@ impl Running {
             },
             // no pidfd (kernel < 5.3): the child is unreaped until we wait for it, so the pid
             // still names it
+            // SAFETY: a signal to our own child, unreaped, so its pid is not reused.
             None => unsafe {
                 libc::kill(self.child.id() as libc::pid_t, sig);
             },
@@ -342,6 +344,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn me() -> Creds {
+        // SAFETY: getuid and getgid only read the process's ids.
         unsafe {
             Creds {
                 uid: libc::getuid(),
@@ -442,6 +445,7 @@ mod tests {
         let mut status = 0;
         // reaped behind the Child's back, as slurmstepd does
         let pid = r.child.id() as libc::pid_t;
+        // SAFETY: `status` outlives the call; the pid is our own unreaped child.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         let e = r.ready().err().unwrap();
         assert_eq!(e, "img: no such file (gpurun hold exited)");

@@ -487,6 +487,7 @@ fn random() -> Result<u64, String> {
 /// The user's name and home directory, from the password database.
 fn user_and_home(uid: u32) -> Result<(String, PathBuf), String> {
     let mut buf = vec![0u8; 16384];
+    // SAFETY: passwd is plain C data (integers and pointers); all zeroes is a valid value.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut res: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: buffers owned here, sizes given; the strings are read before buf goes away.
@@ -497,6 +498,7 @@ fn user_and_home(uid: u32) -> Result<(String, PathBuf), String> {
             "uid {uid} has no entry in the password database (pull_cache=)"
         ));
     }
+    // SAFETY: getpwuid_r filled these with NUL-terminated strings in `buf`, which outlives them.
     let s = |p: *const libc::c_char| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
     Ok((s(pw.pw_name), PathBuf::from(s(pw.pw_dir))))
 }
@@ -648,6 +650,7 @@ mod tests {
     #[test]
     fn the_step_finds_its_file_and_checks_it() {
         let t = tempfile::tempdir().unwrap();
+        // SAFETY: getuid only reads the process's id.
         let uid = unsafe { libc::getuid() };
         let r = "docker://reg:5000/a/b:t";
         let mut p = pulled(true);

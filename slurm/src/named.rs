@@ -219,6 +219,7 @@ mod tests {
     /// directory others may write or once the namespaces differ.
     #[test]
     fn running_records() {
+        // SAFETY: getuid only reads the process's id.
         let uid = unsafe { libc::getuid() };
         let t = base(uid);
         let b = t.path();
@@ -257,6 +258,7 @@ mod tests {
 
     #[test]
     fn kept_images() {
+        // SAFETY: getuid only reads the process's id.
         let uid = unsafe { libc::getuid() };
         let t = base(uid);
         let b = t.path();
@@ -281,6 +283,7 @@ mod tests {
     /// another user owns, or may write, is refused.
     #[test]
     fn the_users_directory_is_made_by_root() {
+        // SAFETY: geteuid only reads the process's id.
         if unsafe { libc::geteuid() } != 0 {
             return;
         }

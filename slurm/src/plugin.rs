@@ -134,31 +134,37 @@ fn cstring(s: &str) -> CString {
 // Messages are always passed as "%s" arguments, never as the format.
 fn log_error(msg: &str) {
     let m = cstring(msg);
+    // SAFETY: "%s" takes the one argument, a NUL-terminated string alive during the call.
     unsafe { slurm_error(c"%s".as_ptr(), m.as_ptr()) }
 }
 /// In srun/sbatch: a line on the user's terminal without Slurm's "error:".
 fn log_warning(msg: &str) {
     let m = cstring(msg);
+    // SAFETY: "%s" takes the one argument, a NUL-terminated string alive during the call.
     unsafe { slurm_info(c"%s".as_ptr(), m.as_ptr()) }
 }
 fn log_debug(msg: &str) {
     let m = cstring(msg);
+    // SAFETY: "%s" takes the one argument, a NUL-terminated string alive during the call.
     unsafe { slurm_debug(c"%s".as_ptr(), m.as_ptr()) }
 }
 /// In a task this reaches the job's stderr as one line, without Slurm's "error:" noise.
 fn log_user(msg: &str) {
     let m = cstring(msg);
+    // SAFETY: "%s" takes the one argument, a NUL-terminated string alive during the call.
     unsafe { slurm_spank_log(c"%s".as_ptr(), m.as_ptr()) }
 }
 
 fn item_u32(sp: spank_t, item: c_int) -> Option<u32> {
     let mut v: u32 = 0;
+    // SAFETY: the u32 items take one uint32_t* to write; `v` outlives the call.
     (unsafe { spank_get_item(sp, item, &mut v as *mut u32) } == ESPANK_SUCCESS).then_some(v)
 }
 
 /// The job's (or, in a task, the task's) environment.
 fn job_env(sp: spank_t) -> Vec<String> {
     let mut env: *mut *mut c_char = std::ptr::null_mut();
+    // SAFETY: S_JOB_ENV takes one char*** to write; `env` outlives the call.
     if unsafe { spank_get_item(sp, S_JOB_ENV, &mut env as *mut _) } != ESPANK_SUCCESS
         || env.is_null()
     {
@@ -182,6 +188,7 @@ fn job_creds(sp: spank_t) -> Result<Creds, String> {
     let mut gids: *mut libc::gid_t = std::ptr::null_mut();
     let mut n: c_int = 0;
     let mut groups = Vec::new();
+    // SAFETY: S_JOB_SUPPLEMENTARY_GIDS takes a gid_t** and an int*; both outlive the call.
     if unsafe {
         spank_get_item(
             sp,
@@ -223,6 +230,7 @@ fn context() -> Context {
 fn job_argv0(sp: spank_t) -> Option<PathBuf> {
     let mut argc: c_int = 0;
     let mut argv: *mut *mut c_char = std::ptr::null_mut();
+    // SAFETY: S_JOB_ARGV takes an int* and a char***; both outlive the call.
     let rc = unsafe { spank_get_item(sp, S_JOB_ARGV, &mut argc as *mut c_int, &mut argv) };
     if rc != ESPANK_SUCCESS || argc < 1 || argv.is_null() {
         return None;
@@ -230,6 +238,7 @@ fn job_argv0(sp: spank_t) -> Option<PathBuf> {
     // SAFETY: Slurm's argv of argc entries, valid during the callback.
     let first = unsafe { *argv };
     (!first.is_null()).then(|| {
+        // SAFETY: checked non-null; Slurm's NUL-terminated argv[0], valid during the callback.
         let s = unsafe { CStr::from_ptr(first) };
         PathBuf::from(std::ffi::OsStr::from_bytes(s.to_bytes()))
     })
@@ -238,6 +247,7 @@ fn job_argv0(sp: spank_t) -> Option<PathBuf> {
 struct SyncOpts([spank_option; OPTIONS.len()]);
 // SAFETY: read-only after construction: pointers to 'static C string literals and a function.
 unsafe impl Sync for SyncOpts {}
+// SAFETY: as Sync above: nothing in it is ever written or freed.
 unsafe impl Send for SyncOpts {}
 
 static SPANK_OPTIONS: OnceLock<SyncOpts> = OnceLock::new();
@@ -262,6 +272,7 @@ fn spank_options() -> &'static SyncOpts {
 /// before anything is submitted) and again in slurmstepd (remote = 1).
 unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
     guard("option", || {
+        // SAFETY: checked non-null; Slurm's NUL-terminated argument, valid during the callback.
         let arg = (!optarg.is_null()).then(|| unsafe { CStr::from_ptr(optarg) }.to_string_lossy());
         match plugin().opts.set(val as usize, arg.as_deref()) {
             Ok(()) => 0,
@@ -278,6 +289,7 @@ unsafe extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int)
 fn plugin_args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
     (0..ac.max(0) as usize)
         .map(|i| {
+            // SAFETY: Slurm's `ac` plugstack.conf arguments, NUL-terminated, valid during the callback.
             unsafe { CStr::from_ptr(*av.add(i)) }
                 .to_string_lossy()
                 .into_owned()
@@ -298,11 +310,13 @@ pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut 
                 return -1;
             }
         }
+        // SAFETY: spank_context takes no arguments and only reads Slurm's own state.
         let ctx = unsafe { spank_context() };
         if ![S_CTX_LOCAL, S_CTX_REMOTE, S_CTX_ALLOCATOR].contains(&ctx) {
             return 0;
         }
         for o in &spank_options().0 {
+            // SAFETY: a handle Slurm gave this callback, and an option table that is never freed.
             if unsafe { spank_option_register(sp, o) } != ESPANK_SUCCESS {
                 log_error(
                     "gpurun: cannot register the --container-* options (another plugin has them?)",
@@ -601,6 +615,7 @@ fn batch_pull(
         Err(jobimage::Failure::Said) => return Err("the job's image was not pulled".into()),
         Err(jobimage::Failure::Other(e)) => return Err(e),
     };
+    // SAFETY: NUL-terminated strings that outlive the call; Slurm copies them.
     let rc = unsafe {
         spank_setenv(
             sp,

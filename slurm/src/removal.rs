@@ -153,6 +153,7 @@ mod tests {
     #[test]
     fn the_thread_has_the_users_identity_and_the_process_keeps_its_own() {
         let (uid, gid) = ids();
+        // SAFETY: setfsuid and setfsgid with -1 change nothing and return the thread's ids.
         let got = as_user(uid, gid, || unsafe {
             (
                 libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32,

@@ -118,6 +118,7 @@ fn set_times(p: &Path, mtime: u32) -> std::io::Result<()> {
         tv_sec: mtime as libc::time_t,
         tv_nsec: 0,
     }; 2];
+    // SAFETY: a C string and a two-element timespec array, both alive during the call.
     let r = unsafe {
         libc::utimensat(
             libc::AT_FDCWD,
@@ -143,6 +144,7 @@ fn copy_xattrs(ar: &Archive, ino: &Inode, p: &Path) {
         let Ok(n) = CString::new(name.clone()) else {
             continue;
         };
+        // SAFETY: C strings and a value buffer of the length given, alive during the call.
         unsafe {
             libc::lsetxattr(
                 cpath(p).as_ptr(),
@@ -213,6 +215,7 @@ fn extract_tree(image: &Path, ar: &Archive, dst: &Path) -> Result<(), ExtractErr
                     true
                 }
                 Kind::Fifo => {
+                    // SAFETY: a C string alive during the call.
                     if unsafe { libc::mkfifo(cpath(&p).as_ptr(), safe_mode(&ino)) } != 0 {
                         return Err(io(&p)(std::io::Error::last_os_error()));
                     }

@@ -14,6 +14,7 @@ pub const TEST_USER: &str = "gpuruntest";
 pub const OTHER_USER: &str = "gpurunother";
 
 pub fn is_root() -> bool {
+    // SAFETY: geteuid only reads the process's id.
     unsafe { libc::geteuid() == 0 }
 }
 
@@ -76,6 +77,7 @@ pub fn test_ids() -> (u32, u32) {
 pub fn ids_of(user: &str) -> (u32, u32) {
     setup();
     if !is_root() {
+        // SAFETY: getuid and getgid only read the process's ids.
         return unsafe { (libc::getuid(), libc::getgid()) };
     }
     let id = |flag: &str| -> u32 {

@@ -28,6 +28,7 @@ pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
 fn setxattr(p: &Path, name: &str, value: &[u8]) {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
     let n = CString::new(name).unwrap();
+    // SAFETY: C strings and a value buffer of the length given, alive during the call.
     let r = unsafe {
         libc::lsetxattr(
             c.as_ptr(),
@@ -49,6 +50,7 @@ fn setxattr(p: &Path, name: &str, value: &[u8]) {
 pub fn user_xattrs(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     let c = CString::new(p.as_os_str().as_bytes()).unwrap();
     let mut names = vec![0u8; 65536];
+    // SAFETY: a C string and a buffer of the length given, alive during the call.
     let n = unsafe { libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
     assert!(
         n >= 0,
@@ -62,6 +64,7 @@ pub fn user_xattrs(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     {
         let cn = CString::new(name).unwrap();
         let mut v = vec![0u8; 65536];
+        // SAFETY: C strings and a buffer of the length given, alive during the call.
         let k = unsafe { libc::lgetxattr(c.as_ptr(), cn.as_ptr(), v.as_mut_ptr().cast(), v.len()) };
         assert!(
             k >= 0,
@@ -81,6 +84,7 @@ fn set_mtime(p: &Path, secs: i64) {
         tv_sec: secs,
         tv_nsec: 0,
     }; 2];
+    // SAFETY: a C string and a two-element timespec array, alive during the call.
     let r = unsafe {
         libc::utimensat(
             libc::AT_FDCWD,
@@ -151,10 +155,12 @@ pub fn build(root: &Path) {
     w("none", b"unreadable");
     std::fs::set_permissions(root.join("none"), std::fs::Permissions::from_mode(0o000)).unwrap();
     std::fs::set_permissions(root.join("empty"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // SAFETY: geteuid only reads the process's id.
     if unsafe { libc::geteuid() } == 0 {
         std::os::unix::fs::lchown(root.join("small"), Some(1234), Some(5678)).unwrap();
     }
     let fifo = CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a C string alive during the call.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
     // deep tree
     let mut deep = root.join("deep");

@@ -38,6 +38,7 @@ struct Slots {
 // SAFETY: the region is only reached through `Block`s, each the sole owner of its slot while it
 // lives (the free list hands a slot out once at a time); `Arena` itself only keeps the list.
 unsafe impl Send for Arena {}
+// SAFETY: as Send above: every slot has one owner, so shared `&Arena`s touch no slot.
 unsafe impl Sync for Arena {}
 
 impl Arena {

@@ -75,6 +75,7 @@ pub struct Kept {
 
 // SAFETY: the mapping is read-only and lives as long as `Kept`.
 unsafe impl Send for Kept {}
+// SAFETY: as Send above: a read-only mapping may be read from any thread.
 unsafe impl Sync for Kept {}
 
 impl Kept {
