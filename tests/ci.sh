@@ -19,7 +19,10 @@ if ! runuser -u "${TEST_USER:-gpuruntest}" -- test -x "$PWD/tests"; then
 fi
 
 export CARGO_TERM_COLOR=never
+cargo fmt --all --check
 cargo build --workspace --all-targets --locked
+# the lints (every unsafe block says why it is sound, among them) hold in CI too
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked -- --test-threads=2
 # Real Slurm (cgroup v1 ConstrainDevices, then no cgroups), with the SPANK plugin of this build.
 bash tests/slurm/ci.sh

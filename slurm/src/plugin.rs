@@ -475,7 +475,13 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         batch_image: batch_image.is_some(),
         slurmd_lacks_plugin: p.slurmd_lacks_plugin,
     };
-    let inputs = step_start::holder_inputs(&opts, &p.args, &facts, env, &Host)?;
+    let inputs = match step_start::holder_inputs(&opts, &p.args, &facts, env, &Host) {
+        Ok(i) => i,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
     let gpurun = &p.args.gpurun;
     log_debug(&format!(
         "gpurun: {} {}",
