@@ -498,7 +498,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub anchor: Option<i32>,
     #[arg(long)]
-    pub keep_blocks_in: Option<PathBuf>,
+    pub keep_blocks: bool,
     #[arg(long)]
     pub private: bool,
 }

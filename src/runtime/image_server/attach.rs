@@ -247,7 +247,7 @@ fn serve_args(start: &Start, id: String, scope: &Scope) -> serve::Args {
         idle: start.idle,
         scope: scope.label.clone(),
         anchor: scope.anchor,
-        keep_blocks_in: start.keep_blocks.then(crate::store::cache_dir::cache_root),
+        keep_blocks: start.keep_blocks,
         private: start.idle.is_zero(),
     }
 }

@@ -115,8 +115,7 @@ fn serve_args(ask: Ask, job: &str, keeper: i32) -> serve::Args {
         idle: Duration::from_secs(ask.idle_seconds),
         scope: scope_label(job),
         anchor: Some(keeper),
-        // the keeper's own cache: a request names no place
-        keep_blocks_in: ask.keep_blocks.then(crate::store::cache_dir::cache_root),
+        keep_blocks: ask.keep_blocks,
         private: false,
     }
 }
@@ -152,7 +151,6 @@ mod tests {
         )
         .unwrap();
         let line = serve_args(ask, "42", 7).command_line();
-        let own = crate::store::cache_dir::cache_root().display().to_string();
         assert_eq!(
             line,
             [
@@ -167,8 +165,7 @@ mod tests {
                 "slurm-job 42",
                 "--anchor",
                 "7",
-                "--keep-blocks-in",
-                &own,
+                "--keep-blocks"
             ]
         );
     }

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fuse_fs;
 use crate::image::sqfs::{kept_id, Archive};
+use crate::store::cache_dir::cache_root;
 use crate::sys;
 
 /// How long a send to a container's gpurun may wait.
@@ -87,11 +88,10 @@ pub struct Args {
     pub scope: String,
     /// A process (slurmstepd, or the job's keeper) whose end ends the server.
     pub anchor: Option<i32>,
-    /// The user's cache, where the server keeps the blocks its first containers needed
-    /// decompressed, for the next server of the image (image/sqfs/kept.rs): the starting
-    /// gpurun's own cache, or the job keeper's, never a place a request names. (A server's
-    /// environment is not its starter's: it is told.)
-    pub keep_blocks_in: Option<PathBuf>,
+    /// Whether the server keeps the blocks its first containers needed decompressed, for the
+    /// next server of the image, in the user's cache (image/sqfs/kept.rs): a place it finds
+    /// itself, never one a request names.
+    pub keep_blocks: bool,
     pub private: bool,
 }
 
@@ -112,8 +112,8 @@ impl Args {
         if let Some(p) = self.anchor {
             a.extend(["--anchor".into(), p.to_string()]);
         }
-        if let Some(c) = &self.keep_blocks_in {
-            a.extend(["--keep-blocks-in".into(), c.display().to_string()]);
+        if self.keep_blocks {
+            a.push("--keep-blocks".into());
         }
         if self.private {
             a.push("--private".into());
@@ -200,7 +200,8 @@ fn prepare(
     if id != args.id {
         return Err(ServerError::Changed(args.image.clone()));
     }
-    let kept = (args.keep_blocks_in.clone()).and_then(|root| archive.blocks_file(root));
+    let kept = args.keep_blocks.then(|| archive.blocks_file(cache_root()));
+    let kept = kept.flatten();
     if let Some(f) = &kept {
         archive.use_kept(f, &kept_id(&id));
         archive.record_blocks();
