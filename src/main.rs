@@ -287,7 +287,7 @@ fn serve(a: gpurun::cli::ServeArgs) -> i32 {
         idle: std::time::Duration::from_secs(a.idle),
         scope: a.scope,
         anchor: a.anchor,
-        keep_blocks: a.keep_blocks,
+        kept: a.kept,
         private: a.private,
     })
 }

@@ -498,7 +498,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub anchor: Option<i32>,
     #[arg(long)]
-    pub keep_blocks: bool,
+    pub kept: Option<PathBuf>,
     #[arg(long)]
     pub private: bool,
 }

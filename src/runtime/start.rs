@@ -212,9 +212,11 @@ impl Image {
         let md = std::fs::metadata(&path).map_err(|e| StartError::image_access(&path, e))?;
         let path = std::path::absolute(&path).unwrap_or(path);
         // An image the user may not read is said so, not taken for an empty or a damaged one.
-        let readable = match md.is_dir() {
-            true => std::fs::read_dir(&path).map(drop),
-            false => std::fs::File::open(&path).map(drop),
+        // (A FIFO is never opened: an open would wait for a writer. It is refused below.)
+        let readable = match (md.is_dir(), md.is_file()) {
+            (true, _) => std::fs::read_dir(&path).map(drop),
+            (_, true) => std::fs::File::open(&path).map(drop),
+            _ => Ok(()),
         };
         readable.map_err(|e| StartError::image_access(&path, e))?;
         if md.is_dir() {
@@ -331,7 +333,7 @@ impl Image {
             let why = format!("/dev/fuse cannot be opened ({e})");
             return extracted(&path, &archive, &why);
         }
-        match attach::attach(&archive, &path, idle, blocks.is_some()) {
+        match attach::attach(&archive, &path, idle, blocks.as_deref()) {
             Ok(attached) => Ok(Lower::Served {
                 image: path,
                 attached,

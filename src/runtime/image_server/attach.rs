@@ -79,8 +79,8 @@ impl From<String> for AttachError {
 struct Start<'a> {
     image: &'a Path,
     idle: Duration,
-    /// Whether it keeps its decompressed blocks for the next server (image/sqfs/kept.rs).
-    keep_blocks: bool,
+    /// Where it keeps its decompressed blocks for the next server (image/sqfs/kept.rs).
+    kept: Option<&'a Path>,
 }
 
 /// Reach the user's server for `archive` (at `image`), starting it where there is none, and
@@ -89,13 +89,9 @@ pub fn attach(
     archive: &Archive,
     image: &Path,
     idle: Duration,
-    keep_blocks: bool,
+    kept: Option<&Path>,
 ) -> Result<Attached, AttachError> {
-    let start = Start {
-        image,
-        idle,
-        keep_blocks,
-    };
+    let start = Start { image, idle, kept };
     if idle.is_zero() {
         return private(archive, &start);
     }
@@ -216,7 +212,7 @@ fn spawn(
                 image: start.image.to_path_buf(),
                 id,
                 idle_seconds: start.idle.as_secs().max(1),
-                keep_blocks: start.keep_blocks,
+                keep_blocks: start.kept.is_some(),
             };
             job_keeper::ask(k, &ask, &fds)?
         }
@@ -247,7 +243,7 @@ fn serve_args(start: &Start, id: String, scope: &Scope) -> serve::Args {
         idle: start.idle,
         scope: scope.label.clone(),
         anchor: scope.anchor,
-        keep_blocks: start.keep_blocks,
+        kept: start.kept.map(Path::to_path_buf),
         private: start.idle.is_zero(),
     }
 }

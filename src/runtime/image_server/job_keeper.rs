@@ -95,7 +95,9 @@ fn start(msg: &[u8], fds: Vec<OwnedFd>, job: &str) -> Result<(), String> {
     if fds.len() != serve::FDS.len() {
         return Err("a request without the server's descriptors".into());
     }
-    let args = serve_args(ask, job, std::process::id() as i32);
+    // the keeper's own cache, for the image it was given: a request names no place
+    let kept = ask.keep_blocks.then(|| kept_file(&fds[2])).flatten();
+    let args = serve_args(ask, job, std::process::id() as i32, kept);
     let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
     sys::spawn(
         Path::new("/proc/self/exe"),
@@ -106,16 +108,22 @@ fn start(msg: &[u8], fds: Vec<OwnedFd>, job: &str) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// Where the keeper's cache keeps the blocks of the image file `image`.
+fn kept_file(image: &OwnedFd) -> Option<PathBuf> {
+    let archive = crate::image::sif::open_archive(&sys::fd_path(image)).ok()?;
+    archive.blocks_file(crate::store::cache_dir::cache_root())
+}
+
 /// The server the keeper `keeper` of `job` starts for `ask`: everything but the image's name,
 /// its identity and two settings is the keeper's own.
-fn serve_args(ask: Ask, job: &str, keeper: i32) -> serve::Args {
+fn serve_args(ask: Ask, job: &str, keeper: i32, kept: Option<PathBuf>) -> serve::Args {
     serve::Args {
         image: ask.image,
         id: ask.id,
         idle: Duration::from_secs(ask.idle_seconds),
         scope: scope_label(job),
         anchor: Some(keeper),
-        keep_blocks: ask.keep_blocks,
+        kept,
         private: false,
     }
 }
@@ -150,7 +158,7 @@ mod tests {
                 "keep_blocks":true,"kept":"/home/u","args":["serve","--kept","/home/u"]}"#,
         )
         .unwrap();
-        let line = serve_args(ask, "42", 7).command_line();
+        let line = serve_args(ask, "42", 7, Some("/c/image-blocks/x.blocks".into())).command_line();
         assert_eq!(
             line,
             [
@@ -165,7 +173,8 @@ mod tests {
                 "slurm-job 42",
                 "--anchor",
                 "7",
-                "--keep-blocks"
+                "--kept",
+                "/c/image-blocks/x.blocks",
             ]
         );
     }

@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 
 use super::fuse_fs;
 use crate::image::sqfs::{kept_id, Archive};
-use crate::store::cache_dir::cache_root;
 use crate::sys;
 
 /// How long a send to a container's gpurun may wait.
@@ -88,10 +87,10 @@ pub struct Args {
     pub scope: String,
     /// A process (slurmstepd, or the job's keeper) whose end ends the server.
     pub anchor: Option<i32>,
-    /// Whether the server keeps the blocks its first containers needed decompressed, for the
-    /// next server of the image, in the user's cache (image/sqfs/kept.rs): a place it finds
-    /// itself, never one a request names.
-    pub keep_blocks: bool,
+    /// Where the server keeps the blocks its first containers needed decompressed, for the
+    /// next server of the image (image/sqfs/kept.rs): a file in the user's cache that the
+    /// starting gpurun, or the job's keeper, found itself; never one a request names.
+    pub kept: Option<PathBuf>,
     pub private: bool,
 }
 
@@ -112,8 +111,8 @@ impl Args {
         if let Some(p) = self.anchor {
             a.extend(["--anchor".into(), p.to_string()]);
         }
-        if self.keep_blocks {
-            a.push("--keep-blocks".into());
+        if let Some(k) = &self.kept {
+            a.extend(["--kept".into(), k.display().to_string()]);
         }
         if self.private {
             a.push("--private".into());
@@ -200,8 +199,7 @@ fn prepare(
     if id != args.id {
         return Err(ServerError::Changed(args.image.clone()));
     }
-    let kept = args.keep_blocks.then(|| archive.blocks_file(cache_root()));
-    let kept = kept.flatten();
+    let kept = args.kept.clone();
     if let Some(f) = &kept {
         archive.use_kept(f, &kept_id(&id));
         archive.record_blocks();
