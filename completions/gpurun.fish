@@ -153,7 +153,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand gpus" -s h -l help -d 'Pri
 complete -c gpurun -n "__fish_gpurun_using_subcommand gpus" -s V -l version -d 'Print version'
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s o -l output -d 'Output file, or a directory to put NAME_TAG.sqsh in (default: NAME_TAG.sqsh here)' -r -F
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l platform -d 'Platform to pull from a multi-platform image: OS/ARCH[/VARIANT] (default: this machine\'s)' -r
-complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s j -l jobs -d 'Compressor threads (default: all CPUs)' -r
+complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s j -l jobs -d 'Threads that inflate a layer and compress the image (default: pull_threads, else the CPUs this process may use)' -r
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l insecure -d 'Allow plain http to a registry that is not on loopback'
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s F -l force -d 'Replace the output file if it exists'
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l into-cache -d 'Keep the image in the cache, as `exec docker://…` and `exec podman://…` do (converted once, kept by digest or image ID), instead of writing a file, and print its path'

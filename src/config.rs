@@ -16,6 +16,7 @@
 //! cache_dir = "/local/gpurun-cache"
 //! allowed_registries = ["nvcr.io", "docker.io", "registry.example.org"]
 //! compression = "zstd"
+//! pull_threads = 8
 //! cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
 //! writable_root = true
 //! overlay_driver = "fuse-overlayfs"
@@ -76,6 +77,7 @@ pub struct FileLayer {
     pub shared_cache: Option<PathBuf>,
     pub allowed_registries: Option<Vec<String>>,
     pub compression: Option<String>,
+    pub pull_threads: Option<usize>,
     pub cdi_spec_dirs: Option<Vec<PathBuf>>,
     pub server_idle: Option<String>,
     pub writable_root: Option<bool>,
@@ -93,6 +95,9 @@ pub struct Config {
     /// Empty: every registry is allowed.
     pub allowed_registries: Sourced<Vec<String>>,
     pub compression: Sourced<Option<String>>,
+    /// Threads a pull inflates a layer and compresses the squashfs on; `None`: the CPUs this
+    /// process may use (`crate::cpus::usable`), so a Slurm step keeps to its own cores.
+    pub pull_threads: Sourced<Option<usize>>,
     /// Where `--device` finds CDI specs; `None`: podman's and the CDI library's defaults.
     pub cdi_spec_dirs: Sourced<Option<Vec<PathBuf>>>,
     /// How long an image server waits for another container (`parse_idle`); `None`:
@@ -129,6 +134,8 @@ pub enum ConfigError {
         detail: String,
     },
 }
+
+const PULL_THREADS: &str = "GPURUN_PULL_THREADS";
 
 /// Compressors `pull` offers: tar2sqfs writes them and gpurun's squashfs reader reads them
 /// (lzo, enroot's default, is read but not offered: larger and no faster to read than zstd).
@@ -169,6 +176,12 @@ impl Config {
         }
         if let Some(v) = layer.compression {
             self.compression = Sourced {
+                value: Some(v),
+                from: s(from),
+            };
+        }
+        if let Some(v) = layer.pull_threads {
+            self.pull_threads = Sourced {
                 value: Some(v),
                 from: s(from),
             };
@@ -251,6 +264,17 @@ impl Config {
                 from: origin("GPURUN_COMPRESSION"),
             };
         }
+        if let Some(v) = get(PULL_THREADS) {
+            let n = v.trim().parse().map_err(|_| ConfigError::Env {
+                var: PULL_THREADS.into(),
+                value: v.clone(),
+                detail: "not a number of threads; use e.g. 8".into(),
+            })?;
+            self.pull_threads = Sourced {
+                value: Some(n),
+                from: origin(PULL_THREADS),
+            };
+        }
         // Colon-separated, as GPURUN_NV_DRIVER_PATH.
         if let Some(v) = get("GPURUN_CDI_SPEC_DIRS") {
             self.cdi_spec_dirs = Sourced {
@@ -308,6 +332,10 @@ impl Config {
                 );
                 return Err(invalid(&self.overlay_driver.from, d, detail));
             }
+        }
+        if self.pull_threads.value == Some(0) {
+            let detail = "pull_threads: 0 threads cannot pull; use 1 or more".into();
+            return Err(invalid(&self.pull_threads.from, "0", detail));
         }
         if let Some(c) = &self.compression.value {
             if !COMPRESSORS.contains(&c.as_str()) {
@@ -486,6 +514,14 @@ impl Config {
                 .clone()
                 .unwrap_or_else(|| "zstd".into()),
             &self.compression.from,
+        );
+        row(
+            "pull_threads",
+            (self.pull_threads.value).map_or_else(
+                || format!("{} (usable CPUs)", crate::cpus::usable()),
+                |n| n.to_string(),
+            ),
+            &self.pull_threads.from,
         );
         row(
             "cdi_spec_dirs",
@@ -731,6 +767,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("GPURUN_CACHEDIR=rel"), "{e}");
+    }
+
+    #[test]
+    fn pull_threads() {
+        let threads = |files: &[(Origin, Option<String>)], e: &[(&str, &str)]| {
+            Config::merge(files, &env(e)).map(|c| c.pull_threads)
+        };
+        assert_eq!(threads(&[], &[]).unwrap().value, None);
+        let s = site("pull_threads = 8");
+        assert_eq!(
+            threads(std::slice::from_ref(&s), &[]).unwrap().value,
+            Some(8)
+        );
+        let e = [("GPURUN_PULL_THREADS", "3")];
+        let c = threads(&[s], &e).unwrap();
+        assert_eq!(
+            (c.value, c.from),
+            (Some(3), Origin::Env("GPURUN_PULL_THREADS".into()))
+        );
+        let bad = |files: &[(Origin, Option<String>)], e: &[(&str, &str)]| {
+            threads(files, e).unwrap_err().to_string()
+        };
+        let e = bad(&[], &[("GPURUN_PULL_THREADS", "many")]);
+        assert!(
+            e.starts_with("GPURUN_PULL_THREADS=many: not a number"),
+            "{e}"
+        );
+        let e = bad(&[], &[("GPURUN_PULL_THREADS", "0")]);
+        assert!(
+            e.starts_with("GPURUN_PULL_THREADS=0: pull_threads: 0"),
+            "{e}"
+        );
+        let e = bad(&[user("pull_threads = 0")], &[]);
+        assert!(e.contains("config.toml") && e.contains("1 or more"), "{e}");
     }
 
     #[test]

@@ -123,6 +123,9 @@ Settings, later wins: /etc/gpurun/gpurun.toml (site; GPURUN_SITE_CONFIG names an
   cache_dir = \"/local/gpurun\"                 GPURUN_CACHEDIR
   allowed_registries = [\"nvcr.io\"]            GPURUN_ALLOWED_REGISTRIES=a,b  (empty: any)
   compression = \"zstd\"                        GPURUN_COMPRESSION
+  pull_threads = 8                            GPURUN_PULL_THREADS  (threads that inflate a
+                                              layer and compress the image; default: the
+                                              CPUs this process may use)
   cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]  GPURUN_CDI_SPEC_DIRS=/x:/y
   server_idle = \"10m\"                         GPURUN_SERVER_IDLE (0: a server per container)
   writable_root = true                        GPURUN_WRITABLE_ROOT=1  (a writable root by

@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod cpus;
 pub mod doctor;
 pub mod env_vars;
 pub mod gpu;

@@ -341,7 +341,7 @@ fn pull_options(
         insecure,
         quiet: ctx.quiet,
         force: false,
-        jobs: None,
+        jobs: ctx.cfg.pull_threads.value,
         cache: None,
         compression: ctx.cfg.compression.value.clone(),
         handle_signals: true,
@@ -372,7 +372,7 @@ fn pull(args: gpurun::cli::PullArgs, ctx: &Ctx) -> i32 {
     }
     let opts = pull::PullOptions {
         force: args.force,
-        jobs: args.jobs,
+        jobs: args.jobs.or(ctx.cfg.pull_threads.value),
         ..pull_options(args.platform, args.insecure, ctx)
     };
     let pulled = match args.into_cache {

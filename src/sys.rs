@@ -958,6 +958,16 @@ pub fn on_noexec_mount(path: &Path) -> bool {
         .is_ok_and(|st| st.flags().contains(nix::sys::statvfs::FsFlags::ST_NOEXEC))
 }
 
+/// How many CPUs this process's affinity mask allows (a Slurm step's own cores); `None` when
+/// the kernel will not say.
+pub fn affinity_cpus() -> Option<usize> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
+    let n = (0..nix::sched::CpuSet::count())
+        .filter(|&i| set.is_set(i).unwrap_or(false))
+        .count();
+    (n > 0).then_some(n)
+}
+
 /// Give the CPU to any other runnable thread; returns at once when there is none.
 fn yield_cpu() {
     let _ = nix::sched::sched_yield();

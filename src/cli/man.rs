@@ -81,6 +81,7 @@ const VARIABLES: &[(&str, &[&str], &str)] = &[
     ("DOCKER_CONFIG", &["pull", "inspect"], "the directory of docker's config.json"),
     ("GPURUN_COMPRESSION", &["gpurun", "pull"], "the squashfs compressor: zstd (default), gzip, xz, lz4"),
     ("GPURUN_ZSTD_LEVEL", &["pull"], "zstd's level (default 3)"),
+    ("GPURUN_PULL_THREADS", &["gpurun", "pull"], "threads that inflate a layer and compress the image (default: the CPUs this process may use, its affinity and cgroup respected); pull_threads in the config; pull's --jobs wins"),
     ("GPURUN_ALLOWED_REGISTRIES", &["gpurun", "pull", "inspect"], "registries that may be used: a,b (the site's list otherwise)"),
     ("GPURUN_SITE_CONFIG", &["gpurun", "config"], "another site file than /etc/gpurun/gpurun.toml"),
     ("XDG_CONFIG_HOME", &["config"], "where the user file is: $XDG_CONFIG_HOME/gpurun/config.toml"),

@@ -531,7 +531,8 @@ pub struct PullArgs {
     /// once, kept by digest or image ID), instead of writing a file, and print its path
     #[arg(long, conflicts_with = "output")]
     pub into_cache: bool,
-    /// Compressor threads (default: all CPUs)
+    /// Threads that inflate a layer and compress the image (default: pull_threads, else the
+    /// CPUs this process may use)
     #[arg(short, long, value_name = "N")]
     pub jobs: Option<usize>,
 }

@@ -7,7 +7,8 @@
 //!   and zstd decompresses equally fast at any level. `GPURUN_ZSTD_LEVEL` overrides it for
 //!   images built once and read many times.
 //!   The config's `compression` (`GPURUN_COMPRESSION`) picks another compressor.
-//! - `-j N`: one compressor job per available CPU.
+//! - `-j N`: one compressor job per CPU this process may use (`crate::cpus`, or `pull_threads`),
+//!   so a Slurm step compresses on its own cores only.
 //! - `--defaults mtime=0`: implicit directories (parents without a tar entry) get a fixed time,
 //!   so the same layers always give the same bytes (checked: two builds compare equal).
 //! - `--no-skip`: a record tar2sqfs cannot read is an error, not a silently missing file.

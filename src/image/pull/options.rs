@@ -15,7 +15,8 @@ pub struct PullOptions {
     pub quiet: bool,
     /// Replace an existing output file.
     pub force: bool,
-    /// Compressor threads for tar2sqfs (all CPUs when `None`).
+    /// Threads for inflating a layer and for tar2sqfs's compressors (when `None`, the CPUs this
+    /// process may use: [`crate::cpus::usable`]).
     pub jobs: Option<usize>,
     /// Cache root; [`crate::store::cache_dir::cache_root`] when `None`.
     pub cache: Option<PathBuf>,

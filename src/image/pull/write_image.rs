@@ -20,9 +20,7 @@ pub(super) fn build(
     ui: &Ui,
 ) -> Result<(), PullError> {
     let out = staging.out.clone();
-    let jobs = opts
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = opts.jobs.unwrap_or_else(crate::cpus::usable);
     ui.line(&format!("Writing {}", out.display()));
     let expected: u64 = layers.iter().map(|l| l.size).sum();
     let bar = ui.bar(expected, "squashfs".into());
