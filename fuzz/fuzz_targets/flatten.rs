@@ -11,6 +11,7 @@ fn layer(name: &str, data: Vec<u8>) -> Layer {
         name: name.into(),
         size: data.len() as u64,
         open: Box::new(move || Ok(Box::new(Cursor::new(data.clone())) as Box<dyn Read + Send>)),
+        span: None,
     }
 }
 
@@ -25,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
         layer("lower", rest[cut..].to_vec()),
     ];
     let mut out = Vec::new();
-    if flatten(&layers, &[], &mut out, &|_| {}).is_err() {
+    if flatten(&layers, &[], &mut out, 1, &|_| {}).is_err() {
         return;
     }
     let mut ar = tar::Archive::new(Cursor::new(out));

@@ -8,9 +8,12 @@
 //! [`flatten`] does the reading and writing.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 
 use tar::{Archive, EntryType, Header};
+
+pub use crate::image::inflate::Span;
+use crate::image::inflate::{decompress, inflate_span, inflate_stream};
 
 pub const WHITEOUT_PREFIX: &str = ".wh.";
 pub const OPAQUE_MARKER: &str = ".wh..wh..opq";
@@ -273,6 +276,10 @@ pub struct Layer {
     pub size: u64,
     #[allow(clippy::type_complexity)]
     pub open: Box<dyn Fn() -> io::Result<Box<dyn Read + Send>> + Send + Sync>,
+    /// The same bytes as a range of a file, where they are one: a gzip layer then inflates on
+    /// many cores.
+    #[allow(clippy::type_complexity)]
+    pub span: Option<Box<dyn Fn() -> io::Result<Span> + Send + Sync>>,
 }
 
 /// What the flattening dropped or changed, for one summary warning.
@@ -297,50 +304,25 @@ impl Report {
     }
 }
 
-/// Detect gzip / zstd / plain tar by magic bytes: media types lie more often than magic numbers.
-pub fn decompress<'a>(r: Box<dyn Read + Send + 'a>) -> io::Result<Box<dyn Read + Send + 'a>> {
-    let mut br = BufReader::with_capacity(1 << 20, r);
-    let head = br.fill_buf()?;
-    if head.starts_with(&[0x1f, 0x8b]) {
-        Ok(Box::new(flate2::read::MultiGzDecoder::new(br)))
-    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Ok(Box::new(zstd::stream::read::Decoder::with_buffer(br)?))
-    } else {
-        Ok(Box::new(br))
-    }
-}
-
 /// A file written at the start of the image, ahead of every layer (gpurun's metadata).
 pub struct ExtraFile<'a> {
     pub path: &'a str,
     pub data: &'a [u8],
 }
 
-/// Counts the (compressed) bytes read from a layer, for progress.
-struct Counting<'a> {
-    inner: Box<dyn Read + Send>,
-    on_read: &'a (dyn Fn(u64) + Sync),
-}
-
-impl Read for Counting<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        (self.on_read)(n as u64);
-        Ok(n)
-    }
-}
-
-/// Merge `layers` (top first) into one tar stream on `out`; `on_read` hears of every
-/// (compressed) layer byte read.
+/// Merge `layers` (top first) into one tar stream on `out`, a gzip layer inflated on up to
+/// `threads` cores; `on_read` hears of every (compressed) layer byte read.
 pub fn flatten<W: Write>(
     layers: &[Layer],
     extra: &[ExtraFile<'_>],
     out: W,
+    threads: usize,
     on_read: &(dyn Fn(u64) + Sync),
 ) -> Result<Report, FlattenError> {
     let mut f = Flattener {
         b: tar::Builder::new(out),
         layers,
+        threads,
         merge: Merge::new(),
         written: HashSet::new(),
         links: Vec::new(),
@@ -362,6 +344,7 @@ pub fn flatten<W: Write>(
 struct Flattener<'a, W: Write> {
     b: tar::Builder<W>,
     layers: &'a [Layer],
+    threads: usize,
     merge: Merge,
     /// Non-directories written so far; hard links are written last, once their target is known
     /// to be in the image (tar2sqfs aborts on a dangling one).
@@ -431,21 +414,36 @@ impl<W: Write> Flattener<'_, W> {
             layer: layer.name.clone(),
             source,
         };
-        let raw_reader = (layer.open)().map_err(rerr)?;
-        let counted: Box<dyn Read + Send + '_> = Box::new(Counting {
-            inner: raw_reader,
-            on_read,
-        });
-        let reader = decompress(counted).map_err(rerr)?;
+        let stream = match &layer.span {
+            Some(span) => span().and_then(|s| inflate_span(s, self.threads, on_read)),
+            None => (layer.open)().and_then(|r| inflate_stream(r, on_read)),
+        };
+        let mut stream = stream.map_err(rerr)?;
+        let read = self.entries(i, &mut stream.reader, &mut prints);
+        stream.finish(read, rerr)?;
+        self.merge.end_layer();
+        Ok(())
+    }
+
+    /// The entries of layer `i`, then its stream to the end: the gzip CRC and the zstd checksum
+    /// sit after the tar's end blocks, and only they catch a corrupt layer from a local layout or
+    /// archive.
+    fn entries(
+        &mut self,
+        i: usize,
+        reader: &mut (dyn Read + Send + '_),
+        prints: &mut HashMap<String, Print>,
+    ) -> Result<(), FlattenError> {
+        let rerr = |source| FlattenError::Read {
+            layer: self.layers[i].name.clone(),
+            source,
+        };
         let mut ar = Archive::new(reader);
         for entry in ar.entries().map_err(rerr)? {
             let mut entry = entry.map_err(rerr)?;
-            self.entry(i, &mut entry, &mut prints)?;
+            self.entry(i, &mut entry, prints)?;
         }
-        // Read to the end of the compressed stream: the gzip CRC and the zstd checksum sit after
-        // the tar's end blocks, and only they catch a corrupt layer from a local layout or archive.
         io::copy(&mut ar.into_inner(), &mut io::sink()).map_err(rerr)?;
-        self.merge.end_layer();
         Ok(())
     }
 
@@ -1185,6 +1183,7 @@ mod tests {
             open: Box::new(move || {
                 Ok(Box::new(io::Cursor::new(data.clone())) as Box<dyn Read + Send>)
             }),
+            span: None,
         }
     }
 
@@ -1222,7 +1221,7 @@ mod tests {
         let count = |n: u64| {
             read.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         };
-        let rep = flatten(&layers, &meta, &mut out, &count).unwrap();
+        let rep = flatten(&layers, &meta, &mut out, 1, &count).unwrap();
         let read = read.into_inner();
         // Both layers are read up to their end-of-archive blocks (not the padding after them).
         assert!(read > total / 2 && read <= total, "{read} of {total}");
@@ -1280,7 +1279,7 @@ mod tests {
                 b.into_inner().unwrap()
             }),
         ];
-        let e = flatten(&layers, &[], io::sink(), &|_| {}).unwrap_err();
+        let e = flatten(&layers, &[], io::sink(), 1, &|_| {}).unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.starts_with("layer long: entry 'nnnn") && msg.contains("256 bytes long"),
@@ -1300,7 +1299,7 @@ mod tests {
         h.set_size(1 << 30);
         h.set_cksum();
         t[..512].copy_from_slice(h.as_bytes());
-        let e = flatten(&[layer("liar", t)], &[], io::sink(), &|_| {}).unwrap_err();
+        let e = flatten(&[layer("liar", t)], &[], io::sink(), 1, &|_| {}).unwrap_err();
         assert_eq!(
             e.to_string(),
             "layer liar: entry 'big' is refused: its header declares 1073741824 bytes but the layer ends first; the blob may be corrupt, pull again"

@@ -5,6 +5,7 @@ pub mod env_list;
 pub mod flatten;
 pub mod foreign;
 pub mod gc;
+pub mod inflate;
 pub mod inspect;
 pub mod meta;
 pub mod pull;

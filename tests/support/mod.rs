@@ -238,6 +238,28 @@ pub enum Comp {
     None,
 }
 
+/// Every gzip layer of every test image inflates, as a pull's parallel path reads it (by
+/// position, on several cores), to the very tar it was made from.
+fn inflates_on_many_cores(blob: &[u8], tar: &[u8]) {
+    use gpurun::image::inflate::{inflate_span, Span};
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(blob).unwrap();
+    let span = Span {
+        file,
+        start: 0,
+        len: blob.len() as u64,
+        check: None,
+    };
+    let mut s = inflate_span(span, 4, &|_| {}).unwrap();
+    let mut out = Vec::new();
+    let read = s.reader.read_to_end(&mut out).map(drop);
+    s.finish(read, |e| e).unwrap();
+    assert!(
+        out == tar,
+        "a gzip layer inflated on many cores differs from its tar"
+    );
+}
+
 pub fn sha256(b: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(b)))
 }
@@ -291,10 +313,9 @@ impl Layout {
                     let mut e =
                         flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
                     e.write_all(tar).unwrap();
-                    (
-                        e.finish().unwrap(),
-                        "application/vnd.oci.image.layer.v1.tar+gzip",
-                    )
+                    let blob = e.finish().unwrap();
+                    inflates_on_many_cores(&blob, tar);
+                    (blob, "application/vnd.oci.image.layer.v1.tar+gzip")
                 }
                 Comp::Zstd => (
                     zstd::encode_all(&tar[..], 3).unwrap(),

@@ -54,6 +54,7 @@ pub(super) fn dir_layer(dir: &Path, name: &str, upper: bool, skip: Vec<PathBuf>)
                 handle: Some(handle),
             }) as Box<dyn Read + Send>)
         }),
+        span: None,
     }
 }
 

@@ -3,13 +3,14 @@
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
 use super::error::PullError;
 use super::image_config::image_meta;
 use super::options::{wanted_platform, PullOptions};
-use crate::image::flatten::Layer;
+use crate::image::flatten::{Layer, Span};
 use crate::image::meta::ImageMeta;
 use crate::image::registry::{choose_platform, Descriptor, Manifest, RegistryError};
 
@@ -142,13 +143,25 @@ impl Layout<'_> {
         }
         let want = sha256_digest(&l.digest).map_err(|e| self.fail(e))?;
         let (name, size) = (l.digest.clone(), l.size);
+        let verified = move || -> io::Result<Box<dyn Read + Send>> {
+            let f = File::open(&p)?;
+            Ok(Box::new(Verified::new(f, &name, want, size)))
+        };
+        let open = Arc::new(verified);
+        let (checked, path) = (open.clone(), self.blob(&l.digest)?);
         Ok(Layer {
-            name: name.clone(),
+            name: l.digest.clone(),
             size,
-            open: Box::new(move || {
-                let f = File::open(&p)?;
-                Ok(Box::new(Verified::new(f, &name, want, size)) as Box<dyn Read + Send>)
-            }),
+            open: Box::new(move || open()),
+            // Read by position for the inflating, and once more in order through the digest.
+            span: Some(Box::new(move || {
+                Ok(Span {
+                    file: File::open(&path)?,
+                    start: 0,
+                    len: size,
+                    check: Some(checked()?),
+                })
+            })),
         })
     }
 }

@@ -13,7 +13,7 @@ use super::image_config::image_meta;
 use super::options::{wanted_platform, PullOptions};
 use super::progress::{mb, short, Ui};
 use crate::image::cache::Cache;
-use crate::image::flatten::Layer;
+use crate::image::flatten::{Layer, Span};
 use crate::image::meta::ImageMeta;
 use crate::image::reference::{ImageRef, Source};
 use crate::image::registry::{
@@ -184,10 +184,26 @@ pub(super) async fn resolve_docker(
         .iter()
         .zip(slots.iter().cloned())
         .rev()
-        .map(|(d, slot)| Layer {
-            name: d.digest.clone(),
-            size: d.size,
-            open: Box::new(move || Ok(Box::new(File::open(slot.wait()?)?) as Box<dyn Read + Send>)),
+        .map(|(d, slot)| {
+            let at = slot.clone();
+            Layer {
+                name: d.digest.clone(),
+                size: d.size,
+                open: Box::new(move || {
+                    Ok(Box::new(File::open(slot.wait()?)?) as Box<dyn Read + Send>)
+                }),
+                // The cache holds only blobs checked against their digest as they came in.
+                span: Some(Box::new(move || {
+                    let file = File::open(at.wait()?)?;
+                    let len = file.metadata()?.len();
+                    Ok(Span {
+                        file,
+                        start: 0,
+                        len,
+                        check: None,
+                    })
+                })),
+            }
         })
         .collect();
     Ok((layers, meta, Downloads { handle, slots }))

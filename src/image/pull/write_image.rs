@@ -41,7 +41,7 @@ pub(super) fn build(
         data: &meta_json,
     }];
     let stdin = BufWriter::with_capacity(1 << 20, writer.stdin());
-    let flattened = flatten(layers, &extra, stdin, &on_read);
+    let flattened = flatten(layers, &extra, stdin, jobs, &on_read);
     let result = match flattened {
         Ok(report) => writer
             .finish(expected)

@@ -1,0 +1,427 @@
+//! A layer's compressed bytes into its tar stream. gzip inflates on many cores where the blob is
+//! a range of a file: rapidgzip's marker/window method (the rapidgzip-core crate) decodes chunks
+//! of one deflate stream at once and resolves their back-references once the window before each
+//! is known. Elsewhere gzip inflates on one core (flate2), and so does zstd: libzstd decodes a
+//! frame on one thread only (its threads compress).
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rapidgzip_core::DecoderReader;
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// A layer blob as a range of a file, read by position (by many cores at once).
+pub struct Span {
+    pub file: File,
+    pub start: u64,
+    pub len: u64,
+    /// The same bytes as a stream that checks them (a digest) when read to its end; `None` when
+    /// they were checked before (a registry blob in the cache).
+    pub check: Option<Box<dyn Read + Send>>,
+}
+
+/// Detect gzip / zstd / plain tar by magic bytes: media types lie more often than magic numbers.
+pub fn decompress<'a>(r: Box<dyn Read + Send + 'a>) -> io::Result<Box<dyn Read + Send + 'a>> {
+    let mut br = BufReader::with_capacity(1 << 20, r);
+    let head = br.fill_buf()?;
+    if head.starts_with(&GZIP_MAGIC) {
+        Ok(Box::new(flate2::read::MultiGzDecoder::new(br)))
+    } else if head.starts_with(&ZSTD_MAGIC) {
+        Ok(Box::new(zstd::stream::read::Decoder::with_buffer(br)?))
+    } else {
+        Ok(Box::new(br))
+    }
+}
+
+/// A span's decompressed stream, with the check of its bytes running beside it.
+pub struct Inflating<'a> {
+    pub reader: Box<dyn Read + Send + 'a>,
+    check: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl Inflating<'_> {
+    /// What reading the stream came to (`read`), unless the check of the bytes failed: then the
+    /// bytes were not the blob's, and that is the error.
+    pub fn finish<E>(self, read: Result<(), E>, wrap: impl Fn(io::Error) -> E) -> Result<(), E> {
+        drop(self.reader);
+        let checked = match self.check.map(|h| h.join()) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(e),
+            Some(Err(_)) => Err(io::Error::other("the check of the blob's digest panicked")),
+        };
+        checked.map_err(wrap).and(read)
+    }
+}
+
+/// A blob's stream decompressed on one core; `on_read` hears of the compressed bytes read.
+pub fn inflate_stream<'a>(
+    blob: Box<dyn Read + Send + 'a>,
+    on_read: &'a (dyn Fn(u64) + Sync),
+) -> io::Result<Inflating<'a>> {
+    let reader = decompress(Box::new(Counting {
+        inner: blob,
+        on_read,
+    }))?;
+    Ok(Inflating {
+        reader,
+        check: None,
+    })
+}
+
+/// `span` decompressed: gzip on up to `threads` cores (its members' CRC-32 and size checked at
+/// their ends, the output byte-equal to flate2's), anything else as [`inflate_stream`] does.
+pub fn inflate_span<'a>(
+    span: Span,
+    threads: usize,
+    on_read: &'a (dyn Fn(u64) + Sync),
+) -> io::Result<Inflating<'a>> {
+    let mut head = [0u8; 2];
+    let n = span.file.read_at(&mut head, span.start)?;
+    let check = span
+        .check
+        .map(|mut c| std::thread::spawn(move || io::copy(&mut c, &mut io::sink()).map(drop)));
+    if threads < 2 || head[..n] != GZIP_MAGIC {
+        let mut file = span.file;
+        file.seek(SeekFrom::Start(span.start))?;
+        let mut one = inflate_stream(Box::new(file.take(span.len)), on_read)?;
+        one.check = check;
+        return Ok(one);
+    }
+    let furthest = Arc::new(AtomicU64::new(0));
+    let source = Positional {
+        file: span.file,
+        start: span.start,
+        len: span.len,
+        furthest: furthest.clone(),
+    };
+    let reader = Box::new(Progress {
+        inner: gzip_reader(source, threads)?,
+        furthest,
+        told: 0,
+        on_read,
+    });
+    Ok(Inflating { reader, check })
+}
+
+/// `source`'s gzip members inflated on up to `threads` cores.
+fn gzip_reader(source: Positional, threads: usize) -> io::Result<DecoderReader> {
+    let decoder = rapidgzip_core::Decoder::builder()
+        .decoder_threads(threads)
+        .build()
+        .map_err(io::Error::other)?;
+    decoder.reader(source).map_err(|e| {
+        use rapidgzip_core::{DecodeError as D, GzipErrorKind as G};
+        // The kinds the decoder gives once running, so a cut stream reads as one everywhere.
+        let kind = match &e {
+            D::Io { source, .. } => source.kind(),
+            D::InvalidGzip {
+                reason: G::Truncated,
+                ..
+            } => io::ErrorKind::UnexpectedEof,
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, e)
+    })
+}
+
+/// Counts the (compressed) bytes read from a blob, for progress.
+struct Counting<'a> {
+    inner: Box<dyn Read + Send + 'a>,
+    on_read: &'a (dyn Fn(u64) + Sync),
+}
+
+impl Read for Counting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        (self.on_read)(n as u64);
+        Ok(n)
+    }
+}
+
+/// A span of a file read by position; the furthest byte read is its progress.
+struct Positional {
+    file: File,
+    start: u64,
+    len: u64,
+    furthest: Arc<AtomicU64>,
+}
+
+impl rapidgzip_core::ReadAt for Positional {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.len)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let room = self.len.saturating_sub(offset);
+        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let n = FileExt::read_at(&self.file, &mut buf[..want], self.start + offset)?;
+        self.furthest
+            .fetch_max(offset + n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// The decoded stream, telling `on_read` how far into the compressed bytes the decoding got.
+struct Progress<'a, R> {
+    inner: R,
+    furthest: Arc<AtomicU64>,
+    told: u64,
+    on_read: &'a (dyn Fn(u64) + Sync),
+}
+
+impl<R: Read> Read for Progress<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let now = self.furthest.load(Ordering::Relaxed);
+        if now > self.told {
+            (self.on_read)(now - self.told);
+            self.told = now;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    const MIB: usize = 1 << 20;
+
+    /// Deterministic noise (xorshift): incompressible, so deflate stores it or codes literals.
+    fn noise(n: usize, mut seed: u64) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect()
+    }
+
+    /// Words among random nibbles: about 2 to 1, literals and back-references both.
+    fn text(n: usize, seed: u64) -> Vec<u8> {
+        let w = words(n, seed);
+        let r = noise(n, seed + 1);
+        w.chunks(48)
+            .zip(r.chunks(16))
+            .flat_map(|(w, r)| w.iter().copied().chain(r.iter().map(|&b| b'a' + (b & 15))))
+            .take(n)
+            .collect()
+    }
+
+    /// Words from a small vocabulary: compresses about 9 to 1, with long back-references.
+    fn words(n: usize, seed: u64) -> Vec<u8> {
+        const VOCAB: [&str; 12] = [
+            "layer ",
+            "squashfs ",
+            "inflate ",
+            "window ",
+            "marker ",
+            "/usr/lib/",
+            "libc.so.6\n",
+            "python3 ",
+            "torch ",
+            "0123 ",
+            "cuda ",
+            "gpurun\n",
+        ];
+        let mut out = Vec::with_capacity(n + 16);
+        for r in noise(n / 4, seed) {
+            out.extend_from_slice(VOCAB[r as usize % VOCAB.len()].as_bytes());
+            if out.len() >= n {
+                break;
+            }
+        }
+        out.truncate(n);
+        out
+    }
+
+    fn flate2_gz(data: &[u8], level: u32) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    /// The system's `gzip -LEVEL`, as layers made by docker and skopeo's peers are.
+    fn system_gz(data: &[u8], level: u32) -> Vec<u8> {
+        let mut child = Command::new("gzip")
+            .arg(format!("-{level}"))
+            .arg("-c")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("gzip");
+        let mut stdin = child.stdin.take().unwrap();
+        let input = data.to_vec();
+        let writer = std::thread::spawn(move || stdin.write_all(&input));
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap().unwrap();
+        assert!(out.status.success());
+        out.stdout
+    }
+
+    fn sequential(blob: &[u8]) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(blob).read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    /// `blob` in the middle of a file, inflated as a pull does; and the decoder's path.
+    fn parallel(blob: &[u8], threads: usize) -> (io::Result<Vec<u8>>, DecoderPath) {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"before the blob").unwrap();
+        f.write_all(blob).unwrap();
+        f.write_all(b"after it").unwrap();
+        let source = Positional {
+            file: f,
+            start: 15,
+            len: blob.len() as u64,
+            furthest: Arc::default(),
+        };
+        let mut out = Vec::new();
+        match gzip_reader(source, threads) {
+            Ok(mut r) => {
+                let read = r.read_to_end(&mut out).map(|_| out);
+                (read, r.stats().path)
+            }
+            Err(e) => (Err(e), DecoderPath::Starting),
+        }
+    }
+
+    use rapidgzip_core::DecoderPath;
+
+    /// Text, noise and runs by turns, `gzip -6`: 31 MB, long enough for the marker/window path.
+    fn mixed() -> &'static [u8] {
+        static MIXED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        MIXED.get_or_init(|| {
+            let mut data = Vec::new();
+            for i in 0..16 {
+                data.extend_from_slice(&text(3 * MIB, 10 + i));
+                data.extend_from_slice(&noise(MIB, 20 + i));
+                data.extend_from_slice(&vec![i as u8; MIB]);
+            }
+            system_gz(&data, 6)
+        })
+    }
+
+    #[test]
+    fn byte_equal_to_one_core_on_every_kind_of_stream() {
+        let prose = text(16 * MIB, 1);
+        let rand = noise(8 * MIB, 2);
+        let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
+        for level in [1, 6, 9] {
+            cases.push((format!("text flate2 -{level}"), flate2_gz(&prose, level)));
+        }
+        for level in [1, 6, 9] {
+            cases.push((format!("text gzip -{level}"), system_gz(&prose, level)));
+        }
+        cases.push(("stored flate2 -0".into(), flate2_gz(&rand, 0)));
+        cases.push(("noise flate2 -6".into(), flate2_gz(&rand, 6)));
+        cases.push(("noise gzip -1".into(), system_gz(&rand, 1)));
+        cases.push(("mixed blocks gzip -6".into(), mixed().to_vec()));
+        cases.push(("zeros".into(), flate2_gz(&vec![0; 64 * MIB], 6)));
+        cases.push(("empty".into(), flate2_gz(b"", 6)));
+        let members = [flate2_gz(&prose[..8 * MIB], 1), system_gz(&rand, 6)];
+        cases.push(("multi-member".into(), members.concat()));
+        let mut marker_window = false;
+        for (name, blob) in &cases {
+            let want = sequential(blob).unwrap();
+            // The decoder times its parallel path against one core before taking it: the
+            // stream long enough for it is tried until it does.
+            for _ in 0..if name.starts_with("mixed") { 3 } else { 1 } {
+                let (got, path) = parallel(blob, 2);
+                let got = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert!(got == want, "{name}: differs");
+                marker_window |= path == DecoderPath::MarkerWindow;
+                if path == DecoderPath::MarkerWindow {
+                    break;
+                }
+            }
+        }
+        assert!(marker_window, "the marker/window path was never taken");
+    }
+
+    #[test]
+    fn cut_and_corrupt_streams_fail_as_on_one_core() {
+        let blob = mixed();
+        let n = blob.len();
+        let flip = |at: usize, len: usize| {
+            let mut b = blob.to_vec();
+            b[at..at + len].iter_mut().for_each(|x| *x ^= 0x5a);
+            b
+        };
+        let mut trailing = blob.to_vec();
+        trailing.extend_from_slice(b"garbage after the member");
+        let cases = [
+            ("cut in the middle", blob[..n / 2].to_vec()),
+            ("cut late", blob[..n - 4 * MIB / 3].to_vec()),
+            ("cut before the size", blob[..n - 4].to_vec()),
+            ("cut in the header", blob[..5].to_vec()),
+            ("corrupt early", flip(n / 8, 64)),
+            ("corrupt in the middle", flip(n / 2, 64)),
+            ("corrupt CRC", flip(n - 8, 1)),
+            ("corrupt size", flip(n - 2, 1)),
+            ("trailing garbage", trailing),
+        ];
+        for (name, bad) in cases {
+            let one = sequential(&bad).map(drop);
+            let (many, _) = parallel(&bad, 2);
+            assert!(one.is_err(), "{name}: flate2 took it");
+            assert!(many.is_err(), "{name}: the parallel inflate took it");
+            // What the flattener tells apart: a stream that ends early, or one that is wrong.
+            let cut =
+                |r: &io::Result<()>| r.as_ref().unwrap_err().kind() == io::ErrorKind::UnexpectedEof;
+            assert_eq!(cut(&one), cut(&many.map(drop)), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_span_is_read_whole_and_checked() {
+        let data = words(6 * MIB, 4);
+        let blob = system_gz(&data, 6);
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&blob).unwrap();
+        let read = std::sync::atomic::AtomicU64::new(0);
+        let on_read = |n| {
+            read.fetch_add(n, Ordering::Relaxed);
+        };
+        let span = |check: Option<Box<dyn Read + Send>>| Span {
+            file: f.try_clone().unwrap(),
+            start: 0,
+            len: blob.len() as u64,
+            check,
+        };
+        let mut s = inflate_span(span(None), 2, &on_read).unwrap();
+        let mut out = Vec::new();
+        let r = s.reader.read_to_end(&mut out).map(drop);
+        s.finish(r, |e| e).unwrap();
+        assert!(out == data);
+        assert_eq!(read.load(Ordering::Relaxed), blob.len() as u64);
+        // A failed check is the error, even when the bytes inflate.
+        let bad: Box<dyn Read + Send> = Box::new(FailingCheck);
+        let mut s = inflate_span(span(Some(bad)), 2, &on_read).unwrap();
+        let r = s.reader.read_to_end(&mut Vec::new()).map(drop);
+        let e = s.finish(r, |e| e).unwrap_err();
+        assert_eq!(e.to_string(), "does not match its digest");
+    }
+
+    struct FailingCheck;
+
+    impl Read for FailingCheck {
+        fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "does not match its digest",
+            ))
+        }
+    }
+}
