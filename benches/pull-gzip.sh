@@ -4,6 +4,8 @@
 # cache. Prints every run, then each build's median wall and CPU time, the range, and NEW/OLD.
 #
 #   sudo OLD=/path/gpurun-main NEW=target/release/gpurun benches/pull-gzip.sh [ROUNDS] [DIRS...]
+#   SOURCE=oci …: from the OCI layout itself (`pull oci:`: the same inflate and flatten), where
+#   no docker-registry or skopeo is installed, as on the GPU machine.
 #
 # The layer: a tar of DIRS (default /usr/lib/x86_64-linux-gnu: ~1.2 GB, binaries, text and
 # compressed data), `gzip -6` as docker's and most registries' layers are (one member).
@@ -37,13 +39,16 @@ echo "# $(date -u '+%F %T UTC')  $(uname -r)  $(nproc) CPUs  $(grep -m1 'model n
 echo "# uptime before: $(uptime)"
 echo "# old: $OLD  new: $NEW ($(git -C "$HERE" rev-parse --short HEAD 2> /dev/null || echo '?'))"
 
+SOURCE=${SOURCE:-registry}
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n  secret: bench-only\n' \
     "$W/storage" "$PORT" > "$W/registry.yml"
-docker-registry serve "$W/registry.yml" > "$W/registry.log" 2>&1 &
-REG_PID=$!
 REG=127.0.0.1:$PORT
-for _ in $(seq 100); do curl -s -o /dev/null "http://$REG/v2/" && break; sleep 0.1; done
+if [ "$SOURCE" = registry ]; then
+    docker-registry serve "$W/registry.yml" > "$W/registry.log" 2>&1 &
+    REG_PID=$!
+    for _ in $(seq 100); do curl -s -o /dev/null "http://$REG/v2/" && break; sleep 0.1; done
+fi
 
 # One gzip layer in an OCI layout, pushed as is (skopeo keeps the blob).
 L=$W/layout
@@ -82,17 +87,25 @@ open(f"{layout}/index.json", "w").write(json.dumps({"schemaVersion": 2, "manifes
 print(f"# image bench/gzip: 1 layer, {ls / 1e6:.1f} MB gzip -6", file=sys.stderr)
 PY
 echo "# layer tar: $TAR_MB MB of ${DIRS[*]}"
-skopeo --insecure-policy copy --quiet --dest-tls-verify=false "oci:$L:t" "docker://$REG/bench/gzip:latest"
-rm -rf "$L"
+if [ "$SOURCE" = registry ]; then
+    skopeo --insecure-policy copy --quiet --dest-tls-verify=false "oci:$L:t" "docker://$REG/bench/gzip:latest"
+    rm -rf "$L"
+    IMAGE=docker://$REG/bench/gzip:latest
+else
+    chmod -R a+rX "$L"
+    IMAGE=oci:$L:t
+fi
 
 # pull BUILD: one pull into an empty cache, as the bench user; prints wall and CPU seconds.
 pull() {
     local run=$W/run/$1
     rm -rf "$run"
     runuser -u "$BENCH_USER" -- mkdir -p "$run"
-    cd / && runuser -u "$BENCH_USER" -- env -i PATH="$PATH" HOME="$run" GPURUN_CACHEDIR="$run/cache" \
-        /usr/bin/time -f '%e %U %S' -o "$run.time" \
-        "$W/gpurun-$1" pull -q "docker://$REG/bench/gzip:latest" -o "$run/out.sqsh"
+    # bash's time: wall, and the CPU of the pull and every process it waited for
+    local TIMEFORMAT='%R %U %S'
+    { time (cd / && runuser -u "$BENCH_USER" -- env -i PATH="$PATH" HOME="$run" \
+        GPURUN_CACHEDIR="$run/cache" "$W/gpurun-$1" pull -q "$IMAGE" -o "$run/out.sqsh" \
+        2> "$run.err"); } 2> "$run.time" || cat "$run.err" >&2
     awk '{printf "%.2f %.2f\n", $1, $2 + $3}' "$run.time"
     rm -rf "$run"
 }
