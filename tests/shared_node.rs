@@ -868,9 +868,14 @@ print("ready", flush=True); time.sleep(120)
         gpurun_as(TEST_USER, &["exec", i, "cat", "/etc/app"]).env("GPURUN_SERVER_IDLE", "1m"),
         bound,
     );
+    // `stop` of this image and `clean` of a cache of this test's ask every name all the same,
+    // and leave the servers and caches of tests running alongside alone
     let ps = within(&mut gpurun_as(TEST_USER, &["ps"]), bound);
-    let stop = within(&mut gpurun_as(TEST_USER, &["stop"]), bound);
-    let clean = within(&mut gpurun_as(TEST_USER, &["cache", "clean"]), bound);
+    let stop = within(&mut gpurun_as(TEST_USER, &["stop", i]), bound);
+    let clean = within(
+        gpurun_as(TEST_USER, &["cache", "clean"]).env("GPURUN_CACHEDIR", s.join("cache")),
+        bound,
+    );
     let _ = squatter.kill();
     let _ = squatter.wait();
     assert_eq!(stdout(&exec), "genuine\n", "{}", stderr(&exec));
