@@ -24,6 +24,14 @@ fn shared_tmp(s: &Scratch, name: &str) -> PathBuf {
     d
 }
 
+/// Tests that look up the test user's server names, squat them or end the user's idle servers
+/// (`cache clean`) take turns: a squatted name or a stopped server of one is not the other's.
+static SERVER_NAMES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn server_names_turn() -> std::sync::MutexGuard<'static, ()> {
+    SERVER_NAMES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Two users: without root there is only one, and nothing to test.
 fn two_users() -> bool {
     common::root_or_skip("to act as two users")
@@ -696,10 +704,15 @@ fn server_names(user: &str) -> Vec<String> {
 /// The name of the test user's server of `img`.
 fn name_of_server(img: &Path) -> String {
     let image = format!("\"image\":\"{}\"", img.display());
-    server_names(TEST_USER)
-        .into_iter()
-        .find(|n| ask_as(TEST_USER, n, "status").contains(&image))
-        .expect("the user's server")
+    let names = server_names(TEST_USER);
+    let said: Vec<String> = names
+        .iter()
+        .map(|n| ask_as(TEST_USER, n, "status"))
+        .collect();
+    let found = names.iter().zip(&said).find(|(_, s)| s.contains(&image));
+    found
+        .map(|(n, _)| n.clone())
+        .unwrap_or_else(|| panic!("the user's server of {image}: {names:?} said {said:?}"))
 }
 
 /// What `user` gets from the socket `name` for `op`: its answer and the number of descriptors
@@ -730,6 +743,7 @@ fn another_user_cannot_attach_to_or_stop_an_image_server() {
     if !two_users() {
         return;
     }
+    let _turn = server_names_turn();
     let s = Scratch::new();
     let img = common::busybox_image(&s, "served", |_| {});
     let i = img.to_str().unwrap();
@@ -759,6 +773,7 @@ fn a_server_name_another_user_holds_means_a_server_of_ones_own() {
     if !two_users() {
         return;
     }
+    let _turn = server_names_turn();
     let s = Scratch::new();
     let img = common::busybox_image(&s, "squat", |root| {
         std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
@@ -847,6 +862,7 @@ fn a_squatted_name_that_never_accepts_hangs_nothing() {
     if !two_users() {
         return;
     }
+    let _turn = server_names_turn();
     let s = Scratch::new();
     let img = common::busybox_image(&s, "backlog", |root| {
         std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
@@ -868,8 +884,7 @@ print("ready", flush=True); time.sleep(120)
         gpurun_as(TEST_USER, &["exec", i, "cat", "/etc/app"]).env("GPURUN_SERVER_IDLE", "1m"),
         bound,
     );
-    // `stop` of this image and `clean` of a cache of this test's ask every name all the same,
-    // and leave the servers and caches of tests running alongside alone
+    // `stop` of this image and `clean` of a cache of this test's ask every name all the same
     let ps = within(&mut gpurun_as(TEST_USER, &["ps"]), bound);
     let stop = within(&mut gpurun_as(TEST_USER, &["stop", i]), bound);
     let clean = within(
@@ -937,6 +952,7 @@ fn a_dead_keepers_name_taken_by_another_user_gets_nothing() {
     if !two_users() {
         return;
     }
+    let _turn = server_names_turn();
     let s = Scratch::new();
     let img = common::busybox_image(&s, "keeper", |root| {
         std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
@@ -1056,6 +1072,7 @@ fn many_squatted_names_add_up_to_no_hang() {
     if !two_users() {
         return;
     }
+    let _turn = server_names_turn();
     let (uid, _) = ids_of(TEST_USER);
     let squat = r#"
 import socket, sys, time
