@@ -262,33 +262,43 @@ fn io_text(e: &std::io::Error) -> String {
     t.split(" (os error").next().unwrap_or(&t).to_string()
 }
 
-/// The name of the copy sbcast makes for `job.step` (`None`: for the whole job): random, so
-/// that nobody can put a file there first; the step's end and the job's epilog find it by its
-/// prefix.
-pub fn sent_name(dir: &Path, job: u32, step: Option<u32>, random: u64) -> PathBuf {
-    dir.join(format!("{}{random:016x}.sqsh", sent_prefix(job, step)))
+/// Whose a copy sbcast makes is: one step's, the whole job's (the batch step's pull), or the one
+/// step of an srun inside an allocation, sent before that step has an id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFor {
+    Step(u32),
+    Job,
+    Srun,
 }
 
-fn sent_prefix(job: u32, step: Option<u32>) -> String {
-    let step = step.map_or("job".to_string(), |s| s.to_string());
-    format!("gpurun-job.{job}.{step}.")
+/// The name of the copy sbcast makes for `job`: random, so that nobody can put a file there
+/// first; the step's end and the job's epilog find it by its prefix.
+pub fn sent_name(dir: &Path, job: u32, whose: CopyFor, random: u64) -> PathBuf {
+    let tag = match whose {
+        CopyFor::Step(s) => s.to_string(),
+        CopyFor::Job => "job".into(),
+        CopyFor::Srun => "srun".into(),
+    };
+    dir.join(format!("gpurun-job.{job}.{tag}.{random:016x}.sqsh"))
 }
 
-/// Whether `name` is a copy sbcast made for `job`: for `step` alone, or with None any of the
+/// Whether `name` is a copy sbcast made for `job`: for `whose` alone, or with None any of the
 /// job's.
-pub fn is_sent(name: &str, job: u32, step: Option<u32>) -> bool {
+pub fn is_sent(name: &str, job: u32, whose: Option<CopyFor>) -> bool {
     let Some(rest) = name
         .strip_prefix(&format!("gpurun-job.{job}."))
         .and_then(|r| r.strip_suffix(".sqsh"))
     else {
         return false;
     };
-    let Some((for_step, random)) = rest.split_once('.') else {
+    let Some((tag, random)) = rest.split_once('.') else {
         return false;
     };
-    let whose = match step {
-        Some(s) => for_step == s.to_string(),
-        None => for_step == "job" || for_step.parse::<u32>().is_ok(),
+    let whose = match whose {
+        Some(CopyFor::Step(s)) => tag == s.to_string(),
+        Some(CopyFor::Job) => tag == "job",
+        Some(CopyFor::Srun) => tag == "srun",
+        None => tag == "job" || tag == "srun" || tag.parse::<u32>().is_ok(),
     };
     whose && random.len() == 16 && random.bytes().all(|b| b.is_ascii_hexdigit())
 }
@@ -331,7 +341,14 @@ pub fn early(
     };
     let sent = s.mode == Mode::Sbcast && job.is_some();
     if sent {
-        pulled.path = send(s, &pulled.path, pulled.job, None, env, user)?;
+        // the batch step's copy serves the whole job; an srun's, sent before its step has an
+        // id, its one step
+        let whose = if user.is_some() {
+            CopyFor::Job
+        } else {
+            CopyFor::Srun
+        };
+        pulled.path = send(s, &pulled.path, pulled.job, whose, env, user)?;
         pulled.sent = true;
     }
     Ok((pulled, sent))
@@ -357,23 +374,28 @@ pub fn at_launch(
     p.job = job;
     p.step = None;
     if s.mode == Mode::Sbcast {
-        p.path = send(s, &p.path, job, Some(step), env, None)?;
+        p.path = send(s, &p.path, job, CopyFor::Step(step), env, None)?;
         p.step = Some(step);
         p.sent = true;
     }
     Ok(p)
 }
 
-/// sbcast `src` to a new name in `sbcast_dir` on the nodes of `job.step` (`None`: of the job).
+/// sbcast `src` to a new name in `sbcast_dir` on the nodes of `job.step` (of the job when the
+/// copy is not a known step's).
 fn send(
     s: &Settings,
     src: &Path,
     job: u32,
-    step: Option<u32>,
+    whose: CopyFor,
     env: &[(String, String)],
     user: Option<&Creds>,
 ) -> Result<PathBuf, String> {
-    let dest = sent_name(&s.sbcast_dir, job, step, random()?);
+    let dest = sent_name(&s.sbcast_dir, job, whose, random()?);
+    let step = match whose {
+        CopyFor::Step(s) => Some(s),
+        _ => None,
+    };
     sbcast(src, &dest, job, step, env, user)?;
     Ok(dest)
 }
@@ -680,23 +702,30 @@ mod tests {
     #[test]
     fn sent_names() {
         let d = Path::new("/var/tmp");
-        let a = sent_name(d, 42, Some(3), 0xabc);
+        let a = sent_name(d, 42, CopyFor::Step(3), 0xabc);
         assert_eq!(a, d.join("gpurun-job.42.3.0000000000000abc.sqsh"));
-        let j = sent_name(d, 42, None, 7);
+        let j = sent_name(d, 42, CopyFor::Job, 7);
         assert_eq!(j, d.join("gpurun-job.42.job.0000000000000007.sqsh"));
+        let r = sent_name(d, 42, CopyFor::Srun, 8);
+        assert_eq!(r, d.join("gpurun-job.42.srun.0000000000000008.sqsh"));
         let name = |p: &PathBuf| p.file_name().unwrap().to_str().unwrap().to_string();
-        for (n, job, step, want) in [
-            (name(&a), 42, Some(3), true),
-            (name(&a), 42, Some(4), false),
+        let (step3, step4) = (Some(CopyFor::Step(3)), Some(CopyFor::Step(4)));
+        for (n, job, whose, want) in [
+            (name(&a), 42, step3, true),
+            (name(&a), 42, step4, false),
             (name(&a), 42, None, true),
             (name(&a), 4, None, false),
             (name(&j), 42, None, true),
-            (name(&j), 42, Some(3), false),
-            ("gpurun-job.42.3.link.sqsh".into(), 42, Some(3), false),
+            (name(&j), 42, step3, false),
+            (name(&j), 42, Some(CopyFor::Job), true),
+            (name(&r), 42, Some(CopyFor::Srun), true),
+            (name(&r), 42, Some(CopyFor::Job), false),
+            (name(&r), 42, None, true),
+            ("gpurun-job.42.3.link.sqsh".into(), 42, step3, false),
             (
                 "gpurun-job.42.3.0000000000000abc.sqsh.x".into(),
                 42,
-                Some(3),
+                step3,
                 false,
             ),
             (
@@ -705,8 +734,14 @@ mod tests {
                 None,
                 false,
             ),
+            (
+                "gpurun-job.42.x.0000000000000abc.sqsh".into(),
+                42,
+                None,
+                false,
+            ),
         ] {
-            assert_eq!(is_sent(&n, job, step), want, "{n} {job} {step:?}");
+            assert_eq!(is_sent(&n, job, whose), want, "{n} {job} {whose:?}");
         }
     }
 }

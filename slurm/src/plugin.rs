@@ -859,7 +859,7 @@ fn step_leftovers(sp: spank_t, p: &Plugin, s: &Step) {
         gid,
     };
     let ended = Ended {
-        sent: s.sent,
+        sent: s.sent.clone(),
         held: matches!(s.container, Container::Held(_)),
     };
     for r in step_end::at_step_end(ids, &p.args, &p.opts, ended) {

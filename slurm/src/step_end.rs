@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use crate::jobimage;
+use crate::jobimage::{self, CopyFor};
 use crate::named;
 use crate::options::{ContainerOpts, PluginArgs};
 use crate::removal;
@@ -45,8 +45,14 @@ pub enum Kind {
 /// Which names in the directory a removal takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Names {
-    /// The copy sbcast made for `job.step` alone.
-    SentForStep { job: u32, step: u32 },
+    /// The copy sbcast made for `job.step` alone: named so, or, sent by an srun inside the
+    /// allocation before the step had an id, the srun copy of the job's that the step ran
+    /// (`srun_copy`: only ever one of the job's own srun copies, removed as the user).
+    SentForStep {
+        job: u32,
+        step: u32,
+        srun_copy: Option<String>,
+    },
     /// Every copy sbcast made for the job, its steps' too.
     SentForJob { job: u32 },
     /// Every container of the job's: `JOB.*`.
@@ -58,7 +64,15 @@ pub enum Names {
 impl Names {
     pub fn accepts(&self, name: &str) -> bool {
         match *self {
-            Names::SentForStep { job, step } => jobimage::is_sent(name, job, Some(step)),
+            Names::SentForStep {
+                job,
+                step,
+                ref srun_copy,
+            } => {
+                jobimage::is_sent(name, job, Some(CopyFor::Step(step)))
+                    || (srun_copy.as_deref() == Some(name)
+                        && jobimage::is_sent(name, job, Some(CopyFor::Srun)))
+            }
             Names::SentForJob { job } => jobimage::is_sent(name, job, None),
             Names::JobsContainers { job } => named::is_jobs(name, job),
             Names::StepRecord { job, step } => name == named::step_record(job, step),
@@ -90,10 +104,10 @@ impl Removal {
 }
 
 /// How the ended step ran, as user_init left it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ended {
-    /// sbcast copied the job's image for this step alone.
-    pub sent: bool,
+    /// The file name of the copy sbcast made of the job's image for this step alone.
+    pub sent: Option<String>,
     /// The step started its own holder (it joined none).
     pub held: bool,
 }
@@ -114,11 +128,15 @@ pub fn at_step_end(
         gid,
     } = ids;
     let mut out = Vec::new();
-    if e.sent {
+    if let Some(copy) = e.sent {
         out.push(Removal {
             kind: Kind::Files,
             dir: args.job_image.sbcast_dir.clone(),
-            names: Names::SentForStep { job, step },
+            names: Names::SentForStep {
+                job,
+                step,
+                srun_copy: Some(copy),
+            },
             uid,
             gid,
         });
@@ -192,12 +210,24 @@ mod tests {
     #[test]
     fn names_each_removal_takes() {
         let sent = |j: u32, s: &str| format!("gpurun-job.{j}.{s}.0123456789abcdef.sqsh");
+        let step = |copy: Option<String>| Names::SentForStep {
+            job: 7,
+            step: 3,
+            srun_copy: copy,
+        };
+        let srun = Some(sent(7, "srun"));
         #[rustfmt::skip]
         let table = [
-            (Names::SentForStep { job: 7, step: 3 }, sent(7, "3"), true),
-            (Names::SentForStep { job: 7, step: 3 }, sent(7, "4"), false),
-            (Names::SentForStep { job: 7, step: 3 }, sent(7, "job"), false),
-            (Names::SentForStep { job: 7, step: 3 }, sent(70, "3"), false),
+            (step(None), sent(7, "3"), true),
+            (step(None), sent(7, "4"), false),
+            (step(None), sent(7, "job"), false),
+            (step(None), sent(70, "3"), false),
+            (step(None), sent(7, "srun"), false),
+            // an srun's copy, sent before its step had an id: the one this step ran only
+            (step(srun.clone()), sent(7, "srun"), true),
+            (step(srun.clone()), "gpurun-job.7.srun.fedcba9876543210.sqsh".into(), false),
+            (step(Some(sent(7, "job"))), sent(7, "job"), false),
+            (step(Some("passwd".into())), "passwd".into(), false),
             (Names::SentForJob { job: 7 }, sent(7, "job"), true),
             (Names::SentForJob { job: 7 }, sent(7, "4"), true),
             (Names::SentForJob { job: 7 }, sent(8, "job"), false),
@@ -224,6 +254,9 @@ mod tests {
         a
     }
 
+    /// The copy an srun of the job sent before its step had an id.
+    const COPY: &str = "gpurun-job.7.srun.0123456789abcdef.sqsh";
+
     const IDS: StepIds = StepIds {
         job: 7,
         step: 3,
@@ -236,7 +269,11 @@ mod tests {
         let copy = Removal {
             kind: Kind::Files,
             dir: "/var/tmp/sbcast".into(),
-            names: Names::SentForStep { job: 7, step: 3 },
+            names: Names::SentForStep {
+                job: 7,
+                step: 3,
+                srun_copy: Some(COPY.into()),
+            },
             uid: 1000,
             gid: 100,
         };
@@ -264,7 +301,11 @@ mod tests {
             (&named, false, true, vec![]),
         ];
         for (o, sent, held, want) in table {
-            let got = at_step_end(IDS, &args(), o, Ended { sent, held });
+            let e = Ended {
+                sent: sent.then(|| COPY.to_string()),
+                held,
+            };
+            let got = at_step_end(IDS, &args(), o, e);
             assert_eq!(got, want, "{:?} {sent} {held}", o.name);
         }
     }
@@ -326,6 +367,7 @@ mod tests {
         let mut all = at_job_end(IDS.job, IDS.uid, IDS.gid, &a);
         for o in [&hostile, &named] {
             for (sent, held) in [(true, true), (true, false), (false, true)] {
+                let sent = sent.then(|| "gpurun-job.7.srun.0123456789abcdef.sqsh".to_string());
                 all.extend(at_step_end(IDS, &a, o, Ended { sent, held }));
             }
         }
@@ -337,7 +379,7 @@ mod tests {
                 assert!(!r.names.accepts(n), "{r:?} takes {n}");
             }
             let job = match r.names {
-                Names::SentForStep { job, step } | Names::StepRecord { job, step } => {
+                Names::SentForStep { job, step, .. } | Names::StepRecord { job, step } => {
                     assert_eq!(step, IDS.step);
                     job
                 }
@@ -370,7 +412,7 @@ mod tests {
         let ids = StepIds { uid, gid, ..IDS };
         let unnamed = ContainerOpts::default();
         let ended = Ended {
-            sent: false,
+            sent: None,
             held: true,
         };
         let [record] = &at_step_end(ids, &a, &unnamed, ended)[..] else {

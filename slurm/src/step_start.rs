@@ -148,9 +148,10 @@ pub struct Step {
     pub container: Container,
     /// The environment the holder was started with.
     pub env: HashMap<String, String>,
-    /// Whether sbcast copied the job's image for this step alone: the step's end removes that
-    /// copy, which it finds itself (`jobimage::is_sent`).
-    pub sent: bool,
+    /// The file name of the copy sbcast made of the job's image for this step alone: the
+    /// step's end removes it, as the user, among the job's copies it finds itself
+    /// (`step_end::Names::SentForStep`).
+    pub sent: Option<String>,
     /// The batch step's pull of the job's image, named in the script's environment for its
     /// sruns (`jobimage::VAR`).
     pub job_image: Option<String>,
@@ -197,7 +198,7 @@ pub fn join_running(
     Some(Ok(Step {
         container: Container::Joined(holder),
         env,
-        sent: false,
+        sent: None,
         job_image: None,
         notice,
     }))
@@ -239,14 +240,15 @@ pub fn with_job_image(
     env: &mut Vec<String>,
     found: Option<&Pulled>,
     step: u32,
-) -> (ContainerOpts, bool) {
+) -> (ContainerOpts, Option<String>) {
     let var = format!("{}=", jobimage::VAR);
     env.retain(|e| !e.starts_with(&var));
     let Some(p) = found else {
-        return (opts, false);
+        return (opts, None);
     };
     opts.image = Some(options::Image::File(p.path.clone()));
-    (opts, p.copy_of_step(step))
+    let name = p.path.file_name().map(|n| n.to_string_lossy().into_owned());
+    (opts, name.filter(|_| p.copy_of_step(step)))
 }
 
 /// A named container of a registry image, as pyxis's: where the job's container exists and
@@ -255,14 +257,15 @@ pub fn with_job_image(
 /// job's epilog removes it), so the step's end must not remove it.
 pub fn named_registry_image(
     mut opts: ContainerOpts,
-    sent: bool,
+    sent: Option<String>,
     job: u32,
     kept: impl FnOnce(&str) -> bool,
-) -> (ContainerOpts, bool) {
+) -> (ContainerOpts, Option<String>) {
     let Some(n) = &opts.name else {
         return (opts, sent);
     };
-    let from_registry = sent || opts.image.as_ref().is_some_and(|i| i.registry().is_some());
+    let from_registry =
+        sent.is_some() || opts.image.as_ref().is_some_and(|i| i.registry().is_some());
     if !from_registry {
         return (opts, sent);
     }
@@ -270,7 +273,7 @@ pub fn named_registry_image(
         opts.image = None;
         return (opts, sent);
     }
-    (opts, false)
+    (opts, None)
 }
 
 /// The directory of the step's container record: its name's, else `JOB.JOB.STEP` (pyxis's
@@ -518,7 +521,7 @@ mod tests {
                 let Container::Joined(h) = s.container else {
                     panic!("a join holds no holder of its own")
                 };
-                assert!(!s.sent && s.job_image.is_none());
+                assert!(s.sent.is_none() && s.job_image.is_none());
                 (h.pid, h.cwd, h.env, s.notice)
             }))
         };
@@ -627,6 +630,7 @@ mod tests {
         for (found, image, sent) in table {
             let mut env = vec!["A=1".to_string(), var.clone()];
             let (o, s) = with_job_image(registry.clone(), &mut env, found.as_ref(), 3);
+            let sent = sent.then(|| "ubuntu.sqsh".to_string());
             assert_eq!((o.image, s), (image, sent), "{found:?}");
             assert_eq!(env, ["A=1"], "the variable is kept from the container");
         }
@@ -655,14 +659,16 @@ mod tests {
             // this step makes the container: its copy stays for the job's later steps
             (file.clone(), Some("c1"), true, false, (file, false)),
         ];
-        for (image, name, sent, answer, want) in table {
+        let copy = |sent: bool| sent.then(|| "gpurun-job.7.3.0123456789abcdef.sqsh".to_string());
+        for (image, name, sent, answer, (want_image, want_sent)) in table {
+            let (sent, want) = (copy(sent), (want_image, copy(want_sent)));
             let o = ContainerOpts {
                 image: image.clone(),
                 name: name.map(|n| parse_name(n).unwrap()),
                 ..Default::default()
             };
-            let (o, s) = named_registry_image(o, sent, 7, kept(answer));
-            assert_eq!((o.image, s), want, "{image:?} {name:?} {sent} {answer}");
+            let (o, s) = named_registry_image(o, sent.clone(), 7, kept(answer));
+            assert_eq!((o.image, s), want, "{image:?} {name:?} {sent:?} {answer}");
         }
         assert!(asked.borrow().iter().all(|n| n == "7.c1"), "{asked:?}");
     }

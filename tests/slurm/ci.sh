@@ -52,6 +52,8 @@ done
 echo "=== Slurm, doctor"
 doctor() { runuser -u "$U" -- "$GPURUN" doctor 2>&1 | grep 'Slurm plugin'; }
 d=0
+# the line as a site leaves it: older than slurmd's start
+touch -d "@$(( $(date +%s) - 3600 ))" /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
 doctor | grep -q 'slurmd (pid [0-9]*) started after' || { d=$((d + 1)); doctor; }
 touch /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
 doctor | grep -q 'restart slurmd' || { d=$((d + 1)); doctor; }

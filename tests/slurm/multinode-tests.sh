@@ -294,7 +294,7 @@ if as_user sh -c "umoci init --layout oci && umoci new --image oci:t && umoci un
   as_user "${login[@]}" GPURUN_CACHEDIR="$c" srun "${T[@]}" -N3 --container-image="docker://$REF" "${step_cmd[@]}" >reg-sbcast.out 2>reg-sbcast.err
   img=$(images_of reg-sbcast.out)
   [ "$(grep -c 'marker=image' reg-sbcast.out)" = 3 ] && [ "$(hosts_of reg-sbcast.out)" = "n1 n2 n3" ] \
-    && [[ "$img" =~ ^/var/tmp/gpurun-job\.[0-9]+\.[0-9a-f]{16}\.sqsh$ ]]
+    && [[ "$img" =~ ^/var/tmp/gpurun-job\.[0-9]+\.([0-9]+|job|srun)\.[0-9a-f]{16}\.sqsh$ ]]
   res $? "pull=sbcast: 3 tasks on n1 n2 n3 run one sbcast copy of the image ($img)" || cat reg-sbcast.out reg-sbcast.err
   all_are "$mark" 1 1; res $? "pull=sbcast: the manifest and each blob fetched once per job ($(fetches "$mark"))"
   [ "$(images_here "$c")" = 1 ] && [ "$(images_on_nodes)" = 0 ]
@@ -365,7 +365,7 @@ EOF
   job=$(as_user "${login[@]}" GPURUN_CACHEDIR="$c" sbatch --parsable --wait regsteps.sbatch 2>regsteps.err)
   img=$(images_of regsteps.out)
   [ "$(grep -c 'marker=image' regsteps.out)" = 6 ] && [ "$(hosts_of regsteps.out)" = "n1 n2 n3" ] \
-    && [[ "$img" =~ ^/var/tmp/gpurun-job\.$job\.[0-9a-f]{16}\.sqsh$ ]]
+    && [[ "$img" =~ ^/var/tmp/gpurun-job\.$job\.([0-9]+|job|srun)\.[0-9a-f]{16}\.sqsh$ ]]
   res $? "sbatch -N3 --container-image=docker://, 2 steps: all 6 tasks run one copy ($img)" || cat regsteps.out regsteps.err
   all_are "$mark" 1 1; res $? "sbatch, 2 steps: the manifest and each blob fetched once per job ($(fetches "$mark"))"
   sent=$(cat "$MN_LOG_DIR"/n*.slurmd.log | grep -c "sbcast req_uid=.* job_id=$job fname=.* block_no=1$")
