@@ -766,6 +766,19 @@ fn another_user_cannot_attach_to_or_stop_an_image_server() {
     common::run_ok(&mut gpurun_as(TEST_USER, &["stop", i]));
 }
 
+/// An image whose /etc/app says "genuine", and the name of the test user's server of it, found
+/// from a first run whose server is then stopped: a name another user can take.
+fn image_and_its_server_name(s: &Scratch, name: &str) -> (PathBuf, String) {
+    let img = common::busybox_image(s, name, |root| {
+        std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
+    });
+    let i = img.to_str().unwrap();
+    common::run_ok(gpurun_as(TEST_USER, &["exec", i, "true"]).env("GPURUN_SERVER_IDLE", "1m"));
+    let server = name_of_server(&img);
+    common::run_ok(&mut gpurun_as(TEST_USER, &["stop", i]));
+    (img, server)
+}
+
 /// A server's name that another user holds first means no sharing: the container gets a server
 /// of its own, with one warning, and runs as ever.
 #[test]
@@ -775,14 +788,8 @@ fn a_server_name_another_user_holds_means_a_server_of_ones_own() {
     }
     let _turn = server_names_turn();
     let s = Scratch::new();
-    let img = common::busybox_image(&s, "squat", |root| {
-        std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
-    });
+    let (img, name) = image_and_its_server_name(&s, "squat");
     let i = img.to_str().unwrap();
-    // The name is found from a first run; then its server is stopped and the name squatted.
-    common::run_ok(gpurun_as(TEST_USER, &["exec", i, "true"]).env("GPURUN_SERVER_IDLE", "1m"));
-    let name = name_of_server(&img);
-    common::run_ok(&mut gpurun_as(TEST_USER, &["stop", i]));
     let squat = r#"
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -864,13 +871,8 @@ fn a_squatted_name_that_never_accepts_hangs_nothing() {
     }
     let _turn = server_names_turn();
     let s = Scratch::new();
-    let img = common::busybox_image(&s, "backlog", |root| {
-        std::fs::write(root.join("etc/app"), "genuine\n").unwrap()
-    });
+    let (img, name) = image_and_its_server_name(&s, "backlog");
     let i = img.to_str().unwrap();
-    common::run_ok(gpurun_as(TEST_USER, &["exec", i, "true"]).env("GPURUN_SERVER_IDLE", "1m"));
-    let name = name_of_server(&img);
-    common::run_ok(&mut gpurun_as(TEST_USER, &["stop", i]));
     let squat = r#"
 import socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
