@@ -50,7 +50,7 @@ done
 # slurmd reads plugstack.conf only when it starts: `gpurun doctor` says whether it has loaded
 # the plugin, and says so once its line is newer than slurmd
 echo "=== Slurm, doctor"
-doctor() { runuser -u "$U" -- "$GPURUN" doctor 2>&1 | grep 'Slurm plugin'; }
+doctor() { runuser -u "$U" -- "$GPURUN" doctor 2>&1 | grep -A1 'Slurm plugin'; }
 d=0
 # the line as a site leaves it: older than slurmd's start
 touch -d "@$(( $(date +%s) - 3600 ))" /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
@@ -61,8 +61,11 @@ doctor | grep -q 'restart slurmd' || { d=$((d + 1)); doctor; }
 NEWSO=$(mktemp /tmp/gpurun-ci-plugin.XXXXXX.so); cp "$SO" "$NEWSO"; chmod 644 "$NEWSO"
 echo "required $NEWSO gpurun=$GPURUN" > /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
 IMG=/tmp/gpurun-slurm-tests.$U/img.sqsh
-said=$(cd /tmp && runuser -u "$U" -- srun -t 1 --container-name=stale --container-image="$IMG" true 2>&1)
-grep -q 'gpurun: warning: slurmd on .* restart slurmd there' <<<"$said" || { d=$((d + 1)); echo "$said"; }
+STALE=$(mktemp /tmp/gpurun-ci-stale.XXXXXX); chmod 666 "$STALE"
+(cd /tmp && runuser -u "$U" -- sbatch --wait -Q -t 1 -o "$STALE" \
+  --wrap "srun -t 1 --container-name=stale --container-image=$IMG true")
+grep -q 'gpurun: warning: slurmd on .* restart slurmd there' "$STALE" || { d=$((d + 1)); cat "$STALE"; }
+rm -f "$STALE"
 rm -f "$NEWSO"
 [ "$d" = 0 ] || status=1
 summary+=("doctor and the plugin's line: $((3 - d)) passed, $d failed")
