@@ -48,7 +48,8 @@ for mode in ${SLURM_CI_MODES:-v1 none}; do
   summary+=("$mode: $(tail -n 1 "/tmp/gpurun-slurm-tests-$mode.log")")
 done
 # slurmd reads plugstack.conf only when it starts: `gpurun doctor` says whether it has loaded
-# the plugin, and says so once its line is newer than slurmd
+# the plugin, and says so once its line is newer than slurmd (the plugin's own line for such a
+# node is table-tested in slurm/src/step_start.rs)
 echo "=== Slurm, doctor"
 doctor() { runuser -u "$U" -- "$GPURUN" doctor 2>&1 | grep -A1 'Slurm plugin'; }
 d=0
@@ -57,18 +58,8 @@ touch -d "@$(( $(date +%s) - 3600 ))" /etc/slurm/plugstack.conf.d/zz-gpurun-ci.c
 doctor | grep -q 'slurmd (pid [0-9]*) started after' || { d=$((d + 1)); doctor; }
 touch /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
 doctor | grep -q 'restart slurmd' || { d=$((d + 1)); doctor; }
-# the plugin at a new path slurmd has not loaded: a step making a named container says so
-NEWSO=$(mktemp /tmp/gpurun-ci-plugin.XXXXXX.so); cp "$SO" "$NEWSO"; chmod 644 "$NEWSO"
-echo "required $NEWSO gpurun=$GPURUN" > /etc/slurm/plugstack.conf.d/zz-gpurun-ci.conf
-IMG=/tmp/gpurun-slurm-tests.$U/img.sqsh
-STALE=$(mktemp /tmp/gpurun-ci-stale.XXXXXX); chmod 666 "$STALE"
-(cd /tmp && runuser -u "$U" -- sbatch --wait -Q -t 1 -o "$STALE" \
-  --wrap "srun -t 1 --container-name=stale --container-image=$IMG true")
-grep -q 'gpurun: warning: slurmd on .* restart slurmd there' "$STALE" || { d=$((d + 1)); cat "$STALE"; }
-rm -f "$STALE"
-rm -f "$NEWSO"
 [ "$d" = 0 ] || status=1
-summary+=("doctor and the plugin's line: $((3 - d)) passed, $d failed")
+summary+=("doctor: $((2 - d)) passed, $d failed")
 tests/slurm/cluster.sh stop
 # Then 3 nodes in namespaces of this machine (tests/slurm/multinode.sh), without cgroups.
 if [ "${SLURM_CI_MULTINODE:-1}" = 1 ]; then
