@@ -429,4 +429,69 @@ mod tests {
         assert_eq!(jobs.perform(), 2);
         assert_eq!(left(), ["8.c1"]);
     }
+
+    /// As root, the attack on the one name a step's end takes from the job: a step whose
+    /// environment names another file as the srun copy it ran (another job's copy, the batch
+    /// step's, a link named like an srun copy) gets only this job's own srun copy of that name
+    /// removed, never through a link, never another's file.
+    #[test]
+    fn a_forged_srun_copy_name_removes_nothing_else() {
+        // SAFETY: geteuid only reads the process's id.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let (uid, gid) = (4242, 4242);
+        // root's and sticky, as /var/tmp
+        let sbcast = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let sticky = std::fs::Permissions::from_mode(0o1777);
+        std::fs::set_permissions(sbcast.path(), sticky).unwrap();
+        let victim = tempfile::tempdir().unwrap();
+        let victim_file = victim.path().join("keep.sqsh");
+        std::fs::write(&victim_file, "x").unwrap();
+        let name = |j: u32, tag: &str, r: &str| format!("gpurun-job.{j}.{tag}.{r}.sqsh");
+        let own = name(7, "srun", "0123456789abcdef");
+        let files = [
+            own.clone(),
+            name(8, "srun", "0123456789abcdef"),
+            name(7, "job", "0123456789abcdef"),
+        ];
+        for f in &files {
+            std::fs::write(sbcast.path().join(f), "x").unwrap();
+            std::os::unix::fs::chown(sbcast.path().join(f), Some(uid), Some(gid)).unwrap();
+        }
+        let link = name(7, "srun", "fedcba9876543210");
+        std::os::unix::fs::symlink(&victim_file, sbcast.path().join(&link)).unwrap();
+        std::os::unix::fs::lchown(sbcast.path().join(&link), Some(uid), Some(gid)).unwrap();
+        let mut a = args();
+        a.job_image.sbcast_dir = sbcast.path().into();
+        let ids = StepIds { uid, gid, ..IDS };
+        let forged = [
+            files[1].clone(),
+            files[2].clone(),
+            link.clone(),
+            victim_file.display().to_string(),
+            format!("../{}/keep.sqsh", victim.path().display()),
+        ];
+        for f in forged {
+            let ended = Ended {
+                sent: Some(f.clone()),
+                held: false,
+            };
+            for r in at_step_end(ids, &a, &ContainerOpts::default(), ended) {
+                assert_eq!(r.perform(), 0, "{f}");
+            }
+        }
+        assert!(victim_file.exists());
+        assert!(files.iter().all(|f| sbcast.path().join(f).exists()));
+        let ended = Ended {
+            sent: Some(own.clone()),
+            held: false,
+        };
+        let [copy] = &at_step_end(ids, &a, &ContainerOpts::default(), ended)[..] else {
+            panic!("one removal")
+        };
+        assert_eq!(copy.perform(), 1);
+        assert!(!sbcast.path().join(&own).exists() && victim_file.exists());
+    }
 }
