@@ -1862,16 +1862,19 @@ mod tests {
             name: "console".into(),
         }];
         let mut host = alice("/", Vec::new(), console);
-        host.tty = Some("/dev/pts/7".into());
         let image = image_of(ImageMeta::default());
-        let p = plan(
-            &Request::default(),
-            &Action::Exec(vec![]),
-            &host,
-            &image,
-            &extras,
-        )
-        .unwrap();
+        let exec = |host: &HostView| {
+            plan(
+                &Request::default(),
+                &Action::Exec(vec![]),
+                host,
+                &image,
+                &extras,
+            )
+            .unwrap()
+        };
+        host.tty = Some("/dev/pts/7".into());
+        let p = exec(&host);
         let c: Vec<&Mount> = (p.mounts.iter())
             .filter(|m| m.dst == Path::new("/dev/console"))
             .collect();
@@ -1881,14 +1884,7 @@ mod tests {
         );
         // without a terminal, the host's console entry as any other
         host.tty = None;
-        let p = plan(
-            &Request::default(),
-            &Action::Exec(vec![]),
-            &host,
-            &image,
-            &extras,
-        )
-        .unwrap();
+        let p = exec(&host);
         assert_eq!(
             find(&p, "/dev/console").unwrap().source,
             MountSource::Bind {
