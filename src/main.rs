@@ -2,8 +2,9 @@ use std::path::PathBuf;
 
 use gpurun::cli::{split_target, CacheCommand, Command, ConfigCommand, LaunchOpts};
 use gpurun::config::{Config, Origin};
+use gpurun::runtime::first_start::FirstStartError;
 use gpurun::runtime::plan::{Action, Request};
-use gpurun::runtime::start::{start, Launch};
+use gpurun::runtime::start::{start, Launch, StartError};
 
 const FAILED: i32 = gpurun::exit::GPURUN_FAILED;
 
@@ -147,6 +148,8 @@ fn go(l: Launch, ctx: &Ctx) -> i32 {
     }
     match start(l) {
         Ok(code) => code,
+        // Its pull said why.
+        Err(e @ StartError::FirstStart(FirstStartError::Failed { .. })) => e.exit_code(),
         Err(e) => {
             report(&e, ctx.debug);
             e.exit_code()
@@ -382,6 +385,18 @@ fn pull(args: gpurun::cli::PullArgs, ctx: &Ctx) -> i32 {
                 args.source
             );
             return FAILED;
+        }
+        true if args.for_start => {
+            let done = pull::for_start(
+                &args.source,
+                &opts,
+                &mut std::io::stdout(),
+                std::io::stdin(),
+            );
+            if let Err(e) = &done {
+                let _ = pull::tell(&mut std::io::stdout(), &pull::Said::Failed(e.exit_code()));
+            }
+            done
         }
         true => pull::ensure_local(&args.source, &opts).map(|p| println!("{}", p.display())),
         false => pull::pull(&args.source, args.output.as_deref(), &opts).map(|_| ()),

@@ -1363,6 +1363,35 @@ pub fn since_boot() -> std::time::Duration {
         })
 }
 
+/// Run this thread, and the threads and processes it starts from now on, only on CPU time
+/// nothing else wants (SCHED_IDLE): background work beside the user's container.
+pub fn idle_priority() -> Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a valid sched_param for the calling thread (0); lowering a policy needs no privilege.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    Errno::result(r)
+        .map(drop)
+        .map_err(call("sched_setscheduler(SCHED_IDLE)"))
+}
+
+/// Leave the caller's process group for one of this process's own: the terminal's Ctrl-C meant
+/// for a container no longer reaches it.
+pub fn own_process_group() -> Result<()> {
+    let me = nix::unistd::Pid::from_raw(0);
+    nix::unistd::setpgid(me, me).map_err(call("setpgid"))
+}
+
+/// Go on in a child of this process, which exits at once: what runs on is no descendant of the
+/// caller's parent (a launcher that kills its descendants when its container ends). Call it
+/// while this process is single-threaded.
+pub fn detach() -> Result<()> {
+    // SAFETY: single-threaded (the caller's promise); the parent side only calls _exit.
+    match unsafe { nix::unistd::fork() }.map_err(call("fork"))? {
+        nix::unistd::ForkResult::Parent { .. } => exit_now(0),
+        nix::unistd::ForkResult::Child => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -110,13 +110,10 @@ fn temps(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn interrupted_pulls_leave_nothing_and_resume() {
-    let s = Scratch::new();
+/// A registry with test/int:v1: busybox and 8 MB that compress badly (downloads and squashfs
+/// writing both take a while); returns its docker:// reference.
+fn int_registry(s: &Scratch, rng: &mut Rng) -> (Registry, String) {
     let reg = Registry::start(&s.join("reg"), None);
-    let mut rng = Rng(seed());
-    eprintln!("seed {}", rng.0);
-    // 8 MB that compresses badly: downloads and squashfs writing both take a while
     let big: Vec<u8> = (0..8u64 << 20).map(|_| rng.next() as u8).collect();
     let mut layout = Layout::new(&s.join("layout"));
     layout.image(
@@ -130,10 +127,19 @@ fn interrupted_pulls_leave_nothing_and_resume() {
         serde_json::json!({}),
     );
     reg.push(&s.join("layout"), "v1", "test/int:v1", "oci");
+    let src = format!("docker://{}/test/int:v1", reg.addr());
+    (reg, src)
+}
+
+#[test]
+fn interrupted_pulls_leave_nothing_and_resume() {
+    let s = Scratch::new();
+    let mut rng = Rng(seed());
+    eprintln!("seed {}", rng.0);
+    let (_reg, src) = int_registry(&s, &mut rng);
     let out_dir = s.join("out");
     std::fs::create_dir(&out_dir).unwrap();
     s.chown_all();
-    let src = format!("docker://{}/test/int:v1", reg.addr());
     let pull = |cache: &Path, out: &str| {
         let mut c = gpurun(&["pull", &src, "-o", out]);
         default_signals(&mut c);
@@ -281,4 +287,73 @@ fn interrupted_execs_leave_nothing() {
     }
     assert!(fuse() <= fuse_before + 5, "{fuse_before} -> {}", fuse());
     eprintln!("exec: {i} runs interrupted in {:?}", t0.elapsed());
+}
+
+/// `exec docker://` of an image not cached yet, its gpurun signalled at any point of the pull,
+/// of the container run from the unpacked tree, or of the image's writing behind it: the pull's
+/// own process goes too, and the cache holds no staging and either no image or the whole one.
+#[test]
+fn interrupted_first_starts_leave_nothing() {
+    let s = Scratch::new();
+    let mut rng = Rng(seed());
+    eprintln!("seed {}", rng.0);
+    let (_reg, src) = int_registry(&s, &mut rng);
+    s.chown_all();
+    let exec = |cache: &Path| {
+        let mut c = gpurun(&["exec", &src, "sh", "-c", "cat /big > /dev/null; sleep 0.2"]);
+        default_signals(&mut c);
+        c.env("GPURUN_CACHEDIR", cache)
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null());
+        c
+    };
+    let t = Instant::now();
+    let o = exec(&s.join("cache-warmup")).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let span = t.elapsed().as_millis().max(50) as u64;
+    let whole = only_image(&s.join("cache-warmup")).expect("the warm-up's image");
+    let whole = std::fs::read(whole).unwrap();
+    let t0 = Instant::now();
+    let mut i = 0;
+    while t0.elapsed() < budget() || i < 3 {
+        let sig = SIGNALS[i % 3];
+        let cache = s.join(format!("cache{i}"));
+        let delay = Duration::from_millis(rng.below(span));
+        let mut c = exec(&cache).spawn().unwrap();
+        std::thread::sleep(delay);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
+        let st = c.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
+        let what = format!("#{i} {sig:?} after {delay:?}: {st:?} {err}");
+        assert_eq!(procs_left(&src, true), Vec::<String>::new(), "{what}");
+        if let Some(img) = only_image(&cache) {
+            assert!(
+                std::fs::read(img).unwrap() == whole,
+                "partial image: {what}"
+            );
+        }
+        cache_sound(&cache);
+        i += 1;
+    }
+    eprintln!(
+        "exec docker://: {i} runs interrupted in {:?} (a run takes {span} ms)",
+        t0.elapsed()
+    );
+}
+
+/// The one image in `cache`, if any; fails on anything else there (a staging directory, a
+/// temp file).
+fn only_image(cache: &Path) -> Option<std::path::PathBuf> {
+    let Ok(d) = std::fs::read_dir(cache.join("images")) else {
+        return None;
+    };
+    let found: Vec<_> = d.flatten().map(|e| e.path()).collect();
+    assert!(
+        found.len() <= 1,
+        "more than one image, or something partial: {found:?}"
+    );
+    found.into_iter().next().inspect(|p| {
+        assert!(p.extension().is_some_and(|e| e == "sqsh"), "{p:?} left");
+    })
 }

@@ -1116,3 +1116,53 @@ fn bearer_token_registry() {
         proxy.requests()
     );
 }
+
+/// The image's entries as a container sees them: name, mode, mtime; a file's links, size and
+/// content; a link's target (a directory's size and link count are the file system's own).
+const LIST_TREE: &str = "cd / && for f in $(find bin opt data .gpurun etc/motd etc/xattr-file etc/secret | sort); do \
+     if [ -d \"$f\" ]; then stat -c '%n %A %Y' \"$f\"; else stat -c '%n %A %h %Y' \"$f\"; fi; \
+     if [ -L \"$f\" ]; then readlink \"$f\"; elif [ -f \"$f\" ]; then stat -c %s \"$f\"; md5sum \"$f\"; fi; \
+     done";
+
+/// `exec docker://` of an image the cache lacks starts from its unpacked layers while the
+/// .sqsh is written, sees the tree that .sqsh then gives, and leaves only the image behind.
+#[test]
+fn first_start_sees_the_finished_images_tree() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    fixture(&s, &reg);
+    let src = format!("docker://{}/test/layers:oci", reg.addr());
+    let run = || {
+        let mut c = common::gpurun(&["exec", "--contain", &src, "sh", "-c", LIST_TREE]);
+        c.current_dir(s.path())
+            .env("GPURUN_CACHEDIR", s.join("cache"))
+            .env("DOCKER_CONFIG", s.join("docker-config"));
+        c.output().unwrap()
+    };
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(stderr(&first).contains("Unpacking"), "{}", stderr(&first));
+    let images = s.join("cache/images");
+    let left: Vec<String> = std::fs::read_dir(&images)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        left.len() == 1 && left[0].ends_with(".sqsh"),
+        "the image alone expected in the cache: {left:?}\n{}",
+        stderr(&first)
+    );
+    let second = run();
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(
+        !stderr(&second).contains("Unpacking"),
+        "{}",
+        stderr(&second)
+    );
+    assert!(
+        common::stdout(&first).contains("bin/busybox"),
+        "{}",
+        common::stdout(&first)
+    );
+    assert_eq!(common::stdout(&first), common::stdout(&second));
+}

@@ -531,6 +531,10 @@ pub struct PullArgs {
     /// once, kept by digest or image ID), instead of writing a file, and print its path
     #[arg(long, conflicts_with = "output")]
     pub into_cache: bool,
+    /// With --into-cache: unpack the image to start from it at once, then write it (run by
+    /// `exec docker://…` for an image not cached yet; image/pull/for_start.rs)
+    #[arg(long, requires = "into_cache", hide = true)]
+    pub for_start: bool,
     /// Threads that inflate a layer and compress the image (default: pull_threads, else the
     /// CPUs this process may use)
     #[arg(short, long, value_name = "N")]

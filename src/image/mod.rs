@@ -14,3 +14,4 @@ pub mod registry;
 pub mod sif;
 pub mod sqfs;
 pub mod squash;
+pub mod unpack;

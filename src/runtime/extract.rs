@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::image::sqfs::{Archive, Inode, Kind, SqfsError};
+use crate::store::tree::remove_tree;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
@@ -87,25 +88,6 @@ fn remove_stale(base: &Path, now: u128) {
             remove_tree(&e.path());
         }
     }
-}
-
-/// Best-effort removal of a (partial) tree of ours, making directories writable first.
-pub fn remove_tree(p: &Path) {
-    if std::fs::remove_dir_all(p).is_ok() {
-        return;
-    }
-    let mut stack = vec![p.to_owned()];
-    while let Some(d) = stack.pop() {
-        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
-        if let Ok(rd) = std::fs::read_dir(&d) {
-            for e in rd.flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
-            }
-        }
-    }
-    let _ = std::fs::remove_dir_all(p);
 }
 
 fn cpath(p: &Path) -> CString {

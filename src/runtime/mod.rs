@@ -2,6 +2,7 @@
 
 pub mod env;
 pub mod extract;
+pub mod first_start;
 pub mod image_server;
 pub mod interpreter;
 pub mod launch;

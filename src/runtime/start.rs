@@ -8,6 +8,7 @@ use nix::unistd::{Gid, Uid};
 
 use super::env::{parse_env_file, EnvError};
 use super::extract;
+use super::first_start::{self, FirstStartError};
 use super::image_server::attach::{self, AttachError};
 use super::launch::{self, HoldState, LaunchError, Lower};
 use super::plan::{
@@ -18,7 +19,9 @@ use crate::exit;
 use crate::image::cache::Cache;
 use crate::image::meta::ImageMeta;
 use crate::image::meta::MetaError;
-use crate::image::pull::{ensure_local, save, save_target, PullError, PullOptions, SaveTarget};
+use crate::image::pull::{
+    ensure_local, save, save_target, PullError, PullOptions, Ready, SaveTarget,
+};
 use crate::image::reference::is_reference;
 use crate::image::sif::OpenError;
 use crate::image::sqfs::Archive;
@@ -49,6 +52,8 @@ pub enum StartError {
     Gpu(#[from] crate::gpu::GpuError),
     #[error(transparent)]
     Pull(#[from] PullError),
+    #[error(transparent)]
+    FirstStart(#[from] FirstStartError),
 }
 
 impl StartError {
@@ -68,6 +73,7 @@ impl StartError {
         match self {
             StartError::Launch(e) => e.exit_code(),
             StartError::Pull(e) => e.exit_code(),
+            StartError::FirstStart(FirstStartError::Failed { status, .. }) => *status,
             _ => exit::GPURUN_FAILED,
         }
     }
@@ -116,7 +122,7 @@ struct ChangesDir(PathBuf);
 
 impl Drop for ChangesDir {
     fn drop(&mut self) {
-        extract::remove_tree(&self.0);
+        crate::store::tree::remove_tree(&self.0);
     }
 }
 
@@ -190,6 +196,12 @@ impl Save {
 /// An image, opened: what the planner reads from it and what the launcher mounts.
 enum Image {
     Dir(PathBuf),
+    /// A first start's unpacked tree (runtime/first_start.rs): read as `Dir`, planned as the
+    /// squashfs `image` being written from it.
+    Unpacked {
+        tree: PathBuf,
+        image: PathBuf,
+    },
     Squashfs {
         path: PathBuf,
         archive: Box<Archive>,
@@ -201,14 +213,36 @@ enum Image {
 }
 
 impl Image {
-    fn open(arg: &str, pull: &PullOptions) -> Result<Image, StartError> {
+    /// The image `arg` names; for a docker:// image not cached yet, its unpacked tree and the
+    /// pull still writing it.
+    fn open(
+        arg: &str,
+        pull: &PullOptions,
+    ) -> Result<(Image, Option<first_start::Pull>), StartError> {
         // docker://, podman://: converted once into the cache (keyed by manifest digest, by
         // podman's image ID), then run from there.
-        let path = if is_reference(arg) {
+        let path = if arg.starts_with("docker://") {
+            match first_start::pull(arg, pull.quiet)? {
+                (
+                    Ready {
+                        tree: Some(tree),
+                        image,
+                    },
+                    p,
+                ) => {
+                    return Ok((Image::Unpacked { tree, image }, p));
+                }
+                (Ready { image, .. }, _) => image,
+            }
+        } else if is_reference(arg) {
             ensure_local(arg, pull)?
         } else {
             PathBuf::from(arg)
         };
+        Ok((Image::open_path(path)?, None))
+    }
+
+    fn open_path(path: PathBuf) -> Result<Image, StartError> {
         let md = std::fs::metadata(&path).map_err(|e| StartError::image_access(&path, e))?;
         let path = std::path::absolute(&path).unwrap_or(path);
         // An image the user may not read is said so, not taken for an empty or a damaged one.
@@ -253,7 +287,9 @@ impl Image {
 
     fn read(&self, p: &str) -> Option<Vec<u8>> {
         match self {
-            Image::Dir(d) => std::fs::read(d.join(p.trim_start_matches('/'))).ok(),
+            Image::Dir(d) | Image::Unpacked { tree: d, .. } => {
+                std::fs::read(d.join(p.trim_start_matches('/'))).ok()
+            }
             Image::Squashfs { archive, .. } => archive.read_file(p).ok().flatten(),
         }
     }
@@ -290,14 +326,16 @@ impl Image {
 
     fn exists(&self, p: &str) -> bool {
         match self {
-            Image::Dir(d) => d.join(p.trim_start_matches('/')).symlink_metadata().is_ok(),
+            Image::Dir(d) | Image::Unpacked { tree: d, .. } => {
+                d.join(p.trim_start_matches('/')).symlink_metadata().is_ok()
+            }
             Image::Squashfs { archive, .. } => archive.exists(p).unwrap_or(false),
         }
     }
 
     fn list(&self, p: &str) -> Option<Vec<String>> {
         match self {
-            Image::Dir(d) => Some(
+            Image::Dir(d) | Image::Unpacked { tree: d, .. } => Some(
                 std::fs::read_dir(d.join(p.trim_start_matches('/')))
                     .ok()?
                     .flatten()
@@ -311,7 +349,9 @@ impl Image {
     fn root(&self) -> RootSource {
         match self {
             Image::Dir(d) => RootSource::Dir(d.clone()),
-            Image::Squashfs { path, .. } => RootSource::Squashfs(path.clone()),
+            Image::Squashfs { path, .. } | Image::Unpacked { image: path, .. } => {
+                RootSource::Squashfs(path.clone())
+            }
         }
     }
 
@@ -320,7 +360,7 @@ impl Image {
     /// (another device in its place, a kernel or LSM that refuses FUSE in a user namespace).
     fn lower(self, idle: Duration) -> Result<Lower, StartError> {
         let (path, archive, blocks) = match self {
-            Image::Dir(d) => return Ok(Lower::Dir(d)),
+            Image::Dir(d) | Image::Unpacked { tree: d, .. } => return Ok(Lower::Dir(d)),
             Image::Squashfs {
                 path,
                 archive,
@@ -464,7 +504,7 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         compression: l.compression.clone(),
         ..Default::default()
     };
-    let image = Image::open(&l.image, &pull)?;
+    let (image, unpacked_pull) = Image::open(&l.image, &pull)?;
     let ImageFacts {
         meta,
         passwd: image_passwd,
@@ -529,6 +569,9 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
     }
     let lower = image.lower(l.server_idle)?;
     let status = launch::run(&plan, &lower, hold);
+    if let Some(p) = unpacked_pull {
+        p.finish(l.quiet);
+    }
     match saving {
         Some(s) => s.finish(status?, &lower, &pull),
         None => Ok(status?),

@@ -5,6 +5,7 @@ pub mod cache_dir;
 pub mod kept_facts;
 pub mod private_dir;
 pub mod processes;
+pub mod tree;
 pub mod whole_file;
 
 /// A short name for `key` in a file name (the first 6 bytes of its SHA-256, in hex).

@@ -8,6 +8,7 @@ use crate::image::flatten::FlattenError;
 use crate::image::reference::ReferenceError;
 use crate::image::registry::RegistryError;
 use crate::image::squash::{full_disk_fix, SquashError};
+use crate::image::unpack::UnpackError;
 use crate::store::cache_dir::{cache_root, CACHE_FIX};
 
 /// Exit codes of `gpurun pull` (and of commands that pull through [`super::ensure_local`]). Other
@@ -41,6 +42,8 @@ pub enum PullError {
     Flatten(#[from] FlattenError),
     #[error(transparent)]
     Squash(#[from] SquashError),
+    #[error(transparent)]
+    Unpack(#[from] UnpackError),
     #[error("{0}")]
     Platform(String),
     #[error("{0} already exists; remove it or pass --force to replace it")]
@@ -63,6 +66,8 @@ pub enum PullError {
     NotInPodman(String),
     #[error("{source_ref}: podman failed: {detail}")]
     Podman { source_ref: String, detail: String },
+    #[error("cannot run the pull in a process of its own: {0}")]
+    Detach(crate::sys::SysError),
     #[error("cannot start the async runtime ({0})")]
     Runtime(io::Error),
 }

@@ -12,6 +12,7 @@
 mod dir_source;
 mod docker_archive_source;
 mod error;
+mod for_start;
 mod image_config;
 mod oci_layout_source;
 mod options;
@@ -26,12 +27,13 @@ use std::path::{Path, PathBuf};
 
 use crate::image::cache::Cache;
 use crate::image::reference::{parse_docker, ImageRef, Source};
-use crate::image::registry::RegistryError;
+use crate::image::registry::{RegistryClient, RegistryError};
 use crate::store::cache_dir::cache_root;
 
 use dir_source::rootfs_dir;
 use docker_archive_source::docker_archive;
 pub use error::{exit, PullError};
+pub use for_start::{for_start, tell, Ready, Said, DONE};
 use oci_layout_source::oci_layout;
 use options::wanted_platform;
 pub use options::PullOptions;
@@ -97,16 +99,66 @@ fn ensure_registry(image: &ImageRef, opts: &PullOptions) -> Result<PathBuf, Pull
     let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
     let ui = Ui::new(opts.quiet);
     let rt = signal_runtime(opts)?;
-    // With an image cached for this reference, an unreachable registry is not fatal: one retry,
-    // then the image the reference last resolved to (compute nodes often have no internet).
+    let r = match resolve_registry(image, opts, &cache, &rt)? {
+        Resolution::Fresh(r) => *r,
+        Resolution::LastKnown(path) => return Ok(path),
+    };
+    let out = cached_image(&cache, &r.digest, |staging| {
+        let resolved = (r.digest.clone(), r.manifest);
+        let (layers, meta, downloads) = rt.block_on(resolve_docker(
+            image,
+            opts,
+            &cache,
+            &ui,
+            Some((r.client, resolved)),
+        ))?;
+        let built = build(&layers, &meta, staging, opts, &ui);
+        downloads.finish(&rt, built.is_err())?;
+        built
+    })?;
+    // Best effort: without it only the offline fallback is lost.
+    let _ = cache.remember_ref(&r.key, &r.digest);
+    Ok(out)
+}
+
+/// A registry reference, resolved.
+enum Resolution {
+    /// Its manifest, as the registry gives it now.
+    Fresh(Box<Manifest>),
+    /// The registry unreachable: the cached image the reference last resolved to.
+    LastKnown(PathBuf),
+}
+
+struct Manifest {
+    /// The reference with its platform: the key of the offline fallback.
+    key: String,
+    digest: String,
+    manifest: Vec<u8>,
+    client: RegistryClient,
+}
+
+/// Resolve `image` to its manifest. With an image cached for this reference, an unreachable
+/// registry is not fatal: one retry, then the image the reference last resolved to (compute
+/// nodes often have no internet).
+fn resolve_registry(
+    image: &ImageRef,
+    opts: &PullOptions,
+    cache: &Cache,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Resolution, PullError> {
     let key = format!("{image} {}", wanted_platform(opts)?);
     let fallback = cache.recall_ref(&key);
     let mut client = client_for(image, opts)?;
     if fallback.is_some() {
         client = client.attempts(2);
     }
-    let (digest, manifest_bytes) = match rt.block_on(resolve_manifest(&client, image, opts)) {
-        Ok((r, _)) => r,
+    match rt.block_on(resolve_manifest(&client, image, opts)) {
+        Ok(((digest, manifest), _)) => Ok(Resolution::Fresh(Box::new(Manifest {
+            key,
+            digest,
+            manifest,
+            client,
+        }))),
         Err(PullError::Registry(
             e @ (RegistryError::Network { .. } | RegistryError::RateLimited { .. }),
         )) => match fallback {
@@ -116,28 +168,12 @@ fn ensure_registry(image: &ImageRef, opts: &PullOptions) -> Result<PathBuf, Pull
                         "gpurun: warning: {e}; using the cached image {image} last resolved to ({digest})"
                     );
                 }
-                return Ok(path);
+                Ok(Resolution::LastKnown(path))
             }
-            None => return Err(e.into()),
+            None => Err(e.into()),
         },
-        Err(e) => return Err(e),
-    };
-    let out = cached_image(&cache, &digest, |staging| {
-        let resolved = (digest.clone(), manifest_bytes);
-        let (layers, meta, downloads) = rt.block_on(resolve_docker(
-            image,
-            opts,
-            &cache,
-            &ui,
-            Some((client, resolved)),
-        ))?;
-        let built = build(&layers, &meta, staging, opts, &ui);
-        downloads.finish(&rt, built.is_err())?;
-        built
-    })?;
-    // Best effort: without it only the offline fallback is lost.
-    let _ = cache.remember_ref(&key, &digest);
-    Ok(out)
+        Err(e) => Err(e),
+    }
 }
 
 /// An image of the user's podman store, keyed by the ID podman gives it: a name that now points

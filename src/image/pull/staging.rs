@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::error::{exit, PullError};
+use crate::store::tree::remove_tree;
 
 /// Staging directories and the tar2sqfs child, removed / killed when a signal arrives.
 pub(super) static IN_FLIGHT: Mutex<(Vec<PathBuf>, Vec<u32>)> = Mutex::new((Vec::new(), Vec::new()));
@@ -21,6 +22,12 @@ pub(super) async fn cleanup_on_signal() {
         _ = int.recv() => {}
         _ = term.recv() => {}
     }
+    abandon()
+}
+
+/// Kill the tar2sqfs child, remove every staging directory, say so and exit: the pull was
+/// interrupted (a signal, or the gpurun it pulled for died).
+pub(super) fn abandon() -> ! {
     let guard = crate::lock(&IN_FLIGHT);
     for pid in &guard.1 {
         // Our own child, reaped before the staging goes, so a create it was still making
@@ -30,7 +37,7 @@ pub(super) async fn cleanup_on_signal() {
         let _ = nix::sys::wait::waitpid(pid, None);
     }
     for p in &guard.0 {
-        let _ = fs::remove_dir_all(p);
+        remove_tree(p);
     }
     eprintln!("gpurun: interrupted; nothing was written (downloads resume on the next pull)");
     std::process::exit(exit::INTERRUPTED);
@@ -89,7 +96,7 @@ impl Staging {
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
+        remove_tree(&self.dir);
         crate::lock(&IN_FLIGHT).0.retain(|p| p != &self.dir);
     }
 }

@@ -1,7 +1,7 @@
 //! The layers, flattened top-down, through tar2sqfs into the staged image, then moved in place.
 
 use std::fs;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::time::Duration;
 
 use super::error::PullError;
@@ -23,9 +23,6 @@ pub(super) fn build(
     let jobs = opts.jobs.unwrap_or_else(crate::cpus::usable);
     ui.line(&format!("Writing {}", out.display()));
     let expected: u64 = layers.iter().map(|l| l.size).sum();
-    let bar = ui.bar(expected, "squashfs".into());
-    bar.enable_steady_tick(Duration::from_millis(200));
-    let on_read = |n: u64| bar.inc(n);
     // Started and registered under the lock: a signal handled in between would find no child
     // to kill, and tar2sqfs would then write its file after the cleanup.
     let mut writer = {
@@ -35,13 +32,8 @@ pub(super) fn build(
         w
     };
     let pid = writer.pid();
-    let meta_json = meta.to_json();
-    let extra = [ExtraFile {
-        path: META_PATH.trim_start_matches('/'),
-        data: &meta_json,
-    }];
     let stdin = BufWriter::with_capacity(1 << 20, writer.stdin());
-    let flattened = flatten(layers, &extra, stdin, jobs, &on_read);
+    let flattened = flatten_shown(layers, meta, stdin, jobs, ui, "squashfs");
     let result = match flattened {
         Ok(report) => writer
             .finish(expected)
@@ -60,7 +52,6 @@ pub(super) fn build(
         }
     };
     crate::lock(&IN_FLIGHT).1.retain(|p| *p != pid);
-    bar.finish_and_clear();
     let report = result?;
     warn_report(&report, ui);
     staging.commit()?;
@@ -74,7 +65,29 @@ pub(super) fn build(
     Ok(())
 }
 
-fn warn_report(r: &Report, ui: &Ui) {
+/// The layers and the image's metadata file flattened into `out`, under a bar named `label`.
+pub(super) fn flatten_shown<W: Write>(
+    layers: &[Layer],
+    meta: &ImageMeta,
+    out: W,
+    jobs: usize,
+    ui: &Ui,
+    label: &str,
+) -> Result<Report, FlattenError> {
+    let expected: u64 = layers.iter().map(|l| l.size).sum();
+    let bar = ui.bar(expected, label.into());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let meta_json = meta.to_json();
+    let extra = [ExtraFile {
+        path: META_PATH.trim_start_matches('/'),
+        data: &meta_json,
+    }];
+    let flattened = flatten(layers, &extra, out, jobs, &|n: u64| bar.inc(n));
+    bar.finish_and_clear();
+    flattened
+}
+
+pub(super) fn warn_report(r: &Report, ui: &Ui) {
     for n in &r.notes {
         ui.line(&format!("gpurun: warning: {n}"));
     }
