@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 
 use crate::image::cache::Cache;
 use crate::image::reference::{parse_docker, ImageRef, Source};
-use crate::image::registry::{RegistryClient, RegistryError};
 use crate::store::cache_dir::cache_root;
 
 use dir_source::rootfs_dir;
@@ -35,15 +34,14 @@ use docker_archive_source::docker_archive;
 pub use error::{exit, PullError};
 pub use for_start::{for_start, tell, Ready, Said, DONE};
 use oci_layout_source::oci_layout;
-use options::wanted_platform;
 pub use options::PullOptions;
 pub use podman_source::podman_meta;
 use podman_source::{image_id, podman_image};
 use progress::Ui;
-use registry_source::{client_for, resolve_docker, resolve_manifest, runtime};
 pub use registry_source::{remote_meta, Remote};
+use registry_source::{resolve_docker, resolve_registry, Resolution};
 pub use save::{save, save_target, SaveTarget};
-use staging::{cleanup_on_signal, Staging};
+use staging::{signal_runtime, Staging};
 use write_image::build;
 
 /// `gpurun pull SOURCE [-o OUT]`: returns the path written.
@@ -121,61 +119,6 @@ fn ensure_registry(image: &ImageRef, opts: &PullOptions) -> Result<PathBuf, Pull
     Ok(out)
 }
 
-/// A registry reference, resolved.
-enum Resolution {
-    /// Its manifest, as the registry gives it now.
-    Fresh(Box<Manifest>),
-    /// The registry unreachable: the cached image the reference last resolved to.
-    LastKnown(PathBuf),
-}
-
-struct Manifest {
-    /// The reference with its platform: the key of the offline fallback.
-    key: String,
-    digest: String,
-    manifest: Vec<u8>,
-    client: RegistryClient,
-}
-
-/// Resolve `image` to its manifest. With an image cached for this reference, an unreachable
-/// registry is not fatal: one retry, then the image the reference last resolved to (compute
-/// nodes often have no internet).
-fn resolve_registry(
-    image: &ImageRef,
-    opts: &PullOptions,
-    cache: &Cache,
-    rt: &tokio::runtime::Runtime,
-) -> Result<Resolution, PullError> {
-    let key = format!("{image} {}", wanted_platform(opts)?);
-    let fallback = cache.recall_ref(&key);
-    let mut client = client_for(image, opts)?;
-    if fallback.is_some() {
-        client = client.attempts(2);
-    }
-    match rt.block_on(resolve_manifest(&client, image, opts)) {
-        Ok(((digest, manifest), _)) => Ok(Resolution::Fresh(Box::new(Manifest {
-            key,
-            digest,
-            manifest,
-            client,
-        }))),
-        Err(PullError::Registry(
-            e @ (RegistryError::Network { .. } | RegistryError::RateLimited { .. }),
-        )) => match fallback {
-            Some((digest, path)) => {
-                if !opts.quiet {
-                    eprintln!(
-                        "gpurun: warning: {e}; using the cached image {image} last resolved to ({digest})"
-                    );
-                }
-                Ok(Resolution::LastKnown(path))
-            }
-            None => Err(e.into()),
-        },
-        Err(e) => Err(e),
-    }
-}
-
 /// An image of the user's podman store, keyed by the ID podman gives it: a name that now points
 /// to another image (rebuilt, pulled again) is converted again.
 fn ensure_podman(name: &str, reference: &str, opts: &PullOptions) -> Result<PathBuf, PullError> {
@@ -206,15 +149,6 @@ fn cached_image(
         make(Staging::beside(&out)?)?;
     }
     Ok(out)
-}
-
-/// The runtime a pull runs on, which also cleans up on SIGINT/SIGTERM when `opts` asks for it.
-fn signal_runtime(opts: &PullOptions) -> Result<tokio::runtime::Runtime, PullError> {
-    let rt = runtime()?;
-    if opts.handle_signals {
-        rt.spawn(cleanup_on_signal());
-    }
-    Ok(rt)
 }
 
 fn default_output(src: &Source) -> String {

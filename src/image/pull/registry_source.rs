@@ -336,3 +336,58 @@ fn layer_outcome(size: u64, received: Option<u64>) -> String {
         Some(n) => format!("resumed, {} downloaded now", mb(n)),
     }
 }
+
+/// A registry reference, resolved.
+pub(super) enum Resolution {
+    /// Its manifest, as the registry gives it now.
+    Fresh(Box<ResolvedRef>),
+    /// The registry unreachable: the cached image the reference last resolved to.
+    LastKnown(PathBuf),
+}
+
+pub(super) struct ResolvedRef {
+    /// The reference with its platform: the key of the offline fallback.
+    pub(super) key: String,
+    pub(super) digest: String,
+    pub(super) manifest: Vec<u8>,
+    pub(super) client: RegistryClient,
+}
+
+/// Resolve `image` to its manifest. With an image cached for this reference, an unreachable
+/// registry is not fatal: one retry, then the image the reference last resolved to (compute
+/// nodes often have no internet).
+pub(super) fn resolve_registry(
+    image: &ImageRef,
+    opts: &PullOptions,
+    cache: &Cache,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Resolution, PullError> {
+    let key = format!("{image} {}", wanted_platform(opts)?);
+    let fallback = cache.recall_ref(&key);
+    let mut client = client_for(image, opts)?;
+    if fallback.is_some() {
+        client = client.attempts(2);
+    }
+    match rt.block_on(resolve_manifest(&client, image, opts)) {
+        Ok(((digest, manifest), _)) => Ok(Resolution::Fresh(Box::new(ResolvedRef {
+            key,
+            digest,
+            manifest,
+            client,
+        }))),
+        Err(PullError::Registry(
+            e @ (RegistryError::Network { .. } | RegistryError::RateLimited { .. }),
+        )) => match fallback {
+            Some((digest, path)) => {
+                if !opts.quiet {
+                    eprintln!(
+                        "gpurun: warning: {e}; using the cached image {image} last resolved to ({digest})"
+                    );
+                }
+                Ok(Resolution::LastKnown(path))
+            }
+            None => Err(e.into()),
+        },
+        Err(e) => Err(e),
+    }
+}

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::error::{exit, PullError};
+use super::options::PullOptions;
+use super::registry_source::runtime;
 use crate::store::tree::remove_tree;
 
 /// Staging directories and the tar2sqfs child, removed / killed when a signal arrives.
@@ -23,6 +25,15 @@ pub(super) async fn cleanup_on_signal() {
         _ = term.recv() => {}
     }
     abandon()
+}
+
+/// The runtime a pull runs on, which also cleans up on SIGINT/SIGTERM when `opts` asks for it.
+pub(super) fn signal_runtime(opts: &PullOptions) -> Result<tokio::runtime::Runtime, PullError> {
+    let rt = runtime()?;
+    if opts.handle_signals {
+        rt.spawn(cleanup_on_signal());
+    }
+    Ok(rt)
 }
 
 /// Kill the tar2sqfs child, remove every staging directory, say so and exit: the pull was
