@@ -5,6 +5,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+/// A mount's flags, as `--bind` and `--tmpfs` give them: the grammar's types, shared with the
+/// plugin.
+pub use mount_grammar::{MountFlags, PointKind, Propagation, PropagationKind};
+
 /// What a mount inside the container is made from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -81,55 +85,6 @@ impl Mount {
         self.optional = true;
         self
     }
-}
-
-/// A mount's options beyond read-only: enroot's fstab flags (`nodev`, `rslave`,
-/// `x-create=dir`…).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct MountFlags {
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub nosuid: bool,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub nodev: bool,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub noexec: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub propagation: Option<Propagation>,
-    /// What to make at the destination where the image lacks it (None: as the source is).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub create: Option<PointKind>,
-}
-
-impl MountFlags {
-    pub fn is_plain(&self) -> bool {
-        *self == MountFlags::default()
-    }
-}
-
-/// How mount events pass between a bind and its peers (mount_namespaces(7)), and whether its
-/// submounts get the same (the `r` forms: `rslave`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Propagation {
-    pub kind: PropagationKind,
-    pub recursive: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PropagationKind {
-    Private,
-    /// The host's mount events under the source reach the container, none go back.
-    Slave,
-    Shared,
-    Unbindable,
-}
-
-/// A mount point made in the image: a directory or a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PointKind {
-    Dir,
-    File,
 }
 
 /// What makes the root's overlay (`--overlay`, `--writable-tmpfs`): the kernel's overlayfs in

@@ -2,8 +2,9 @@
 //! container, with pyxis's option names (`--container-mounts`, `--container-workdir`,
 //! `--container-env`, `--container-writable`/`-readonly`, `--[no-]container-remap-root`,
 //! `--[no-]container-mount-home`, `--[no-]container-entrypoint`, `--container-save`, `--container-name`). The state file of
-//! `gpurun hold` is shared with gpurun as the `gpurun-hold-state` crate, and the seccomp filter
-//! of --fakeroot, which every task gets, as the `gpurun-fake-ids` crate.
+//! `gpurun hold` is shared with gpurun as the `gpurun-hold-state` crate, the seccomp filter
+//! of --fakeroot, which every task gets, as the `gpurun-fake-ids` crate, and the grammar of
+//! `--container-mounts` and gpurun's `--bind` as the `gpurun-mount-grammar` crate.
 //!
 //! Per job step and node, slurmstepd starts one `gpurun hold` as the user (user_init), which
 //! mounts the image and prepares the container exactly as `gpurun exec` would; every task of the

@@ -3,8 +3,11 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+pub use mount_grammar::pyxis::{parse_mounts, Mount};
+use mount_grammar::{normalize, Bind};
 
 use crate::jobimage;
 
@@ -144,21 +147,6 @@ pub enum Image {
     Podman(String),
 }
 
-/// One `--container-mounts` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mount {
-    /// A host path bound in, with enroot's fstab flags (`ro`, `nodev`, `rslave`…).
-    Bind {
-        src: PathBuf,
-        dst: PathBuf,
-        flags: Vec<String>,
-    },
-    /// `tmpfs:DST[:OPTS]`: a fresh tmpfs (`size=`, `mode=`, `ro`, `noexec`…).
-    Tmpfs { dst: PathBuf, opts: Vec<String> },
-    /// `umount:DST`: one of gpurun's default mounts left out (`--no-mount DST`).
-    Umount(PathBuf),
-}
-
 /// The namespaces of `--container-unshare`, as pyxis's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unshare {
@@ -241,8 +229,8 @@ impl ContainerOpts {
         };
         match idx {
             IMAGE => self.image = Some(parse_image(&need(arg)?)?),
-            MOUNTS => self.mounts = parse_mounts(&need(arg)?)?,
-            WORKDIR => self.workdir = Some(container_path(&need(arg)?)),
+            MOUNTS => self.mounts = parse_mounts(&need(arg)?).map_err(|e| e.to_string())?,
+            WORKDIR => self.workdir = Some(normalize(Path::new(&need(arg)?))),
             ENV => self.env_from_host = parse_env_names(&need(arg)?)?,
             UNSHARE => self.unshare = parse_unshare(&need(arg)?)?,
             WRITABLE | READONLY => {
@@ -355,127 +343,6 @@ pub fn parse_name(s: &str) -> Result<Named, String> {
         create,
         join,
     })
-}
-
-/// `SRC[:DST[:FLAGS]]` separated by commas, as in pyxis: SRC a host path, or `umount` (leave
-/// out gpurun's default mount at DST); DST absolute or relative to the container's root; FLAGS
-/// enroot's fstab options joined with `+`.
-pub fn parse_mounts(s: &str) -> Result<Vec<Mount>, String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|m| !m.is_empty())
-        .map(parse_mount)
-        .collect()
-}
-
-/// enroot's fstab flags that `gpurun --bind` takes (joined with `+`, as here).
-const BIND_FLAGS: [&str; 17] = [
-    "ro",
-    "rw",
-    "rbind",
-    "nosuid",
-    "nodev",
-    "noexec",
-    "private",
-    "slave",
-    "shared",
-    "unbindable",
-    "rprivate",
-    "rslave",
-    "rshared",
-    "runbindable",
-    "x-create=auto",
-    "x-create=dir",
-    "x-create=file",
-];
-
-/// The options `gpurun --tmpfs` takes besides `size=`, `mode=` and `huge=`.
-const TMPFS_FLAGS: [&str; 5] = ["ro", "rw", "nosuid", "nodev", "noexec"];
-
-fn parse_mount(m: &str) -> Result<Mount, String> {
-    let err = |why: String| format!("--container-mounts: {m:?}: {why}");
-    let mut parts = m.splitn(3, ':');
-    let src = parts.next().unwrap_or_default();
-    let dst = parts.next().unwrap_or(src);
-    let flags = parts.next().unwrap_or_default();
-    if src.is_empty() || dst.is_empty() {
-        return Err(err("an empty path".into()));
-    }
-    let dst = mount_target(dst).map_err(err)?;
-    // pyxis adds `rbind` in front of the user's flags: `bind` there changes nothing
-    let given = flags.split('+').filter(|f| !f.is_empty() && *f != "bind");
-    let flags = given.map(String::from).collect::<Vec<_>>();
-    match src {
-        "umount" => return Ok(Mount::Umount(dst)),
-        "tmpfs" => {
-            let tmpfs_ok = |f: &str| {
-                TMPFS_FLAGS.contains(&f)
-                    || ["size=", "mode=", "huge="].iter().any(|p| f.starts_with(p))
-            };
-            let opts: Vec<String> = flags
-                .into_iter()
-                .filter(|f| !f.starts_with("x-create="))
-                .collect();
-            if let Some(f) = opts.iter().find(|f| !tmpfs_ok(f)) {
-                return Err(err(format!(
-                    "unknown tmpfs flag {f} (size=N, mode=OCTAL, huge=POLICY, {})",
-                    TMPFS_FLAGS.join(", ")
-                )));
-            }
-            return Ok(Mount::Tmpfs { dst, opts });
-        }
-        _ => {}
-    }
-    if let Some(f) = flags.iter().find(|f| !BIND_FLAGS.contains(&f.as_str())) {
-        return Err(err(format!("unknown flag {f} ({})", BIND_FLAGS.join(", "))));
-    }
-    Ok(Mount::Bind {
-        src: PathBuf::from(src),
-        dst,
-        flags,
-    })
-}
-
-/// A path inside the container: absolute, or relative to its root, as pyxis resolves it (its
-/// tasks start at `/`); `..` stops at the root. gpurun's `mount_spec::normalize` is the same
-/// rule, but the plugin, a crate apart, uses nothing of gpurun's.
-pub fn container_path(p: &str) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in Path::new(p).components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// A mount's destination, as pyxis takes it: absolute, or relative to the container's root
-/// when written `./DST` or `../DST`; one that climbs out of the root is refused with the
-/// kernel's word for it (openat2's RESOLVE_BENEATH: EXDEV), as enroot refuses it.
-fn mount_target(p: &str) -> Result<PathBuf, String> {
-    if !p.starts_with(['.', '/']) {
-        return Err(format!(
-            "the destination {p} is not a path; write it absolute (/{p}) or relative (./{p})"
-        ));
-    }
-    let mut depth = 0usize;
-    for c in Path::new(p).components() {
-        match c {
-            Component::Normal(_) => depth += 1,
-            Component::ParentDir if depth == 0 => {
-                return Err(format!(
-                    "the destination {p} leaves the container's root (invalid cross-device link); write it from /"
-                ))
-            }
-            Component::ParentDir => depth -= 1,
-            _ => {}
-        }
-    }
-    Ok(container_path(p))
 }
 
 /// Variable names, comma separated; an empty one (`FOO,`) is an error, as in pyxis.
@@ -673,14 +540,6 @@ pub struct HoldCtx<'a> {
     pub containers: &'a Path,
 }
 
-/// `SPEC:OPT1+OPT2` (or with `,`), or SPEC alone.
-fn with_options(spec: String, opts: &[String], sep: &str) -> String {
-    match opts.is_empty() {
-        true => spec,
-        false => format!("{spec}:{}", opts.join(sep)),
-    }
-}
-
 /// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
 pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, String> {
     let image = match o.image.as_ref() {
@@ -692,15 +551,18 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
     let mut a = vec!["hold".to_string()];
     for m in &o.mounts {
         let (flag, value) = match m {
-            Mount::Bind { src, dst, flags } => {
-                let src = absolute(at.cwd, src);
-                let spec = format!("{}:{}", src.display(), dst.display());
-                ("--bind", with_options(spec, flags, "+"))
+            // the grammar gpurun's --bind reads writes it back, SRC from the job's directory
+            Mount::Bind(b) => {
+                let src = absolute(at.cwd, &b.src);
+                ("--bind", Bind { src, ..b.clone() }.to_string())
             }
-            Mount::Tmpfs { dst, opts } => (
-                "--tmpfs",
-                with_options(dst.display().to_string(), opts, ","),
-            ),
+            Mount::Tmpfs { dst, opts } => {
+                let dst = dst.display().to_string();
+                match opts.is_empty() {
+                    true => ("--tmpfs", dst),
+                    false => ("--tmpfs", format!("{dst}:{}", opts.join(","))),
+                }
+            }
             Mount::Umount(dst) => ("--no-mount", dst.display().to_string()),
         };
         a.extend([flag.to_string(), value]);
@@ -929,81 +791,25 @@ mod tests {
         assert_eq!(registry("podman://localhost/app:v1"), None);
     }
 
-    fn m(src: &str, dst: &str, flags: &[&str]) -> Mount {
-        Mount::Bind {
-            src: src.into(),
-            dst: dst.into(),
-            flags: flags.iter().map(|f| f.to_string()).collect(),
-        }
+    fn m(src: &str, dst: &str, readonly: bool) -> Mount {
+        Mount::Bind(Bind::new(src, dst, readonly))
     }
 
+    /// The option reaches the grammar (whose table is mount-grammar/src/pyxis.rs), its errors
+    /// one line each.
     #[test]
     fn mounts() {
-        let tmpfs = |dst: &str, opts: &[&str]| Mount::Tmpfs {
-            dst: dst.into(),
-            opts: opts.iter().map(|f| f.to_string()).collect(),
-        };
-        let ok: &[(&str, Vec<Mount>)] = &[
-            ("/data", vec![m("/data", "/data", &[])]),
-            ("/data:/in", vec![m("/data", "/in", &[])]),
-            ("/data:/in:ro", vec![m("/data", "/in", &["ro"])]),
-            (
-                "/a:/b:rw, /c:/d:ro,",
-                vec![m("/a", "/b", &["rw"]), m("/c", "/d", &["ro"])],
-            ),
-            ("./rel:/x", vec![m("./rel", "/x", &[])]),
-            // enroot's fstab flags, joined with +, handed on to gpurun's --bind
-            (
-                "/a:/b:ro+rprivate",
-                vec![m("/a", "/b", &["ro", "rprivate"])],
-            ),
-            (
-                "/a:/b:ro+unbindable",
-                vec![m("/a", "/b", &["ro", "unbindable"])],
-            ),
-            (
-                "/a:/b:nodev+noexec+rslave",
-                vec![m("/a", "/b", &["nodev", "noexec", "rslave"])],
-            ),
-            (
-                "/a:/b:bind+x-create=file",
-                vec![m("/a", "/b", &["x-create=file"])],
-            ),
-            // a relative destination is taken from the container's root
-            ("/a:./rel/x", vec![m("/a", "/rel/x", &[])]),
-            ("/a:./b/../x", vec![m("/a", "/x", &[])]),
-            (
-                "umount:/etc/hosts",
-                vec![Mount::Umount("/etc/hosts".into())],
-            ),
-            ("tmpfs:/t", vec![tmpfs("/t", &[])]),
-            (
-                "tmpfs:/t:size=64M+mode=700+noexec+x-create=dir",
-                vec![tmpfs("/t", &["size=64M", "mode=700", "noexec"])],
-            ),
-            (
-                "tmpfs:/t:huge=within_size",
-                vec![tmpfs("/t", &["huge=within_size"])],
-            ),
-        ];
-        for (input, want) in ok {
-            assert_eq!(&parse_mounts(input).unwrap(), want, "{input}");
-        }
+        let mut o = ContainerOpts::default();
+        o.set(MOUNTS, Some("/a:/b:rw, ./c:./d:ro,")).unwrap();
+        assert_eq!(o.mounts, [m("/a", "/b", false), m("./c", "/d", true)]);
         refused(
-            parse_mounts,
+            |v| ContainerOpts::default().set(MOUNTS, Some(v)),
             &[
-                ("/a:/b:ro:x", "unknown flag ro:x"),
-                (":/b", "an empty path"),
-                ("/a::ro", "an empty path"),
-                ("/a:/b:sync", "unknown flag sync"),
-                ("/a:/b:x-detach", "unknown flag x-detach"),
-                ("tmpfs:/t:rbind", "unknown tmpfs flag rbind"),
-                ("/tmp:mnt:ro", "the destination mnt is not a path"),
                 (
-                    "/home:../home",
-                    "leaves the container's root (invalid cross-device link)",
+                    "/a:/b:sync",
+                    "--container-mounts: \"/a:/b:sync\": unknown flag sync",
                 ),
-                ("/home:/a/../../home", "leaves the container's root"),
+                ("/tmp:mnt:ro", "the destination mnt is not a path"),
             ],
         );
     }
@@ -1013,20 +819,6 @@ mod tests {
         for (input, want) in table {
             let e = parse(input).unwrap_err();
             assert!(e.contains(want) && !e.contains('\n'), "{input}: {e}");
-        }
-    }
-
-    #[test]
-    fn container_paths() {
-        for (input, want) in [
-            ("/usr/local/bin", "/usr/local/bin"),
-            ("/data/", "/data"),
-            ("../", "/"),
-            ("rel/x", "/rel/x"),
-            ("./a/../b", "/b"),
-            ("/a/../../..", "/"),
-        ] {
-            assert_eq!(container_path(input), Path::new(want), "{input}");
         }
     }
 
@@ -1124,7 +916,7 @@ mod tests {
             o.image,
             Some(Image::Registry("docker://ubuntu:24.04".into()))
         );
-        assert_eq!(o.mounts, [m("/a", "/b", &["ro"])]);
+        assert_eq!(o.mounts, [m("/a", "/b", true)]);
         assert_eq!(o.workdir, Some("/w".into()));
         assert_eq!(o.env_from_host, ["FOO", "BAR"]);
         assert_eq!(o.unshare, [Unshare::Uts]);
@@ -1151,7 +943,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o.image, Some(Image::File("/i.sqsh".into())));
-        assert_eq!(o.mounts, [m("/c", "/c", &[])]);
+        assert_eq!(o.mounts, [m("/c", "/c", false)]);
         assert_eq!(
             (o.workdir, o.writable, o.remap_root),
             (Some("/c".into()), Some(false), Some(false))

@@ -223,11 +223,8 @@ pub fn holder_opts(
     let mut opts = opts.clone();
     opts.remap_root = opts.remap_root.or(Some(args.remap_root));
     if let Some(script) = script {
-        opts.mounts.push(options::Mount::Bind {
-            src: script.clone(),
-            dst: script,
-            flags: vec!["ro".into()],
-        });
+        let bind = mount_grammar::Bind::new(script.clone(), script, true);
+        opts.mounts.push(options::Mount::Bind(bind));
     }
     opts
 }
@@ -596,11 +593,7 @@ mod tests {
         let script = PathBuf::from("/var/spool/slurmd/job7/slurm_script");
         let batch = holder_opts(&o, &PluginArgs::default(), Some(script.clone()));
         assert_eq!(batch.remap_root, Some(false));
-        let bind = Mount::Bind {
-            src: script.clone(),
-            dst: script,
-            flags: vec!["ro".into()],
-        };
+        let bind = Mount::Bind(mount_grammar::Bind::new(script.clone(), script, true));
         assert_eq!(batch.mounts, [bind]);
     }
 

@@ -1,93 +1,33 @@
-//! `--bind SRC[:DST[:FLAGS]]` and `--tmpfs DST[:OPTS]` as mounts. FLAGS are enroot's fstab
-//! flags joined with '+' (commas separate binds): `ro`, `nodev`, `rslave`, `x-create=dir`…; a
-//! tmpfs's OPTS are docker's `--tmpfs` ones (`size=`, `mode=`), comma- or '+'-separated. Pure.
+//! `--bind SRC[:DST[:FLAGS]]` and `--tmpfs DST[:OPTS]` as mounts. A bind's grammar is the
+//! `mount-grammar` crate's, which the plugin's `--container-mounts` shares: FLAGS are enroot's
+//! fstab flags joined with '+' (commas separate binds): `ro`, `nodev`, `rslave`,
+//! `x-create=dir`…; a tmpfs's OPTS are docker's `--tmpfs` ones (`size=`, `mode=`), comma- or
+//! '+'-separated. Pure.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
-use crate::mount::{Mount, MountFlags, MountSource, PointKind, Propagation, PropagationKind};
+use mount_grammar::bind::BindError;
+pub use mount_grammar::normalize;
+use mount_grammar::{tmpfs_switch, TMPFS_SWITCHES};
+
+use crate::mount::{Mount, MountFlags, MountSource};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
-    #[error("--bind {0:?}: {1}")]
-    Bind(String, String),
+    #[error(transparent)]
+    Bind(#[from] BindError),
     #[error("--tmpfs {0:?}: {1}")]
     Tmpfs(String, String),
 }
 
-/// The flags a bind takes, for the error that names one it does not.
-const BIND_FLAGS: &str = "ro, rw, nosuid, nodev, noexec, [r]private, [r]slave, [r]shared, \
-                          [r]unbindable, x-create=dir|file|auto";
-
 /// Parse one `--bind` item: `SRC[:DST[:FLAGS]]`, or `SRC:FLAGS` (a comma list is split before).
 /// SRC is taken from `cwd`.
 pub fn parse_bind(spec: &str, cwd: &Path) -> Result<Mount, SpecError> {
-    let err = |why: &str| SpecError::Bind(spec.to_string(), why.to_string());
-    let parts: Vec<&str> = spec.split(':').collect();
-    let (src, dst, flags) = match parts.as_slice() {
-        [s] => (*s, *s, None),
-        [s, f] if !f.starts_with('/') && bind_flags(f).is_ok() => (*s, *s, Some(*f)),
-        [s, d] => (*s, *d, None),
-        [s, d, f] => (*s, *d, Some(*f)),
-        _ => return Err(err("too many ':'; use SRC[:DST[:FLAGS]]")),
-    };
-    if src.is_empty() || dst.is_empty() {
-        return Err(err("empty path; use SRC[:DST[:FLAGS]]"));
-    }
-    if !dst.starts_with('/') {
-        return Err(err("DST must be an absolute path inside the container"));
-    }
-    let (readonly, flags) = match flags {
-        Some(f) => bind_flags(f).map_err(|e| SpecError::Bind(spec.to_string(), e))?,
-        None => (false, MountFlags::default()),
-    };
-    let mut m = Mount::bind(
-        normalize(&cwd.join(src)),
-        normalize(Path::new(dst)),
-        readonly,
-    );
-    m.flags = flags;
-    Ok(m)
-}
-
-/// FLAGS joined with '+': read-only or not, and the rest.
-fn bind_flags(text: &str) -> Result<(bool, MountFlags), String> {
-    let mut readonly = false;
-    let mut f = MountFlags::default();
-    for flag in text.split('+') {
-        match flag {
-            "ro" => readonly = true,
-            "rw" => readonly = false,
-            // every bind is recursive (pyxis gives rbind)
-            "rbind" => {}
-            "nosuid" => f.nosuid = true,
-            "nodev" => f.nodev = true,
-            "noexec" => f.noexec = true,
-            "x-create=dir" => f.create = Some(PointKind::Dir),
-            "x-create=file" => f.create = Some(PointKind::File),
-            "x-create=auto" => f.create = None,
-            p => {
-                let unknown = || format!("unknown flag {p:?}; use {BIND_FLAGS}, joined with '+'");
-                f.propagation = Some(propagation(p).ok_or_else(unknown)?);
-            }
-        }
-    }
-    Ok((readonly, f))
-}
-
-/// `private`, `rslave`…
-fn propagation(flag: &str) -> Option<Propagation> {
-    let (recursive, name) = match flag.strip_prefix('r') {
-        Some(n) => (true, n),
-        None => (false, flag),
-    };
-    let kind = match name {
-        "private" => PropagationKind::Private,
-        "slave" => PropagationKind::Slave,
-        "shared" => PropagationKind::Shared,
-        "unbindable" => PropagationKind::Unbindable,
-        _ => return None,
-    };
-    Some(Propagation { kind, recursive })
+    let b = mount_grammar::bind::parse_bind(spec, cwd)?;
+    Ok(Mount {
+        flags: b.flags,
+        ..Mount::bind(b.src, b.dst, b.readonly)
+    })
 }
 
 /// Parse one `--tmpfs DST[:OPTS]`: a fresh tmpfs at DST (mode 1777 unless `mode=`), OPTS
@@ -132,130 +72,36 @@ fn tmpfs_option(m: &mut Mount, opt: &str) -> Result<(), String> {
                 .filter(|m| *m <= 0o7777)
                 .ok_or_else(|| format!("mode={v}: give an octal mode such as 1777 or 755"))?
         }
-        _ => match opt {
-            "ro" => m.readonly = true,
-            "rw" => m.readonly = false,
-            "nosuid" => m.flags.nosuid = true,
-            "nodev" => m.flags.nodev = true,
-            "noexec" => m.flags.noexec = true,
-            _ => {
-                return Err(format!(
-                    "unknown option {opt:?}; use size=N, mode=OCTAL, huge=POLICY, ro, rw, nosuid, nodev, noexec"
-                ))
-            }
-        },
-    }
-    Ok(())
-}
-
-/// Lexical normalisation (`a/./b/../c` → `a/c`); the kernel resolves symlinks later, inside the
-/// container root.
-pub fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
+        _ if tmpfs_switch(opt, &mut m.readonly, &mut m.flags) => {}
+        _ => {
+            return Err(format!(
+                "unknown option {opt:?}; use size=N, mode=OCTAL, huge=POLICY, {}",
+                TMPFS_SWITCHES.join(", ")
+            ))
         }
     }
-    out
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn prop(kind: PropagationKind, recursive: bool) -> Option<Propagation> {
-        Some(Propagation { kind, recursive })
-    }
-
+    /// A bind comes through as a mount with the grammar's paths and flags (the grammar's own
+    /// table is in mount-grammar/src/bind.rs).
     #[test]
-    fn bind_specs() {
-        let cwd = Path::new("/work");
-        let plain = MountFlags::default();
-        let with = |f: fn(&mut MountFlags)| {
-            let mut m = MountFlags::default();
-            f(&mut m);
-            m
-        };
-        // (spec, (src, dst, read-only, flags))
-        type Case<'a> = (&'a str, (&'a str, &'a str, bool, MountFlags));
-        let ok: Vec<Case> = vec![
-            ("/a", ("/a", "/a", false, plain)),
-            ("/a:/b", ("/a", "/b", false, plain)),
-            ("/a:/b:ro", ("/a", "/b", true, plain)),
-            ("/a:/b:rw", ("/a", "/b", false, plain)),
-            ("/a:ro", ("/a", "/a", true, plain)),
-            ("/a:nodev+ro", ("/a", "/a", true, with(|f| f.nodev = true))),
-            ("rel/x:/x", ("/work/rel/x", "/x", false, plain)),
-            ("/a/../c/./d:/e/", ("/c/d", "/e", false, plain)),
-            (
-                "/a:/b:ro+nosuid+nodev+noexec+rbind",
-                ("/a", "/b", true, {
-                    with(|f| (f.nosuid, f.nodev, f.noexec) = (true, true, true))
-                }),
-            ),
-            (
-                "/a:/b:x-create=file+rslave",
-                ("/a", "/b", false, {
-                    with(|f| {
-                        f.create = Some(PointKind::File);
-                        f.propagation = prop(PropagationKind::Slave, true);
-                    })
-                }),
-            ),
-            (
-                "/a:/b:x-create=dir+x-create=auto+unbindable",
-                ("/a", "/b", false, {
-                    with(|f| f.propagation = prop(PropagationKind::Unbindable, false))
-                }),
-            ),
-        ];
-        for (spec, (s, d, ro, flags)) in ok {
-            let m = parse_bind(spec, cwd).unwrap_or_else(|e| panic!("{spec}: {e}"));
-            let want = Mount {
-                flags,
-                ..Mount::bind(s, d, ro)
-            };
-            assert_eq!(m, want, "{spec}");
-        }
-        // (spec, what the error says)
-        for (bad, says) in [
-            ("/a:/b:rx", "unknown flag \"rx\"; use ro, rw, nosuid"),
-            ("/a:/b:ro+nodevv", "unknown flag \"nodevv\""),
-            ("/a:/b:x-create=pipe", "unknown flag \"x-create=pipe\""),
-            ("/a:rel", "DST must be an absolute path"),
-            (":/b", "empty path"),
-            ("/a:/b:ro:x", "too many ':'"),
-            ("/a:", "empty path"),
-        ] {
-            let e = parse_bind(bad, cwd).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("--bind {bad:?}: ")), "{e}");
-            assert!(e.contains(says), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn every_propagation() {
-        use PropagationKind::*;
-        for (flag, kind) in [
-            ("private", Private),
-            ("slave", Slave),
-            ("shared", Shared),
-            ("unbindable", Unbindable),
-        ] {
-            assert_eq!(propagation(flag), prop(kind, false), "{flag}");
-            assert_eq!(
-                propagation(&format!("r{flag}")),
-                prop(kind, true),
-                "r{flag}"
-            );
-        }
-        assert_eq!(propagation("rr"), None);
-        assert_eq!(propagation("ivate"), None);
+    fn bind_as_mount() {
+        let m = parse_bind("rel:/b:ro+nodev", Path::new("/work")).unwrap();
+        let mut want = Mount::bind("/work/rel", "/b", true);
+        want.flags.nodev = true;
+        assert_eq!(m, want);
+        let e = parse_bind("/a:/b:rx", Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--bind \"/a:/b:rx\": unknown flag \"rx\""),
+            "{e}"
+        );
     }
 
     #[test]
