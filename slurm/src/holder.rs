@@ -246,7 +246,7 @@ impl Running {
             }
             // A short poll while a container usually gets ready (tens of ms), then backing off
             // for a pull. Not inotify: closing an inotify instance waits for an SRCU grace
-            // period, 3 ms measured here, on every task's way to its command.
+            // period, milliseconds on every task's way to its command.
             self.pause(pause);
             if self.started.elapsed() > Duration::from_millis(200) {
                 pause = (pause * 2).min(Duration::from_millis(20));

@@ -43,7 +43,7 @@ pub enum Vars {
     All,
     /// Only those whose variable is set, not empty, in this process's environment: to parse a
     /// command line, the others change nothing, and giving all of them their variable would
-    /// double the cost of building the command (~0.1 ms of every start). Empty is unset, as in
+    /// double the cost of building the command, which every start pays. Empty is unset, as in
     /// Apptainer (clap would take it as a value).
     Set,
     /// All but those set empty: to parse a command line that asks for help.
@@ -65,8 +65,8 @@ pub fn attach(cmd: Command, vars: Vars) -> Command {
             Vars::Help => !here.is_some_and(|(_, empty)| *empty),
         }
     };
-    // Most starts set none: then the options are only looked at, not rebuilt (which costs
-    // ~10 µs of every start).
+    // Most starts set none: then the options are only looked at, not rebuilt (a cost every
+    // start would pay).
     let any = {
         let subs = cmd
             .get_subcommands()

@@ -117,8 +117,8 @@ pub(super) fn visible_env(sel: &devices::Selection) -> Vec<(String, String)> {
 }
 
 /// Driver libraries as symlinks in LIB_DIR into one read-only bind of each host directory
-/// holding them (HOST_DIR/0, /1, … in order of first use): a driver has dozens of libraries (28
-/// in one directory on a 2×H200 node), and each bind is a mount made at start-up and torn down
+/// holding them (HOST_DIR/0, /1, … in order of first use): a driver has dozens of libraries,
+/// most in one directory, and each bind is a mount made at start-up and torn down
 /// at exit. Their files come resolved (a link on the host could point where the container has
 /// nothing).
 fn linked(libs: &[driver::Library]) -> Vec<Mount> {

@@ -408,8 +408,8 @@ pub fn open_allows(r: &io::Result<()>) -> bool {
 }
 
 /// May this process open the device node for reading and writing? access(2) asks the same
-/// permission check open(2) does, device cgroup included, without the driver's open: opening a
-/// GPU's node took 0.1-0.7 ms on an H200 node, on every start, for each GPU.
+/// permission check open(2) does, device cgroup included, without the driver's open, which is
+/// slow and would be paid on every start for each GPU.
 pub fn probe(path: &Path) -> io::Result<()> {
     use nix::unistd::{access, AccessFlags};
     access(path, AccessFlags::R_OK | AccessFlags::W_OK).map_err(io::Error::from)

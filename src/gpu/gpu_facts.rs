@@ -31,9 +31,8 @@ fn nvml_use(asked: &Request, requirements: bool) -> NvmlUse {
 }
 
 /// `gpus_from_proc`, kept per boot (`Facts`) for the GPUs listed in `proc_dir` now: the
-/// driver makes up each GPU's information file when it is read, ~0.18 ms per GPU on an H200
-/// node, and what it says does not change while the same GPUs sit in the same load of the
-/// driver. A GPU added again (hot plug, PCI remove and rescan) and a reloaded module get new
+/// driver makes up each GPU's information file when it is read, a cost per GPU on every start,
+/// and what it says does not change while the same GPUs sit in the same load of the driver. A GPU added again (hot plug, PCI remove and rescan) and a reloaded module get new
 /// sysfs inodes, which are part of the key.
 fn gpus_from_proc_kept(
     facts: Option<&Facts>,
@@ -171,7 +170,7 @@ pub(super) struct GpuQuery<'a> {
 }
 
 /// The allowed GPUs' facts: from /proc unless only NVML has what is needed (loading NVML
-/// costs ~40 ms per start on a 2×H200 node, where the whole start takes 13 ms without it).
+/// costs more than the whole start without it).
 pub(super) fn query_gpus(host: &mut HostDriver, q: &GpuQuery) -> Result<nvml::NvmlInfo, String> {
     let fresh = || nvml::query_in_child(&nvml_lib(q.libs), false);
     if let Some(n) = host.early_nvml.take() {

@@ -81,8 +81,7 @@ impl Facts {
 /// `driver::candidates` for driver `version`, kept (`Facts`) while its sources are as they
 /// were: the path, inode, size and change time of each are the key, so ldconfig, a driver
 /// installed or a library directory changed finds them anew. Finding them reads the host's
-/// ld.so.cache and looks at each of the driver's files: 0.64 ms of every `--nv` start on the
-/// H200 node.
+/// ld.so.cache and looks at each of the driver's files, which every `--nv` start would pay.
 fn candidates_kept(
     facts: Option<&Facts>,
     sources: &[PathBuf],

@@ -180,7 +180,8 @@ pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
 }
 
 /// NVML's answers kept in `file`, so that an image's NVIDIA_REQUIRE_* rules cost one NVML load
-/// per node, boot and set of GPUs instead of one per start (~40 ms on a 2×H200 node). Used only
+/// per node, boot and set of GPUs instead of one per start (a load costs more than the rest of
+/// a start). Used only
 /// while NVML's GPUs are the ones expected (`proc_uuids`: the GPUs this process may open, by
 /// /proc); a missing, unreadable or stale file is asked anew and rewritten (atomically:
 /// concurrent starts race harmlessly). MIG layouts change at run time: callers ask NVML afresh
