@@ -53,6 +53,25 @@ pub enum PropagationKind {
     Unbindable,
 }
 
+impl PropagationKind {
+    const ALL: [PropagationKind; 4] = [
+        PropagationKind::Private,
+        PropagationKind::Slave,
+        PropagationKind::Shared,
+        PropagationKind::Unbindable,
+    ];
+
+    /// Its word in FLAGS (the `r` form adds the submounts).
+    fn name(self) -> &'static str {
+        match self {
+            PropagationKind::Private => "private",
+            PropagationKind::Slave => "slave",
+            PropagationKind::Shared => "shared",
+            PropagationKind::Unbindable => "unbindable",
+        }
+    }
+}
+
 /// A mount point made in the image: a directory or a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,11 +124,8 @@ fn flag_words(readonly: bool, flags: &MountFlags) -> Vec<String> {
     let on = switches.iter().filter(|s| s.0);
     let mut words: Vec<String> = on.map(|s| s.1.to_string()).collect();
     if let Some(p) = flags.propagation {
-        let (name, _) = PROPAGATIONS
-            .iter()
-            .find(|(_, k)| *k == p.kind)
-            .expect("every kind");
-        words.push(format!("{}{name}", if p.recursive { "r" } else { "" }));
+        let r = if p.recursive { "r" } else { "" };
+        words.push(format!("{r}{}", p.kind.name()));
     }
     match flags.create {
         Some(PointKind::Dir) => words.push("x-create=dir".into()),
@@ -144,13 +160,6 @@ pub const BIND_FLAG_NAMES: [&str; 17] = [
 pub const BIND_FLAGS_TEXT: &str = "ro, rw, nosuid, nodev, noexec, [r]private, [r]slave, \
                                    [r]shared, [r]unbindable, x-create=dir|file|auto";
 
-const PROPAGATIONS: [(&str, PropagationKind); 4] = [
-    ("private", PropagationKind::Private),
-    ("slave", PropagationKind::Slave),
-    ("shared", PropagationKind::Shared),
-    ("unbindable", PropagationKind::Unbindable),
-];
-
 /// Apply one bind flag to `readonly` and `flags`; false where it is not one.
 pub fn bind_flag(flag: &str, readonly: &mut bool, flags: &mut MountFlags) -> bool {
     match flag {
@@ -174,11 +183,10 @@ pub fn propagation(flag: &str) -> Option<Propagation> {
         Some(n) => (true, n),
         None => (false, flag),
     };
-    let (_, kind) = PROPAGATIONS.iter().find(|(n, _)| *n == name)?;
-    Some(Propagation {
-        kind: *kind,
-        recursive,
-    })
+    let kind = PropagationKind::ALL
+        .into_iter()
+        .find(|k| k.name() == name)?;
+    Some(Propagation { kind, recursive })
 }
 
 /// The switches a tmpfs takes besides its `KEY=VALUE` options ([`TMPFS_KEYS`]).
