@@ -606,7 +606,11 @@ fn planted_circles_strays_and_imports_into_crates_apart_are_caught() {
     let t = copy();
     let root = t.path();
     let down = plant(root, "src/store/mod.rs", "use crate::sys::process_start;\n");
-    let back = plant(root, "src/sys.rs", "pub use crate::store::short_hash;\n");
+    let back = plant(
+        root,
+        "src/sys/mod.rs",
+        "pub use crate::store::short_hash;\n",
+    );
     plant(root, "src/lib.rs", "pub mod stray;\n");
     fs::write(root.join("src/stray.rs"), "").unwrap();
     let gpurun = plant(
@@ -623,7 +627,7 @@ fn planted_circles_strays_and_imports_into_crates_apart_are_caught() {
     let problems = check(root);
     let want = [
         format!(
-            "circle: src/store/mod.rs:{down} -> src/sys.rs, src/sys.rs:{back} -> src/store/mod.rs"
+            "circle: src/store/mod.rs:{down} -> src/sys/mod.rs, src/sys/mod.rs:{back} -> src/store/mod.rs"
         ),
         "src/stray.rs: in no layer".into(),
         format!("slurm/src/state.rs:{gpurun}: uses gpurun"),
