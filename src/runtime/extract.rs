@@ -6,7 +6,7 @@
 //! the first rename wins, the others see ENOTEMPTY/EEXIST and drop their copy.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::image::sqfs::{Archive, Inode, Kind, SqfsError};
 use crate::store::tree::remove_tree;
+use crate::sys;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
@@ -90,32 +91,6 @@ fn remove_stale(base: &Path, now: u128) {
     }
 }
 
-fn cpath(p: &Path) -> CString {
-    // Paths are built from squashfs names, which never contain NUL (checked when parsed).
-    CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
-}
-
-fn set_times(p: &Path, mtime: u32) -> std::io::Result<()> {
-    let ts = [libc::timespec {
-        tv_sec: mtime as libc::time_t,
-        tv_nsec: 0,
-    }; 2];
-    // SAFETY: a C string and a two-element timespec array, both alive during the call.
-    let r = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            cpath(p).as_ptr(),
-            ts.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 /// user.* xattrs only: the others need privileges we do not have and mean nothing here.
 fn copy_xattrs(ar: &Archive, ino: &Inode, p: &Path) {
     if !ino.has_xattrs() {
@@ -123,19 +98,7 @@ fn copy_xattrs(ar: &Archive, ino: &Inode, p: &Path) {
     }
     let Ok(xs) = ar.xattrs(ino) else { return };
     for (name, value) in xs.iter().filter(|(n, _)| n.starts_with(b"user.")) {
-        let Ok(n) = CString::new(name.clone()) else {
-            continue;
-        };
-        // SAFETY: C strings and a value buffer of the length given, alive during the call.
-        unsafe {
-            libc::lsetxattr(
-                cpath(p).as_ptr(),
-                n.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                0,
-            )
-        };
+        let _ = sys::set_xattr_nofollow(p, name, value);
     }
 }
 
@@ -197,10 +160,7 @@ fn extract_tree(image: &Path, ar: &Archive, dst: &Path) -> Result<(), ExtractErr
                     true
                 }
                 Kind::Fifo => {
-                    // SAFETY: a C string alive during the call.
-                    if unsafe { libc::mkfifo(cpath(&p).as_ptr(), safe_mode(&ino)) } != 0 {
-                        return Err(io(&p)(std::io::Error::last_os_error()));
-                    }
+                    sys::mkfifo(&p, safe_mode(&ino)).map_err(io(&p))?;
                     true
                 }
                 // Device nodes cannot be made without privilege (and the mount is nodev anyway);
@@ -214,7 +174,7 @@ fn extract_tree(image: &Path, ar: &Archive, dst: &Path) -> Result<(), ExtractErr
                 std::fs::set_permissions(&p, std::fs::Permissions::from_mode(safe_mode(&ino)))
                     .map_err(io(&p))?;
             }
-            set_times(&p, ino.mtime).map_err(io(&p))?;
+            sys::set_mtime_nofollow(&p, ino.mtime).map_err(io(&p))?;
             if ino.nlink > 1 {
                 links.insert(ino.r, p);
             }
@@ -227,7 +187,7 @@ fn extract_tree(image: &Path, ar: &Archive, dst: &Path) -> Result<(), ExtractErr
         copy_xattrs(ar, ino, p);
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(safe_mode(ino) | 0o700))
             .map_err(io(p))?;
-        set_times(p, ino.mtime).map_err(io(p))?;
+        sys::set_mtime_nofollow(p, ino.mtime).map_err(io(p))?;
     }
     Ok(())
 }

@@ -174,3 +174,62 @@ pub fn fstat(fd: &OwnedFd) -> Result<nix::sys::stat::FileStat> {
 fn yield_cpu() {
     let _ = nix::sched::sched_yield();
 }
+
+/// A C string of a path from an image (squashfs names hold no NUL: checked when parsed).
+fn image_cpath(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| std::io::ErrorKind::InvalidInput.into())
+}
+
+/// Set the access and modification times of `p` (a symlink itself, not what it points to) to
+/// `mtime`, in seconds since the epoch.
+pub fn set_mtime_nofollow(p: &Path, mtime: u32) -> std::io::Result<()> {
+    let ts = [libc::timespec {
+        tv_sec: mtime as libc::time_t,
+        tv_nsec: 0,
+    }; 2];
+    let c = image_cpath(p)?;
+    // SAFETY: a C string and a two-element timespec array, both alive during the call.
+    let r = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            ts.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Set the extended attribute `name` of `p` (a symlink itself) to `value`.
+pub fn set_xattr_nofollow(p: &Path, name: &[u8], value: &[u8]) -> std::io::Result<()> {
+    let (c, n) = (image_cpath(p)?, CString::new(name)?);
+    // SAFETY: C strings and a value buffer of the length given, alive during the call.
+    let r = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A named pipe at `p` of `mode`.
+pub fn mkfifo(p: &Path, mode: u32) -> std::io::Result<()> {
+    let c = image_cpath(p)?;
+    // SAFETY: a C string alive during the call.
+    if unsafe { libc::mkfifo(c.as_ptr(), mode) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

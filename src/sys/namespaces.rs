@@ -34,7 +34,7 @@ pub fn enter_user_namespace(inside_uid: u32, inside_gid: u32) -> Result<()> {
 }
 
 /// What a new mount namespace keeps of the host's mount events.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Propagation {
     /// Nothing, either way: a container's own tree.
     Private,

@@ -400,3 +400,20 @@ pub fn detach() -> Result<()> {
         nix::unistd::ForkResult::Child => Ok(()),
     }
 }
+
+/// Send `sig` to process `pid` (None: only check that it exists).
+pub fn kill(
+    pid: nix::unistd::Pid,
+    sig: impl Into<Option<nix::sys::signal::Signal>>,
+) -> std::result::Result<(), Errno> {
+    nix::sys::signal::kill(pid, sig)
+}
+
+/// Wait for a change of state of the child `pid` (None: any child; `flags`: WNOHANG,
+/// WUNTRACED…), and reap it once it has ended.
+pub fn wait_for(
+    pid: Option<nix::unistd::Pid>,
+    flags: Option<nix::sys::wait::WaitPidFlag>,
+) -> std::result::Result<nix::sys::wait::WaitStatus, Errno> {
+    nix::sys::wait::waitpid(pid, flags)
+}

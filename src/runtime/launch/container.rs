@@ -18,6 +18,7 @@ use super::supervise::supervise;
 use crate::exit;
 use crate::runtime::plan::Plan;
 use crate::sys;
+use crate::sys::seam::Mounts;
 
 /// The container process. Returns only on failure: (exit code, message for P to print).
 pub(super) fn child(
@@ -43,13 +44,14 @@ pub(super) fn child(
     // During set-up the death signal kills C outright; from then on C handles it itself
     // (`supervise` waits for it), ending the command's whole tree.
     sys::block_signal(parent_death_signal(), false);
-    let root = setup_root(plan, lower);
+    let os = sys::seam::Linux;
+    let root = setup_root(&os, plan, lower);
     sys::block_signal(parent_death_signal(), true);
     let root = match root {
         Ok(r) => r,
         Err(e) => return (exit::GPURUN_FAILED, e),
     };
-    if let Err(e) = sys::pivot_root(&root) {
+    if let Err(e) = os.pivot_root(&root) {
         return (
             exit::GPURUN_FAILED,
             format!("cannot enter the container root: {e}"),

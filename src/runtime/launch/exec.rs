@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::sys::signal::SigSet;
-use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 use super::interface::LaunchError;
@@ -118,7 +117,7 @@ pub(super) fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32,
     if !failed {
         return Ok(pid);
     }
-    let _ = waitpid(pid, None);
+    let _ = sys::wait_for(Some(pid), None);
     let attempts: Vec<(PathBuf, Errno)> = candidates
         .into_iter()
         .map(|(p, _)| p)
@@ -347,7 +346,10 @@ mod tests {
             fake_ids: false,
         };
         let pid = spawn_command(&prep("true"), &SigSet::empty()).unwrap();
-        assert_eq!(waitpid(pid, None), Ok(WaitStatus::Exited(pid, 0)));
+        assert_eq!(
+            sys::wait_for(Some(pid), None),
+            Ok(WaitStatus::Exited(pid, 0))
+        );
         let (code, msg) =
             spawn_command(&prep("no-such-command-here"), &SigSet::empty()).unwrap_err();
         assert_eq!(code, 127, "{msg}");

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use nix::sys::signal::{SigSet, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{WaitPidFlag, WaitStatus};
 
 use super::exec::{no_privileges, spawn_command, Prepared};
 use super::interface::{HoldState, LaunchError};
@@ -42,7 +42,7 @@ pub(super) fn run_entrypoint(
     // as for any command gpurun starts
     no_privileges(prep)?;
     let pid = spawn_command(prep, mask)?;
-    let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED));
+    let status = sys::wait_for(Some(pid), Some(WaitPidFlag::WUNTRACED));
     let entry = prep.argv[..prep.argv.len() - crate::runtime::plan::HOLD_STOP.len()]
         .iter()
         .map(|a| a.to_string_lossy())
@@ -62,8 +62,8 @@ pub(super) fn run_entrypoint(
     }
     let environ = std::fs::read(format!("/proc/{pid}/environ"));
     let dir = std::fs::read_link(format!("/proc/{pid}/cwd"));
-    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-    let _ = waitpid(pid, None);
+    let _ = sys::kill(pid, Signal::SIGKILL);
+    let _ = sys::wait_for(Some(pid), None);
     let environ = environ.map_err(|e| {
         (
             exit::GPURUN_FAILED,

@@ -29,6 +29,7 @@ use nix::unistd::{fork, ForkResult};
 
 use crate::runtime::plan::Plan;
 use crate::sys;
+use crate::sys::seam::Namespaces;
 use container::child;
 use exec::Prepared;
 use hold::state_file;
@@ -64,12 +65,7 @@ pub fn run(plan: &Plan, lower: &Lower, hold: Option<HoldState>) -> Result<i32, L
 
     // Blocked too, so C can wait for it; the command gets the caller's original mask back.
     sys::block_signal(parent_death_signal(), true);
-    sys::enter_user_namespace(plan.uid.inside, plan.gid.inside)
-        .map_err(LaunchError::UserNamespace)?;
-    if plan.own_pid || plan.own_ipc {
-        // C, forked next, is the PID namespace's init: it already reaps and supervises.
-        sys::enter_pid_ipc_namespaces(plan.own_pid, plan.own_ipc)?;
-    }
+    enter_namespaces(&sys::seam::Linux, plan)?;
     sys::become_subreaper()?;
     if hold.is_some() {
         sys::die_with_parent(libc::SIGKILL)?;
@@ -93,4 +89,16 @@ pub fn run(plan: &Plan, lower: &Lower, hold: Option<HoldState>) -> Result<i32, L
             parent_loop(child, lower, ready_r, err_r, hold, state)
         }
     }
+}
+
+/// P's namespaces, which C inherits: the user namespace with the plan's one-line id maps, and
+/// the PID and IPC namespaces where the plan asks for them.
+fn enter_namespaces(os: &impl Namespaces, plan: &Plan) -> Result<(), LaunchError> {
+    os.enter_user_namespace(plan.uid.inside, plan.gid.inside)
+        .map_err(LaunchError::UserNamespace)?;
+    if plan.own_pid || plan.own_ipc {
+        // C, forked next, is the PID namespace's init: it already reaps and supervises.
+        os.enter_pid_ipc_namespaces(plan.own_pid, plan.own_ipc)?;
+    }
+    Ok(())
 }

@@ -13,9 +13,11 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use nix::sys::wait::{waitpid, WaitStatus};
+use nix::sys::signal::Signal;
+use nix::sys::wait::WaitStatus;
 
 use crate::mount::OverlayDriver;
+use crate::sys::seam::Mounts;
 use crate::sys::{self, SysError};
 
 /// An overlay's layers.
@@ -31,8 +33,13 @@ const KERNEL_NEEDS: &str =
     "overlayfs in a user namespace needs Linux ≥ 5.11 and a local file system";
 
 /// Mount the overlay of `layers` at `at`, as `driver` says.
-pub(super) fn mount(driver: OverlayDriver, layers: &Layers, at: &Path) -> Result<(), String> {
-    let kernel = || kernel(layers, at).map_err(|e| e.to_string());
+pub(super) fn mount(
+    os: &impl Mounts,
+    driver: OverlayDriver,
+    layers: &Layers,
+    at: &Path,
+) -> Result<(), String> {
+    let kernel = || kernel(os, layers, at).map_err(|e| e.to_string());
     match driver {
         OverlayDriver::Kernel => kernel().map_err(|e| format!("{e} ({KERNEL_NEEDS})")),
         OverlayDriver::FuseOverlayfs => match program() {
@@ -50,10 +57,10 @@ pub(super) fn mount(driver: OverlayDriver, layers: &Layers, at: &Path) -> Result
     }
 }
 
-fn kernel(layers: &Layers, at: &Path) -> Result<(), SysError> {
+fn kernel(os: &impl Mounts, layers: &Layers, at: &Path) -> Result<(), SysError> {
     match (layers.upper, layers.lowers.as_slice()) {
-        (Some((upper, work)), [lower]) => sys::mount_overlay(lower, upper, work, at),
-        (_, lowers) => sys::mount_overlay_ro(lowers, at),
+        (Some((upper, work)), [lower]) => os.mount_overlay(lower, upper, work, at),
+        (_, lowers) => os.mount_overlay_ro(lowers, at),
     }
 }
 
@@ -103,8 +110,8 @@ fn fuse(prog: &Path, layers: &Layers, at: &Path) -> Result<(), String> {
     let pid = daemon.map_err(|e| e.to_string())?;
     // The first look waits until fuse-overlayfs answers.
     if let Err(e) = std::fs::metadata(at) {
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        let how = match waitpid(pid, None) {
+        let _ = sys::kill(pid, Signal::SIGKILL);
+        let how = match sys::wait_for(Some(pid), None) {
             Ok(WaitStatus::Exited(_, code)) => format!("it exited with status {code}"),
             _ => "it ended".to_string(),
         };

@@ -2,7 +2,6 @@
 //! mounts, on a tmpfs stage over /tmp.
 
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -11,25 +10,34 @@ use super::interface::Lower;
 use super::overlay::{self, Layers};
 use crate::mount::{Mount, MountSource, OverlayDriver, PointKind, PropagationKind};
 use crate::runtime::plan::{Changes, Plan};
+use crate::sys::seam::{Mounts, Namespaces};
 use crate::sys::{self, Create, SysError};
 
 /// Where the container's pieces live inside C's private mount namespace. A tmpfs mounted over /tmp
 /// holds them: nothing is created on the host, and host /tmp is pinned by an fd beforehand.
 const STAGE: &str = "/tmp";
 
-/// Build the container root in C's private mount namespace; returns its path.
-pub(super) fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> {
-    let srcs = enter_namespaces(plan)?;
+/// Build the container root in C's private mount namespace through `os` (`sys::seam::Linux`,
+/// a recording fake in tests); returns its path.
+pub(super) fn setup_root<S: Mounts + Namespaces>(
+    os: &S,
+    plan: &Plan,
+    lower: &Lower,
+) -> Result<PathBuf, String> {
+    let srcs = enter_namespaces(os, plan)?;
     let kept = match &plan.changes {
-        Changes::Overlay { dir, .. } => {
-            Some(sys::clone_tree(dir).map_err(|e| format!("--overlay {}: {e}", dir.display()))?)
-        }
+        Changes::Overlay { dir, .. } => Some(
+            os.clone_tree(dir)
+                .map_err(|e| format!("--overlay {}: {e}", dir.display()))?,
+        ),
         _ => None,
     };
     // Only P holds the server's connection (dropped here): the container ends with P.
     let (tree, what, dir) = match lower {
         Lower::Dir(d) => {
-            let t = sys::clone_tree(d).map_err(|e| format!("cannot use image directory: {e}"))?;
+            let t = os
+                .clone_tree(d)
+                .map_err(|e| format!("cannot use image directory: {e}"))?;
             (
                 t,
                 format!("image directory {}", d.display()),
@@ -42,22 +50,23 @@ pub(super) fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> 
         }
     };
     let served = dir.is_none();
-    let mut stage = Stage::new()?;
+    let mut stage = Stage::new(os)?;
     let lower_p = stage.dir("lower")?;
-    let dst = sys::open_path(&lower_p).map_err(|e| e.to_string())?;
-    sys::attach_tree(&tree, &dst, &lower_p).map_err(|e| format!("cannot mount {what}: {e}"))?;
+    let dst = os.open_path(&lower_p).map_err(|e| e.to_string())?;
+    os.attach_tree(&tree, &dst, &lower_p)
+        .map_err(|e| format!("cannot mount {what}: {e}"))?;
     if !served && plan.changes != Changes::InPlace {
-        sys::remount_readonly(&lower_p).map_err(|e| e.to_string())?;
+        os.remount_readonly(&lower_p).map_err(|e| e.to_string())?;
     }
     let kept = kept.map(|t| stage.attach("overlay", &t)).transpose()?;
     let root = stage.root(lower_p, served, &plan.changes, kept, plan.overlay_driver)?;
-    let mut root = Root::open(&root).map_err(|e| e.to_string())?;
+    let mut root = Root::open(os, &root).map_err(|e| e.to_string())?;
     let files = stage.dir("files")?;
     // Every mount point first: an overlay made for one would hide the mounts made below its
     // directory before it.
     for (i, (m, src)) in plan.mounts.iter().zip(srcs.iter()).enumerate() {
         let covered = plan.mounts[..i].iter().any(|e| m.dst.starts_with(&e.dst));
-        let Some(kind) = point_kind(m, src.as_ref()).filter(|_| !covered) else {
+        let Some(kind) = point_kind(os, m, src.as_ref()).filter(|_| !covered) else {
             continue;
         };
         let made = stage.mount_point(&mut root, &m.dst, kind);
@@ -73,7 +82,7 @@ pub(super) fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> 
             .filter(|_| !served)
             .chain(tops)
         {
-            sys::remount_readonly(&p).map_err(|e| e.to_string())?;
+            os.remount_readonly(&p).map_err(|e| e.to_string())?;
         }
     }
     Ok(root.path)
@@ -83,17 +92,21 @@ pub(super) fn setup_root(plan: &Plan, lower: &Lower) -> Result<PathBuf, String> 
 /// so that the host's mount events still reach them), and its UTS and network namespaces as
 /// the plan asks. Returns the plan's bind sources (`capture_sources`), every one captured
 /// before STAGE is mounted over /tmp.
-fn enter_namespaces(plan: &Plan) -> Result<Vec<Option<OwnedFd>>, String> {
-    let early = || capture_sources(plan, true);
-    let slaves = sys::enter_mount_namespace_then(sys::Propagation::Private, early);
+fn enter_namespaces<S: Mounts + Namespaces>(
+    os: &S,
+    plan: &Plan,
+) -> Result<Vec<Option<OwnedFd>>, String> {
+    let early = || capture_sources(os, plan, true);
+    let slaves = os.enter_mount_namespace_then(sys::Propagation::Private, early);
     let slaves = slaves.map_err(|e| e.to_string())??;
     if let Some(h) = &plan.hostname {
-        sys::enter_uts_namespace(h).map_err(|e| e.to_string())?;
+        os.enter_uts_namespace(h).map_err(|e| e.to_string())?;
     }
     if plan.own_net {
-        sys::enter_net_namespace().map_err(|e| format!("--net: {e}"))?;
+        os.enter_net_namespace()
+            .map_err(|e| format!("--net: {e}"))?;
     }
-    let others = capture_sources(plan, false)?;
+    let others = capture_sources(os, plan, false)?;
     Ok(slaves
         .into_iter()
         .zip(others)
@@ -109,14 +122,18 @@ fn receives_host_events(m: &Mount) -> bool {
 
 /// Detached copies of the plan's bind sources, of the slave ones or of the others, in plan
 /// order (None for other mounts, and for an optional source that is missing).
-fn capture_sources(plan: &Plan, slaves: bool) -> Result<Vec<Option<OwnedFd>>, String> {
+fn capture_sources(
+    os: &impl Mounts,
+    plan: &Plan,
+    slaves: bool,
+) -> Result<Vec<Option<OwnedFd>>, String> {
     let mut srcs = Vec::with_capacity(plan.mounts.len());
     for m in &plan.mounts {
         srcs.push(match &m.source {
             MountSource::Bind { src } | MountSource::HostCopy { src }
                 if receives_host_events(m) == slaves =>
             {
-                match sys::clone_tree(src) {
+                match os.clone_tree(src) {
                     Ok(fd) => Some(fd),
                     Err(_) if m.optional => None,
                     Err(e) => return Err(format!("cannot bind {}: {e}", src.display())),
@@ -148,18 +165,20 @@ fn refused(m: &Mount, e: SysError, dir: Option<&Path>) -> Result<(), String> {
 
 /// The tmpfs where the container's pieces live inside C's private mount namespace, mounted over
 /// /tmp (STAGE): nothing is created on the host. And the overlays made with it.
-struct Stage {
+struct Stage<'s, S: Mounts> {
+    os: &'s S,
     /// The overlays made for mount points: remounted read-only once the root is built.
     overlays: Vec<OwnedFd>,
     made: usize,
 }
 
-impl Stage {
-    fn new() -> Result<Stage, String> {
+impl<'s, S: Mounts> Stage<'s, S> {
+    fn new(os: &'s S) -> Result<Self, String> {
         let at = Path::new(STAGE);
-        sys::mount_tmpfs(at, 0o755, None, None, sys::Attrs::default())
+        os.mount_tmpfs(at, 0o755, None, None, sys::Attrs::default())
             .map_err(|e| e.to_string())?;
         Ok(Stage {
+            os,
             overlays: Vec::new(),
             made: 0,
         })
@@ -167,15 +186,19 @@ impl Stage {
 
     fn dir(&self, name: &str) -> Result<PathBuf, String> {
         let d = Path::new(STAGE).join(name);
-        std::fs::create_dir(&d).map_err(|e| format!("mkdir {}: {e}", d.display()))?;
+        self.os
+            .mkdir(&d)
+            .map_err(|e| format!("mkdir {}: {e}", d.display()))?;
         Ok(d)
     }
 
     /// A captured tree attached at a new directory `name` of the stage.
     fn attach(&self, name: &str, tree: &OwnedFd) -> Result<PathBuf, String> {
         let d = self.dir(name)?;
-        let dst = sys::open_path(&d).map_err(|e| e.to_string())?;
-        sys::attach_tree(tree, &dst, &d).map_err(|e| e.to_string())?;
+        let dst = self.os.open_path(&d).map_err(|e| e.to_string())?;
+        self.os
+            .attach_tree(tree, &dst, &d)
+            .map_err(|e| e.to_string())?;
         Ok(d)
     }
 
@@ -211,7 +234,8 @@ impl Stage {
             lowers: vec![&lower],
             upper: Some((&upper, &work)),
         };
-        overlay::mount(driver, &layers, &top).map_err(|e| format!("--writable-tmpfs: {e}"))?;
+        overlay::mount(self.os, driver, &layers, &top)
+            .map_err(|e| format!("--writable-tmpfs: {e}"))?;
         Ok(top)
     }
 
@@ -228,13 +252,14 @@ impl Stage {
         let top = self.dir("root")?;
         let (upper, work) = (at.join("upper"), at.join("work"));
         let why = |e: String| format!("--overlay {}: {e}", dir.display());
-        if readonly && !upper.is_dir() {
+        let upper_is_dir = self.os.open_path(&upper).and_then(|d| self.os.is_dir(&d));
+        if readonly && !upper_is_dir.unwrap_or(false) {
             return Err(why(
                 "has no upper/ (a writable --overlay run makes it)".into()
             ));
         }
         for d in ["upper", "work"].iter().filter(|_| !readonly) {
-            match std::fs::create_dir(at.join(d)) {
+            match self.os.mkdir(&at.join(d)) {
                 Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
                     let e = format!("cannot create {d}/ in it ({e}); give a directory you can write, or add :ro");
                     return Err(why(e));
@@ -252,14 +277,16 @@ impl Stage {
                 upper: Some((&upper, &work)),
             },
         };
-        overlay::mount(driver, &layers, &top).map_err(why)?;
+        overlay::mount(self.os, driver, &layers, &top).map_err(why)?;
         Ok(top)
     }
 
     /// A tmpfs overlay on `lower`, where new entries go, mounted at `at`.
     fn overlay(&mut self, lower: &Path, at: &Path) -> Result<(), String> {
         let (upper, work) = self.upper_work()?;
-        sys::mount_overlay(lower, &upper, &work, at).map_err(|e| e.to_string())
+        let os = self.os;
+        os.mount_overlay(lower, &upper, &work, at)
+            .map_err(|e| e.to_string())
     }
 
     /// A new overlay's upper and work directories, in the stage.
@@ -283,7 +310,8 @@ impl Stage {
         dst: &Path,
         kind: Create,
     ) -> Result<OwnedFd, SysError> {
-        let refused = match sys::open_in_root(&root.fd, dst, kind) {
+        let os = self.os;
+        let refused = match os.open_in_root(&root.fd, dst, kind) {
             Err(e)
                 if kind != Create::No && matches!(e.errno(), Errno::EROFS | Errno::EOVERFLOW) =>
             {
@@ -292,7 +320,7 @@ impl Stage {
             r => return r,
         };
         let found = dst.ancestors().skip(1).find_map(|a| {
-            let fd = sys::open_in_root(&root.fd, a, Create::No).ok()?;
+            let fd = os.open_in_root(&root.fd, a, Create::No).ok()?;
             Some((a.to_path_buf(), fd))
         });
         let Some((at, dir)) = found else {
@@ -302,11 +330,11 @@ impl Stage {
         self.overlay(&on, &on).map_err(|_| refused)?;
         // The root's own handle is under the overlay now: from the path again, it is on top.
         if at == Path::new("/") {
-            *root = Root::open(&root.path)?;
+            *root = Root::open(os, &root.path)?;
         }
         self.overlays
-            .push(sys::open_in_root(&root.fd, &at, Create::No)?);
-        sys::open_in_root(&root.fd, dst, kind)
+            .push(os.open_in_root(&root.fd, &at, Create::No)?);
+        os.open_in_root(&root.fd, dst, kind)
     }
 }
 
@@ -322,9 +350,9 @@ fn mount_point_refused(e: Errno) -> bool {
 
 /// What a mount needs at its destination: a directory or a file (None for a symlink, and for an
 /// optional bind whose source is missing).
-fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
+fn point_kind(os: &impl Mounts, m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
     match &m.source {
-        MountSource::Bind { .. } => Some(match (m.flags.create, sys::is_dir(src?)) {
+        MountSource::Bind { .. } => Some(match (m.flags.create, os.is_dir(src?)) {
             (Some(PointKind::Dir), _) | (None, Ok(true)) => Create::Dir,
             _ => Create::File,
         }),
@@ -339,9 +367,9 @@ fn point_kind(m: &Mount, src: Option<&OwnedFd>) -> Option<Create> {
     }
 }
 
-fn apply_mount(
+fn apply_mount<S: Mounts>(
     root: &mut Root,
-    stage: &mut Stage,
+    stage: &mut Stage<S>,
     m: &Mount,
     src: Option<&OwnedFd>,
     files: &Path,
@@ -349,29 +377,36 @@ fn apply_mount(
 ) -> Result<(), SysError> {
     match &m.source {
         MountSource::Bind { .. } => {
-            let (Some(tree), Some(kind)) = (src, point_kind(m, src)) else {
+            let os = stage.os;
+            let (Some(tree), Some(kind)) = (src, point_kind(os, m, src)) else {
                 return Ok(());
             };
             attach(root, stage, m, tree, kind)
         }
         MountSource::Tmpfs { mode, size, huge } => {
             let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
-            root.not_the_root(&dst, &m.dst)?;
+            root.not_the_root(stage.os, &dst, &m.dst)?;
             let at = sys::fd_path(&dst);
-            sys::mount_tmpfs(&at, *mode, *size, huge.as_deref(), attrs(m))
+            (stage.os).mount_tmpfs(&at, *mode, *size, huge.as_deref(), attrs(m))
         }
         MountSource::File { contents } => {
             let f = files.join(i.to_string());
-            std::fs::write(&f, contents).map_err(|e| SysError::Path {
-                what: "write",
-                path: f.clone(),
-                errno: sys::io_errno(&e),
-            })?;
-            let _ = std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644));
-            attach(root, stage, m, &sys::clone_tree(&f)?, Create::File)
+            stage
+                .os
+                .write_file(&f, contents.as_bytes())
+                .map_err(|e| SysError::Path {
+                    what: "write",
+                    path: f.clone(),
+                    errno: sys::io_errno(&e),
+                })?;
+            let tree = stage.os.clone_tree(&f)?;
+            attach(root, stage, m, &tree, Create::File)
         }
         MountSource::RootFile { contents } => {
-            sys::write_in_root(&root.fd, &m.dst, contents.as_bytes()).or_else(|_| {
+            let written = stage
+                .os
+                .write_in_root(&root.fd, &m.dst, contents.as_bytes());
+            written.or_else(|_| {
                 // a root that refuses it (an image directory's file whose owner is outside
                 // the user namespace cannot be copied up): bound read-only instead
                 let source = MountSource::File {
@@ -389,20 +424,21 @@ fn apply_mount(
             let Some(tree) = src else {
                 return Ok(());
             };
-            copy_host_file(root, host, &m.dst).or_else(|_| {
+            copy_host_file(stage.os, root, host, &m.dst).or_else(|_| {
                 // a root that refuses it: bound read-only, as without a writable root
                 let bound = Mount::bind(host, &m.dst, true);
                 attach(root, stage, &bound, tree, Create::File)
             })
         }
-        MountSource::Symlink { target } => sys::symlink_in_root(&root.fd, &m.dst, target),
+        MountSource::Symlink { target } => stage.os.symlink_in_root(&root.fd, &m.dst, target),
         MountSource::Proc | MountSource::Devpts | MountSource::Mqueue => {
             let dst = stage.mount_point(root, &m.dst, Create::Dir)?;
-            root.not_the_root(&dst, &m.dst)?;
+            root.not_the_root(stage.os, &dst, &m.dst)?;
+            let at = sys::fd_path(&dst);
             match m.source {
-                MountSource::Proc => sys::mount_proc(&sys::fd_path(&dst)),
-                MountSource::Mqueue => sys::mount_mqueue(&sys::fd_path(&dst)),
-                _ => sys::mount_devpts(&sys::fd_path(&dst)),
+                MountSource::Proc => stage.os.mount_proc(&at),
+                MountSource::Mqueue => stage.os.mount_mqueue(&at),
+                _ => stage.os.mount_devpts(&at),
             }
         }
     }
@@ -410,22 +446,22 @@ fn apply_mount(
 
 /// `host` copied over `dst` in the writable root: a symlink stays one where the image has what
 /// it points to (enroot's copy of /etc/localtime), else the file's contents are copied.
-fn copy_host_file(root: &Root, host: &Path, dst: &Path) -> Result<(), SysError> {
+fn copy_host_file(os: &impl Mounts, root: &Root, host: &Path, dst: &Path) -> Result<(), SysError> {
     let io = |e: std::io::Error| SysError::Path {
         what: "read",
         path: host.to_path_buf(),
         errno: sys::io_errno(&e),
     };
-    let target = std::fs::read_link(host).ok();
+    let target = os.read_link(host);
     if let Some(t) = target.filter(|t| t.is_absolute()) {
-        if sys::open_in_root(&root.fd, &t, Create::No).is_ok() {
-            sys::unlink_in_root(&root.fd, dst)?;
-            return sys::symlink_in_root(&root.fd, dst, &t);
+        if os.open_in_root(&root.fd, &t, Create::No).is_ok() {
+            os.unlink_in_root(&root.fd, dst)?;
+            return os.symlink_in_root(&root.fd, dst, &t);
         }
     }
-    let contents = std::fs::read(host).map_err(io)?;
-    sys::unlink_in_root(&root.fd, dst)?;
-    sys::write_in_root(&root.fd, dst, &contents)
+    let contents = os.read_host(host).map_err(io)?;
+    os.unlink_in_root(&root.fd, dst)?;
+    os.write_in_root(&root.fd, dst, &contents)
 }
 
 /// The mount's attributes as the kernel takes them.
@@ -441,30 +477,31 @@ fn attrs(m: &Mount) -> sys::Attrs {
 /// Attach a detached tree at the mount's destination, read-only (nodev, noexec…) first where
 /// asked (so the tree is never writable in the container, not even for a moment), then with
 /// the propagation asked for.
-fn attach(
+fn attach<S: Mounts>(
     root: &mut Root,
-    stage: &mut Stage,
+    stage: &mut Stage<S>,
     m: &Mount,
     tree: &OwnedFd,
     kind: Create,
 ) -> Result<(), SysError> {
+    let os = stage.os;
     let attrs = attrs(m);
-    let later = attrs != sys::Attrs::default() && !sys::set_tree_attrs(tree, attrs, &m.dst)?;
+    let later = attrs != sys::Attrs::default() && !os.set_tree_attrs(tree, attrs, &m.dst)?;
     let dst = stage.mount_point(root, &m.dst, kind)?;
-    root.not_the_root(&dst, &m.dst)?;
-    sys::attach_tree(tree, &dst, &m.dst)?;
+    root.not_the_root(os, &dst, &m.dst)?;
+    os.attach_tree(tree, &dst, &m.dst)?;
     if !later && m.flags.propagation.is_none() {
         return Ok(());
     }
     // The new mount is reached through a fresh handle; an fd opened before it was attached
     // still points under it.
-    let top = sys::open_in_root(&root.fd, &m.dst, Create::No)?;
+    let top = os.open_in_root(&root.fd, &m.dst, Create::No)?;
     if later {
         // Kernels before 5.12: the mount itself only (its submounts keep their flags).
-        sys::remount(&sys::fd_path(&top), attrs)?;
+        os.remount(&sys::fd_path(&top), attrs)?;
     }
     match m.flags.propagation {
-        Some(p) => sys::set_propagation(&sys::fd_path(&top), p),
+        Some(p) => os.set_propagation(&sys::fd_path(&top), p),
         None => Ok(()),
     }
 }
@@ -477,22 +514,21 @@ struct Root {
 }
 
 impl Root {
-    fn open(path: &Path) -> Result<Root, SysError> {
-        let fd = sys::open_path(path)?;
-        let st = sys::fstat(&fd)?;
+    fn open(os: &impl Mounts, path: &Path) -> Result<Root, SysError> {
+        let fd = os.open_path(path)?;
+        let id = os.identity(&fd)?;
         Ok(Root {
             path: path.to_path_buf(),
             fd,
-            id: (st.st_dev, st.st_ino),
+            id,
         })
     }
 
     /// An image whose /tmp (say) is a symlink to `/` would have a bind hide the whole image,
     /// and put the host's world-writable /tmp where the container looks for
     /// /etc/ld.so.preload: refused.
-    fn not_the_root(&self, dst: &OwnedFd, path: &Path) -> Result<(), SysError> {
-        let d = sys::fstat(dst)?;
-        if path != Path::new("/") && self.id == (d.st_dev, d.st_ino) {
+    fn not_the_root(&self, os: &impl Mounts, dst: &OwnedFd, path: &Path) -> Result<(), SysError> {
+        if path != Path::new("/") && self.id == os.identity(dst)? {
             return Err(SysError::Path {
                 what: "the image's symlinks resolve it to the container's root:",
                 path: path.to_path_buf(),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::SignalFd;
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::interface::{HoldState, LaunchError, Lower};
@@ -37,12 +37,12 @@ pub(super) fn supervise(cmd: Pid) -> ! {
         }
         if signo != libc::SIGCHLD {
             if !from_kernel {
-                let _ = nix::sys::signal::kill(cmd, Signal::try_from(signo).ok());
+                let _ = sys::kill(cmd, Signal::try_from(signo).ok());
             }
             continue;
         }
         loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            match sys::wait_for(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == cmd => {
                     kill_descendants();
                     sys::exit_now(code);
@@ -126,7 +126,7 @@ fn wait_child(
     let sfd = SignalFd::new(&mask).map_err(|e| LaunchError::Setup(format!("signalfd: {e}")))?;
     let mut lost = None;
     loop {
-        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+        match sys::wait_for(Some(child), Some(WaitPidFlag::WNOHANG)) {
             Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok((st, lost)),
             Ok(_) => {}
             Err(Errno::EINTR) => continue,
@@ -145,7 +145,7 @@ fn wait_child(
                             "the image server of {} (pid {pid}) exited; the container could no longer read its image",
                             image.display()
                         ));
-                        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                        let _ = sys::kill(child, Signal::SIGKILL);
                         server = None;
                     }
                 }
@@ -162,7 +162,7 @@ fn wait_child(
         // ones sent to gpurun by a process (kill, scancel, timeout).
         if signo != libc::SIGCHLD && info.ssi_code != libc::SI_KERNEL {
             if let Ok(s) = Signal::try_from(signo) {
-                let _ = nix::sys::signal::kill(child, s);
+                let _ = sys::kill(child, s);
             }
         }
     }
@@ -180,11 +180,11 @@ fn kill_descendants() {
     loop {
         // No child at all means no descendant either (orphans are re-parented to us): the usual
         // case, and it spares looking further on every exit.
-        if waitpid(None, Some(WaitPidFlag::WNOHANG)) == Err(Errno::ECHILD) {
+        if sys::wait_for(None, Some(WaitPidFlag::WNOHANG)) == Err(Errno::ECHILD) {
             return;
         }
         let any = sigkill_descendants();
-        while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        while let Ok(st) = sys::wait_for(None, Some(WaitPidFlag::WNOHANG)) {
             if st == WaitStatus::StillAlive {
                 break;
             }
@@ -200,7 +200,7 @@ fn kill_descendants() {
 fn sigkill_descendants() -> bool {
     let found = descendants_from_children_files().unwrap_or_else(descendants_from_scan);
     for &p in &found {
-        let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+        let _ = sys::kill(Pid::from_raw(p), Signal::SIGKILL);
     }
     !found.is_empty()
 }
