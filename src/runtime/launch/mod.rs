@@ -11,6 +11,8 @@
 //! P's side is supervise.rs (`parent_loop`); C's is container.rs (`child`), which builds the
 //! root (root.rs), then holds (hold.rs) or starts the command (exec.rs) and supervises it.
 
+#[cfg(test)]
+mod apply_tests;
 mod container;
 mod exec;
 mod hold;
