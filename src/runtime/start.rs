@@ -379,7 +379,7 @@ impl Image {
                 attached,
             }),
             Err(e @ AttachError::NoFuse(_)) => extracted(&path, &archive, &e.to_string()),
-            Err(e) => Err(LaunchError::Setup(format!("cannot serve the image: {e}")).into()),
+            Err(e) => Err(LaunchError::Serve(e).into()),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::enter_namespaces;
 use super::interface::Lower;
-use super::root::setup_root;
+use super::root::{setup_root, RootError};
 use crate::mount::{Mount, MountFlags, MountSource, OverlayDriver, Propagation, PropagationKind};
 use crate::runtime::plan::{Changes, IdMap, Plan, RootSource};
 use crate::sys::fake::Recorder;
@@ -91,7 +91,7 @@ const RO_ROOT: [&str; 5] = [
 ];
 
 /// The sequence `setup_root` makes for `plan` on `os`, and the root it returns.
-fn applied(os: &Recorder, plan: &Plan) -> Result<(Vec<String>, PathBuf), String> {
+fn applied(os: &Recorder, plan: &Plan) -> Result<(Vec<String>, PathBuf), RootError> {
     let root = setup_root(os, plan, &Lower::Dir("/img".into()))?;
     Ok((os.lines(), root))
 }
@@ -372,7 +372,14 @@ fn refused_mounts() {
                 directory image that is yours and has no mounts below it; chown it, or use a \
                 .sqsh image)";
     let want = "cannot mount /data: attach_tree /data: EACCES: Permission denied";
-    assert_eq!(e, format!("{want}{hint}"));
+    assert_eq!(e.to_string(), format!("{want}{hint}"));
+    let RootError::Mount { dst, source, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        (dst.as_path(), source.errno()),
+        (Path::new("/data"), Errno::EACCES)
+    );
     let os = Recorder::new().failing("attach_tree", "/data", Errno::EACCES);
     let later = tmpfs("/scratch", 0o1777);
     let (got, _) = applied(&os, &plan(vec![bind.optional(), later], Changes::None)).unwrap();
@@ -387,6 +394,25 @@ fn refused_mounts() {
     let (got, _) = applied(&os, &plan(vec![gone], Changes::None)).unwrap();
     let want = [&PRIVATE_NS[..], &IMAGE, &RO_ROOT, &["remount /tmp/root ro"]].concat();
     assert_eq!(got, want);
+}
+
+/// A root's overlay the kernel refuses: the option, the call, the path and the errno, and what
+/// the driver needs.
+#[test]
+fn refused_overlays() {
+    let os = Recorder::new().failing("mount_overlay", "/tmp/root", Errno::EINVAL);
+    let e = applied(&os, &plan(vec![], Changes::Tmpfs)).unwrap_err();
+    let want = "--writable-tmpfs: mount_overlay /tmp/root: EINVAL: Invalid argument (overlayfs in \
+                a user namespace needs Linux ≥ 5.11 and a local file system)";
+    assert_eq!(e.to_string(), want);
+    let os = Recorder::new().failing("open_path", "/tmp/overlay/upper", Errno::ENOENT);
+    let ro = Changes::Overlay {
+        dir: "/work/ov".into(),
+        readonly: true,
+    };
+    let e = applied(&os, &plan(vec![], ro)).unwrap_err();
+    let want = "--overlay /work/ov: has no upper/ (a writable --overlay run makes it)";
+    assert_eq!(e.to_string(), want);
 }
 
 /// What P enters before the fork: the user namespace maps the caller to the plan's ids (0 with

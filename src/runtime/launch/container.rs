@@ -10,17 +10,17 @@ use nix::sys::signal::SigSet;
 use nix::unistd::Pid;
 
 use super::exec::{no_privileges, spawn_command, Prepared};
+use super::failure::Failure;
 use super::hold::{hold, run_entrypoint};
 use super::interface::Lower;
 use super::root::setup_root;
 use super::signals::parent_death_signal;
 use super::supervise::supervise;
-use crate::exit;
 use crate::runtime::plan::Plan;
 use crate::sys;
 use crate::sys::seam::Mounts;
 
-/// The container process. Returns only on failure: (exit code, message for P to print).
+/// The container process. Returns only on failure, which P prints.
 pub(super) fn child(
     plan: &Plan,
     prep: &Prepared,
@@ -29,7 +29,7 @@ pub(super) fn child(
     parent: Pid,
     state: Option<File>,
     old_mask: SigSet,
-) -> (i32, String) {
+) -> Failure {
     // P gone before the death signal was set? In a PID namespace of C's own P has no pid
     // there (getppid is 0): its end of the ready pipe tells.
     let orphaned = if plan.own_pid {
@@ -38,7 +38,7 @@ pub(super) fn child(
         nix::unistd::getppid() != parent
     };
     if sys::die_with_parent(parent_death_signal()).is_err() || orphaned {
-        return (exit::GPURUN_FAILED, "gpurun exited during start-up".into());
+        return Failure::Orphaned;
     }
     let mut ready = File::from(ready);
     // During set-up the death signal kills C outright; from then on C handles it itself
@@ -49,13 +49,10 @@ pub(super) fn child(
     sys::block_signal(parent_death_signal(), true);
     let root = match root {
         Ok(r) => r,
-        Err(e) => return (exit::GPURUN_FAILED, e),
+        Err(e) => return Failure::Root(e),
     };
     if let Err(e) = os.pivot_root(&root) {
-        return (
-            exit::GPURUN_FAILED,
-            format!("cannot enter the container root: {e}"),
-        );
+        return Failure::PivotRoot(e);
     }
     if let Some(mut f) = state {
         // The holder's mount namespace is now the container as its tasks see it ("root": "/"):
@@ -79,21 +76,17 @@ pub(super) fn child(
             }
         }
         if f.write_all(st.to_line().as_bytes()).is_err() || ready.write_all(b"R").is_err() {
-            return (exit::GPURUN_FAILED, "cannot write the holder state".into());
+            return Failure::HoldState;
         }
         drop(ready);
         // A signal P forwards (SIGTERM from the SPANK plugin) ends the holder.
         hold();
     }
     drop(ready);
-    if let Err(e) = nix::unistd::chdir(&plan.cwd) {
+    if let Err(errno) = nix::unistd::chdir(&plan.cwd) {
         if plan.cwd_asked {
-            let why = format!(
-                "--pwd {}: {} in the container; create it (or --bind a directory there) or choose another",
-                plan.cwd.display(),
-                e.desc()
-            );
-            return (exit::GPURUN_FAILED, why);
+            let cwd = plan.cwd.clone();
+            return Failure::Pwd { cwd, errno };
         }
         eprintln!(
             "gpurun: warning: working directory {} does not exist in the container; using /",
@@ -101,7 +94,7 @@ pub(super) fn child(
         );
     }
     if let Err(e) = sys::become_subreaper() {
-        return (exit::GPURUN_FAILED, e.to_string());
+        return Failure::Call(e);
     }
     if let Err(e) = no_privileges(prep) {
         return e;

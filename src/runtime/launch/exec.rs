@@ -11,6 +11,7 @@ use nix::errno::Errno;
 use nix::sys::signal::SigSet;
 use nix::unistd::Pid;
 
+use super::failure::Failure;
 use super::interface::LaunchError;
 use super::signals::FORWARDED;
 use crate::exit;
@@ -28,9 +29,7 @@ pub(super) struct Prepared {
 
 impl Prepared {
     pub(super) fn new(plan: &Plan) -> Result<Prepared, LaunchError> {
-        let c = |s: &[u8]| {
-            CString::new(s).map_err(|_| LaunchError::Setup("argument contains a NUL byte".into()))
-        };
+        let c = |s: &[u8]| CString::new(s).map_err(|_| LaunchError::ArgumentNul);
         let argv = plan
             .argv
             .iter()
@@ -54,14 +53,10 @@ impl Prepared {
 /// What C and every command it starts run under: nothing they exec gains privileges, and with
 /// --fakeroot their chown and id changes succeed and do nothing (a package's files owned by
 /// other ids, apt's and groupadd's id changes, in a namespace that maps one uid).
-pub(super) fn no_privileges(prep: &Prepared) -> Result<(), (i32, String)> {
-    let failed = |e: sys::SysError| (exit::GPURUN_FAILED, e.to_string());
-    sys::set_no_new_privs().map_err(failed)?;
+pub(super) fn no_privileges(prep: &Prepared) -> Result<(), Failure> {
+    sys::set_no_new_privs().map_err(Failure::Call)?;
     if prep.fake_ids {
-        sys::fake_id_changes().map_err(|e| {
-            let why = format!("--fakeroot: cannot install its seccomp filter ({e}); the kernel needs CONFIG_SECCOMP_FILTER");
-            (exit::GPURUN_FAILED, why)
-        })?;
+        sys::fake_id_changes().map_err(Failure::FakeIds)?;
     }
     Ok(())
 }
@@ -69,9 +64,9 @@ pub(super) fn no_privileges(prep: &Prepared) -> Result<(), (i32, String)> {
 /// Start the command through the container's PATH (glibc's execvpe would search the host's
 /// PATH), in a process that shares C's memory until it execs (`sys::spawn_shared`). Its signals
 /// are as the caller left them: dispositions (`sys::caller_dispositions`) and mask.
-pub(super) fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32, String)> {
+pub(super) fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, Failure> {
     let Some(arg0) = prep.argv.first() else {
-        return Err((exit::GPURUN_FAILED, "no command given".into()));
+        return Err(Failure::NoCommand);
     };
     let name = arg0.to_string_lossy().into_owned();
     let candidates: Vec<(PathBuf, CString)> =
@@ -108,12 +103,7 @@ pub(super) fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32,
     };
     // SAFETY: a 64 KiB stack for a closure that only makes the async-signal-safe calls above
     // (a few frames), allocates nothing and cannot panic.
-    let pid = unsafe { sys::spawn_shared(&mut stack, &mut child) }.map_err(|e| {
-        (
-            exit::GPURUN_FAILED,
-            format!("cannot start the command: {e}"),
-        )
-    })?;
+    let pid = unsafe { sys::spawn_shared(&mut stack, &mut child) }.map_err(Failure::Spawn)?;
     if !failed {
         return Ok(pid);
     }
@@ -128,13 +118,8 @@ pub(super) fn spawn_command(prep: &Prepared, mask: &SigSet) -> Result<Pid, (i32,
                 .map(|&e| Errno::from_raw(e)),
         )
         .collect();
-    Err(exec_failure(
-        &name,
-        &prep.path_dirs,
-        &attempts,
-        &head_of,
-        &denied_why,
-    ))
+    let (code, message) = exec_failure(&name, &prep.path_dirs, &attempts, &head_of, &denied_why);
+    Err(Failure::Exec { code, message })
 }
 
 /// Why execve said EACCES for `p`: each has its own fix.
@@ -350,12 +335,11 @@ mod tests {
             sys::wait_for(Some(pid), None),
             Ok(WaitStatus::Exited(pid, 0))
         );
-        let (code, msg) =
-            spawn_command(&prep("no-such-command-here"), &SigSet::empty()).unwrap_err();
-        assert_eq!(code, 127, "{msg}");
-        assert!(msg.contains("/nonexistent:/usr/bin:/bin"), "{msg}");
-        let (code, msg) = spawn_command(&prep("/etc/hostname"), &SigSet::empty()).unwrap_err();
-        assert_eq!(code, 126, "{msg}");
+        let e = spawn_command(&prep("no-such-command-here"), &SigSet::empty()).unwrap_err();
+        assert_eq!(e.exit_code(), 127, "{e}");
+        assert!(e.to_string().contains("/nonexistent:/usr/bin:/bin"), "{e}");
+        let e = spawn_command(&prep("/etc/hostname"), &SigSet::empty()).unwrap_err();
+        assert_eq!(e.exit_code(), 126, "{e}");
         // No child is left: the failed ones were reaped. Looked up in /proc rather than by
         // waitpid(-1), which could reap another test's child in this process.
         assert_eq!(

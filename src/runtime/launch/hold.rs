@@ -8,10 +8,10 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus};
 
 use super::exec::{no_privileges, spawn_command, Prepared};
+use super::failure::Failure;
 use super::interface::{HoldState, LaunchError};
 use super::signals::{die_by, forwarded_and, parent_death_signal};
 use super::supervise::gpurun_died;
-use crate::exit;
 use crate::sys;
 
 /// The holder's state file, made new beside its place (never through a link: the state may be
@@ -37,7 +37,7 @@ pub(super) fn run_entrypoint(
     prep: &Prepared,
     mask: &SigSet,
     cwd: &Path,
-) -> Result<(EnvPairs, PathBuf), (i32, String)> {
+) -> Result<(EnvPairs, PathBuf), Failure> {
     let in_cwd = nix::unistd::chdir(cwd).is_ok();
     // as for any command gpurun starts
     no_privileges(prep)?;
@@ -48,12 +48,7 @@ pub(super) fn run_entrypoint(
         .map(|a| a.to_string_lossy())
         .collect::<Vec<_>>()
         .join(" ");
-    let ended = |how: String| {
-        Err((
-            exit::GPURUN_FAILED,
-            format!("the image's entrypoint ({entry}) {how} instead of starting the command; without it: srun --no-container-entrypoint"),
-        ))
-    };
+    let ended = |how: String| Err(Failure::Entrypoint { entry, how });
     match status {
         Ok(WaitStatus::Stopped(..)) => {}
         Ok(WaitStatus::Exited(_, code)) => return ended(format!("exited with status {code}")),
@@ -64,12 +59,7 @@ pub(super) fn run_entrypoint(
     let dir = std::fs::read_link(format!("/proc/{pid}/cwd"));
     let _ = sys::kill(pid, Signal::SIGKILL);
     let _ = sys::wait_for(Some(pid), None);
-    let environ = environ.map_err(|e| {
-        (
-            exit::GPURUN_FAILED,
-            format!("cannot read the environment the entrypoint left: {e}"),
-        )
-    })?;
+    let environ = environ.map_err(Failure::EntrypointEnv)?;
     let env = environ
         .split(|&b| b == 0)
         .filter_map(|e| crate::runtime::env::parse_kv(&String::from_utf8_lossy(e)))

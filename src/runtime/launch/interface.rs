@@ -4,15 +4,24 @@
 use std::path::PathBuf;
 
 use crate::exit;
-use crate::runtime::image_server::attach::Attached;
+use nix::errno::Errno;
+
+use crate::runtime::image_server::attach::{AttachError, Attached};
 use crate::sys::SysError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error("cannot create a user namespace ({0}); ask the admin to allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0) — `gpurun doctor` checks this")]
     UserNamespace(SysError),
-    #[error("{0}")]
-    Setup(String),
+    /// A call of P's own before or while C runs (pipe, fork, signal mask, waitpid).
+    #[error("{what}: {errno}")]
+    Call { what: &'static str, errno: Errno },
+    #[error("argument contains a NUL byte")]
+    ArgumentNul,
+    #[error("cannot serve the image: {0}")]
+    Serve(AttachError),
+    #[error("the image server of {} (pid {pid}) exited; the container could no longer read its image", .image.display())]
+    ServerLost { image: PathBuf, pid: u32 },
     #[error("{message}")]
     Child { code: i32, message: String },
     #[error("gpurun is installed setuid or setgid; it needs no privilege: chmod u-s,g-s {0}")]

@@ -15,6 +15,7 @@
 mod apply_tests;
 mod container;
 mod exec;
+mod failure;
 mod hold;
 mod interface;
 mod overlay;
@@ -49,8 +50,10 @@ pub fn run(plan: &Plan, lower: &Lower, hold: Option<HoldState>) -> Result<i32, L
     // Everything C needs is made before fork, so C allocates little and P stays simple.
     let prepared = Prepared::new(plan)?;
     let pipe = || {
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| LaunchError::Setup(format!("pipe: {e}")))
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|errno| LaunchError::Call {
+            what: "pipe",
+            errno,
+        })
     };
     let (ready_r, ready_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
@@ -63,7 +66,10 @@ pub fn run(plan: &Plan, lower: &Lower, hold: Option<HoldState>) -> Result<i32, L
     mask.add(Signal::SIGCHLD);
     let old_mask = mask
         .thread_swap_mask(SigmaskHow::SIG_BLOCK)
-        .map_err(|e| LaunchError::Setup(format!("sigprocmask: {e}")))?;
+        .map_err(|errno| LaunchError::Call {
+            what: "sigprocmask",
+            errno,
+        })?;
 
     // Blocked too, so C can wait for it; the command gets the caller's original mask back.
     sys::block_signal(parent_death_signal(), true);
@@ -76,13 +82,17 @@ pub fn run(plan: &Plan, lower: &Lower, hold: Option<HoldState>) -> Result<i32, L
 
     // SAFETY: P is single-threaded here. C never reads an image's data blocks: their region is
     // not in forks (image/sqfs/blocks.rs, MADV_DONTFORK).
-    match unsafe { fork() }.map_err(|e| LaunchError::Setup(format!("fork: {e}")))? {
+    match unsafe { fork() }.map_err(|errno| LaunchError::Call {
+        what: "fork",
+        errno,
+    })? {
         ForkResult::Child => {
             drop((ready_r, err_r));
             let state = state_tmp.map(|(f, _)| f);
-            let (code, msg) = child(plan, &prepared, lower, ready_w, parent, state, old_mask);
+            let failure = child(plan, &prepared, lower, ready_w, parent, state, old_mask);
+            let code = failure.exit_code();
             let mut w = File::from(err_w);
-            let _ = write!(w, "{code} {msg}");
+            let _ = write!(w, "{code} {failure}");
             sys::exit_now(code);
         }
         ForkResult::Parent { child } => {

@@ -32,27 +32,49 @@ pub(super) struct Layers<'a> {
 const KERNEL_NEEDS: &str =
     "overlayfs in a user namespace needs Linux ≥ 5.11 and a local file system";
 
+/// Why the root's overlay could not be made: each driver's reason, with the call, the path
+/// and the errno where a call refused.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum OverlayError {
+    #[error("{0} ({KERNEL_NEEDS})")]
+    Kernel(SysError),
+    #[error("{0} ({KERNEL_NEEDS}; or install fuse-overlayfs, which gpurun uses instead)")]
+    KernelNoFallback(SysError),
+    #[error("overlay_driver is fuse-overlayfs, but there is no fuse-overlayfs here ({WHERE})")]
+    NoProgram,
+    #[error("fuse-overlayfs: {0}")]
+    Fuse(Box<OverlayError>),
+    #[error("{kernel}; fuse-overlayfs: {fuse}")]
+    Both {
+        kernel: SysError,
+        fuse: Box<OverlayError>,
+    },
+    #[error("/dev/fuse: {0}")]
+    DevFuse(std::io::Error),
+    /// The FUSE mount, or the start of fuse-overlayfs.
+    #[error("{0}")]
+    Call(SysError),
+    #[error("{how} before serving the root ({source})")]
+    Ended { how: String, source: std::io::Error },
+}
+
 /// Mount the overlay of `layers` at `at`, as `driver` says.
 pub(super) fn mount(
     os: &impl Mounts,
     driver: OverlayDriver,
     layers: &Layers,
     at: &Path,
-) -> Result<(), String> {
-    let kernel = || kernel(os, layers, at).map_err(|e| e.to_string());
+) -> Result<(), OverlayError> {
+    let fuse = |p: PathBuf| fuse(&p, layers, at).map_err(Box::new);
     match driver {
-        OverlayDriver::Kernel => kernel().map_err(|e| format!("{e} ({KERNEL_NEEDS})")),
+        OverlayDriver::Kernel => kernel(os, layers, at).map_err(OverlayError::Kernel),
         OverlayDriver::FuseOverlayfs => match program() {
-            Some(p) => fuse(&p, layers, at).map_err(|e| format!("fuse-overlayfs: {e}")),
-            None => Err(format!(
-                "overlay_driver is fuse-overlayfs, but there is no fuse-overlayfs here ({WHERE})"
-            )),
+            Some(p) => fuse(p).map_err(OverlayError::Fuse),
+            None => Err(OverlayError::NoProgram),
         },
-        OverlayDriver::Auto => kernel().or_else(|k| match program() {
-            Some(p) => fuse(&p, layers, at).map_err(|f| format!("{k}; fuse-overlayfs: {f}")),
-            None => Err(format!(
-                "{k} ({KERNEL_NEEDS}; or install fuse-overlayfs, which gpurun uses instead)"
-            )),
+        OverlayDriver::Auto => kernel(os, layers, at).or_else(|kernel| match program() {
+            Some(p) => fuse(p).map_err(|fuse| OverlayError::Both { kernel, fuse }),
+            None => Err(OverlayError::KernelNoFallback(kernel)),
         }),
     }
 }
@@ -92,12 +114,12 @@ fn options(layers: &Layers) -> String {
 }
 
 /// The overlay at `at`, served by fuse-overlayfs (`prog`) on a connection C mounted.
-fn fuse(prog: &Path, layers: &Layers, at: &Path) -> Result<(), String> {
-    let dev = sys::open_fuse().map_err(|e| format!("/dev/fuse: {e}"))?;
+fn fuse(prog: &Path, layers: &Layers, at: &Path) -> Result<(), OverlayError> {
+    let dev = sys::open_fuse().map_err(OverlayError::DevFuse)?;
     let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
     let readonly = layers.upper.is_none();
     sys::mount_fuse_overlay(&dev, at, uid.as_raw(), gid.as_raw(), readonly)
-        .map_err(|e| e.to_string())?;
+        .map_err(OverlayError::Call)?;
     if let Some((_, work)) = layers.upper {
         // The kernel's overlayfs leaves its work/work at mode 000, which fuse-overlayfs (no
         // capability) could not open: an overlay directory may have been used by either.
@@ -107,7 +129,7 @@ fn fuse(prog: &Path, layers: &Layers, at: &Path) -> Result<(), String> {
     let daemon = sys::spawn_daemon(prog, "fuse-overlayfs", &args, dev.as_raw_fd());
     // Its copy of the connection is the only one left: when it exits, the mount fails.
     drop(dev);
-    let pid = daemon.map_err(|e| e.to_string())?;
+    let pid = daemon.map_err(OverlayError::Call)?;
     // The first look waits until fuse-overlayfs answers.
     if let Err(e) = std::fs::metadata(at) {
         let _ = sys::kill(pid, Signal::SIGKILL);
@@ -115,7 +137,7 @@ fn fuse(prog: &Path, layers: &Layers, at: &Path) -> Result<(), String> {
             Ok(WaitStatus::Exited(_, code)) => format!("it exited with status {code}"),
             _ => "it ended".to_string(),
         };
-        return Err(format!("{how} before serving the root ({e})"));
+        return Err(OverlayError::Ended { how, source: e });
     }
     Ok(())
 }

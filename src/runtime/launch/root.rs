@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 
 use super::interface::Lower;
-use super::overlay::{self, Layers};
+use super::overlay::{self, Layers, OverlayError};
 use crate::mount::{Mount, MountSource, OverlayDriver, PointKind, PropagationKind};
 use crate::runtime::plan::{Changes, Plan};
 use crate::sys::seam::{Mounts, Namespaces};
@@ -17,50 +17,114 @@ use crate::sys::{self, Create, SysError};
 /// holds them: nothing is created on the host, and host /tmp is pinned by an fd beforehand.
 const STAGE: &str = "/tmp";
 
+/// Why the container's root could not be built: the step (its option where the user asked for
+/// it), the path, and the call with its errno.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RootError {
+    /// A call of C's own: a namespace, the stage's tmpfs, a handle, a remount.
+    #[error("{0}")]
+    Call(#[from] SysError),
+    #[error("mkdir {}: {source}", .path.display())]
+    Mkdir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--net: {0}")]
+    Net(SysError),
+    #[error("cannot bind {}: {source}", .src.display())]
+    Source { src: PathBuf, source: SysError },
+    #[error("cannot use image directory: {0}")]
+    ImageDir(SysError),
+    /// The copy of the image server's mount.
+    #[error("{0}")]
+    Served(std::io::Error),
+    #[error("cannot mount {} {}: {source}", .kind, .image.display())]
+    Image {
+        kind: &'static str,
+        image: PathBuf,
+        source: SysError,
+    },
+    /// A mount of the plan; `image_dir`: the directory image, where the kernel may refuse
+    /// mount points.
+    #[error("cannot mount {}: {source}{}", .dst.display(), refused_hint(.source, .image_dir))]
+    Mount {
+        dst: PathBuf,
+        source: SysError,
+        image_dir: Option<PathBuf>,
+    },
+    #[error("--overlay {}: {source}", .dir.display())]
+    OverlayDir { dir: PathBuf, source: SysError },
+    #[error("--overlay: its directory was not captured")]
+    NotCaptured,
+    #[error("--overlay {}: has no upper/ (a writable --overlay run makes it)", .dir.display())]
+    NoUpper { dir: PathBuf },
+    #[error("--overlay {}: cannot create {sub}/ in it ({source}); give a directory you can write, or add :ro", .dir.display())]
+    OverlaySubdir {
+        dir: PathBuf,
+        sub: &'static str,
+        source: std::io::Error,
+    },
+    #[error("--overlay {}: {source}", .dir.display())]
+    Overlay { dir: PathBuf, source: OverlayError },
+    #[error("--writable-tmpfs: {0}")]
+    WritableTmpfs(OverlayError),
+}
+
+/// For a mount refused in a directory image: how to make it work.
+fn refused_hint(e: &SysError, image_dir: &Option<PathBuf>) -> String {
+    match image_dir {
+        Some(d) if mount_point_refused(e.errno()) => format!(
+            " (if this is in the image directory {}: gpurun makes mount points only in a \
+             directory image that is yours and has no mounts below it; chown it, or use a \
+             .sqsh image)",
+            d.display()
+        ),
+        _ => String::new(),
+    }
+}
+
 /// Build the container root in C's private mount namespace through `os` (`sys::seam::Linux`,
 /// a recording fake in tests); returns its path.
 pub(super) fn setup_root<S: Mounts + Namespaces>(
     os: &S,
     plan: &Plan,
     lower: &Lower,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, RootError> {
     let srcs = enter_namespaces(os, plan)?;
     let kept = match &plan.changes {
-        Changes::Overlay { dir, .. } => Some(
-            os.clone_tree(dir)
-                .map_err(|e| format!("--overlay {}: {e}", dir.display()))?,
-        ),
+        Changes::Overlay { dir, .. } => Some(os.clone_tree(dir).map_err(|source| {
+            let dir = dir.clone();
+            RootError::OverlayDir { dir, source }
+        })?),
         _ => None,
     };
     // Only P holds the server's connection (dropped here): the container ends with P.
-    let (tree, what, dir) = match lower {
+    let (tree, image, dir) = match lower {
         Lower::Dir(d) => {
-            let t = os
-                .clone_tree(d)
-                .map_err(|e| format!("cannot use image directory: {e}"))?;
-            (
-                t,
-                format!("image directory {}", d.display()),
-                Some(d.as_path()),
-            )
+            let t = os.clone_tree(d).map_err(RootError::ImageDir)?;
+            (t, d, Some(d.as_path()))
         }
         Lower::Served { image, attached } => {
-            let t = attached.mount.try_clone().map_err(|e| e.to_string())?;
-            (t, format!("image {}", image.display()), None)
+            let t = attached.mount.try_clone().map_err(RootError::Served)?;
+            (t, image, None)
         }
     };
     let served = dir.is_none();
     let mut stage = Stage::new(os)?;
     let lower_p = stage.dir("lower")?;
-    let dst = os.open_path(&lower_p).map_err(|e| e.to_string())?;
+    let dst = os.open_path(&lower_p)?;
     os.attach_tree(&tree, &dst, &lower_p)
-        .map_err(|e| format!("cannot mount {what}: {e}"))?;
+        .map_err(|source| RootError::Image {
+            kind: if served { "image" } else { "image directory" },
+            image: image.clone(),
+            source,
+        })?;
     if !served && plan.changes != Changes::InPlace {
-        os.remount_readonly(&lower_p).map_err(|e| e.to_string())?;
+        os.remount_readonly(&lower_p)?;
     }
     let kept = kept.map(|t| stage.attach("overlay", &t)).transpose()?;
     let root = stage.root(lower_p, served, &plan.changes, kept, plan.overlay_driver)?;
-    let mut root = Root::open(os, &root).map_err(|e| e.to_string())?;
+    let mut root = Root::open(os, &root)?;
     let files = stage.dir("files")?;
     // Every mount point first: an overlay made for one would hide the mounts made below its
     // directory before it.
@@ -82,7 +146,7 @@ pub(super) fn setup_root<S: Mounts + Namespaces>(
             .filter(|_| !served)
             .chain(tops)
         {
-            os.remount_readonly(&p).map_err(|e| e.to_string())?;
+            os.remount_readonly(&p)?;
         }
     }
     Ok(root.path)
@@ -95,16 +159,14 @@ pub(super) fn setup_root<S: Mounts + Namespaces>(
 fn enter_namespaces<S: Mounts + Namespaces>(
     os: &S,
     plan: &Plan,
-) -> Result<Vec<Option<OwnedFd>>, String> {
+) -> Result<Vec<Option<OwnedFd>>, RootError> {
     let early = || capture_sources(os, plan, true);
-    let slaves = os.enter_mount_namespace_then(sys::Propagation::Private, early);
-    let slaves = slaves.map_err(|e| e.to_string())??;
+    let slaves = os.enter_mount_namespace_then(sys::Propagation::Private, early)??;
     if let Some(h) = &plan.hostname {
-        os.enter_uts_namespace(h).map_err(|e| e.to_string())?;
+        os.enter_uts_namespace(h)?;
     }
     if plan.own_net {
-        os.enter_net_namespace()
-            .map_err(|e| format!("--net: {e}"))?;
+        os.enter_net_namespace().map_err(RootError::Net)?;
     }
     let others = capture_sources(os, plan, false)?;
     Ok(slaves
@@ -126,7 +188,7 @@ fn capture_sources(
     os: &impl Mounts,
     plan: &Plan,
     slaves: bool,
-) -> Result<Vec<Option<OwnedFd>>, String> {
+) -> Result<Vec<Option<OwnedFd>>, RootError> {
     let mut srcs = Vec::with_capacity(plan.mounts.len());
     for m in &plan.mounts {
         srcs.push(match &m.source {
@@ -136,7 +198,10 @@ fn capture_sources(
                 match os.clone_tree(src) {
                     Ok(fd) => Some(fd),
                     Err(_) if m.optional => None,
-                    Err(e) => return Err(format!("cannot bind {}: {e}", src.display())),
+                    Err(source) => {
+                        let src = src.clone();
+                        return Err(RootError::Source { src, source });
+                    }
                 }
             }
             _ => None,
@@ -147,20 +212,15 @@ fn capture_sources(
 
 /// A mount that failed: fine when optional, else the one line, with a hint for a mount point
 /// refused in a directory image (`dir`).
-fn refused(m: &Mount, e: SysError, dir: Option<&Path>) -> Result<(), String> {
+fn refused(m: &Mount, e: SysError, dir: Option<&Path>) -> Result<(), RootError> {
     if m.optional {
         return Ok(());
     }
-    let hint = match dir {
-        Some(d) if mount_point_refused(e.errno()) => format!(
-            " (if this is in the image directory {}: gpurun makes mount points only in a \
-             directory image that is yours and has no mounts below it; chown it, or use a \
-             .sqsh image)",
-            d.display()
-        ),
-        _ => String::new(),
-    };
-    Err(format!("cannot mount {}: {e}{hint}", m.dst.display()))
+    Err(RootError::Mount {
+        dst: m.dst.clone(),
+        source: e,
+        image_dir: dir.map(Path::to_path_buf),
+    })
 }
 
 /// The tmpfs where the container's pieces live inside C's private mount namespace, mounted over
@@ -173,10 +233,9 @@ struct Stage<'s, S: Mounts> {
 }
 
 impl<'s, S: Mounts> Stage<'s, S> {
-    fn new(os: &'s S) -> Result<Self, String> {
+    fn new(os: &'s S) -> Result<Self, RootError> {
         let at = Path::new(STAGE);
-        os.mount_tmpfs(at, 0o755, None, None, sys::Attrs::default())
-            .map_err(|e| e.to_string())?;
+        os.mount_tmpfs(at, 0o755, None, None, sys::Attrs::default())?;
         Ok(Stage {
             os,
             overlays: Vec::new(),
@@ -184,21 +243,19 @@ impl<'s, S: Mounts> Stage<'s, S> {
         })
     }
 
-    fn dir(&self, name: &str) -> Result<PathBuf, String> {
-        let d = Path::new(STAGE).join(name);
-        self.os
-            .mkdir(&d)
-            .map_err(|e| format!("mkdir {}: {e}", d.display()))?;
-        Ok(d)
+    fn dir(&self, name: &str) -> Result<PathBuf, RootError> {
+        let path = Path::new(STAGE).join(name);
+        match self.os.mkdir(&path) {
+            Ok(()) => Ok(path),
+            Err(source) => Err(RootError::Mkdir { path, source }),
+        }
     }
 
     /// A captured tree attached at a new directory `name` of the stage.
-    fn attach(&self, name: &str, tree: &OwnedFd) -> Result<PathBuf, String> {
+    fn attach(&self, name: &str, tree: &OwnedFd) -> Result<PathBuf, RootError> {
         let d = self.dir(name)?;
-        let dst = self.os.open_path(&d).map_err(|e| e.to_string())?;
-        self.os
-            .attach_tree(tree, &dst, &d)
-            .map_err(|e| e.to_string())?;
+        let dst = self.os.open_path(&d)?;
+        self.os.attach_tree(tree, &dst, &d)?;
         Ok(d)
     }
 
@@ -215,12 +272,12 @@ impl<'s, S: Mounts> Stage<'s, S> {
         changes: &Changes,
         kept: Option<PathBuf>,
         driver: OverlayDriver,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, RootError> {
         let top = match changes {
             Changes::InPlace => return Ok(lower),
             Changes::None if served => return Ok(lower),
             Changes::Overlay { dir, readonly } => {
-                let kept = kept.ok_or("--overlay: its directory was not captured")?;
+                let kept = kept.ok_or(RootError::NotCaptured)?;
                 return self.persistent(&lower, &kept, dir, *readonly, driver);
             }
             _ => self.dir("root")?,
@@ -234,8 +291,7 @@ impl<'s, S: Mounts> Stage<'s, S> {
             lowers: vec![&lower],
             upper: Some((&upper, &work)),
         };
-        overlay::mount(self.os, driver, &layers, &top)
-            .map_err(|e| format!("--writable-tmpfs: {e}"))?;
+        overlay::mount(self.os, driver, &layers, &top).map_err(RootError::WritableTmpfs)?;
         Ok(top)
     }
 
@@ -248,21 +304,18 @@ impl<'s, S: Mounts> Stage<'s, S> {
         dir: &Path,
         readonly: bool,
         driver: OverlayDriver,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, RootError> {
         let top = self.dir("root")?;
         let (upper, work) = (at.join("upper"), at.join("work"));
-        let why = |e: String| format!("--overlay {}: {e}", dir.display());
+        let dir = dir.to_path_buf();
         let upper_is_dir = self.os.open_path(&upper).and_then(|d| self.os.is_dir(&d));
         if readonly && !upper_is_dir.unwrap_or(false) {
-            return Err(why(
-                "has no upper/ (a writable --overlay run makes it)".into()
-            ));
+            return Err(RootError::NoUpper { dir });
         }
-        for d in ["upper", "work"].iter().filter(|_| !readonly) {
-            match self.os.mkdir(&at.join(d)) {
-                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                    let e = format!("cannot create {d}/ in it ({e}); give a directory you can write, or add :ro");
-                    return Err(why(e));
+        for sub in ["upper", "work"].into_iter().filter(|_| !readonly) {
+            match self.os.mkdir(&at.join(sub)) {
+                Err(source) if source.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(RootError::OverlaySubdir { dir, sub, source });
                 }
                 _ => {}
             }
@@ -277,20 +330,19 @@ impl<'s, S: Mounts> Stage<'s, S> {
                 upper: Some((&upper, &work)),
             },
         };
-        overlay::mount(self.os, driver, &layers, &top).map_err(why)?;
+        let made = overlay::mount(self.os, driver, &layers, &top);
+        made.map_err(|source| RootError::Overlay { dir, source })?;
         Ok(top)
     }
 
     /// A tmpfs overlay on `lower`, where new entries go, mounted at `at`.
-    fn overlay(&mut self, lower: &Path, at: &Path) -> Result<(), String> {
+    fn overlay(&mut self, lower: &Path, at: &Path) -> Result<(), RootError> {
         let (upper, work) = self.upper_work()?;
-        let os = self.os;
-        os.mount_overlay(lower, &upper, &work, at)
-            .map_err(|e| e.to_string())
+        Ok(self.os.mount_overlay(lower, &upper, &work, at)?)
     }
 
     /// A new overlay's upper and work directories, in the stage.
-    fn upper_work(&mut self) -> Result<(PathBuf, PathBuf), String> {
+    fn upper_work(&mut self) -> Result<(PathBuf, PathBuf), RootError> {
         self.made += 1;
         let n = self.made;
         Ok((

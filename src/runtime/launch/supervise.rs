@@ -92,7 +92,7 @@ pub(super) fn parent_loop(
         let _ = std::fs::remove_file(&h.path);
     }
     if let Some(lost) = lost {
-        return Err(LaunchError::Setup(lost));
+        return Err(lost);
     }
     let mut msg = String::new();
     let _ = File::from(err_r).read_to_string(&mut msg);
@@ -116,21 +116,29 @@ pub(super) fn parent_loop(
 fn wait_child(
     child: Pid,
     mut server: Option<(&OwnedFd, u32, &Path)>,
-) -> Result<(WaitStatus, Option<String>), LaunchError> {
+) -> Result<(WaitStatus, Option<LaunchError>), LaunchError> {
     use std::os::fd::AsFd;
     let mut mask = SigSet::empty();
     for s in FORWARDED {
         mask.add(s);
     }
     mask.add(Signal::SIGCHLD);
-    let sfd = SignalFd::new(&mask).map_err(|e| LaunchError::Setup(format!("signalfd: {e}")))?;
+    let sfd = SignalFd::new(&mask).map_err(|errno| LaunchError::Call {
+        what: "signalfd",
+        errno,
+    })?;
     let mut lost = None;
     loop {
         match sys::wait_for(Some(child), Some(WaitPidFlag::WNOHANG)) {
             Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok((st, lost)),
             Ok(_) => {}
             Err(Errno::EINTR) => continue,
-            Err(e) => return Err(LaunchError::Setup(format!("waitpid: {e}"))),
+            Err(errno) => {
+                return Err(LaunchError::Call {
+                    what: "waitpid",
+                    errno,
+                })
+            }
         }
         let mut fds = vec![sfd.as_fd()];
         fds.extend(server.as_ref().map(|s| s.0.as_fd()));
@@ -141,10 +149,10 @@ fn wait_child(
                     Some(say) if say.is_empty() => {}
                     Some(say) => eprintln!("{say}"),
                     None => {
-                        lost = Some(format!(
-                            "the image server of {} (pid {pid}) exited; the container could no longer read its image",
-                            image.display()
-                        ));
+                        lost = Some(LaunchError::ServerLost {
+                            image: image.to_path_buf(),
+                            pid: *pid,
+                        });
                         let _ = sys::kill(child, Signal::SIGKILL);
                         server = None;
                     }
