@@ -153,8 +153,8 @@ pub struct Recorder {
     calls: RefCell<Vec<Call>>,
     /// The name of each handle given out: the path it stands for.
     names: RefCell<HashMap<RawFd, PathBuf>>,
-    /// (method, path, errno): that method fails at that path.
-    failures: Vec<(&'static str, PathBuf, Errno)>,
+    /// (method, path, errno, once): that method fails at that path (the first time only).
+    failures: RefCell<Vec<(&'static str, PathBuf, Errno, bool)>>,
     /// Host paths that are files (every other one is a directory).
     files: Vec<PathBuf>,
     /// Host symlinks and where they point.
@@ -167,8 +167,18 @@ impl Recorder {
     }
 
     /// `method` (a method's name: "open_in_root", "mount_overlay"…) fails at `path` with `e`.
-    pub fn failing(mut self, method: &'static str, path: &str, e: Errno) -> Recorder {
-        self.failures.push((method, path.into(), e));
+    pub fn failing(self, method: &'static str, path: &str, e: Errno) -> Recorder {
+        self.failures
+            .borrow_mut()
+            .push((method, path.into(), e, false));
+        self
+    }
+
+    /// `failing`, the first time only.
+    pub fn failing_once(self, method: &'static str, path: &str, e: Errno) -> Recorder {
+        self.failures
+            .borrow_mut()
+            .push((method, path.into(), e, true));
         self
     }
 
@@ -199,14 +209,15 @@ impl Recorder {
 
     /// Err where the test asked `method` to fail at `path`.
     fn check(&self, method: &'static str, path: &Path) -> Result<()> {
-        let failure = self
-            .failures
-            .iter()
-            .find(|(m, p, _)| *m == method && p == path);
-        match failure {
-            Some((_, _, errno)) => Err(at(method, path)(*errno)),
-            None => Ok(()),
+        let mut failures = self.failures.borrow_mut();
+        let Some(i) = (failures.iter()).position(|(m, p, _, _)| *m == method && p == path) else {
+            return Ok(());
+        };
+        let errno = failures[i].2;
+        if failures[i].3 {
+            failures.remove(i);
         }
+        Err(at(method, path)(errno))
     }
 
     fn check_io(&self, method: &'static str, path: &Path) -> std::io::Result<()> {

@@ -2,6 +2,7 @@
 //! fake of `sys::seam` (no root needed): what C does in root.rs `setup_root`, and what P
 //! enters before the fork (mod.rs `enter_namespaces`).
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use super::enter_namespaces;
@@ -10,6 +11,7 @@ use super::root::{setup_root, RootError};
 use crate::mount::{Mount, MountFlags, MountSource, OverlayDriver, Propagation, PropagationKind};
 use crate::runtime::plan::{Changes, IdMap, Plan, RootSource};
 use crate::sys::fake::Recorder;
+use crate::sys::seam::Mounts;
 use nix::errno::Errno;
 
 /// alice's plan of `mounts` and `changes` on the directory image /img, otherwise plain.
@@ -172,6 +174,44 @@ fn binds_contain_and_namespaces() {
         assert_eq!(got, want, "{name}");
         assert_eq!(root, Path::new("/tmp/root"), "{name}");
     }
+}
+
+/// The image as its server lends it (a .sqsh): the server's read-only mount is the root itself,
+/// and a mount point it lacks (EROFS) gets an overlay on its nearest directory, the root here,
+/// made read-only again once the mounts are in.
+#[test]
+fn served_image_and_a_mount_point_it_lacks() {
+    use crate::runtime::image_server::attach::Attached;
+    let os = Recorder::new().failing_once("open_in_root", "/data", Errno::EROFS);
+    let devnull = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+    let attached = Attached {
+        mount: os.open_path(Path::new("/served")).unwrap(),
+        conn: devnull(),
+        server: 1,
+    };
+    let lower = Lower::Served {
+        image: "/img.sqsh".into(),
+        attached,
+    };
+    let plan = plan(vec![Mount::bind("/srv/data", "/data", true)], Changes::None);
+    let root = setup_root(&os, &plan, &lower).unwrap();
+    let want = [
+        "unshare mnt",
+        "propagation / Private",
+        "open_tree /srv/data",
+        "tmpfs /tmp mode=755 -",
+        "mkdir /tmp/lower",
+        "move_mount /served /tmp/lower",
+        "mkdir /tmp/files",
+        "mkdir /tmp/upper1",
+        "mkdir /tmp/work1",
+        "overlay /tmp/lower lower=/tmp/lower upper=/tmp/upper1 work=/tmp/work1",
+        "setattr /srv/data ro",
+        "move_mount /srv/data /tmp/lower/data",
+        "remount /tmp/lower ro",
+    ];
+    assert_eq!(os.lines(), want);
+    assert_eq!(root, Path::new("/tmp/lower"));
 }
 
 /// GPU devices in gpurun's own /dev, and driver files as gpu::prepare plans them.

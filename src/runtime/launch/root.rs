@@ -35,9 +35,6 @@ pub(super) enum RootError {
     Source { src: PathBuf, source: SysError },
     #[error("cannot use image directory: {0}")]
     ImageDir(SysError),
-    /// The copy of the image server's mount.
-    #[error("{0}")]
-    Served(std::io::Error),
     #[error("cannot mount {} {}: {source}", .kind, .image.display())]
     Image {
         kind: &'static str,
@@ -98,22 +95,20 @@ pub(super) fn setup_root<S: Mounts + Namespaces>(
         })?),
         _ => None,
     };
-    // Only P holds the server's connection (dropped here): the container ends with P.
+    // Only P holds the server's connection: the container ends with P.
+    let captured;
     let (tree, image, dir) = match lower {
         Lower::Dir(d) => {
-            let t = os.clone_tree(d).map_err(RootError::ImageDir)?;
-            (t, d, Some(d.as_path()))
+            captured = os.clone_tree(d).map_err(RootError::ImageDir)?;
+            (&captured, d, Some(d.as_path()))
         }
-        Lower::Served { image, attached } => {
-            let t = attached.mount.try_clone().map_err(RootError::Served)?;
-            (t, image, None)
-        }
+        Lower::Served { image, attached } => (&attached.mount, image, None),
     };
     let served = dir.is_none();
     let mut stage = Stage::new(os)?;
     let lower_p = stage.dir("lower")?;
     let dst = os.open_path(&lower_p)?;
-    os.attach_tree(&tree, &dst, &lower_p)
+    os.attach_tree(tree, &dst, &lower_p)
         .map_err(|source| RootError::Image {
             kind: if served { "image" } else { "image directory" },
             image: image.clone(),
