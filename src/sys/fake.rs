@@ -194,10 +194,6 @@ impl Recorder {
         self
     }
 
-    pub fn calls(&self) -> Vec<Call> {
-        self.calls.borrow().clone()
-    }
-
     /// The calls, one line each (`Call`'s Display).
     pub fn lines(&self) -> Vec<String> {
         self.calls.borrow().iter().map(Call::to_string).collect()

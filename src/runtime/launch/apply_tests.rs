@@ -306,16 +306,20 @@ fn writable_roots() {
     let resolv = MountSource::HostCopy {
         src: "/etc/resolv.conf".into(),
     };
+    let localtime = MountSource::HostCopy {
+        src: "/etc/localtime".into(),
+    };
     let fakeroot = || {
         let ids = vec![
             at("/etc/passwd", passwd.clone()),
             at("/etc/resolv.conf", resolv.clone()),
+            at("/etc/localtime", localtime.clone()),
         ];
         plan(ids, Changes::Tmpfs)
     };
     let tmpfs_root = [
         &PRIVATE_NS[..],
-        &["open_tree /etc/resolv.conf"],
+        &["open_tree /etc/resolv.conf", "open_tree /etc/localtime"],
         &IMAGE,
         &[
             "mkdir /tmp/root",
@@ -326,11 +330,18 @@ fn writable_roots() {
         ],
     ]
     .concat();
-    let refusing = Recorder::new().with_file("/etc/resolv.conf").failing(
-        "write_in_root",
-        "/etc/passwd",
-        Errno::EROFS,
-    );
+    // a host symlink stays one where the image has its target (enroot's /etc/localtime)
+    let host = || {
+        let zone = "/usr/share/zoneinfo/UTC";
+        Recorder::new()
+            .with_file("/etc/resolv.conf")
+            .with_link("/etc/localtime", zone)
+    };
+    let localtime_copied = [
+        "unlink in root /etc/localtime",
+        "symlink in root /etc/localtime -> /usr/share/zoneinfo/UTC",
+    ];
+    let refusing = host().failing("write_in_root", "/etc/passwd", Errno::EROFS);
     let table: Vec<(&str, Plan, Recorder, Vec<&str>)> = vec![
         (
             "--overlay DIR",
@@ -366,7 +377,7 @@ fn writable_roots() {
         (
             "--writable-tmpfs --fakeroot",
             fakeroot(),
-            Recorder::new().with_file("/etc/resolv.conf"),
+            host(),
             [
                 &tmpfs_root[..],
                 &[
@@ -374,6 +385,7 @@ fn writable_roots() {
                     "unlink in root /etc/resolv.conf",
                     "write in root /etc/resolv.conf",
                 ],
+                &localtime_copied,
             ]
             .concat(),
         ),
@@ -391,6 +403,7 @@ fn writable_roots() {
                     "unlink in root /etc/resolv.conf",
                     "write in root /etc/resolv.conf",
                 ],
+                &localtime_copied,
             ]
             .concat(),
         ),
