@@ -353,6 +353,43 @@ mod tests {
         assert!(marker_window, "the marker/window path was never taken");
     }
 
+    /// A seeded corpus of random streams: text, noise and runs in random order and sizes, at
+    /// every gzip level; the seed is printed so that a failure can be replayed.
+    #[test]
+    fn random_streams_are_byte_equal_to_one_core() {
+        let seed = std::env::var("GPURUN_INFLATE_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                t.map_or(1, |d| d.as_nanos() as u64 | 1)
+            });
+        eprintln!("GPURUN_INFLATE_SEED={seed}");
+        let mut r = noise(4096, seed).into_iter().map(u64::from);
+        let mut next = move |n: u64| r.next().unwrap_or(7) * 2654435761 % n;
+        for case in 0..10 {
+            let mut data = Vec::new();
+            for part in 0..1 + next(5) {
+                let len = (next(3 * 1024) * 1024) as usize;
+                let s = seed + case * 8 + part;
+                match next(3) {
+                    0 => data.extend_from_slice(&text(len, s)),
+                    1 => data.extend_from_slice(&noise(len, s)),
+                    _ => data.extend(std::iter::repeat_n(next(256) as u8, len)),
+                }
+            }
+            let level = next(10) as u32;
+            let blob = flate2_gz(&data, level);
+            let (got, _) = parallel(&blob, 2);
+            let got = got.unwrap_or_else(|e| panic!("case {case} (level {level}): {e}"));
+            assert!(
+                got == data,
+                "case {case} (level {level}, {} bytes) differs",
+                data.len()
+            );
+        }
+    }
+
     #[test]
     fn cut_and_corrupt_streams_fail_as_on_one_core() {
         let blob = mixed();
