@@ -365,7 +365,7 @@ _gpurun() {
             return 0
             ;;
         gpurun__subcmd__pull)
-            opts="-o -F -j -q -v -h -V --output --platform --insecure --force --into-cache --jobs --quiet --verbose --debug --help --version"
+            opts="-o -F -j -q -v -h -V --output --platform --insecure --force --into-cache --for-start --jobs --quiet --verbose --debug --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

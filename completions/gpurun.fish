@@ -157,6 +157,7 @@ complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s j -l jobs -d 'Thr
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l insecure -d 'Allow plain http to a registry that is not on loopback'
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s F -l force -d 'Replace the output file if it exists'
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l into-cache -d 'Keep the image in the cache, as `exec docker://…` and `exec podman://…` do (converted once, kept by digest or image ID), instead of writing a file, and print its path'
+complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l for-start -d 'With --into-cache: unpack the image to start from it at once, then write it (run by `exec docker://…` for an image not cached yet; image/pull/for_start.rs)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s q -l quiet -d 'Print only errors'
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -s v -l verbose -d 'Say what gpurun does (mounts, binds, devices)'
 complete -c gpurun -n "__fish_gpurun_using_subcommand pull" -l debug -d 'Also print the cause chain of errors and every mount'
