@@ -1,0 +1,283 @@
+//! The options as a `gpurun hold` command line.
+
+use std::path::{Path, PathBuf};
+
+use mount_grammar::pyxis::Mount;
+use mount_grammar::Bind;
+
+use super::container_opts::ContainerOpts;
+use super::values::{Image, Unshare};
+
+fn absolute(cwd: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        cwd.join(p)
+    }
+}
+
+/// Where and how the holder starts, besides the options.
+pub struct HoldCtx<'a> {
+    /// The job's working directory: relative paths are taken from it.
+    pub cwd: &'a Path,
+    /// The holder's state file.
+    pub state: &'a Path,
+    /// Whether the image's entrypoint runs (the option, else plugstack.conf's
+    /// execute_entrypoint).
+    pub entrypoint: bool,
+    /// The node's host name, the container's in a UTS namespace of its own.
+    pub hostname: &'a str,
+    /// The job's id: a named container is the job's.
+    pub job: u32,
+    /// The job's `$HOME` where it is a directory: bound as the container's home, at `/root`
+    /// with remap-root (enroot's home hook binds `$HOME`, not the user database's home).
+    pub home: Option<&'a Path>,
+    /// The user's directory of named containers on this node (named.rs `prepare`).
+    pub containers: &'a Path,
+}
+
+/// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
+pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, String> {
+    let image = match o.image.as_ref() {
+        Some(Image::File(p)) => absolute(at.cwd, p).display().to_string(),
+        Some(Image::Registry(r) | Image::Podman(r)) => r.clone(),
+        None if o.name.is_some() => String::new(),
+        None => return Err("no --container-image".into()),
+    };
+    let mut a = vec!["hold".to_string()];
+    for m in &o.mounts {
+        let (flag, value) = match m {
+            // the grammar gpurun's --bind reads writes it back, SRC from the job's directory
+            Mount::Bind(b) => {
+                let src = absolute(at.cwd, &b.src);
+                ("--bind", Bind { src, ..b.clone() }.to_string())
+            }
+            Mount::Tmpfs { dst, opts } => {
+                let dst = dst.display().to_string();
+                match opts.is_empty() {
+                    true => ("--tmpfs", dst),
+                    false => ("--tmpfs", format!("{dst}:{}", opts.join(","))),
+                }
+            }
+            Mount::Umount(dst) => ("--no-mount", dst.display().to_string()),
+        };
+        a.extend([flag.to_string(), value]);
+    }
+    match &o.workdir {
+        Some(w) => a.extend(["--pwd".to_string(), w.display().to_string()]),
+        None => a.push("--image-workdir".into()),
+    }
+    for ns in &o.unshare {
+        match ns {
+            Unshare::Uts => a.extend(["--hostname".to_string(), at.hostname.to_string()]),
+            Unshare::Net => a.push("--net".into()),
+            Unshare::Ipc => a.push("--ipc".into()),
+        }
+    }
+    // gpurun's defaults are pyxis's usual ones: read-only root, own uid, home bound
+    let flags = [
+        // a named container's root is writable: its changes are what it keeps
+        (
+            o.writable == Some(true) && o.name.is_none(),
+            "--writable-tmpfs",
+        ),
+        // neither: the site's default (gpurun's writable_root, pyxis's ENROOT_ROOTFS_WRITABLE)
+        (o.writable == Some(false) && o.name.is_none(), "--read-only"),
+        (o.remap_root == Some(true), "--fakeroot"),
+        (o.mount_home == Some(false), "--no-home"),
+        (at.entrypoint, "--entrypoint"),
+    ];
+    a.extend(
+        flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, f)| f.to_string()),
+    );
+    if let (Some(h), false) = (at.home, o.mount_home == Some(false)) {
+        let dst = match o.remap_root == Some(true) {
+            true => Path::new("/root"),
+            false => h,
+        };
+        a.extend([
+            "--home".into(),
+            format!("{}:{}", h.display(), dst.display()),
+        ]);
+    }
+    if let Some(s) = &o.save {
+        a.push("--save".into());
+        a.push(absolute(at.cwd, s).display().to_string());
+    }
+    if let Some(n) = &o.name {
+        a.extend(["--name".to_string(), format!("{}.{}", at.job, n.name)]);
+        a.extend(["--containers".into(), at.containers.display().to_string()]);
+        if n.create {
+            a.push("--name-create".into());
+        }
+    }
+    if !image.is_empty() {
+        a.push(image);
+    }
+    a.push("--state".into());
+    a.push(at.state.display().to_string());
+    Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::table::*;
+    use super::*;
+    fn at<'a>(cwd: &'a str, state: &'a str, entrypoint: bool) -> HoldCtx<'a> {
+        HoldCtx {
+            cwd: Path::new(cwd),
+            state: Path::new(state),
+            entrypoint,
+            hostname: "node1",
+            job: 42,
+            home: None,
+            containers: Path::new("/c/1000"),
+        }
+    }
+
+    #[test]
+    fn named_holder_command_line() {
+        type Case<'a> = (&'a [(usize, Option<&'a str>)], &'a str);
+        let cases: [Case; 2] = [
+            // no image: the holder runs the one the container was made from
+            (
+                &[(NAME, Some("c1:create"))],
+                "hold --image-workdir --name 42.c1 --containers /c/1000 --name-create --state /s",
+            ),
+            // writable anyway: no tmpfs over the kept changes
+            (
+                &[
+                    (NAME, Some("c1")),
+                    (IMAGE, Some("/i.sqsh")),
+                    (WRITABLE, None),
+                ],
+                "hold --image-workdir --name 42.c1 --containers /c/1000 /i.sqsh --state /s",
+            ),
+        ];
+        for (set, want) in cases {
+            let mut o = ContainerOpts::default();
+            for (i, arg) in set {
+                o.set(*i, *arg).unwrap();
+            }
+            let args = holder_args(&o, &at("/w", "/s", false)).unwrap();
+            assert_eq!(args.join(" "), want);
+        }
+    }
+
+    #[test]
+    fn holder_command_line() {
+        let mut o = ContainerOpts::default();
+        assert!(holder_args(&o, &at("/w", "/s", false)).is_err());
+        o.set(IMAGE, Some("./img.sqsh")).unwrap();
+        assert_eq!(
+            holder_args(&o, &at("/home/u/job", "/tmp/d/state.json", false)).unwrap(),
+            [
+                "hold",
+                "--image-workdir",
+                "/home/u/job/./img.sqsh",
+                "--state",
+                "/tmp/d/state.json"
+            ]
+        );
+        // podman://: as given, for the node's gpurun to convert from the user's store there.
+        o.set(IMAGE, Some("podman://localhost/app:v1")).unwrap();
+        assert_eq!(
+            holder_args(&o, &at("/w", "/s", false)).unwrap().join(" "),
+            "hold --image-workdir podman://localhost/app:v1 --state /s"
+        );
+        o.set(IMAGE, Some("ubuntu")).unwrap();
+        o.set(
+            MOUNTS,
+            Some("data:/data:ro+nodev,/scratch,umount:/etc/hosts,tmpfs:/t:size=1G+mode=700"),
+        )
+        .unwrap();
+        o.set(WORKDIR, Some("/data")).unwrap();
+        o.set(UNSHARE, Some("uts,net,ipc")).unwrap();
+        for f in [WRITABLE, REMAP_ROOT, NO_HOME] {
+            o.set(f, None).unwrap();
+        }
+        o.set(SAVE, Some("out/saved.sqsh")).unwrap();
+        assert_eq!(
+            holder_args(&o, &at("/w", "/s", true)).unwrap(),
+            [
+                "hold",
+                "--bind",
+                "/w/data:/data:ro+nodev",
+                "--bind",
+                "/scratch:/scratch",
+                "--no-mount",
+                "/etc/hosts",
+                "--tmpfs",
+                "/t:size=1G,mode=700",
+                "--pwd",
+                "/data",
+                "--hostname",
+                "node1",
+                "--net",
+                "--ipc",
+                "--writable-tmpfs",
+                "--fakeroot",
+                "--no-home",
+                "--entrypoint",
+                "--save",
+                "/w/out/saved.sqsh",
+                "docker://ubuntu",
+                "--state",
+                "/s"
+            ]
+        );
+        // the defaults spelled out change nothing: own uid, home bound; the root is the
+        // site's default (writable_root) unless --container-readonly says read-only
+        let mut d = ContainerOpts::default();
+        d.set(IMAGE, Some("/i.sqsh")).unwrap();
+        for f in [NO_REMAP_ROOT, MOUNT_HOME] {
+            d.set(f, None).unwrap();
+        }
+        let plain = ["hold", "--image-workdir", "/i.sqsh", "--state", "/s"];
+        assert_eq!(holder_args(&d, &at("/w", "/s", false)).unwrap(), plain);
+        d.set(READONLY, None).unwrap();
+        assert_eq!(
+            holder_args(&d, &at("/w", "/s", false)).unwrap(),
+            [
+                "hold",
+                "--image-workdir",
+                "--read-only",
+                "/i.sqsh",
+                "--state",
+                "/s"
+            ]
+        );
+    }
+
+    /// The job's `$HOME` is the container's home, at `/root` with remap-root (enroot's home
+    /// hook), and nowhere with --no-container-mount-home.
+    #[test]
+    fn home_from_the_job() {
+        let home = Path::new("/tmp");
+        for (flags, want) in [
+            (&[][..], Some("/tmp:/tmp")),
+            (&[MOUNT_HOME][..], Some("/tmp:/tmp")),
+            (&[REMAP_ROOT, MOUNT_HOME][..], Some("/tmp:/root")),
+            (&[REMAP_ROOT, NO_HOME][..], None),
+        ] {
+            let mut o = ContainerOpts::default();
+            o.set(IMAGE, Some("/i.sqsh")).unwrap();
+            for f in flags {
+                o.set(*f, None).unwrap();
+            }
+            let at = HoldCtx {
+                home: Some(home),
+                ..at("/w", "/s", false)
+            };
+            let args = holder_args(&o, &at).unwrap();
+            let got = args
+                .iter()
+                .position(|a| a == "--home")
+                .map(|i| args[i + 1].as_str());
+            assert_eq!(got, want, "{flags:?}");
+        }
+    }
+}
