@@ -1,49 +1,12 @@
 use std::path::PathBuf;
 
-use gpurun::cli::{split_target, CacheCommand, Command, ConfigCommand, LaunchOpts};
+use gpurun::cli::{CacheCommand, Command, ConfigCommand};
 use gpurun::config::{Config, Origin};
 use gpurun::runtime::first_start::FirstStartError;
-use gpurun::runtime::plan::{Action, Request};
-use gpurun::runtime::start::{start, Launch, StartError};
+use gpurun::runtime::plan::Action;
+use gpurun::runtime::start::{start, Launch, Settings, StartError};
 
 const FAILED: i32 = gpurun::exit::GPURUN_FAILED;
-
-/// The site's and user's default binds and GPURUN_BIND come first, --bind after (all apply).
-/// --containall is --contain and --cleanenv, in PID and IPC namespaces of its own. The
-/// config's writable_root and overlay_driver come with the request.
-fn request(o: &LaunchOpts, cfg: &Config) -> Request {
-    let from_files = |b: &&gpurun::config::Sourced<String>| !matches!(b.from, Origin::Env(_));
-    let site_binds = cfg.binds.iter().filter(from_files).map(|b| b.value.clone());
-    let env_binds = cfg.binds.iter().filter(|b| !from_files(b));
-    let mut binds: Vec<String> = env_binds.map(|b| b.value.clone()).collect();
-    binds.extend(o.bind.iter().cloned());
-    Request {
-        binds,
-        tmpfs: o.tmpfs.clone(),
-        site_binds: site_binds.collect(),
-        contain: o.contain || o.containall,
-        no_home: o.no_home,
-        home: o.home.clone(),
-        no_mount: o.no_mount.clone(),
-        hostname: o.hostname.clone(),
-        pwd: o.pwd.clone(),
-        cleanenv: o.cleanenv || o.containall,
-        env: o.env.clone(),
-        env_files: Vec::new(),
-        writable_tmpfs: o.writable_tmpfs,
-        read_only: o.read_only,
-        writable_by_default: cfg.writable_root.value,
-        writable: o.writable,
-        overlay: o.overlay.clone(),
-        overlay_driver: cfg.overlay_driver(),
-        own_pid: o.containall || o.pid,
-        own_ipc: o.containall || o.ipc,
-        net: o.net,
-        network: o.network.clone(),
-        save_changes: None,
-        fakeroot: o.fakeroot,
-    }
-}
 
 struct Ctx {
     cfg: Config,
@@ -52,29 +15,9 @@ struct Ctx {
     debug: bool,
 }
 
-fn launch(
-    image: String,
-    o: LaunchOpts,
-    action: Action,
-    state: Option<PathBuf>,
-    ctx: &Ctx,
-) -> Launch {
-    let gpu = o
-        .gpu
-        .opts(&ctx.cfg.nv_driver_paths.value, ctx.cfg.cdi_spec_dirs());
-    Launch {
-        image,
-        request: request(&o, &ctx.cfg),
-        env_files: o.env_file.clone(),
-        action,
-        dry_run: o.dry_run,
-        state,
-        gpu,
-        compression: ctx.cfg.compression.value.clone(),
-        quiet: ctx.quiet,
-        log: if ctx.debug { 2 } else { u8::from(ctx.verbose) },
-        server_idle: ctx.cfg.server_idle(),
-        save: None,
+impl Ctx {
+    fn settings(&self) -> Settings {
+        gpurun::cli::launch::settings(&self.cfg, self.quiet, self.verbose, self.debug)
     }
 }
 
@@ -102,8 +45,9 @@ fn hold(mut a: gpurun::cli::HoldArgs, ctx: &Ctx) -> i32 {
             }
         }
     };
-    let l = launch(image, a.opts, action, Some(a.state), ctx);
-    go(Launch { save: a.save, ..l }, ctx)
+    let target = (image, action);
+    let l = (a.opts).launch(target, a.save, Some(a.state), &ctx.cfg, ctx.settings());
+    go(l, ctx)
 }
 
 /// `gpurun stop [IMAGE]`: a line for each server stopped.
@@ -218,20 +162,9 @@ fn setup(args: Vec<std::ffi::OsString>) -> (Command, Ctx) {
 /// Run one command; its exit code.
 fn dispatch(command: Command, ctx: &Ctx) -> i32 {
     match command {
-        Command::Exec(a) => {
-            let (image, command) = split_target(&a.target);
-            let l = launch(image, a.opts, Action::Exec(command), None, ctx);
-            go(Launch { save: a.save, ..l }, ctx)
-        }
-        Command::Run(a) => {
-            let (image, args) = split_target(&a.image.target);
-            go(launch(image, a.opts, Action::Run(args), None, ctx), ctx)
-        }
-        Command::Shell(a) => {
-            let (image, args) = split_target(&a.image.target);
-            let action = Action::Shell(a.shell, args);
-            go(launch(image, a.opts, action, None, ctx), ctx)
-        }
+        Command::Exec(a) => go(a.launch(&ctx.cfg, ctx.settings()), ctx),
+        Command::Run(a) => go(a.launch(&ctx.cfg, ctx.settings()), ctx),
+        Command::Shell(a) => go(a.launch(&ctx.cfg, ctx.settings()), ctx),
         Command::Hold(a) => hold(a, ctx),
         Command::Pull(args) => pull(args, ctx),
         Command::Gpus(a) => {

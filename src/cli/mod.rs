@@ -1,11 +1,13 @@
 //! Command-line definitions. Also the source of completions/ and man/ (`tests/regenerate.sh`):
 //! [`command`] is the one place the clap command is built, with every option's `GPURUN_<FLAG>`
 //! variable (`flag_vars`). Apptainer's and pyxis' options gpurun lacks are answered by `foreign`;
-//! the man pages' EXAMPLES and ENVIRONMENT sections are kept in `man`.
+//! the man pages' EXAMPLES and ENVIRONMENT sections are kept in `man`; `launch` makes a launch's
+//! options the runtime's `Launch`.
 
 pub mod complete;
 pub mod flag_vars;
 pub mod foreign;
+pub mod launch;
 pub mod man;
 
 use std::path::PathBuf;
@@ -324,8 +326,8 @@ pub struct GpuArgs {
 }
 
 impl GpuArgs {
-    /// The options for gpu/: these, the configuration's CDI spec directories, and the driver
-    /// paths given here or else configured.
+    /// The options for gpu/: these, the configuration's CDI spec directories, the driver
+    /// paths given here or else configured, and the user's cache for the facts kept.
     pub fn opts(
         &self,
         configured_driver_paths: &[PathBuf],
@@ -341,7 +343,7 @@ impl GpuArgs {
             driver: DriverPaths {
                 paths: self.driver.or_configured(configured_driver_paths),
             },
-            kept_facts: None,
+            kept_facts: Some(crate::store::cache_dir::cache_root()),
         }
     }
 }

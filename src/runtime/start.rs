@@ -79,16 +79,26 @@ impl StartError {
     }
 }
 
-/// A launch as the command line describes it.
+/// A launch as the command line describes it: the plan's request, and what the start does
+/// around the plan.
 pub struct Launch {
     pub image: String,
-    pub request: Request,
-    pub env_files: Vec<PathBuf>,
     pub action: Action,
+    pub request: Request,
+    /// `--env-file`: read when the launch starts, for the plan's environment.
+    pub env_files: Vec<PathBuf>,
+    pub gpu: crate::gpu::GpuOpts,
     pub dry_run: bool,
     /// For `hold`: where to write the state once ready.
     pub state: Option<PathBuf>,
-    pub gpu: crate::gpu::GpuOpts,
+    /// `--save OUT`: the root, with its changes, written as a new image once the command
+    /// has succeeded (a holder's: once it is stopped).
+    pub save: Option<PathBuf>,
+    pub settings: Settings,
+}
+
+/// What the configuration and the global options say of every launch.
+pub struct Settings {
     /// The squashfs compressor when a `docker://` image is pulled first (zstd when `None`).
     pub compression: Option<String>,
     /// No progress output when a `docker://` image is pulled first.
@@ -99,9 +109,6 @@ pub struct Launch {
     /// How long an image server waits for another container before it exits; zero: the
     /// container gets a server of its own (runtime/image_server/serve.rs).
     pub server_idle: Duration,
-    /// `--save OUT`: the root, with its changes, written as a new image once the command
-    /// has succeeded (a holder's: once it is stopped).
-    pub save: Option<PathBuf>,
 }
 
 /// `--save OUT`: where the image goes, and the overlay directory collecting the changes (in
@@ -500,8 +507,8 @@ fn warn_legacy_env(env: &[(String, String)], quiet: bool) {
 /// Run a launch; returns the exit code for gpurun.
 pub fn start(l: Launch) -> Result<i32, StartError> {
     let pull = PullOptions {
-        quiet: l.quiet,
-        compression: l.compression.clone(),
+        quiet: l.settings.quiet,
+        compression: l.settings.compression.clone(),
         ..Default::default()
     };
     let (image, unpacked_pull) = Image::open(&l.image, &pull)?;
@@ -511,18 +518,14 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         group: image_group,
         ..
     } = image.facts()?;
-    let mut request = l.request.clone();
-    for f in &l.env_files {
-        let text = std::fs::read_to_string(f).map_err(|e| StartError::EnvFile(f.clone(), e))?;
-        request.env_files.extend(parse_env_file(f, &text)?);
-    }
-
+    let env_files = read_env_files(&l.env_files)?;
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
     let env = host_env();
-    warn_legacy_env(&env, l.quiet);
+    warn_legacy_env(&env, l.settings.quiet);
     let (user, home, group) = names(uid, gid, &env);
-    let extras = gpu_extras(&l, &env, &meta.env, &image)?;
+    let extras = gpu_extras(&l.gpu, &env, &meta.env, &image)?;
+    let mut saving = Save::prepare(&l, &meta)?;
     let host_exists = plan::HostPath::of;
     let host = HostView {
         uid: uid.as_raw(),
@@ -539,10 +542,10 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
             Vec::new()
         },
         tty: caller_tty(),
+        env_files,
+        save_changes: saving.as_ref().map(|s| s.dir.0.clone()),
         exists: &host_exists,
     };
-    let mut saving = Save::prepare(&l, &meta)?;
-    request.save_changes = saving.as_ref().map(|s| s.dir.0.clone());
     let image_exists = |p: &str| image.exists(p);
     let view = ImageView {
         root: image.root(),
@@ -551,8 +554,8 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         group: image_group,
         exists: &image_exists,
     };
-    let plan = plan::plan(&request, &l.action, &host, &view, &extras)?;
-    log_plan(&plan, l.log);
+    let plan = plan::plan(&l.request, &l.action, &host, &view, &extras)?;
+    log_plan(&plan, l.settings.log);
     if l.dry_run {
         println!(
             "{}",
@@ -567,15 +570,25 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
             .filter_map(|m| m.dst.strip_prefix("/").ok().map(Path::to_path_buf))
             .collect();
     }
-    let lower = image.lower(l.server_idle)?;
+    let lower = image.lower(l.settings.server_idle)?;
     let status = launch::run(&plan, &lower, hold);
     if let Some(p) = unpacked_pull {
-        p.finish(l.quiet);
+        p.finish(l.settings.quiet);
     }
     match saving {
         Some(s) => s.finish(status?, &lower, &pull),
         None => Ok(status?),
     }
+}
+
+/// The variables of the `--env-file` files, in order.
+fn read_env_files(files: &[PathBuf]) -> Result<Vec<(String, String)>, StartError> {
+    let mut vars = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(f).map_err(|e| StartError::EnvFile(f.clone(), e))?;
+        vars.extend(parse_env_file(f, &text)?);
+    }
+    Ok(vars)
 }
 
 /// The first value of `key` in `env`.
@@ -607,7 +620,7 @@ fn names(uid: Uid, gid: Gid, env: &[(String, String)]) -> (String, PathBuf, Stri
 
 /// The GPU plan (driver files, devices, environment) and CDI devices, as the plan's extras.
 fn gpu_extras(
-    l: &Launch,
+    gpu_opts: &crate::gpu::GpuOpts,
     env: &[(String, String)],
     meta_env: &[String],
     image: &Image,
@@ -617,12 +630,8 @@ fn gpu_extras(
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let gpu_opts = crate::gpu::GpuOpts {
-        kept_facts: Some(cache_root()),
-        ..l.gpu.clone()
-    };
-    let cdi = crate::gpu::cdi_devices(&gpu_opts)?;
-    let gpu = crate::gpu::prepare(&gpu_opts, cdi.as_ref(), env, &image_env, &|d| image.list(d))?;
+    let cdi = crate::gpu::cdi_devices(gpu_opts)?;
+    let gpu = crate::gpu::prepare(gpu_opts, cdi.as_ref(), env, &image_env, &|d| image.list(d))?;
     let mut extras = match gpu {
         Some(g) => {
             for w in &g.warnings {

@@ -61,6 +61,7 @@ pub(super) fn parse_no_mount(names: &[String]) -> Result<Skips, PlanError> {
 /// container's (--overlay), where packages may replace them (enroot copies them too).
 pub(super) fn tmp_and_host_files(
     req: &Request,
+    host: &HostView,
     skips: &Skips,
     changes: &Changes,
     mounts: &mut Vec<Mount>,
@@ -77,7 +78,7 @@ pub(super) fn tmp_and_host_files(
         }
     }
     // not into what --save keeps: the host's files are not the image's
-    let copied = req.save_changes.is_none()
+    let copied = host.save_changes.is_none()
         && matches!(
             changes,
             Changes::Tmpfs
@@ -400,11 +401,19 @@ mod tests {
             (req(|r| r.writable_tmpfs = true), &copied),
             (req(|r| r.overlay = Some("/o".into())), &copied),
             (req(|r| r.overlay = Some("/o:ro".into())), &bound),
-            (req(|r| r.save_changes = Some("/s".into())), &bound),
         ];
         for (req, want) in cases {
             let p = exec_plan(&req).unwrap();
             assert_eq!(at_of(&p, "/etc/localtime").as_ref(), Some(want), "{req:?}");
         }
+        // --save's changes directory
+        let saving = HostView {
+            save_changes: Some("/s".into()),
+            ..alice(HOMEDIR.cwd, Vec::new(), Vec::new())
+        };
+        let image = image_of(ImageMeta::default());
+        let exec = Action::Exec(vec![]);
+        let p = plan(&req(|_| {}), &exec, &saving, &image, &Extras::default()).unwrap();
+        assert_eq!(at_of(&p, "/etc/localtime"), Some(bound));
     }
 }

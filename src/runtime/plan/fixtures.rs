@@ -53,6 +53,8 @@ pub(super) fn alice(
         env,
         dev,
         tty: None,
+        env_files: Vec::new(),
+        save_changes: None,
         exists: &host_exists,
     }
 }

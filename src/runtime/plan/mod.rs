@@ -39,7 +39,7 @@ pub fn plan(
     let mut skips = parse_no_mount(&req.no_mount)?;
     check_namespaces(req)?;
     let changes = changes(req, host, &image.root)?;
-    tmp_and_host_files(req, &skips, &changes, &mut mounts);
+    tmp_and_host_files(req, host, &skips, &changes, &mut mounts);
     let (uid, gid, home) = user_and_home(req, host, image, &mut skips, &changes, &mut mounts)?;
     apt_sandbox(req, image, &mut mounts);
     binds(req, host, &skips, &mut mounts)?;
@@ -54,7 +54,7 @@ pub fn plan(
         host_drop: &extras.host_env_drop,
         cleanenv: req.cleanenv,
         image: &image.meta.env,
-        files: &req.env_files,
+        files: &host.env_files,
         cli: &req.env,
         forced: &forced,
         ld_library_path_prepend: &extras.ld_library_path_prepend,

@@ -138,7 +138,8 @@ pub enum Action {
 /// stops itself, so that the environment the entrypoint exec'd it with can be read.
 pub const HOLD_STOP: [&str; 3] = ["sh", "-c", "kill -STOP $$"];
 
-/// The user's request (from the command line).
+/// The user's request: the command line's options with the configuration's defaults, complete
+/// once the command line is read (cli/launch.rs makes it; `start` passes it on unchanged).
 #[derive(Debug, Clone, Default)]
 pub struct Request {
     /// `GPURUN_BIND` and `--bind`.
@@ -157,8 +158,6 @@ pub struct Request {
     pub pwd: Option<PathBuf>,
     pub cleanenv: bool,
     pub env: Vec<String>,
-    /// Parsed --env-file contents.
-    pub env_files: Vec<(String, String)>,
     pub writable_tmpfs: bool,
     /// `--read-only`: no changes, whatever the site's default.
     pub read_only: bool,
@@ -169,8 +168,6 @@ pub struct Request {
     pub writable: bool,
     /// `--overlay DIR[:ro]`.
     pub overlay: Option<String>,
-    /// `--save`: the overlay directory that collects the changes to save.
-    pub save_changes: Option<PathBuf>,
     /// The site's `overlay_driver`.
     pub overlay_driver: OverlayDriver,
     /// `--pid` (or `--containall`).
@@ -199,7 +196,8 @@ impl DevEntry {
     }
 }
 
-/// What the planner needs to know about the host, gathered once by `launch`.
+/// What the planner needs to know about the host, gathered once by `start`, with what the start
+/// read and made there for the request.
 pub struct HostView<'a> {
     pub uid: u32,
     pub gid: u32,
@@ -213,6 +211,10 @@ pub struct HostView<'a> {
     pub dev: Vec<DevEntry>,
     /// The caller's terminal (the device of its first standard stream that is one).
     pub tty: Option<PathBuf>,
+    /// The `--env-file` files' variables, in order.
+    pub env_files: Vec<(String, String)>,
+    /// `--save`: the overlay directory made to collect the changes to save.
+    pub save_changes: Option<PathBuf>,
     pub exists: &'a dyn Fn(&Path) -> HostPath,
 }
 
