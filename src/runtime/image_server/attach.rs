@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
-use super::job_keeper;
+use super::job_keeper::{self, KeeperError};
 use super::serve::{self, Ready, Reply, Request, Status};
 use super::socket_names::{keeper_name, server_name, server_prefix};
 use crate::image::sqfs::Archive;
@@ -61,17 +61,29 @@ pub struct Scope {
 /// Why no server lends its mount.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
-    /// FUSE cannot be opened or mounted on this node (the caller extracts the image instead).
+    /// FUSE cannot be opened or mounted on this node (the caller extracts the image instead):
+    /// the server's line, from its ready pipe.
     #[error("/dev/fuse cannot be mounted ({0})")]
     NoFuse(String),
+    /// The server's line for why it does not serve (from its ready pipe or its reply).
     #[error("{0}")]
     Failed(String),
-}
-
-impl From<String> for AttachError {
-    fn from(e: String) -> AttachError {
-        AttachError::Failed(e)
-    }
+    #[error("it did not answer within {} s", ANSWER.as_secs())]
+    NoAnswer,
+    #[error("it exited before answering")]
+    Exited,
+    #[error("it lent no mount")]
+    NoMount,
+    /// The pipe the server says it is ready on.
+    #[error("{0}")]
+    ReadyPipe(Errno),
+    /// The image file's identity, which names its server.
+    #[error("{0}")]
+    Identity(std::io::Error),
+    #[error(transparent)]
+    Keeper(#[from] KeeperError),
+    #[error(transparent)]
+    Sys(#[from] sys::SysError),
 }
 
 /// What a server is started with besides its image.
@@ -119,7 +131,7 @@ pub fn attach(
         };
         match request(conn) {
             Ok(a) => return Ok(a),
-            Err(e) => why = e,
+            Err(e) => why = e.to_string(),
         }
     }
     eprintln!(
@@ -160,7 +172,7 @@ fn not_mine(image: &Path, e: &sys::SysError) {
 
 /// A server for one container, ending with it.
 fn private(archive: &Archive, start: &Start) -> Result<Attached, AttachError> {
-    let (mine, theirs) = sys::socket_pair().map_err(|e| e.to_string())?;
+    let (mine, theirs) = sys::socket_pair()?;
     let node = Scope {
         key: String::new(),
         label: "container".into(),
@@ -172,7 +184,7 @@ fn private(archive: &Archive, start: &Start) -> Result<Attached, AttachError> {
         ..*start
     };
     spawn(archive, &own, &node, theirs)?;
-    Ok(request(mine)?)
+    request(mine)
 }
 
 /// Bind the server's name and start it there; Ok also when another start bound it first.
@@ -185,7 +197,7 @@ fn bind_and_start(
     let listener = match sys::listen_abstract(name) {
         Ok(l) => l,
         Err(e) if e.errno() == Errno::EADDRINUSE => return Ok(()),
-        Err(e) => return Err(e.to_string().into()),
+        Err(e) => return Err(e.into()),
     };
     spawn(archive, start, scope, listener)
 }
@@ -198,8 +210,9 @@ fn spawn(
     scope: &Scope,
     sock: OwnedFd,
 ) -> Result<(), AttachError> {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| e.to_string())?;
-    let id = archive.identity().map_err(|e| e.to_string())?.1;
+    let (r, w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(AttachError::ReadyPipe)?;
+    let id = archive.identity().map_err(AttachError::Identity)?.1;
     let fds = [sock.as_raw_fd(), w.as_raw_fd(), archive.raw_fd()];
     match &scope.keeper {
         Some(k) => {
@@ -223,8 +236,7 @@ fn spawn(
                 &args.command_line(),
                 &fds,
                 Spawn::Detached,
-            )
-            .map_err(|e| e.to_string())?
+            )?
         }
     }
     drop((sock, w));
@@ -250,24 +262,20 @@ fn serve_args(start: &Start, id: String, scope: &Scope) -> serve::Args {
 
 /// Ask the server at the other end of `conn` (the user's: checked when it was made, or a pair
 /// of this process's) for its mount.
-fn request(conn: OwnedFd) -> Result<Attached, String> {
-    let failed = |e: sys::SysError| e.to_string();
-    sys::set_timeouts(&conn, ANSWER).map_err(failed)?;
+fn request(conn: OwnedFd) -> Result<Attached, AttachError> {
+    sys::set_timeouts(&conn, ANSWER)?;
     let ask = serde_json::to_vec(&Request::Attach).expect("requests serialise");
-    sys::send(&conn, &ask, &[]).map_err(failed)?;
+    sys::send(&conn, &ask, &[])?;
     let (msg, mut fds) = match sys::receive(&conn) {
-        Err(e) if e.errno() == Errno::EAGAIN => {
-            return Err(format!("it did not answer within {} s", ANSWER.as_secs()));
-        }
-        r => r.map_err(failed)?,
+        Err(e) if e.errno() == Errno::EAGAIN => return Err(AttachError::NoAnswer),
+        r => r?,
     };
-    let reply: Reply =
-        serde_json::from_slice(&msg).map_err(|_| "it exited before answering".to_string())?;
+    let reply: Reply = serde_json::from_slice(&msg).map_err(|_| AttachError::Exited)?;
     if let Some(e) = reply.error {
-        return Err(e);
+        return Err(AttachError::Failed(e));
     }
-    let mount = fds.pop().ok_or("it lent no mount")?;
-    sys::set_receive_timeout(&conn, Duration::ZERO).map_err(failed)?;
+    let mount = fds.pop().ok_or(AttachError::NoMount)?;
+    sys::set_receive_timeout(&conn, Duration::ZERO)?;
     Ok(Attached {
         mount,
         conn,

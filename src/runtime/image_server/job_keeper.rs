@@ -38,6 +38,25 @@ pub struct Ask {
     pub keep_blocks: bool,
 }
 
+/// Why the keeper starts no server for a request, or a start gets none from it. A keeper's
+/// refusal crosses to the asking start as its one line.
+#[derive(Debug, thiserror::Error)]
+pub enum KeeperError {
+    #[error("not a request of gpurun's")]
+    NotARequest,
+    #[error("the job's keeper is gpurun {0}")]
+    OtherBuild(String),
+    #[error("a request without the server's descriptors")]
+    NoDescriptors,
+    #[error("the job's keeper did not answer")]
+    NoAnswer,
+    /// The keeper's line for why it started no server.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Sys(#[from] sys::SysError),
+}
+
 fn build() -> String {
     let b = &crate::version::BUILD;
     format!("{} {}", b.version, b.commit)
@@ -78,7 +97,7 @@ fn answer(c: &OwnedFd, job: &str) {
         }
         let answer = match start(&msg, fds, job) {
             Ok(()) => "{}".to_string(),
-            Err(e) => serde_json::json!({ "error": e }).to_string(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }).to_string(),
         };
         if sys::send(c, answer.as_bytes(), &[]).is_err() {
             return;
@@ -87,13 +106,13 @@ fn answer(c: &OwnedFd, job: &str) {
 }
 
 /// Start the server one request asks for: the job's, anchored to this keeper.
-fn start(msg: &[u8], fds: Vec<OwnedFd>, job: &str) -> Result<(), String> {
-    let ask: Ask = serde_json::from_slice(msg).map_err(|_| "not a request of gpurun's")?;
+fn start(msg: &[u8], fds: Vec<OwnedFd>, job: &str) -> Result<(), KeeperError> {
+    let ask: Ask = serde_json::from_slice(msg).map_err(|_| KeeperError::NotARequest)?;
     if ask.build != build() {
-        return Err(format!("the job's keeper is gpurun {}", build()));
+        return Err(KeeperError::OtherBuild(build()));
     }
     if fds.len() != serve::FDS.len() {
-        return Err("a request without the server's descriptors".into());
+        return Err(KeeperError::NoDescriptors);
     }
     // the keeper's own cache, for the image it was given: a request names no place
     let kept = ask.keep_blocks.then(|| kept_file(&fds[2])).flatten();
@@ -104,8 +123,8 @@ fn start(msg: &[u8], fds: Vec<OwnedFd>, job: &str) -> Result<(), String> {
         &args.command_line(),
         &raw,
         Spawn::Child,
-    )
-    .map_err(|e| e.to_string())
+    )?;
+    Ok(())
 }
 
 /// Where the keeper's cache keeps the blocks of the image file `image`.
@@ -135,14 +154,14 @@ pub fn scope_label(job: &str) -> String {
 
 /// Ask the keeper at the other end of `keeper` (a connection checked to be the user's) to
 /// start a server for `ask` with `fds` as its descriptors.
-pub fn ask(keeper: &OwnedFd, ask: &Ask, fds: &[RawFd]) -> Result<(), String> {
+pub fn ask(keeper: &OwnedFd, ask: &Ask, fds: &[RawFd]) -> Result<(), KeeperError> {
     let msg = serde_json::to_vec(ask).expect("requests serialise");
-    sys::send(keeper, &msg, fds).map_err(|e| e.to_string())?;
-    let (answer, _) = sys::receive(keeper).map_err(|e| e.to_string())?;
+    sys::send(keeper, &msg, fds)?;
+    let (answer, _) = sys::receive(keeper)?;
     let answer: serde_json::Value =
-        serde_json::from_slice(&answer).map_err(|_| "the job's keeper did not answer")?;
+        serde_json::from_slice(&answer).map_err(|_| KeeperError::NoAnswer)?;
     match answer.get("error").and_then(|e| e.as_str()) {
-        Some(e) => Err(e.to_string()),
+        Some(e) => Err(KeeperError::Refused(e.to_string())),
         None => Ok(()),
     }
 }
@@ -150,6 +169,31 @@ pub fn ask(keeper: &OwnedFd, ask: &Ask, fds: &[RawFd]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the keeper refuses, and the line the asking start shows for it.
+    #[test]
+    fn refusals_and_their_lines() {
+        let ask = |build: &str| {
+            let a = Ask {
+                build: build.into(),
+                image: "/x/i.sqsh".into(),
+                id: "1:2".into(),
+                idle_seconds: 60,
+                keep_blocks: false,
+            };
+            serde_json::to_vec(&a).unwrap()
+        };
+        let other = format!("the job's keeper is gpurun {}", build());
+        let cases = [
+            (b"{".to_vec(), "not a request of gpurun's"),
+            (ask("0.1 old"), other.as_str()),
+            (ask(&build()), "a request without the server's descriptors"),
+        ];
+        for (msg, line) in cases {
+            let e = start(&msg, Vec::new(), "42").unwrap_err();
+            assert_eq!(e.to_string(), line);
+        }
+    }
 
     #[test]
     fn a_request_names_no_path_the_server_acts_on() {

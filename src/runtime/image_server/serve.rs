@@ -126,19 +126,25 @@ pub const FDS: [i32; 3] = [3, 4, 5];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("image {0}: {1}")]
-    Image(PathBuf, String),
+    #[error("image {path}: {source}")]
+    Image {
+        path: PathBuf,
+        source: crate::image::sif::OpenError,
+    },
     #[error("image {0} changed while its server started; run again")]
     Changed(PathBuf),
     #[error(
         "cannot create a user namespace for the image server ({0}); `gpurun doctor` checks this"
     )]
     UserNamespace(sys::SysError),
-    #[error("cannot mount image {0}: {1}")]
-    Mount(PathBuf, String),
+    #[error("cannot mount image {path}: {source}")]
+    Mount {
+        path: PathBuf,
+        source: sys::SysError,
+    },
     /// /dev/fuse could not be opened or mounted here: the start falls back to an extracted copy.
     #[error("{0}")]
-    NoFuse(String),
+    NoFuse(sys::SysError),
     #[error(transparent)]
     Fuse(#[from] fuse_fs::FuseError),
 }
@@ -192,7 +198,10 @@ fn prepare(
 > {
     let fd_path = sys::fd_path(&image);
     let archive = crate::image::sif::open_archive(&fd_path)
-        .map_err(|e| ServerError::Image(args.image.clone(), e.to_string()))?
+        .map_err(|source| ServerError::Image {
+            path: args.image.clone(),
+            source,
+        })?
         .named(&args.image);
     drop(image);
     let id = archive.identity().map(|(_, id)| id).unwrap_or_default();
@@ -210,16 +219,18 @@ fn prepare(
     );
     sys::enter_user_namespace(uid, gid).map_err(ServerError::UserNamespace)?;
     let mount = Path::new(MOUNT);
-    let mnt = |e: sys::SysError| ServerError::Mount(args.image.clone(), e.to_string());
+    let mnt = |source| ServerError::Mount {
+        path: args.image.clone(),
+        source,
+    };
     sys::enter_mount_namespace(sys::Propagation::Receive).map_err(mnt)?;
-    let no_fuse = |e: sys::SysError| ServerError::NoFuse(e.to_string());
     let fuse = sys::open_fuse().map_err(|e| {
-        no_fuse(sys::SysError::Call {
+        ServerError::NoFuse(sys::SysError::Call {
             what: "open /dev/fuse",
             errno: sys::io_errno(&e),
         })
     })?;
-    sys::mount_fuse(&fuse, &args.image, mount, uid, gid).map_err(no_fuse)?;
+    sys::mount_fuse(&fuse, &args.image, mount, uid, gid).map_err(ServerError::NoFuse)?;
     let _ = nix::unistd::chdir("/");
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let archive = Arc::new(archive);
@@ -571,7 +582,7 @@ impl Ready {
 impl From<ServerError> for Ready {
     fn from(e: ServerError) -> Ready {
         match e {
-            ServerError::NoFuse(why) => Ready::NoFuse(why),
+            ServerError::NoFuse(why) => Ready::NoFuse(why.to_string()),
             e => Ready::Failed(e.to_string()),
         }
     }
