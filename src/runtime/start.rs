@@ -34,10 +34,38 @@ pub enum StartError {
     ImageMissing(PathBuf),
     #[error("image {0}: permission denied; ask its owner for read access (and search access to the directories above it)")]
     ImageDenied(PathBuf),
-    #[error("image {path}: {reason}")]
-    Image { path: PathBuf, reason: String },
-    #[error("--save {0}: {1}")]
-    Save(PathBuf, String),
+    #[error("image {path}: {source}")]
+    ImageIo {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("image {path}: is a {kind}, not an image file or directory; give a .sqsh or .sif file or a root filesystem directory")]
+    NotAnImage { path: PathBuf, kind: &'static str },
+    #[error("image {path}: {source}")]
+    Sif {
+        path: PathBuf,
+        source: crate::image::sif::SifError,
+    },
+    #[error("image {path}: {source}")]
+    Squashfs {
+        path: PathBuf,
+        source: crate::image::sqfs::SqfsError,
+    },
+    /// The copy of a squashfs image made where FUSE is unusable.
+    #[error("image {path}: {source}")]
+    Extract {
+        path: PathBuf,
+        source: extract::ExtractError,
+    },
+    #[error("--save {0}: it is a directory; name a file")]
+    SaveIsDir(PathBuf),
+    #[error("--save {0}: it exists already; remove it or choose another name")]
+    SaveExists(PathBuf),
+    #[error("--save {path}: its directory cannot be written ({source}); choose another place")]
+    SaveDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("--env-file {0}: {1}; check the path")]
     EnvFile(PathBuf, std::io::Error),
     #[error(transparent)]
@@ -62,9 +90,9 @@ impl StartError {
         match e.kind() {
             std::io::ErrorKind::NotFound => StartError::ImageMissing(path.to_path_buf()),
             std::io::ErrorKind::PermissionDenied => StartError::ImageDenied(path.to_path_buf()),
-            _ => StartError::Image {
+            _ => StartError::ImageIo {
                 path: path.to_path_buf(),
-                reason: e.to_string(),
+                source: e,
             },
         }
     }
@@ -141,23 +169,17 @@ impl Save {
         let Some(out) = l.save.as_deref().filter(|_| !l.dry_run) else {
             return Ok(None);
         };
-        let refused = |why: String| StartError::Save(out.to_path_buf(), why);
         let held = matches!(l.action, Action::Hold { .. });
         match out.symlink_metadata() {
-            Ok(m) if held && m.is_dir() => {
-                return Err(refused("it is a directory; name a file".into()))
-            }
-            Ok(_) if !held => {
-                return Err(refused(
-                    "it exists already; remove it or choose another name".into(),
-                ))
-            }
+            Ok(m) if held && m.is_dir() => return Err(StartError::SaveIsDir(out.to_path_buf())),
+            Ok(_) if !held => return Err(StartError::SaveExists(out.to_path_buf())),
             _ => {}
         }
         let target = save_target(out, held).map_err(|e| match e {
-            PullError::Output { source, .. } => refused(format!(
-                "its directory cannot be written ({source}); choose another place"
-            )),
+            PullError::Output { source, .. } => StartError::SaveDir {
+                path: out.to_path_buf(),
+                source,
+            },
             e => e.into(),
         })?;
         let cache = Cache::open(&cache_root()).map_err(PullError::from)?;
@@ -264,18 +286,18 @@ impl Image {
             return Ok(Image::Dir(path));
         }
         if !md.is_file() {
-            let reason = format!(
-                "is a {}, not an image file or directory; give a .sqsh or .sif file or a root filesystem directory",
-                file_kind(&md)
-            );
-            return Err(StartError::Image { path, reason });
+            let kind = file_kind(&md);
+            return Err(StartError::NotAnImage { path, kind });
         }
         // A squashfs file, or the squashfs partition inside an Apptainer SIF file.
-        let archive = crate::image::sif::open_archive(&path).map_err(|e| StartError::Image {
-            path: path.clone(),
-            reason: match e {
-                OpenError::Sif(_, e) => e.to_string(),
-                OpenError::Sqfs(e) => e.to_string(),
+        let archive = crate::image::sif::open_archive(&path).map_err(|e| match e {
+            OpenError::Sif(_, source) => StartError::Sif {
+                path: path.clone(),
+                source,
+            },
+            OpenError::Sqfs(source) => StartError::Squashfs {
+                path: path.clone(),
+                source,
             },
         })?;
         let kept = kept_facts(&archive, cache_root());
@@ -401,10 +423,11 @@ fn extracted(path: &Path, archive: &Archive, why: &str) -> Result<Lower, StartEr
         path.display(),
         base.display()
     );
-    let dir = extract::cached_rootfs(path, archive, &base).map_err(|e| StartError::Image {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let dir =
+        extract::cached_rootfs(path, archive, &base).map_err(|source| StartError::Extract {
+            path: path.to_path_buf(),
+            source,
+        })?;
     Ok(Lower::Dir(dir))
 }
 
