@@ -100,6 +100,22 @@ SH
 
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
+# start_registry STORAGE STATE_DIR: Debian's docker-registry on a free loopback port, serving
+# STORAGE (its config and log in STATE_DIR); sets REG (host:port) and REG_PID.
+start_registry() {
+    local port
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    printf 'version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n  secret: bench-only\n' \
+        "$1" "$port" >"$2/registry.yml"
+    docker-registry serve "$2/registry.yml" >"$2/registry.log" 2>&1 &
+    REG_PID=$! REG=127.0.0.1:$port
+    for _ in $(seq 100); do # python, not curl: the GPU machine may have no curl
+        python3 -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=1)' "http://$REG/v2/" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    die "docker-registry did not start: $(tail -1 "$2/registry.log")"
+}
+
 # stop_servers: as the user, so that it can only reach the user's own processes.
 stop_servers() { as_user "$BIN/stop-servers"; }
 

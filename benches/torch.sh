@@ -51,16 +51,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-registry() { # registry STORAGE: docker-registry on a free loopback port; sets REG and REG_PID
-    local port
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    printf 'version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n  secret: bench-only\n' \
-        "$1" "$port" >"$T/registry.yml"
-    docker-registry serve "$T/registry.yml" >"$T/registry.log" 2>&1 &
-    REG_PID=$! REG=127.0.0.1:$port
-    for _ in $(seq 100); do curl -sf -o /dev/null "http://$REG/v2/" && return 0; sleep 0.1; done
-    die "docker-registry did not start: $(tail -1 "$T/registry.log")"
-}
+registry() { start_registry "$1" "$T"; } # sets REG and REG_PID
 
 # --- the image, made once ----------------------------------------------------------------
 if [ ! -d "$T/wheels" ]; then
