@@ -36,11 +36,13 @@
 #
 # Environment [default]: NEW [target/release/gpurun], OLD [.bench/gpurun-old], REPS [3], TOOLS
 # [old new podman ch floor], CMDS [torch py], IMAGE [torch], VENV [/opt/torch/.venv], REST_MB
-# [1500], BUNDLE [none: peers from PATH; else a folder made by device-bundle.sh], TIMEOUT [900 s
+# [2000], BUNDLE [none: peers from PATH; else a folder made by device-bundle.sh], TIMEOUT [900 s
 # a run], MACHINE [h100x1-style name from nvidia-smi, else Ncpu], RESULTS [benches/results/latest],
+# CONTINUE [0; 1: add this run's reps, numbered after the last run's of this IMAGE, to that run's
+# results and summarize them all: a set split over several calls of a time-limited machine],
 # BENCH_DIR [/var/tmp/gpurun-bench], BENCH_USER [gpuruntest]. Writes
 # RESULTS/first-start-MACHINE.txt (every run, environment) and .md (the tables), and the raw TSV in
-# BENCH_DIR/first-start/results-<time>/. Holds /tmp/gpurun-itest.lock (the bench user is shared
+# BENCH_DIR/first-start/results-IMAGE-<time>/. Per-rep ratios pair runs of the same rep. Holds /tmp/gpurun-itest.lock (the bench user is shared
 # with the integration tests). Disk: image + registry + up to 3× the image during a run.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -54,7 +56,7 @@ read -r -a TOOLS <<<"${TOOLS:-old new podman ch floor}"
 read -r -a CMDS <<<"${CMDS:-torch py}"
 IMAGE=${IMAGE:-torch}
 VENV=${VENV:-/opt/torch/.venv}
-REST_MB=${REST_MB:-1500}
+REST_MB=${REST_MB:-2000}
 TIMEOUT=${TIMEOUT:-900}
 RESULTS=${RESULTS:-$HERE/results/latest}
 BENCH_DIR=${BENCH_DIR:-/var/tmp/gpurun-bench}
@@ -83,7 +85,13 @@ done
 FS=$BENCH_DIR/first-start
 BIN=$FS/bin
 W=$FS/work
-OUTDIR=$FS/results-$(date -u +%Y%m%dT%H%M%SZ)
+OUTDIR=$FS/results-$IMAGE-$(date -u +%Y%m%dT%H%M%SZ)
+REP0=0
+if [ "${CONTINUE:-0}" = 1 ]; then
+    OUTDIR=$(ls -d "$FS/results-$IMAGE-"* 2>/dev/null | tail -1)
+    [ -n "$OUTDIR" ] || die "CONTINUE=1: no earlier run of IMAGE=$IMAGE in $FS"
+    REP0=$(awk -F'\t' 'NR > 1 && $1 > m {m = $1} END {print m + 0}' "$OUTDIR/first-start.tsv")
+fi
 mkdir -p "$FS" "$BIN" "$OUTDIR" "$RESULTS"
 chmod 755 "$BENCH_DIR" "$FS" "$BIN"
 chmod 666 /dev/fuse
@@ -343,7 +351,7 @@ tool_cmd() { # tool_cmd TOOL CMDKEY: the shell command of a run, in $W as the us
     esac
 }
 user_env() { # the environment of every run: all per-user state in the work directory
-    echo PATH="$PATH" USER="$BENCH_USER" HOME="$W/home" XDG_CACHE_HOME="$W/cache-xdg" \
+    echo PATH="${BUNDLE:+$BUNDLE/bin:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" USER="$BENCH_USER" HOME="$W/home" XDG_CACHE_HOME="$W/cache-xdg" \
         XDG_CONFIG_HOME="$W/config" XDG_DATA_HOME="$W/data" XDG_RUNTIME_DIR="$W/xdg" TMPDIR="$W/tmp" \
         GPURUN_CACHEDIR="$W/cache" CONTAINERS_CONF="$PODMAN_CONF"
 }
@@ -410,14 +418,15 @@ echo "== waiting for /tmp/gpurun-itest.lock (the bench user's processes are ende
 exec 8>/tmp/gpurun-itest.lock
 flock 8
 {
+    [ "$REP0" = 0 ] || echo "# continued, reps after $REP0:"
     echo "# first-start: $(date -u '+%F %T UTC'); $(uname -r); $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(free -g | awk '/Mem:/{print $2}') GiB; machine $MACHINE"
     echo "# uptime before: $(uptime)"
     echo "# new: $NEW ($("$BIN/gpurun-new" version | awk '/^commit/{print $2}'), sha256 $(sha256sum "$BIN/gpurun-new" | cut -c1-12)); old: $OLD ($("$BIN/gpurun-old" version | awk '/^commit/{print $2}'))"
     echo "# image: $IMAGE, bench/torch:latest, $IMAGE_LINE"
     echo "# peers: $(skopeo --version); umoci $(umoci --version | awk '{print $NF}'); $(mksquashfs -version 2>&1 | head -1); ch-run $(USER=root ch-run --version 2>&1); $(podman --version)"
     echo "# reps $REPS, tools ${TOOLS[*]}, order rotated each rep; commands: $(for k in "${CMDS[@]}"; do printf '%s; ' "${COMMAND[$k]}"; done)"
-} | tee "$LOG"
-printf 'rep\ttool\tcmd\tfirst_us\texit_us\trc\tline\n' >"$TSV"
+} | tee -a "$LOG"
+[ "$REP0" != 0 ] || printf 'rep\ttool\tcmd\tfirst_us\texit_us\trc\tline\n' >"$TSV"
 
 if [ ! -f "$IMG_DIR/ref.sqsh" ]; then
     echo "== the finished .sqsh for the floor's warm start (once per image)" | tee -a "$LOG"
@@ -436,7 +445,7 @@ end_tools
 n=${#TOOLS[@]}
 for rep in $(seq "$REPS"); do
     for k in "${CMDS[@]}"; do
-        for i in $(seq 0 $((n - 1))); do run_one "$rep" "${TOOLS[$(((i + rep - 1) % n))]}" "$k"; done
+        for i in $(seq 0 $((n - 1))); do run_one "$((REP0 + rep))" "${TOOLS[$(((i + rep - 1) % n))]}" "$k"; done
     done
 done
 echo "# uptime after: $(uptime)" | tee -a "$LOG"
