@@ -12,7 +12,7 @@ use nix::errno::Errno;
 
 use super::error::*;
 use super::files::Create;
-use super::mount::Attrs;
+use super::mount::{Attrs, FuseMount};
 use super::namespaces::Propagation;
 use super::seam::{Mounts, Namespaces};
 
@@ -31,7 +31,16 @@ pub enum Call {
     RootPropagation(Propagation),
     UtsNamespace(String),
     NetNamespace,
-    CloneTree(PathBuf),
+    /// open_tree of `path` with `flags`.
+    CloneTree {
+        path: PathBuf,
+        flags: libc::c_uint,
+    },
+    OpenFuse,
+    Fuse {
+        at: PathBuf,
+        mount: FuseMount,
+    },
     SetTreeAttrs {
         tree: PathBuf,
         attrs: Attrs,
@@ -99,7 +108,20 @@ impl fmt::Display for Call {
             Call::RootPropagation(p) => write!(f, "propagation / {p:?}"),
             Call::UtsNamespace(h) => write!(f, "unshare uts, hostname {h}"),
             Call::NetNamespace => write!(f, "unshare net, lo up"),
-            Call::CloneTree(p) => write!(f, "open_tree {}", d(p)),
+            // the flags are those of every clone, `mount::CLONE_TREE`; tests read them apart
+            Call::CloneTree { path, .. } => write!(f, "open_tree {}", d(path)),
+            Call::OpenFuse => write!(f, "open /dev/fuse"),
+            Call::Fuse { at, mount: m } => {
+                let src = m.source.display();
+                write!(
+                    f,
+                    "mount {} {src} on {} {:?} {}",
+                    m.fstype,
+                    d(at),
+                    m.flags,
+                    m.options
+                )
+            }
             Call::SetTreeAttrs { tree, attrs } => write!(f, "setattr {} {}", d(tree), flags(attrs)),
             Call::AttachTree { tree, at } => write!(f, "move_mount {} {}", d(tree), d(at)),
             Call::SetPropagation { at, p } => {
@@ -199,6 +221,11 @@ impl Recorder {
         self.calls.borrow().iter().map(Call::to_string).collect()
     }
 
+    /// The calls, as they were made.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.borrow().clone()
+    }
+
     fn note(&self, c: Call) {
         self.calls.borrow_mut().push(c);
     }
@@ -248,9 +275,14 @@ impl Recorder {
 
 impl Mounts for Recorder {
     fn clone_tree(&self, path: &Path) -> Result<OwnedFd> {
-        self.check("clone_tree", path)?;
-        self.note(Call::CloneTree(path.into()));
-        Ok(self.handle(path.into()))
+        let path = self.shown(path);
+        self.check("clone_tree", &path)?;
+        let flags = super::mount::CLONE_TREE;
+        self.note(Call::CloneTree {
+            path: path.clone(),
+            flags,
+        });
+        Ok(self.handle(path))
     }
     fn attach_tree(&self, tree: &OwnedFd, dst: &OwnedFd, what: &Path) -> Result<()> {
         self.check("attach_tree", what)?;
@@ -332,6 +364,24 @@ impl Mounts for Recorder {
         self.note(Call::PivotRoot(root.into()));
         Ok(())
     }
+    fn open_fuse(&self) -> std::io::Result<OwnedFd> {
+        self.check_io("open_fuse", Path::new("/dev/fuse"))?;
+        self.note(Call::OpenFuse);
+        Ok(self.handle("/dev/fuse".into()))
+    }
+    fn mount_fuse(
+        &self,
+        fd: &OwnedFd,
+        source: &Path,
+        target: &Path,
+        (uid, gid): (u32, u32),
+    ) -> Result<()> {
+        let at = self.shown(target);
+        self.check("mount_fuse", &at)?;
+        let mount = FuseMount::image(fd, source, uid, gid);
+        self.note(Call::Fuse { at, mount });
+        Ok(())
+    }
     fn open_path(&self, path: &Path) -> Result<OwnedFd> {
         self.check("open_path", path)?;
         Ok(self.handle(path.into()))
@@ -389,6 +439,7 @@ impl Mounts for Recorder {
 
 impl Namespaces for Recorder {
     fn enter_user_namespace(&self, uid: u32, gid: u32) -> Result<()> {
+        self.check("enter_user_namespace", Path::new("-"))?;
         self.note(Call::UserNamespace { uid, gid });
         Ok(())
     }
@@ -401,6 +452,7 @@ impl Namespaces for Recorder {
         p: Propagation,
         first: impl FnOnce() -> T,
     ) -> Result<T> {
+        self.check("enter_mount_namespace_then", Path::new("-"))?;
         self.note(Call::MountNamespace);
         let done = first();
         self.note(Call::RootPropagation(p));

@@ -2,7 +2,7 @@
 //! propagation, pivot_root.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
@@ -113,8 +113,7 @@ pub fn mount_devpts(target: &Path) -> Result<()> {
 /// path afterwards (gpurun's own staging tmpfs over /tmp) cannot change what gets bound.
 pub fn clone_tree(path: &Path) -> Result<OwnedFd> {
     let c = cstr(path);
-    let flags =
-        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+    let flags = CLONE_TREE;
     // SAFETY: a C string alive during the call; a non-negative result is a new fd.
     let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
     if fd < 0 {
@@ -183,6 +182,10 @@ pub fn set_tree_attrs(tree: &OwnedFd, attrs: Attrs, what: &Path) -> Result<bool>
 
 // From <linux/mount.h>; not exported by the libc crate for every target.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
+
+/// The open_tree flags of `clone_tree`.
+pub const CLONE_TREE: libc::c_uint =
+    OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
 
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 
@@ -293,19 +296,37 @@ pub fn open_fuse() -> std::io::Result<OwnedFd> {
 /// (docs/security.md). Read-only as a whole from the start: a read-only mount of a writable
 /// file system has the kernel drop a file's attributes after its first read.
 pub fn mount_fuse(fd: &OwnedFd, source: &Path, target: &Path, uid: u32, gid: u32) -> Result<()> {
-    let opts = format!(
-        "fd={},rootmode=40000,user_id={uid},group_id={gid}",
-        fd.as_raw_fd()
-    );
-    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_RDONLY;
+    let m = FuseMount::image(fd, source, uid, gid);
     nix::mount::mount(
-        Some(source),
+        Some(m.source.as_path()),
         target,
-        Some("fuse.gpurun"),
-        flags,
-        Some(opts.as_str()),
+        Some(m.fstype),
+        m.flags,
+        Some(m.options.as_str()),
     )
     .map_err(at("mount FUSE on", target))
+}
+
+/// What `mount_fuse` passes to mount(2) besides the target, apart so that a test can check it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuseMount {
+    pub source: PathBuf,
+    pub fstype: &'static str,
+    pub flags: MsFlags,
+    pub options: String,
+}
+
+impl FuseMount {
+    /// The image's mount, served by gpurun on connection `fd` for `uid`/`gid`.
+    pub fn image(fd: &OwnedFd, source: &Path, uid: u32, gid: u32) -> FuseMount {
+        let fd = fd.as_raw_fd();
+        FuseMount {
+            source: source.to_path_buf(),
+            fstype: "fuse.gpurun",
+            flags: MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_RDONLY,
+            options: format!("fd={fd},rootmode=40000,user_id={uid},group_id={gid}"),
+        }
+    }
 }
 
 /// Mount the FUSE connection `fd`, whose server is fuse-overlayfs (started on its other end),

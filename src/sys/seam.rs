@@ -1,6 +1,6 @@
-//! The calls that apply a launch plan, behind two small traits (as youki's `Syscall`): `Linux`
-//! makes them, and in tests `fake::Recorder` notes them, so that the exact mount and namespace
-//! sequence of a plan is checked without root.
+//! The calls that apply a launch plan and set up the image server, behind two small traits (as
+//! youki's `Syscall`): `Linux` makes them, and in tests `fake::Recorder` notes them, so that the
+//! exact mount and namespace sequence is checked without root.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,8 @@ use super::files::{self, Create};
 use super::mount::{self, Attrs};
 use super::namespaces::{self, Propagation};
 
-/// Mounts, and the handles and files a container's root is built with.
+/// Mounts, and the handles and files a container's root (or the image server's FUSE mount) is
+/// built with.
 pub trait Mounts {
     /// A detached copy of the mount tree at `path` (`mount::clone_tree`).
     fn clone_tree(&self, path: &Path) -> Result<OwnedFd>;
@@ -40,6 +41,10 @@ pub trait Mounts {
         self.remount(dst, attrs)
     }
     fn pivot_root(&self, root: &Path) -> Result<()>;
+    fn open_fuse(&self) -> std::io::Result<OwnedFd>;
+    /// The image's FUSE mount (`mount::FuseMount::image`), served on `fd`.
+    fn mount_fuse(&self, fd: &OwnedFd, source: &Path, target: &Path, ids: (u32, u32))
+        -> Result<()>;
     fn open_path(&self, path: &Path) -> Result<OwnedFd>;
     fn is_dir(&self, fd: &OwnedFd) -> Result<bool>;
     /// The (device, inode) of what `fd` refers to.
@@ -57,7 +62,7 @@ pub trait Mounts {
     fn read_link(&self, path: &Path) -> Option<PathBuf>;
 }
 
-/// The namespaces a container enters.
+/// The namespaces a container (and the image server) enters.
 pub trait Namespaces {
     fn enter_user_namespace(&self, inside_uid: u32, inside_gid: u32) -> Result<()>;
     fn enter_pid_ipc_namespaces(&self, pid: bool, ipc: bool) -> Result<()>;
@@ -114,6 +119,18 @@ impl Mounts for Linux {
     }
     fn pivot_root(&self, root: &Path) -> Result<()> {
         mount::pivot_root(root)
+    }
+    fn open_fuse(&self) -> std::io::Result<OwnedFd> {
+        mount::open_fuse()
+    }
+    fn mount_fuse(
+        &self,
+        fd: &OwnedFd,
+        source: &Path,
+        target: &Path,
+        (uid, gid): (u32, u32),
+    ) -> Result<()> {
+        mount::mount_fuse(fd, source, target, uid, gid)
     }
     fn open_path(&self, path: &Path) -> Result<OwnedFd> {
         files::open_path(path)

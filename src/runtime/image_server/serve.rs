@@ -28,12 +28,13 @@ use serde::{Deserialize, Serialize};
 use super::fuse_fs;
 use crate::image::sqfs::{kept_id, Archive};
 use crate::sys;
+use crate::sys::seam::{Linux, Mounts, Namespaces};
 
 /// How long a send to a container's gpurun may wait.
 const SEND: Duration = Duration::from_secs(2);
 
 /// Where the server mounts the image, in its own mount namespace.
-const MOUNT: &str = "/tmp";
+pub(super) const MOUNT: &str = "/tmp";
 
 /// A request to a server, one message each.
 #[derive(Debug, Serialize, Deserialize)]
@@ -213,30 +214,53 @@ fn prepare(
         archive.use_kept(f, &kept_id(&id));
         archive.record_blocks();
     }
-    let (uid, gid) = (
+    let ids = (
         nix::unistd::getuid().as_raw(),
         nix::unistd::getgid().as_raw(),
     );
-    sys::enter_user_namespace(uid, gid).map_err(ServerError::UserNamespace)?;
-    let mount = Path::new(MOUNT);
-    let mnt = |source| ServerError::Mount {
-        path: args.image.clone(),
-        source,
-    };
-    sys::enter_mount_namespace(sys::Propagation::Receive).map_err(mnt)?;
-    let fuse = sys::open_fuse().map_err(|e| {
+    let fuse = mount_image(&Linux, &args.image, ids)?;
+    let _ = nix::unistd::chdir("/");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let archive = Arc::new(archive);
+    let session = fuse_fs::serve(archive.clone(), fuse, cpus, ids)?;
+    let root = Linux.open_path(Path::new(MOUNT));
+    let root = root.map_err(mount_error(&args.image))?;
+    Ok((archive, session, root, kept))
+}
+
+/// Enter a user namespace (`ids` mapped to themselves) and a mount namespace that receives the
+/// host's mount events, and mount `image` read-only at `MOUNT` there: the FUSE connection.
+pub(super) fn mount_image<S: Mounts + Namespaces>(
+    os: &S,
+    image: &Path,
+    ids: (u32, u32),
+) -> Result<OwnedFd, ServerError> {
+    os.enter_user_namespace(ids.0, ids.1)
+        .map_err(ServerError::UserNamespace)?;
+    let entered = os.enter_mount_namespace_then(sys::Propagation::Receive, || ());
+    entered.map_err(mount_error(image))?;
+    let fuse = os.open_fuse().map_err(|e| {
         ServerError::NoFuse(sys::SysError::Call {
             what: "open /dev/fuse",
             errno: sys::io_errno(&e),
         })
     })?;
-    sys::mount_fuse(&fuse, &args.image, mount, uid, gid).map_err(ServerError::NoFuse)?;
-    let _ = nix::unistd::chdir("/");
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let archive = Arc::new(archive);
-    let session = fuse_fs::serve(archive.clone(), fuse, cpus, (uid, gid))?;
-    let root = sys::open_path(mount).map_err(mnt)?;
-    Ok((archive, session, root, kept))
+    let mounted = os.mount_fuse(&fuse, image, Path::new(MOUNT), ids);
+    mounted.map_err(ServerError::NoFuse)?;
+    Ok(fuse)
+}
+
+/// A mount step's error, naming the image.
+fn mount_error(image: &Path) -> impl Fn(sys::SysError) -> ServerError + '_ {
+    |source| ServerError::Mount {
+        path: image.to_path_buf(),
+        source,
+    }
+}
+
+/// What an Attach lends: a detached copy of the mount whose root is `root`.
+pub(super) fn copy_of_mount(os: &impl Mounts, root: &OwnedFd) -> sys::Result<OwnedFd> {
+    os.clone_tree(&sys::fd_path(root))
 }
 
 /// A connection to the server, and whether a container is attached through it.
@@ -445,7 +469,7 @@ impl Server {
             };
             serde_json::to_vec(&r).unwrap_or_default()
         };
-        match sys::clone_tree(&sys::fd_path(&self.mount)) {
+        match copy_of_mount(&Linux, &self.mount) {
             Ok(tree) => {
                 use std::os::fd::AsRawFd;
                 c.attached = sys::send(&c.sock, &reply(None), &[tree.as_raw_fd()]).is_ok();
