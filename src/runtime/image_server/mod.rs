@@ -6,3 +6,6 @@ pub mod fuse_fs;
 pub mod job_keeper;
 pub mod serve;
 pub mod socket_names;
+
+#[cfg(test)]
+mod serve_tests;
