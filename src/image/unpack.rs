@@ -5,7 +5,24 @@ use std::fs::Permissions;
 use std::io::{self, BufReader, PipeWriter, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Set when the process gives its pull up: every unpacking stops at its next entry.
+static STOP: AtomicBool = AtomicBool::new(false);
+/// Unpacking threads running now.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Stop every unpacking of this process and wait (a few seconds at most: one entry being
+/// written) until none writes any more, so that its tree can be removed for good.
+pub fn stop_all() {
+    STOP.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while RUNNING.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot unpack the image into {path}: {source} (free some space or set another cache directory)")]
@@ -31,10 +48,18 @@ impl Unpacker {
         std::fs::create_dir(dir).map_err(err)?;
         let (r, w) = io::pipe().map_err(err)?;
         let to = dir.to_owned();
+        RUNNING.fetch_add(1, Ordering::SeqCst);
         let thread = std::thread::Builder::new()
             .name("unpack".into())
-            .spawn(move || unpack_all(BufReader::with_capacity(1 << 20, r), &to))
-            .map_err(err)?;
+            .spawn(move || {
+                let r = unpack_all(BufReader::with_capacity(1 << 20, r), &to);
+                RUNNING.fetch_sub(1, Ordering::SeqCst);
+                r
+            })
+            .map_err(|e| {
+                RUNNING.fetch_sub(1, Ordering::SeqCst);
+                err(e)
+            })?;
         Ok(Unpacker {
             dir: dir.to_owned(),
             pipe: Some(w),
@@ -67,6 +92,9 @@ fn unpack_all(from: impl io::Read, to: &Path) -> io::Result<()> {
     a.set_unpack_xattrs(false);
     let mut dirs = Vec::new();
     for e in a.entries()? {
+        if STOP.load(Ordering::SeqCst) {
+            return Err(io::ErrorKind::Interrupted.into());
+        }
         let mut e = e?;
         let path = to.join(&*e.path()?);
         let mtime = e.header().mtime()?;

@@ -40,6 +40,8 @@ pub(super) fn signal_runtime(opts: &PullOptions) -> Result<tokio::runtime::Runti
 /// interrupted (a signal, or the gpurun it pulled for died).
 pub(super) fn abandon() -> ! {
     let guard = crate::lock(&IN_FLIGHT);
+    // An unpacking still writing would put entries back into a tree being removed.
+    crate::image::unpack::stop_all();
     for pid in &guard.1 {
         // Our own child, reaped before the staging goes, so a create it was still making
         // cannot land after its removal.
@@ -71,6 +73,8 @@ impl Staging {
         };
         let prefix = staging_prefix(out);
         remove_stale_staging(&dir, &prefix);
+        // Made and registered under the lock: a cleanup that holds it finds it, or it is not made.
+        let mut in_flight = crate::lock(&IN_FLIGHT);
         let made = tempfile::Builder::new()
             .prefix(&format!("{prefix}{}-", std::process::id()))
             .tempdir_in(&dir)
@@ -82,7 +86,7 @@ impl Staging {
             dir: made.keep(),
             out: out.to_path_buf(),
         };
-        crate::lock(&IN_FLIGHT).0.push(staging.dir.clone());
+        in_flight.0.push(staging.dir.clone());
         Ok(staging)
     }
 
