@@ -242,15 +242,16 @@ enum Image {
 }
 
 impl Image {
-    /// The image `arg` names; for a docker:// image not cached yet, its unpacked tree and the
-    /// pull still writing it.
+    /// The image `arg` names; for a docker:// image not cached yet and a container that ends
+    /// on its own (`early`), its unpacked tree and the pull still writing it.
     fn open(
         arg: &str,
         pull: &PullOptions,
+        early: bool,
     ) -> Result<(Image, Option<first_start::Pull>), StartError> {
         // docker://, podman://: converted once into the cache (keyed by manifest digest, by
         // podman's image ID), then run from there.
-        let path = if arg.starts_with("docker://") {
+        let path = if early && arg.starts_with("docker://") {
             match first_start::pull(arg, pull.quiet)? {
                 (
                     Ready {
@@ -534,7 +535,10 @@ pub fn start(l: Launch) -> Result<i32, StartError> {
         compression: l.settings.compression.clone(),
         ..Default::default()
     };
-    let (image, unpacked_pull) = Image::open(&l.image, &pull)?;
+    // A held container ends when its Slurm step is killed, which would abandon the image's
+    // writing: it waits for the .sqsh, as before.
+    let early = l.state.is_none();
+    let (image, unpacked_pull) = Image::open(&l.image, &pull, early)?;
     let ImageFacts {
         meta,
         passwd: image_passwd,
