@@ -4,6 +4,7 @@ pub mod env;
 pub mod extract;
 pub mod first_start;
 pub mod image_server;
+mod in_tree;
 pub mod interpreter;
 pub mod launch;
 pub mod mount_spec;

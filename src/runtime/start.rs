@@ -10,6 +10,7 @@ use super::env::{parse_env_file, EnvError};
 use super::extract;
 use super::first_start::{self, FirstStartError};
 use super::image_server::attach::{self, AttachError};
+use super::in_tree;
 use super::launch::{self, HoldState, LaunchError, Lower};
 use super::plan::{
     self, Action, DevEntry, Extras, HostView, ImageView, PlanError, Request, RootSource,
@@ -317,9 +318,8 @@ impl Image {
 
     fn read(&self, p: &str) -> Option<Vec<u8>> {
         match self {
-            Image::Dir(d) | Image::Unpacked { tree: d, .. } => {
-                std::fs::read(d.join(p.trim_start_matches('/'))).ok()
-            }
+            Image::Dir(d) => std::fs::read(d.join(p.trim_start_matches('/'))).ok(),
+            Image::Unpacked { tree, .. } => in_tree::read(tree, p),
             Image::Squashfs { archive, .. } => archive.read_file(p).ok().flatten(),
         }
     }
@@ -356,16 +356,16 @@ impl Image {
 
     fn exists(&self, p: &str) -> bool {
         match self {
-            Image::Dir(d) | Image::Unpacked { tree: d, .. } => {
-                d.join(p.trim_start_matches('/')).symlink_metadata().is_ok()
-            }
+            Image::Dir(d) => d.join(p.trim_start_matches('/')).symlink_metadata().is_ok(),
+            Image::Unpacked { tree, .. } => in_tree::exists(tree, p),
             Image::Squashfs { archive, .. } => archive.exists(p).unwrap_or(false),
         }
     }
 
     fn list(&self, p: &str) -> Option<Vec<String>> {
         match self {
-            Image::Dir(d) | Image::Unpacked { tree: d, .. } => Some(
+            Image::Unpacked { tree, .. } => in_tree::list(tree, p),
+            Image::Dir(d) => Some(
                 std::fs::read_dir(d.join(p.trim_start_matches('/')))
                     .ok()?
                     .flatten()
