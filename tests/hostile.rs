@@ -7,12 +7,13 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::{stderr, stdout, Scratch};
-use support::{Comp, Layout, Node};
+use support::{Comp, Layout, Node, Registry};
 use tar::EntryType;
 
 const EXIT_BAD_IMAGE: i32 = 23;
@@ -153,11 +154,17 @@ fn assert_in_root(tree: &BTreeMap<String, Node>) {
     }
 }
 
-#[test]
-fn hostile_layers_stay_in_the_root() {
-    let s = Scratch::new();
-    let tag = format!("gpurun-hostile-{}", std::process::id());
+/// Names of [`hostile_layers`]: the escape to /tmp, a name of 255 bytes, a deep path.
+fn hostile_names(tag: &str) -> (String, String, String) {
     let escape = format!("../../../../../../tmp/{tag}");
+    let long_ok = format!("ok-{}", "x".repeat(252));
+    let deep_ok = vec!["d".repeat(240); 16].join("/");
+    (escape, long_ok, deep_ok)
+}
+
+/// Two layers (bottom, top) whose entries try every way out of the root; `tag` names the escape.
+fn hostile_layers(tag: &str) -> [(Vec<u8>, Comp); 2] {
+    let (escape, long_ok, deep_ok) = hostile_names(tag);
     let bottom = Raw::new()
         .busybox()
         .file(b"etc/hostfile", b"hostfile")
@@ -181,8 +188,6 @@ fn hostile_layers_stay_in_the_root() {
         .file(b"opqdir/old", b"old")
         .file(b"caf\xe9", b"latin-1 name")
         .finish();
-    let long_ok = format!("ok-{}", "x".repeat(252));
-    let deep_ok = vec!["d".repeat(240); 16].join("/");
     let top = Raw::new()
         .file(escape.as_bytes(), b"escape")
         .file(b"/abs/file", b"abs")
@@ -198,10 +203,18 @@ fn hostile_layers_stay_in_the_root() {
         .file(long_ok.as_bytes(), b"long")
         .file(format!("{deep_ok}/f").as_bytes(), b"deep")
         .finish();
+    [(bottom, Comp::Gzip), (top, Comp::Zstd)]
+}
+
+#[test]
+fn hostile_layers_stay_in_the_root() {
+    let s = Scratch::new();
+    let tag = format!("gpurun-hostile-{}", std::process::id());
+    let (escape, long_ok, deep_ok) = hostile_names(&tag);
     let mut layout = Layout::new(&s.join("layout"));
     layout.image(
         "hostile",
-        &[(bottom, Comp::Gzip), (top, Comp::Zstd)],
+        &hostile_layers(&tag),
         "amd64",
         None,
         serde_json::json!({}),
@@ -275,6 +288,146 @@ fn hostile_layers_stay_in_the_root() {
     .output()
     .unwrap();
     assert_eq!(stdout(&o), "hostfileabs", "{}", stderr(&o));
+}
+
+/// What a container shows of the hostile entries: kind, mode, links, time; a link's target; a
+/// file's size and content (a directory's size and link count are its file system's own).
+fn show_hostile(tag: &str) -> String {
+    let (_, long_ok, deep_ok) = hostile_names(tag);
+    format!(
+        "cd / && for f in etc/hostfile abs/file lnk-up abs-link chain1 chain2 loop1 loop2 \
+         bin/suid bin/sgid dup gone opqdir opqdir/old caf\u{fffd} hl-out hl-abs hl-missing \
+         hl-loop-a hl-loop-b hl-self {long_ok} {deep_ok}/f; do \
+         if [ -L \"$f\" ]; then busybox stat -c '%n %A %h %Y' \"$f\"; busybox readlink \"$f\"; \
+         elif [ -d \"$f\" ]; then busybox stat -c '%n %A %Y' \"$f\"; \
+         elif [ -e \"$f\" ]; then busybox stat -c '%n %A %h %s %Y' \"$f\"; busybox md5sum \"$f\"; \
+         else echo \"$f absent\"; fi; done"
+    )
+}
+
+/// `exec docker://` of the hostile layers, pulled by its first start and unpacked into a tree
+/// to start from: nothing lands outside the tree, and the container sees what the .sqsh shows
+/// at the next start.
+#[test]
+fn first_start_of_hostile_layers_stays_in_its_tree() {
+    let s = Scratch::new();
+    let tag = format!("gpurun-hostile-first-{}", std::process::id());
+    let reg = Registry::start(&s.join("reg"), None);
+    // A directory of the victim's, named by an absolute entry that would open it to all.
+    let victim = s.join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let named = victim.to_str().unwrap().as_bytes();
+    let above = Raw::new()
+        .put(EntryType::Directory, named, b"", 0o777, b"")
+        .file(&[named, b"/planted"].concat(), b"x")
+        .finish();
+    let [bottom, top] = hostile_layers(&tag);
+    let mut layout = Layout::new(&s.join("layout"));
+    let layers = [bottom, top, (above, Comp::Gzip)];
+    layout.image("hostile", &layers, "amd64", None, serde_json::json!({}));
+    reg.push(&s.join("layout"), "hostile", "test/hostile:1", "oci");
+    s.chown_all();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let src = format!("docker://{}/test/hostile:1", reg.addr());
+    let show = show_hostile(&tag);
+    let run = || {
+        common::gpurun(&["exec", "--contain", &src, "sh", "-c", &show])
+            .current_dir(s.path())
+            .env("GPURUN_CACHEDIR", s.join("cache"))
+            .env("DOCKER_CONFIG", s.join("docker-config"))
+            .output()
+            .unwrap()
+    };
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(stderr(&first).contains("Unpacking"), "{}", stderr(&first));
+    for p in [format!("/tmp/{tag}"), "/abs".into(), "/etc/hostfile".into()] {
+        assert!(!Path::new(&p).exists(), "{p} written on the host");
+    }
+    assert!(!victim.join("planted").exists());
+    let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the victim's directory was changed");
+    let second = run();
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(
+        !stderr(&second).contains("Unpacking"),
+        "{}",
+        stderr(&second)
+    );
+    assert!(stdout(&first).contains("abs/file "), "{}", stdout(&first));
+    assert!(
+        stdout(&first).contains("hl-missing absent"),
+        "{}",
+        stdout(&first)
+    );
+    assert_eq!(stdout(&first), stdout(&second));
+    let left: Vec<String> = std::fs::read_dir(s.join("cache/images"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.len() == 1 && left[0].ends_with(".sqsh"), "{left:?}");
+}
+
+/// A registry image whose `/etc/group` is a symlink to a FIFO another user made on the host
+/// (and to a file of the image's inside it): the first start reads its tree as the container
+/// would, inside it, so it neither opens the FIFO (which would wait for a writer for ever) nor
+/// takes any host file for the image's; the container's group file is the one the .sqsh gives.
+#[test]
+fn first_start_reads_its_tree_not_the_host() {
+    let s = Scratch::new();
+    let fifo = format!("/var/tmp/gpurun-first-fifo-{}", std::process::id());
+    let _ = std::fs::remove_file(&fifo);
+    let made = common::as_named("gpurunother", "mkfifo")
+        .args(["-m", "0666", &fifo])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let reg = Registry::start(&s.join("reg"), None);
+    let bottom = Raw::new().busybox().finish();
+    let top = Raw::new()
+        .sym(b"etc/group", fifo.as_bytes())
+        .dir(b"var")
+        .dir(b"var/tmp")
+        .file(&fifo.as_bytes()[1..], b"root:x:0:\nimagegroup:x:4242:\n")
+        .finish();
+    let mut layout = Layout::new(&s.join("layout"));
+    layout.image(
+        "fifo",
+        &[(bottom, Comp::Gzip), (top, Comp::Gzip)],
+        "amd64",
+        None,
+        serde_json::json!({}),
+    );
+    reg.push(&s.join("layout"), "fifo", "test/fifo:1", "oci");
+    s.chown_all();
+    let src = format!("docker://{}/test/fifo:1", reg.addr());
+    let run = || {
+        let mut c = common::gpurun(&["exec", &src, "busybox", "grep", "imagegroup", "/etc/group"]);
+        c.current_dir(s.path())
+            .env("GPURUN_CACHEDIR", s.join("cache"))
+            .env("DOCKER_CONFIG", s.join("docker-config"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let t0 = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t0.elapsed() > Duration::from_secs(90) {
+                let _ = child.kill();
+                let o = child.wait_with_output().unwrap();
+                let _ = std::fs::remove_file(&fifo);
+                panic!("the start hangs on the host's FIFO: {}", stderr(&o));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        child.wait_with_output().unwrap()
+    };
+    let first = run();
+    let second = run();
+    let _ = std::fs::remove_file(&fifo);
+    assert!(stderr(&first).contains("Unpacking"), "{}", stderr(&first));
+    assert_eq!(stdout(&first), "imagegroup:x:4242:\n", "{}", stderr(&first));
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(stdout(&first), stdout(&second));
 }
 
 fn gz(b: &[u8]) -> Vec<u8> {
@@ -593,4 +746,36 @@ fn huge_image_configs_are_bounded() {
     assert!(line.contains("config") && line.contains("limit"), "{line}");
     assert!(!s.join("huge.sqsh").exists());
     nothing_partial(&s);
+}
+
+/// A first start of a layer that writes through its own symlink (refused, as by `pull`): the
+/// link already unpacked into the tree is never written through, and nothing is left.
+#[test]
+fn a_first_start_never_writes_through_an_unpacked_link() {
+    let s = Scratch::new();
+    let victim = s.join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let reg = Registry::start(&s.join("reg"), None);
+    let bottom = Raw::new().busybox().finish();
+    let top = Raw::new()
+        .sym(b"d", victim.to_str().unwrap().as_bytes())
+        .file(b"d/planted", b"x")
+        .finish();
+    let mut layout = Layout::new(&s.join("layout"));
+    let layers = [(bottom, Comp::Gzip), (top, Comp::Gzip)];
+    layout.image("through", &layers, "amd64", None, serde_json::json!({}));
+    reg.push(&s.join("layout"), "through", "test/through:1", "oci");
+    s.chown_all();
+    let src = format!("docker://{}/test/through:1", reg.addr());
+    let o = common::gpurun(&["exec", &src, "true"])
+        .current_dir(s.path())
+        .env("GPURUN_CACHEDIR", s.join("cache"))
+        .env("DOCKER_CONFIG", s.join("docker-config"))
+        .output()
+        .unwrap();
+    let line = error_line(&o, EXIT_BAD_IMAGE);
+    assert!(line.contains("'d/planted' is refused"), "{line}");
+    assert!(!victim.join("planted").exists(), "written through the link");
+    let left = std::fs::read_dir(s.join("cache/images")).unwrap().count();
+    assert_eq!(left, 0, "the tree or its staging was left");
 }
