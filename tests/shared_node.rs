@@ -1104,3 +1104,47 @@ print("ready", flush=True); time.sleep(120)
         assert!(o.status.success(), "{}", stderr(&o));
     }
 }
+
+/// `exec docker://` of an image the cache lacks pulls it in a process of its own (the first
+/// start): a cache directory another user made first, holding a planted blob, a planted link
+/// to a file of the victim's, or being such a link itself, is refused there as by `pull`.
+#[test]
+fn a_first_start_into_a_cache_another_user_made_is_refused() {
+    if !two_users() {
+        return;
+    }
+    let s = Scratch::new();
+    let f = fixture(&s);
+    let tmp = shared_tmp(&s, "tmp");
+    let victim_file = precious(TEST_USER);
+    for (i, p) in [Plant::Blob, Plant::PartialLink, Plant::RootLink]
+        .iter()
+        .enumerate()
+    {
+        let cache = tmp.join(format!("cache{i}"));
+        plant(&f, &s, &cache, p, &victim_file.0);
+        let before = std::fs::symlink_metadata(&cache).unwrap();
+        let o = gpurun_as(TEST_USER, &["exec", &f.reference, "cat", "/etc/app"])
+            .env("GPURUN_CACHEDIR", &cache)
+            .output()
+            .unwrap();
+        let line = refusal(&o, 125);
+        assert!(!stdout(&o).contains("PLANTED"), "case {i} ran it");
+        assert!(
+            line.contains(&cache.display().to_string()) && line.contains(OTHER_USER),
+            "case {i}: {line}"
+        );
+        let after = std::fs::symlink_metadata(&cache).unwrap();
+        assert_eq!(
+            (before.mode(), before.uid()),
+            (after.mode(), after.uid()),
+            "case {i}: changed"
+        );
+        unchanged(&victim_file);
+    }
+    let home = victim_file.0.parent().unwrap();
+    for d in ["blobs", "images", "locks"] {
+        assert!(!home.join(d).exists(), "{d} made behind the planted link");
+    }
+    drop(f.reg);
+}
