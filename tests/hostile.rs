@@ -291,7 +291,8 @@ fn hostile_layers_stay_in_the_root() {
 }
 
 /// What a container shows of the hostile entries: kind, mode, links, time; a link's target; a
-/// file's size and content (a directory's size and link count are its file system's own).
+/// file's size and content (a directory's size and link count are its file system's own); and
+/// whether the image can be written.
 fn show_hostile(tag: &str) -> String {
     let (_, long_ok, deep_ok) = hostile_names(tag);
     format!(
@@ -301,7 +302,8 @@ fn show_hostile(tag: &str) -> String {
          if [ -L \"$f\" ]; then busybox stat -c '%n %A %h %Y' \"$f\"; busybox readlink \"$f\"; \
          elif [ -d \"$f\" ]; then busybox stat -c '%n %A %Y' \"$f\"; \
          elif [ -e \"$f\" ]; then busybox stat -c '%n %A %h %s %Y' \"$f\"; busybox md5sum \"$f\"; \
-         else echo \"$f absent\"; fi; done"
+         else echo \"$f absent\"; fi; done; \
+         if echo x 2>/dev/null > /bin/written; then echo writable; else echo read-only; fi"
     )
 }
 
@@ -357,6 +359,11 @@ fn first_start_of_hostile_layers_stays_in_its_tree() {
     assert!(stdout(&first).contains("abs/file "), "{}", stdout(&first));
     assert!(
         stdout(&first).contains("hl-missing absent"),
+        "{}",
+        stdout(&first)
+    );
+    assert!(
+        stdout(&first).ends_with("read-only\n"),
         "{}",
         stdout(&first)
     );
