@@ -121,7 +121,7 @@ mod tests {
                 },
                 "{spec}"
             );
-            let back = b.to_string();
+            let back = b.spec().unwrap();
             assert_eq!(
                 parse_bind(&back, Path::new("/elsewhere")),
                 Ok(b),

@@ -4,7 +4,6 @@
 //! cannot drift. [`bind`] is gpurun's form, [`pyxis`] the plugin's; a [`Bind`] the plugin
 //! parsed is handed to gpurun in the form [`bind::parse_bind`] reads back unchanged. Pure.
 
-use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
@@ -100,16 +99,21 @@ impl Bind {
     }
 }
 
-/// `SRC:DST[:FLAGS]`, the form [`bind::parse_bind`] reads back as this bind (for paths without
-/// ':' or ',', which neither grammar lets a path hold).
-impl fmt::Display for Bind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.src.display(), self.dst.display())?;
-        let words = flag_words(self.readonly, &self.flags);
-        match words.is_empty() {
-            true => Ok(()),
-            false => write!(f, ":{}", words.join("+")),
+impl Bind {
+    /// `SRC:DST[:FLAGS]`, the form [`bind::parse_bind`] reads back as this very bind; none for a
+    /// path holding ':' or ',' (a job's directory may), which that form cannot carry.
+    pub fn spec(&self) -> Result<String, PathBuf> {
+        for p in [&self.src, &self.dst] {
+            if p.to_string_lossy().contains([':', ',']) {
+                return Err(p.clone());
+            }
         }
+        let mut spec = format!("{}:{}", self.src.display(), self.dst.display());
+        let words = flag_words(self.readonly, &self.flags);
+        if !words.is_empty() {
+            spec = format!("{spec}:{}", words.join("+"));
+        }
+        Ok(spec)
     }
 }
 

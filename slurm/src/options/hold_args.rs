@@ -50,7 +50,13 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
             // the grammar gpurun's --bind reads writes it back, SRC from the job's directory
             Mount::Bind(b) => {
                 let src = absolute(at.cwd, &b.src);
-                ("--bind", Bind { src, ..b.clone() }.to_string())
+                let spec = Bind { src, ..b.clone() }.spec().map_err(|p| {
+                    format!(
+                        "--container-mounts: {} holds ':' or ',', which a mount cannot name; bind it from a path without them",
+                        p.display()
+                    )
+                })?;
+                ("--bind", spec)
             }
             Mount::Tmpfs { dst, opts } => {
                 let dst = dst.display().to_string();
@@ -254,6 +260,40 @@ mod tests {
 
     /// The job's `$HOME` is the container's home, at `/root` with remap-root (enroot's home
     /// hook), and nowhere with --no-container-mount-home.
+    /// A job's directory with ':' or ',' in it would split a relative SRC into another source
+    /// and destination in the text gpurun hold reads: refused, never passed on changed.
+    #[test]
+    fn a_path_the_bind_text_cannot_carry_is_refused() {
+        for (cwd, mounts) in [
+            ("/w/a:b", "data:/d"),
+            ("/w/a,b", "data:/d"),
+            ("/w", "data:/d:ro"),
+        ] {
+            let o = ContainerOpts {
+                image: Some(Image::File("/img.sqsh".into())),
+                mounts: mount_grammar::pyxis::parse_mounts(mounts).unwrap(),
+                ..Default::default()
+            };
+            match holder_args(&o, &at(cwd, "/s", false)) {
+                Err(e) => assert!(e.contains("holds ':' or ','"), "{cwd} {mounts}: {e}"),
+                Ok(a) => {
+                    // what passed must be what was asked: parsed back, the same bind
+                    let i = a.iter().position(|x| x == "--bind").unwrap();
+                    let back = mount_grammar::bind::parse_bind(&a[i + 1], Path::new("/x")).unwrap();
+                    let Some(Mount::Bind(want)) = o.mounts.first() else {
+                        panic!()
+                    };
+                    assert_eq!(
+                        back.src,
+                        absolute(Path::new(cwd), &want.src),
+                        "{cwd} {mounts}"
+                    );
+                    assert_eq!(back.dst, want.dst, "{cwd} {mounts}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn home_from_the_job() {
         let home = Path::new("/tmp");
