@@ -175,6 +175,23 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// A first start of a docker:// image the cache lacks (from its unpacked layers), then the next
+/// (from the finished .sqsh): both succeeded, only the first unpacked; their outputs.
+pub fn first_and_second_start(run: impl Fn() -> Output) -> (Output, Output) {
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(stderr(&first).contains("Unpacking"), "{}", stderr(&first));
+    let second = run();
+    assert!(second.status.success(), "{}", stderr(&second));
+    let unpacked = stderr(&second).contains("Unpacking");
+    assert!(
+        !unpacked,
+        "the second start unpacked again: {}",
+        stderr(&second)
+    );
+    (first, second)
+}
+
 /// `o` failed with `code` and one `gpurun:` line that contains each of `needles`.
 pub fn one_line_error(o: &Output, code: i32, needles: &[&str]) {
     let e = stderr(o);
