@@ -21,7 +21,8 @@ use crate::image::cache::Cache;
 use crate::image::meta::ImageMeta;
 use crate::image::meta::MetaError;
 use crate::image::pull::{
-    ensure_local, save, save_target, PullError, PullOptions, Ready, SaveTarget,
+    cached_registry_image, ensure_local, save, save_target, PullError, PullOptions, Ready,
+    SaveTarget,
 };
 use crate::image::reference::is_reference;
 use crate::image::sif::OpenError;
@@ -252,7 +253,13 @@ impl Image {
     ) -> Result<(Image, Option<first_start::Pull>), StartError> {
         // docker://, podman://: converted once into the cache (keyed by manifest digest, by
         // podman's image ID), then run from there.
-        let path = if early && arg.starts_with("docker://") {
+        let cached = match early && arg.starts_with("docker://") {
+            true => cached_registry_image(arg, pull)?,
+            false => None,
+        };
+        let path = if let Some(p) = cached {
+            p
+        } else if early && arg.starts_with("docker://") {
             match first_start::pull(arg, pull.quiet)? {
                 (
                     Ready {

@@ -82,6 +82,29 @@ pub fn pull(source: &str, output: Option<&Path>, opts: &PullOptions) -> Result<P
     Ok(out)
 }
 
+/// The cached `.sqsh` a `docker://` reference resolves to now (or, the registry unreachable,
+/// last resolved to), if the cache holds it; None when it must be pulled. In this process: a
+/// warm start spawns no pull.
+pub fn cached_registry_image(
+    reference: &str,
+    opts: &PullOptions,
+) -> Result<Option<PathBuf>, PullError> {
+    let Source::Docker(image) = Source::parse(reference)? else {
+        return Err(PullError::NotRegistry(reference.to_string()));
+    };
+    let cache = Cache::open(&opts.cache.clone().unwrap_or_else(cache_root))?;
+    let rt = signal_runtime(opts)?;
+    let r = match resolve_registry(&image, opts, &cache, &rt)? {
+        Resolution::Fresh(r) => r,
+        Resolution::LastKnown(path) => return Ok(Some(path)),
+    };
+    let found = cache.find_image(&r.digest)?;
+    if found.is_some() {
+        let _ = cache.remember_ref(&r.key, &r.digest);
+    }
+    Ok(found)
+}
+
 /// A cached `.sqsh` for a `docker://` or `podman://` reference: converted on first use, reused
 /// after. Safe against concurrent callers.
 pub fn ensure_local(reference: &str, opts: &PullOptions) -> Result<PathBuf, PullError> {
