@@ -14,7 +14,8 @@
 # gpurun-new; first-start.sh and lib.sh as they are in this tree. DEST/device-run.sh unpacks it
 # and runs first-start.sh with IMAGE=venv. DEST must be ignored by git (.gitignore has /.fsbench/).
 #
-# Environment [default]: NEW [target/release/gpurun], OLD [.bench/gpurun-old]. Debian 12 only:
+# Environment [default]: NEW [target/release/gpurun], OLD [.bench/gpurun-old], PREV [none: a
+# third build, the bench's tool prev]. Debian 12 only:
 # pigz is fetched with apt-get download if not installed.
 set -euo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -64,6 +65,7 @@ done
 cp /usr/share/containers/seccomp.json /etc/containers/policy.json "$B/share/"
 install -m 755 "$NEW" "$B/gpurun-new"
 install -m 755 "$OLD" "$B/gpurun-old"
+[ -z "${PREV:-}" ] || install -m 755 "$PREV" "$B/gpurun-prev"
 cp "$HERE/first-start.sh" "$HERE/lib.sh" "$B/benches/"
 chmod -R a+rX "$B"
 
@@ -94,6 +96,7 @@ for f in /etc/subuid /etc/subgid; do
 done
 S=benches/first-start.sh
 [ -f "$S" ] || S=$P/benches/first-start.sh
+[ ! -x "$P/gpurun-prev" ] || export PREV=${PREV:-$P/gpurun-prev}
 NEW=${NEW:-$P/gpurun-new} OLD=${OLD:-$P/gpurun-old} BUNDLE=$P IMAGE=venv \
     RESULTS=${RESULTS:-${OUT:-benches/results/latest}} REPS=${REPS:-1} bash "$S"
 R=$(ls -d /var/tmp/gpurun-bench/first-start/results-* | tail -1)

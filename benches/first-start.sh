@@ -12,6 +12,7 @@
 # cache dropped before it (sync; echo 3 > drop_caches), run as BENCH_USER:
 #   old     OLD pull docker://REF -o x.sqsh, then OLD exec x.sqsh CMD (gpurun before issue 35)
 #   new     NEW exec docker://REF CMD (the cache is GPURUN_CACHEDIR in the work directory)
+#   prev    the same with PREV, another build (an A/B of two builds in one run)
 #   podman  podman pull, then podman run --rm --network none --runtime runc (rootless, storage in
 #           the work directory; runc, as crun refuses hybrid cgroup hierarchies)
 #   ch      skopeo copy to an OCI layout, umoci unpack --rootless, mksquashfs -comp zstd
@@ -34,7 +35,7 @@
 #                VENV's packages, largest first, up to REST_MB of tar; gzip -6 (pigz if found,
 #                one member either way), pushed to a docker-registry on loopback
 #
-# Environment [default]: NEW [target/release/gpurun], OLD [.bench/gpurun-old], REPS [3], TOOLS
+# Environment [default]: NEW [target/release/gpurun], OLD [.bench/gpurun-old], PREV [none], REPS [3], TOOLS
 # [old new podman ch floor], CMDS [torch py], IMAGE [torch], VENV [/opt/torch/.venv], REST_MB
 # [2000], BUNDLE [none: peers from PATH; else a folder made by device-bundle.sh], TIMEOUT [900 s
 # a run], MACHINE [h100x1-style name from nvidia-smi, else Ncpu], RESULTS [benches/results/latest],
@@ -51,6 +52,7 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
 NEW=${NEW:-target/release/gpurun}
 OLD=${OLD:-.bench/gpurun-old}
+PREV=${PREV:-}
 REPS=${REPS:-3}
 read -r -a TOOLS <<<"${TOOLS:-old new podman ch floor}"
 read -r -a CMDS <<<"${CMDS:-torch py}"
@@ -78,6 +80,7 @@ fi
 id "$BENCH_USER" >/dev/null 2>&1 || die "no user $BENCH_USER (bash tests/setup-machine.sh)"
 [ -x "$NEW" ] || die "no gpurun at NEW=$NEW (cargo build --release, or set NEW)"
 [ -x "$OLD" ] || die "no gpurun at OLD=$OLD"
+case " ${TOOLS[*]} " in *" prev "*) [ -x "$PREV" ] || die "tool prev: no gpurun at PREV=$PREV" ;; esac
 for t in python3 runuser docker-registry skopeo umoci mksquashfs ch-run podman runc tar; do
     command -v "$t" >/dev/null || die "$t not found (apt-get install it; charliecloud-runtime has ch-run)"
 done
@@ -97,6 +100,7 @@ chmod 755 "$BENCH_DIR" "$FS" "$BIN"
 chmod 666 /dev/fuse
 install -m 755 "$NEW" "$BIN/gpurun-new"
 install -m 755 "$OLD" "$BIN/gpurun-old"
+[ -z "$PREV" ] || install -m 755 "$PREV" "$BIN/gpurun-prev"
 TSV=$OUTDIR/first-start.tsv
 LOG=$OUTDIR/first-start.txt
 REG_PID=
@@ -341,6 +345,7 @@ tool_cmd() { # tool_cmd TOOL CMDKEY: the shell command of a run, in $W as the us
     case $1 in
     old) echo "$BIN/gpurun-old pull -q docker://$REF -o $W/x.sqsh && exec $BIN/gpurun-old exec $W/x.sqsh $c" ;;
     new) echo "exec $BIN/gpurun-new exec docker://$REF $c" ;;
+    prev) echo "exec $BIN/gpurun-prev exec docker://$REF $c" ;;
     podman) echo "$p pull -q --signature-policy $POLICY --tls-verify=false $REF >/dev/null &&
                   exec $p run --rm --network none --runtime runc --pull never $REF $c" ;;
     ch) echo "skopeo --insecure-policy copy --quiet --src-tls-verify=false docker://$REF oci:$W/oci:t &&
@@ -372,7 +377,7 @@ end_tools() {
         pids=
         for p in /proc/[0-9]*; do
             e=$(readlink "$p/exe" 2>/dev/null) || continue
-            case ${e% (deleted)} in "$BIN"/gpurun-old | "$BIN"/gpurun-new) pids+=" ${p#/proc/}" ;; esac
+            case ${e% (deleted)} in "$BIN"/gpurun-old | "$BIN"/gpurun-new | "$BIN"/gpurun-prev) pids+=" ${p#/proc/}" ;; esac
         done
         [ -n "$pids" ] || return 0
         if [ "$i" = 1 ]; then kill -TERM $pids 2>/dev/null; elif [ "$i" = 100 ]; then kill -KILL $pids 2>/dev/null; fi
@@ -421,7 +426,7 @@ flock 8
     [ "$REP0" = 0 ] || echo "# continued, reps after $REP0:"
     echo "# first-start: $(date -u '+%F %T UTC'); $(uname -r); $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(free -g | awk '/Mem:/{print $2}') GiB; machine $MACHINE"
     echo "# uptime before: $(uptime)"
-    echo "# new: $NEW ($("$BIN/gpurun-new" version | awk '/^commit/{print $2}'), sha256 $(sha256sum "$BIN/gpurun-new" | cut -c1-12)); old: $OLD ($("$BIN/gpurun-old" version | awk '/^commit/{print $2}'))"
+    echo "# new: $NEW ($("$BIN/gpurun-new" version | awk '/^commit/{print $2}'), sha256 $(sha256sum "$BIN/gpurun-new" | cut -c1-12)); old: $OLD ($("$BIN/gpurun-old" version | awk '/^commit/{print $2}'))${PREV:+; prev: $PREV ($("$BIN/gpurun-prev" version | awk '/^commit/{print $2}'))}"
     echo "# image: $IMAGE, bench/torch:latest, $IMAGE_LINE"
     echo "# peers: $(skopeo --version); umoci $(umoci --version | awk '{print $NF}'); $(mksquashfs -version 2>&1 | head -1); ch-run $(USER=root ch-run --version 2>&1); $(podman --version)"
     echo "# reps $REPS, tools ${TOOLS[*]}, order rotated each rep; commands: $(for k in "${CMDS[@]}"; do printf '%s; ' "${COMMAND[$k]}"; done)"

@@ -1,20 +1,41 @@
-//! A flattened image's tar stream unpacked into a directory as it is written: the tree a first
-//! start runs from while the image's .sqsh is still being compressed (image/pull/for_start.rs).
+//! A flattened image written into a directory as its entries come (a flatten [`Sink`]): the tree
+//! a first start runs from while the image's .sqsh is still being compressed
+//! (image/pull/for_start.rs). Entries are made in stream order on the flattening thread, each
+//! inside the tree and never through a link (openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS);
+//! file data goes to a pool of writer threads, a large file in pieces written in parallel, so
+//! the copy into the page cache runs on the cores the inflating leaves.
 
-use std::fs::Permissions;
-use std::io::{self, BufReader, PipeWriter, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Set when the process gives its pull up: every unpacking stops at its next entry.
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{Mode, SFlag, UtimensatFlags};
+use nix::sys::time::TimeSpec;
+use tar::{EntryType, Header};
+
+use crate::image::flatten::Sink;
+
+/// Set when the process gives its pull up: every unpacking stops at its next entry or piece.
 static STOP: AtomicBool = AtomicBool::new(false);
-/// Unpacking threads running now.
+/// Unpackers and writer threads alive now.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
-/// Stop every unpacking of this process and wait (a few seconds at most: one entry being
+/// A file's data is handed to the writers in pieces of at most this many bytes.
+const PIECE: u64 = 1 << 20;
+/// Buffers per writer.
+const BUFFERS: usize = 4;
+
+/// Stop every unpacking of this process and wait (a few seconds at most: one piece being
 /// written) until none writes any more, so that its tree can be removed for good.
 pub fn stop_all() {
     STOP.store(true, Ordering::SeqCst);
@@ -31,164 +52,474 @@ pub struct UnpackError {
     pub source: io::Error,
 }
 
-/// A writer of a tar stream whose entries a thread of its own unpacks into `dir` (modes and
-/// times kept; owners are the caller's, as a rootless user's files are; no xattrs).
+/// Writes the entries of a flattened image into `dir` (modes and times kept; owners are the
+/// caller's, as a rootless user's files are; no xattrs).
 pub struct Unpacker {
     dir: PathBuf,
-    pipe: Option<PipeWriter>,
-    thread: Option<JoinHandle<io::Result<()>>>,
+    root: OwnedFd,
+    /// The directory of the last entry, kept open: a layer's entries come grouped by directory.
+    parent: Option<(String, OwnedFd)>,
+    /// Directories and their mode and time, set at the end: a read-only one must still take its
+    /// entries, and each entry made in it changes its time.
+    dirs: Vec<(String, u32, u64)>,
+    seen_dirs: HashMap<String, usize>,
+    writers: Writers,
 }
 
 impl Unpacker {
-    pub fn new(dir: &Path) -> Result<Unpacker, UnpackError> {
+    /// Make `dir` and start `threads` writers.
+    pub fn new(dir: &Path, threads: usize) -> Result<Unpacker, UnpackError> {
         let err = |source| UnpackError {
             path: dir.to_owned(),
             source,
         };
         std::fs::create_dir(dir).map_err(err)?;
-        let (r, w) = io::pipe().map_err(err)?;
-        let to = dir.to_owned();
+        let flags = OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+        let root = nix::fcntl::open(dir, flags, Mode::empty()).map_err(|e| err(e.into()))?;
+        let writers = Writers::start(threads.clamp(1, 8)).map_err(err)?;
         RUNNING.fetch_add(1, Ordering::SeqCst);
-        let thread = std::thread::Builder::new()
-            .name("unpack".into())
-            .spawn(move || {
-                let r = unpack_all(BufReader::with_capacity(1 << 20, r), &to);
-                RUNNING.fetch_sub(1, Ordering::SeqCst);
-                r
-            })
-            .map_err(|e| {
-                RUNNING.fetch_sub(1, Ordering::SeqCst);
-                err(e)
-            })?;
         Ok(Unpacker {
             dir: dir.to_owned(),
-            pipe: Some(w),
-            thread: Some(thread),
+            root,
+            parent: None,
+            dirs: Vec::new(),
+            seen_dirs: HashMap::new(),
+            writers,
         })
     }
 
-    /// Wait for the last entry to be unpacked. After a failed write, this is the real reason.
+    /// Wait for the last piece to be written and give the directories their modes and times.
+    /// After a failed entry, this is the real reason, with its path.
     pub fn finish(mut self) -> Result<(), UnpackError> {
-        self.pipe.take();
-        let joined = match self.thread.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(io::Error::other("the unpacking thread panicked")),
-            None => Ok(()),
-        };
-        joined.map_err(|source| UnpackError {
-            path: self.dir.clone(),
-            source,
-        })
+        let written = self.writers.stop();
+        if let Some(e) = self.writers.failed() {
+            return Err(e);
+        }
+        written.map_err(|source| self.error("", source))?;
+        for (path, mode, mtime) in self.dirs.iter().rev() {
+            let set = || -> nix::Result<()> {
+                let fd = open_beneath(&self.root, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
+                let t = TimeSpec::new(*mtime as i64, 0);
+                nix::sys::stat::futimens(&fd, &t, &t)?;
+                nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(*mode))
+            };
+            set().map_err(|e| self.error(path, e.into()))?;
+        }
+        Ok(())
     }
-}
 
-/// Every entry of `from` into `to`. tar's `unpack_in` keeps each inside `to` (no `..`, no write
-/// through a link); directories get their own mode and time only at the end, as the .sqsh has
-/// them: a read-only one must still take its entries, and each entry changes its time.
-fn unpack_all(from: impl io::Read, to: &Path) -> io::Result<()> {
-    let mut a = tar::Archive::new(from);
-    a.set_preserve_permissions(true);
-    a.set_preserve_mtime(true);
-    a.set_unpack_xattrs(false);
-    let mut dirs = Vec::new();
-    for e in a.entries()? {
+    fn error(&self, path: &str, source: io::Error) -> UnpackError {
+        UnpackError {
+            path: self.dir.join(path),
+            source,
+        }
+    }
+
+    /// Note `e` as the reason (the first one stays) and hand it to flatten.
+    fn failed(&self, path: &str, e: io::Error) -> io::Error {
+        let kind = e.kind();
+        self.writers.fail(self.error(path, e));
+        kind.into()
+    }
+
+    /// The directory `path` is in, opened inside the tree (made, as tar2sqfs makes a directory
+    /// no entry names, where missing), and `path`'s last name.
+    fn parent_of<'p>(&mut self, path: &'p str) -> io::Result<(&OwnedFd, &'p str)> {
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        if self.parent.as_ref().is_none_or(|(p, _)| p != parent) {
+            let fd = match open_beneath(&self.root, parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+                Err(Errno::ENOENT) => self.make_parents(parent)?,
+                r => r?,
+            };
+            self.parent = Some((parent.to_string(), fd));
+        }
+        let (_, fd) = self.parent.as_ref().expect("set above");
+        Ok((fd, name))
+    }
+
+    fn make_parents(&mut self, parent: &str) -> io::Result<OwnedFd> {
+        let mut at = 0;
+        for part in parent.split('/') {
+            let upto = &parent[..at + part.len()];
+            at += part.len() + 1;
+            let (above, name) = upto.rsplit_once('/').unwrap_or(("", upto));
+            let fd = open_beneath(&self.root, above, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+            match nix::sys::stat::mkdirat(&fd, name, Mode::from_bits_truncate(0o700)) {
+                Ok(()) => self.directory(upto, 0o755, 0),
+                Err(Errno::EEXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(open_beneath(
+            &self.root,
+            parent,
+            OFlag::O_PATH | OFlag::O_DIRECTORY,
+        )?)
+    }
+
+    /// Note a directory's mode and time for the end; a later entry of the same path decides.
+    fn directory(&mut self, path: &str, mode: u32, mtime: u64) {
+        match self.seen_dirs.get(path) {
+            Some(&i) => self.dirs[i] = (path.to_string(), mode, mtime),
+            None => {
+                self.seen_dirs.insert(path.to_string(), self.dirs.len());
+                self.dirs.push((path.to_string(), mode, mtime));
+            }
+        }
+    }
+
+    fn entry(&mut self, h: &Header, path: &str, data: &mut dyn Read) -> io::Result<()> {
+        let (mode, mtime) = (h.mode()? & 0o7777, h.mtime()?);
+        let kind = h.entry_type();
+        let (dir, name) = self.parent_of(path)?;
+        let private = Mode::from_bits_truncate(0o700);
+        match kind {
+            EntryType::Directory => match nix::sys::stat::mkdirat(dir, name, private) {
+                Ok(()) | Err(Errno::EEXIST) => {
+                    self.directory(path, mode, mtime);
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            },
+            EntryType::Regular => {
+                let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW;
+                let fd = nix::fcntl::openat(dir, name, flags | OFlag::O_CLOEXEC, private)?;
+                nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(mode))?;
+                return self.writers.send(File::from(fd), h.size()?, mtime, data);
+            }
+            EntryType::Fifo => {
+                nix::sys::stat::mknodat(dir, name, SFlag::S_IFIFO, private, 0)?;
+                let m = Mode::from_bits_truncate(mode);
+                nix::sys::stat::fchmodat(
+                    dir,
+                    name,
+                    m,
+                    nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+                )
+                .or_else(|_| {
+                    nix::sys::stat::fchmodat(
+                        dir,
+                        name,
+                        m,
+                        nix::sys::stat::FchmodatFlags::FollowSymlink,
+                    )
+                })?;
+            }
+            _ => {
+                return Err(io::Error::other(format!(
+                    "a {kind:?} entry cannot be unpacked"
+                )))
+            }
+        }
+        set_link_time(dir, name, mtime)
+    }
+
+    fn link(&mut self, h: &Header, path: &str, target: &str) -> io::Result<()> {
+        let mtime = h.mtime()?;
+        if h.entry_type().is_hard_link() {
+            let (tdir, tname) = target.rsplit_once('/').unwrap_or(("", target));
+            let tfd = open_beneath(&self.root, tdir, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+            let (dir, name) = self.parent_of(path)?;
+            nix::unistd::linkat(&tfd, tname, dir, name, nix::fcntl::AtFlags::empty())?;
+            return Ok(());
+        }
+        let (dir, name) = self.parent_of(path)?;
+        nix::unistd::symlinkat(target, dir, name)?;
+        set_link_time(dir, name, mtime)
+    }
+
+    fn check(&self) -> io::Result<()> {
         if STOP.load(Ordering::SeqCst) {
             return Err(io::ErrorKind::Interrupted.into());
         }
-        let mut e = e?;
-        let path = to.join(&*e.path()?);
-        let mtime = e.header().mtime()?;
-        if !e.unpack_in(to)? {
-            continue;
-        }
-        let time = filetime::FileTime::from_unix_time(mtime as i64, 0);
-        if e.header().entry_type().is_dir() {
-            let mode = e.header().mode()?;
-            std::fs::set_permissions(&path, Permissions::from_mode((mode & 0o7777) | 0o700))?;
-            dirs.push((path, mode, time));
-        } else if mtime == 0 && !e.header().entry_type().is_hard_link() {
-            // tar's unpack stores a time of 0 as 1 (a hard link has its target's).
-            filetime::set_symlink_file_times(&path, time, time)?;
+        match self.writers.has_failed() {
+            true => Err(io::Error::other("a file's data could not be written")),
+            false => Ok(()),
         }
     }
-    for (path, mode, time) in dirs.iter().rev() {
-        std::fs::set_permissions(path, Permissions::from_mode(mode & 0o7777))?;
-        filetime::set_file_times(path, *time, *time)?;
-    }
+}
+
+/// Open `rel` inside `root`, never through a link or out of it.
+fn open_beneath(root: &OwnedFd, rel: &str, flags: OFlag) -> nix::Result<OwnedFd> {
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    nix::fcntl::openat2(root, if rel.is_empty() { "." } else { rel }, how)
+}
+
+fn set_link_time(dir: &OwnedFd, name: &str, mtime: u64) -> io::Result<()> {
+    let t = TimeSpec::new(mtime as i64, 0);
+    nix::sys::stat::utimensat(dir, name, &t, &t, UtimensatFlags::NoFollowSymlink)?;
     Ok(())
 }
 
-impl Write for Unpacker {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &mut self.pipe {
-            Some(p) => p.write(buf),
-            None => Err(io::ErrorKind::BrokenPipe.into()),
-        }
+impl Sink for Unpacker {
+    fn append(
+        &mut self,
+        header: &mut Header,
+        path: &str,
+        _xattrs: &[(String, Vec<u8>)],
+        data: &mut dyn Read,
+    ) -> io::Result<()> {
+        self.check()?;
+        self.entry(header, path, data)
+            .map_err(|e| self.failed(path, e))
     }
 
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+    fn append_link(
+        &mut self,
+        header: &mut Header,
+        path: &str,
+        target: &str,
+        _xattrs: &[(String, Vec<u8>)],
+    ) -> io::Result<()> {
+        self.check()?;
+        self.link(header, path, target)
+            .map_err(|e| self.failed(path, e))
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.check()
     }
 }
 
 impl Drop for Unpacker {
     fn drop(&mut self) {
-        // The reader sees the end of its stream and stops.
-        self.pipe.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = self.writers.stop();
+        RUNNING.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// A file being written: its time is set by whoever finishes it last.
+struct Open {
+    file: File,
+    mtime: u64,
+    /// Pieces not yet written, plus one while the flattening thread still sends.
+    left: AtomicUsize,
+}
+
+impl Open {
+    fn one_done(&self) -> io::Result<()> {
+        if self.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return Ok(());
+        }
+        let t = TimeSpec::new(self.mtime as i64, 0);
+        Ok(nix::sys::stat::futimens(self.file.as_fd(), &t, &t)?)
+    }
+}
+
+struct Piece {
+    open: Arc<Open>,
+    at: u64,
+    data: Vec<u8>,
+}
+
+/// The writer threads, the buffers they hand back, and the first error one of them met.
+struct Writers {
+    /// One queue per writer: a file's pieces all go to one, in order (two writers of one file
+    /// would take turns on its lock, out of order).
+    queues: Vec<SyncSender<Piece>>,
+    next: usize,
+    /// Buffers of [`PIECE`] bytes, reused: a fixed amount of memory, no page faults per piece.
+    free: Receiver<Vec<u8>>,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+    failure: Arc<Mutex<Option<UnpackError>>>,
+    failing: Arc<AtomicBool>,
+}
+
+impl Writers {
+    fn start(n: usize) -> io::Result<Writers> {
+        let (free_tx, free) = sync_channel::<Vec<u8>>(BUFFERS * n);
+        for _ in 0..BUFFERS * n {
+            let _ = free_tx.send(Vec::with_capacity(PIECE as usize));
+        }
+        let failing = Arc::new(AtomicBool::new(false));
+        let (mut queues, mut threads) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            let (tx, rx) = sync_channel::<Piece>(BUFFERS);
+            let (free_tx, failing) = (free_tx.clone(), failing.clone());
+            RUNNING.fetch_add(1, Ordering::SeqCst);
+            let t = std::thread::Builder::new()
+                .name("unpack".into())
+                .spawn(move || {
+                    let r = write_pieces(rx, &free_tx, &failing);
+                    RUNNING.fetch_sub(1, Ordering::SeqCst);
+                    r
+                })
+                .inspect_err(|_| {
+                    RUNNING.fetch_sub(1, Ordering::SeqCst);
+                })?;
+            queues.push(tx);
+            threads.push(t);
+        }
+        Ok(Writers {
+            queues,
+            next: 0,
+            free,
+            threads,
+            failure: Arc::default(),
+            failing,
+        })
+    }
+
+    /// `size` bytes of `data` into `file`, in pieces one writer takes.
+    fn send(&mut self, file: File, size: u64, mtime: u64, data: &mut dyn Read) -> io::Result<()> {
+        let open = Arc::new(Open {
+            file,
+            mtime,
+            left: AtomicUsize::new(1),
+        });
+        self.next = (self.next + 1) % self.queues.len().max(1);
+        let queue = self
+            .queues
+            .get(self.next)
+            .ok_or(io::ErrorKind::BrokenPipe)?;
+        let mut at = 0;
+        while at < size {
+            let want = (size - at).min(PIECE);
+            let mut buf = self.free.recv().map_err(|_| io::ErrorKind::BrokenPipe)?;
+            buf.clear();
+            data.take(want).read_to_end(&mut buf)?;
+            if (buf.len() as u64) < want {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            open.left.fetch_add(1, Ordering::AcqRel);
+            let piece = Piece {
+                open: open.clone(),
+                at,
+                data: buf,
+            };
+            queue.send(piece).map_err(|_| io::ErrorKind::BrokenPipe)?;
+            at += want;
+        }
+        open.one_done()
+    }
+
+    /// No more pieces: wait for the writers; the first one's error, if any.
+    fn stop(&mut self) -> io::Result<()> {
+        self.queues.clear();
+        let mut first = Ok(());
+        for t in self.threads.drain(..) {
+            let r = t
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("a writer thread panicked")));
+            first = first.and(r);
+        }
+        first
+    }
+
+    fn fail(&self, e: UnpackError) {
+        self.failing.store(true, Ordering::SeqCst);
+        crate::lock(&self.failure).get_or_insert(e);
+    }
+
+    fn failed(&self) -> Option<UnpackError> {
+        crate::lock(&self.failure).take()
+    }
+
+    fn has_failed(&self) -> bool {
+        self.failing.load(Ordering::SeqCst)
+    }
+}
+
+/// A writer thread: pieces until the sender is gone, each buffer handed back; after an error
+/// (its own or another's) the rest are dropped unwritten.
+fn write_pieces(
+    rx: Receiver<Piece>,
+    free: &SyncSender<Vec<u8>>,
+    failing: &AtomicBool,
+) -> io::Result<()> {
+    let mut result = Ok(());
+    for p in rx {
+        if !STOP.load(Ordering::SeqCst) && !failing.load(Ordering::SeqCst) {
+            let written = p
+                .open
+                .file
+                .write_all_at(&p.data, p.at)
+                .and_then(|_| p.open.one_done());
+            if let Err(e) = written {
+                failing.store(true, Ordering::SeqCst);
+                result = result.and(Err(e));
+            }
+        }
+        let _ = free.try_send(p.data);
+    }
+    result
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
+    use crate::image::flatten::{flatten_into, Layer};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-    fn entry(
-        b: &mut tar::Builder<&mut Unpacker>,
-        path: &str,
-        kind: tar::EntryType,
-        mode: u32,
-        data: &[u8],
-    ) {
-        let mut h = tar::Header::new_ustar();
+    fn header(kind: EntryType, mode: u32, size: u64) -> Header {
+        let mut h = Header::new_gnu();
         h.set_entry_type(kind);
         h.set_mode(mode);
         h.set_mtime(1_000_000);
-        h.set_size(data.len() as u64);
-        b.append_data(&mut h, path, data).unwrap();
+        h.set_size(size);
+        h
+    }
+
+    /// The flattened stream of one layer of `entries` (path, kind, mode, data, link target).
+    fn unpack(dir: &Path, entries: &[(&str, EntryType, u32, Vec<u8>, &str)]) -> Result<(), String> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, kind, mode, data, link) in entries {
+            let mut h = header(*kind, *mode, data.len() as u64);
+            if !link.is_empty() {
+                h.set_link_name(link).unwrap();
+            }
+            b.append_data(&mut h, path, &data[..]).unwrap();
+        }
+        let tar = b.into_inner().unwrap();
+        let layer = Layer {
+            name: "l".into(),
+            size: 0,
+            open: Box::new(move || {
+                Ok(Box::new(io::Cursor::new(tar.clone())) as Box<dyn Read + Send>)
+            }),
+            span: None,
+        };
+        let mut u = Unpacker::new(dir, 3).map_err(|e| e.to_string())?;
+        let flattened = flatten_into(&[layer], &[], &mut u, 1, &|_| {});
+        let finished = u.finish().map_err(|e| e.to_string());
+        flattened.map_err(|e| e.to_string())?;
+        finished
     }
 
     #[test]
     fn modes_times_links_and_read_only_directories() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("root");
-        let mut u = Unpacker::new(&dir).unwrap();
-        {
-            let mut b = tar::Builder::new(&mut u);
-            entry(&mut b, "ro", tar::EntryType::Directory, 0o555, b"");
-            entry(&mut b, "ro/file", tar::EntryType::Regular, 0o640, b"hello");
-            let mut h = tar::Header::new_ustar();
-            h.set_entry_type(tar::EntryType::Symlink);
-            h.set_size(0);
-            b.append_link(&mut h, "ro/link", "file").unwrap();
-            let mut h = tar::Header::new_ustar();
-            h.set_entry_type(tar::EntryType::Link);
-            h.set_size(0);
-            b.append_link(&mut h, "hard", "ro/file").unwrap();
-            b.finish().unwrap();
-        }
-        u.finish().unwrap();
+        use EntryType::*;
+        unpack(
+            &dir,
+            &[
+                ("ro", Directory, 0o555, vec![], ""),
+                ("ro/file", Regular, 0o640, b"hello".to_vec(), ""),
+                ("ro/link", Symlink, 0o777, vec![], "file"),
+                ("ro/fifo", Fifo, 0o600, vec![], ""),
+                ("hard", Link, 0o640, vec![], "ro/file"),
+            ],
+        )
+        .unwrap();
         let f = std::fs::metadata(dir.join("ro/file")).unwrap();
         assert_eq!(f.permissions().mode() & 0o7777, 0o640);
         assert_eq!(f.mtime(), 1_000_000);
         assert_eq!(f.nlink(), 2);
         assert_eq!(std::fs::read(dir.join("hard")).unwrap(), b"hello");
+        let l = std::fs::symlink_metadata(dir.join("ro/link")).unwrap();
         assert_eq!(
             std::fs::read_link(dir.join("ro/link")).unwrap(),
             Path::new("file")
+        );
+        assert_eq!(l.mtime(), 1_000_000);
+        let p = std::fs::symlink_metadata(dir.join("ro/fifo")).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&p.file_type()));
+        assert_eq!(
+            (p.permissions().mode() & 0o7777, p.mtime()),
+            (0o600, 1_000_000)
         );
         let d = std::fs::metadata(dir.join("ro")).unwrap();
         assert_eq!(d.permissions().mode() & 0o7777, 0o555);
@@ -197,33 +528,85 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_out_of_the_tree_is_refused() {
+    fn large_files_in_pieces_and_many_small_ones() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("root");
-        let mut u = Unpacker::new(&dir).unwrap();
-        {
-            let mut b = tar::Builder::new(&mut u);
-            let mut h = tar::Header::new_ustar();
-            h.set_entry_type(tar::EntryType::Symlink);
-            h.set_size(0);
-            b.append_link(&mut h, "esc", t.path()).unwrap();
-            entry(&mut b, "esc/owned", tar::EntryType::Regular, 0o644, b"x");
-            let _ = b.finish();
+        let big: Vec<u8> = (0..(3 * PIECE + 12345))
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let mut entries = vec![("d", EntryType::Directory, 0o755, vec![], "")];
+        entries.push(("d/big", EntryType::Regular, 0o444, big.clone(), ""));
+        let names: Vec<String> = (0..300).map(|i| format!("d/f{i}")).collect();
+        for (i, n) in names.iter().enumerate() {
+            entries.push((n, EntryType::Regular, 0o644, vec![i as u8; i], ""));
         }
-        assert!(u.finish().is_err());
-        assert!(!t.path().join("owned").exists());
+        unpack(&dir, &entries).unwrap();
+        assert!(std::fs::read(dir.join("d/big")).unwrap() == big);
+        let m = std::fs::metadata(dir.join("d/big")).unwrap();
+        assert_eq!(
+            (m.mtime(), m.permissions().mode() & 0o7777),
+            (1_000_000, 0o444)
+        );
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(std::fs::read(dir.join(n)).unwrap(), vec![i as u8; i], "{n}");
+            assert_eq!(std::fs::metadata(dir.join(n)).unwrap().mtime(), 1_000_000);
+        }
     }
 
     #[test]
-    fn a_stream_cut_short_is_an_error() {
+    fn directories_no_entry_names_are_made_as_tar2sqfs_makes_them() {
         let t = tempfile::tempdir().unwrap();
-        let mut u = Unpacker::new(&t.path().join("root")).unwrap();
-        let mut h = tar::Header::new_ustar();
-        h.set_path("f").unwrap();
-        h.set_size(1000);
-        h.set_cksum();
-        u.write_all(h.as_bytes()).unwrap();
-        u.write_all(b"only a part").unwrap();
+        let dir = t.path().join("root");
+        use EntryType::*;
+        unpack(
+            &dir,
+            &[
+                ("a/b/c", Regular, 0o644, b"c".to_vec(), ""),
+                ("a", Directory, 0o711, vec![], ""),
+            ],
+        )
+        .unwrap();
+        let a = std::fs::metadata(dir.join("a")).unwrap();
+        assert_eq!(
+            (a.permissions().mode() & 0o7777, a.mtime()),
+            (0o711, 1_000_000)
+        );
+        let b = std::fs::metadata(dir.join("a/b")).unwrap();
+        assert_eq!((b.permissions().mode() & 0o7777, b.mtime()), (0o755, 0));
+    }
+
+    #[test]
+    fn nothing_is_written_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("root");
+        let mut u = Unpacker::new(&dir, 2).unwrap();
+        let mut h = header(EntryType::Symlink, 0o777, 0);
+        u.append_link(&mut h, "esc", t.path().to_str().unwrap(), &[])
+            .unwrap();
+        u.append_link(&mut h, "in", ".", &[]).unwrap();
+        for path in ["esc/owned", "in/owned"] {
+            let mut h = header(EntryType::Regular, 0o644, 1);
+            assert!(
+                u.append(&mut h, path, &[], &mut &b"x"[..]).is_err(),
+                "{path}"
+            );
+        }
+        let mut h = header(EntryType::Link, 0o644, 0);
+        assert!(u.append_link(&mut h, "hard", "esc/secret", &[]).is_err());
+        let e = u.finish().unwrap_err().to_string();
+        assert!(e.contains("root/esc/owned"), "{e}");
+        assert!(!t.path().join("owned").exists() && !dir.join("owned").exists());
+    }
+
+    #[test]
+    fn data_cut_short_is_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        let mut u = Unpacker::new(&t.path().join("root"), 1).unwrap();
+        let mut h = header(EntryType::Regular, 0o644, 1000);
+        let e = u
+            .append(&mut h, "f", &[], &mut &b"only a part"[..])
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         assert!(u.finish().is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! written with its mode, owner, xattrs and exact data.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 
 use tar::EntryType;
 
@@ -10,9 +10,9 @@ use super::error::{refused, FlattenError};
 use super::flattener::{Flattener, Out};
 use super::layer::Layer;
 use super::paths::{classify, normalize, over_limits, Kind};
-use super::tar_io::{header, write_pax, xattrs, Exact, Print};
+use super::tar_io::{header, xattrs, Exact, Print};
 
-impl<W: Write> Flattener<'_, W> {
+impl Flattener<'_> {
     /// One entry of layer `i`: judged, then written, or kept for the end (a hard link).
     pub(super) fn entry<R: Read>(
         &mut self,
@@ -152,11 +152,11 @@ impl<W: Write> Flattener<'_, W> {
         mut o: Out<'_>,
         entry: &mut tar::Entry<'_, R>,
     ) -> Result<u32, FlattenError> {
-        write_pax(&mut self.b, &o.xattrs)?;
         let size = entry.size();
         o.header.set_size(size);
         let mut data = Exact::new(entry, size);
-        self.b.append_data(&mut o.header, o.path, &mut data).map_err(|e| {
+        let written = self.b.append(&mut o.header, o.path, &o.xattrs, &mut data);
+        written.map_err(|e| {
             // A failed read is the layer's fault (a header that lies about its size,
             // a cut or corrupt stream); anything else is the pipe's.
             match data.read_failed {
@@ -183,9 +183,8 @@ impl<W: Write> Flattener<'_, W> {
         if let Some(why) = over_limits(&target) {
             return Err(o.refused(format!("its symlink target: {why}")));
         }
-        write_pax(&mut self.b, &o.xattrs)?;
         self.b
-            .append_link(&mut o.header, o.path, &target)
+            .append_link(&mut o.header, o.path, &target, &o.xattrs)
             .map_err(FlattenError::Write)?;
         self.written.insert(o.path.to_string());
         Ok(())
@@ -193,9 +192,8 @@ impl<W: Write> Flattener<'_, W> {
 
     /// A directory or a fifo: a header only.
     fn other(&mut self, mut o: Out<'_>) -> Result<(), FlattenError> {
-        write_pax(&mut self.b, &o.xattrs)?;
         self.b
-            .append_data(&mut o.header, o.path, io::empty())
+            .append(&mut o.header, o.path, &o.xattrs, &mut io::empty())
             .map_err(FlattenError::Write)?;
         if o.header.entry_type() != EntryType::Directory {
             self.written.insert(o.path.to_string());

@@ -11,6 +11,7 @@ use super::layer::{ExtraFile, Layer};
 use super::merge::Merge;
 use super::paths::ancestors;
 use super::report::Report;
+use super::sink::Sink;
 use super::tar_io::{header, Print};
 use crate::image::inflate::{inflate_span, inflate_stream};
 
@@ -23,8 +24,20 @@ pub fn flatten<W: Write>(
     threads: usize,
     on_read: &(dyn Fn(u64) + Sync),
 ) -> Result<Report, FlattenError> {
+    let mut b = tar::Builder::new(out);
+    flatten_into(layers, extra, &mut b, threads, on_read)
+}
+
+/// [`flatten`] into any [`Sink`].
+pub fn flatten_into(
+    layers: &[Layer],
+    extra: &[ExtraFile<'_>],
+    sink: &mut dyn Sink,
+    threads: usize,
+    on_read: &(dyn Fn(u64) + Sync),
+) -> Result<Report, FlattenError> {
     let mut f = Flattener {
-        b: tar::Builder::new(out),
+        b: sink,
         layers,
         threads,
         merge: Merge::new(),
@@ -38,15 +51,13 @@ pub fn flatten<W: Write>(
         f.layer(i, on_read)?;
     }
     f.pending_links()?;
-    f.b.into_inner()
-        .and_then(|mut w| w.flush())
-        .map_err(FlattenError::Write)?;
+    f.b.finish().map_err(FlattenError::Write)?;
     Ok(f.report)
 }
 
 /// One [`flatten`] under way: the stream being written and what the layers above decided.
-pub(super) struct Flattener<'a, W: Write> {
-    pub(super) b: tar::Builder<W>,
+pub(super) struct Flattener<'a> {
+    pub(super) b: &'a mut dyn Sink,
     pub(super) layers: &'a [Layer],
     pub(super) threads: usize,
     pub(super) merge: Merge,
@@ -83,7 +94,7 @@ pub(super) struct PendingLink {
     pub(super) what: String,
 }
 
-impl<W: Write> Flattener<'_, W> {
+impl Flattener<'_> {
     /// gpurun's files, ahead of every layer (as a layer 0 above them all).
     fn extra_files(&mut self, extra: &[ExtraFile<'_>]) -> Result<(), FlattenError> {
         let now_epoch = 0;
@@ -93,7 +104,7 @@ impl<W: Write> Flattener<'_, W> {
                 if self.merge.decide(a, true) {
                     let mut h = header(EntryType::Directory, 0o755, 0, 0, now_epoch);
                     self.b
-                        .append_data(&mut h, a, io::empty())
+                        .append(&mut h, a, &[], &mut io::empty())
                         .map_err(FlattenError::Write)?;
                 }
             }
@@ -101,7 +112,7 @@ impl<W: Write> Flattener<'_, W> {
             let mut h = header(EntryType::Regular, 0o644, 0, 0, now_epoch);
             h.set_size(f.data.len() as u64);
             self.b
-                .append_data(&mut h, f.path, f.data)
+                .append(&mut h, f.path, &[], &mut { f.data })
                 .map_err(FlattenError::Write)?;
         }
         self.merge.end_layer();

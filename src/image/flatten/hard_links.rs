@@ -1,7 +1,7 @@
 //! Hard links: kept for the end and written once their target is in the stream, or, where the
 //! target was replaced above, written as a copy of the content their layer saw.
 
-use std::io::{Read, Write};
+use std::io::Read;
 
 use tar::{Archive, EntryType};
 
@@ -9,10 +9,11 @@ use super::error::FlattenError;
 use super::flattener::{Flattener, Out, PendingLink};
 use super::layer::Layer;
 use super::paths::normalize;
-use super::tar_io::{header, write_pax, xattrs, Exact};
+use super::sink::Sink;
+use super::tar_io::{header, xattrs, Exact};
 use crate::image::inflate::decompress;
 
-impl<W: Write> Flattener<'_, W> {
+impl Flattener<'_> {
     /// A hard link of layer `i`: kept for the end when its target is in the image; its
     /// target's content copied when that was replaced above; `false` when skipped.
     pub(super) fn hard_link<R: Read>(
@@ -45,7 +46,7 @@ impl<W: Write> Flattener<'_, W> {
             // Another link to the same replaced file: share the copy, as before.
             first.clone()
         } else {
-            if materialise(self.layers, i, &t.path, path, &mut self.b)? {
+            if materialise(self.layers, i, &t.path, path, self.b)? {
                 self.copies.insert((i, t.path), path.to_string());
                 self.written.insert(path.to_string());
             } else {
@@ -74,9 +75,8 @@ impl<W: Write> Flattener<'_, W> {
             let mut unresolved = Vec::new();
             for mut l in links {
                 if self.written.contains(&l.target) {
-                    write_pax(&mut self.b, &l.xattrs)?;
                     self.b
-                        .append_link(&mut l.header, &l.path, &l.target)
+                        .append_link(&mut l.header, &l.path, &l.target, &l.xattrs)
                         .map_err(FlattenError::Write)?;
                     self.written.insert(l.path);
                 } else {
@@ -98,12 +98,12 @@ impl<W: Write> Flattener<'_, W> {
 
 /// A hard link whose target was replaced above its layer: write the target's content as this
 /// layer saw it (the topmost regular file at `target` from layer `from` down) as a plain file.
-fn materialise<W: Write>(
+fn materialise(
     layers: &[Layer],
     from: usize,
     target: &str,
     path: &str,
-    b: &mut tar::Builder<W>,
+    b: &mut dyn Sink,
 ) -> Result<bool, FlattenError> {
     let mut target = target.to_string();
     let mut li = from;
@@ -139,9 +139,8 @@ fn materialise<W: Write>(
                     let size = entry.size();
                     h.set_size(size);
                     let xa = xattrs(&mut entry).map_err(rerr)?;
-                    write_pax(b, &xa)?;
                     let mut data = Exact::new(&mut entry, size);
-                    b.append_data(&mut h, path, &mut data).map_err(|e| {
+                    b.append(&mut h, path, &xa, &mut data).map_err(|e| {
                         if data.read_failed {
                             rerr(e)
                         } else {

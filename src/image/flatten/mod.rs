@@ -8,7 +8,8 @@
 //! [`flatten`] does the reading and writing.
 //!
 //! The files: paths.rs (entry names: normalising, limits, whiteouts), merge.rs (the decisions),
-//! flattener.rs (the stream, layer by layer), entry.rs (one entry judged and written),
+//! flattener.rs (the stream, layer by layer), sink.rs (where it goes: a tar stream or a
+//! directory), entry.rs (one entry judged and written),
 //! hard_links.rs (links written last, or copied), tar_io.rs (headers, xattrs, exact data),
 //! layer.rs, report.rs, error.rs.
 
@@ -20,14 +21,16 @@ mod layer;
 mod merge;
 mod paths;
 mod report;
+mod sink;
 mod tar_io;
 
 pub use crate::image::inflate::Span;
 pub use error::FlattenError;
-pub use flattener::flatten;
+pub use flattener::{flatten, flatten_into};
 pub use layer::{ExtraFile, Layer};
 pub use merge::Merge;
 pub use paths::{
     classify, normalize, over_limits, Kind, Normalized, OPAQUE_MARKER, WHITEOUT_PREFIX,
 };
 pub use report::Report;
+pub use sink::Sink;

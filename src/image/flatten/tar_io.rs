@@ -1,11 +1,9 @@
 //! The tar crate's gaps: an exact copy of an entry's data, an entry's print (to compare two),
-//! a clean header, xattrs read from and written as PAX records.
+//! a clean header, xattrs read from PAX records (sink.rs writes them).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 
 use tar::{EntryType, Header};
-
-use super::error::FlattenError;
 
 /// Exactly `left` bytes of `inner`, or UnexpectedEof: the tar builder pads a short copy silently,
 /// which would hand tar2sqfs a header that lies about its data.
@@ -114,33 +112,4 @@ pub(super) fn xattrs<R: Read>(entry: &mut tar::Entry<'_, R>) -> io::Result<Vec<(
         }
     }
     Ok(out)
-}
-
-/// Write a PAX extended header carrying `records` (the tar crate's builder has no writer for them).
-pub(super) fn write_pax<W: Write>(
-    b: &mut tar::Builder<W>,
-    records: &[(String, Vec<u8>)],
-) -> Result<(), FlattenError> {
-    if records.is_empty() {
-        return Ok(());
-    }
-    let mut data = Vec::new();
-    for (k, v) in records {
-        // "LEN KEY=VALUE\n" where LEN counts itself.
-        let body = k.len() + v.len() + 3;
-        let mut len = body + body.to_string().len();
-        if len.to_string().len() != body.to_string().len() {
-            len = body + len.to_string().len();
-        }
-        data.extend_from_slice(format!("{len} {k}=").as_bytes());
-        data.extend_from_slice(v);
-        data.push(b'\n');
-    }
-    let mut h = Header::new_ustar();
-    h.set_entry_type(EntryType::XHeader);
-    h.set_path("PaxHeader").map_err(FlattenError::Write)?;
-    h.set_mode(0o644);
-    h.set_size(data.len() as u64);
-    h.set_cksum();
-    b.append(&h, data.as_slice()).map_err(FlattenError::Write)
 }

@@ -9,7 +9,7 @@
 //! It runs detached from the starting gpurun (which kills its descendants when its container
 //! ends) and says what it does on stdout, a JSON line each ([`Said`]).
 
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
@@ -154,11 +154,10 @@ fn unpack(
 ) -> Result<(), PullError> {
     let jobs = opts.jobs.unwrap_or_else(crate::cpus::usable);
     ui.line("Unpacking the layers to start from them; the image is written after");
-    let mut u = Unpacker::new(tree).map_err(full_disk)?;
-    let out = BufWriter::with_capacity(1 << 20, &mut u);
-    let report = match flatten_shown(layers, meta, out, jobs, ui, "unpacking") {
+    let mut u = Unpacker::new(tree, jobs).map_err(full_disk)?;
+    let report = match flatten_shown(layers, meta, &mut u, jobs, ui, "unpacking") {
         Ok(report) => report,
-        // The pipe broke because unpacking stopped: its reason is the real one.
+        // Unpacking failed: its reason, with its path, is the real one.
         Err(e @ FlattenError::Write(_)) => {
             u.finish().map_err(full_disk)?;
             return Err(e.into());

@@ -1,14 +1,14 @@
 //! The layers, flattened top-down, through tar2sqfs into the staged image, then moved in place.
 
 use std::fs;
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::time::Duration;
 
 use super::error::PullError;
 use super::options::PullOptions;
 use super::progress::{mb, Ui};
 use super::staging::{Staging, IN_FLIGHT};
-use crate::image::flatten::{flatten, ExtraFile, FlattenError, Layer, Report};
+use crate::image::flatten::{flatten_into, ExtraFile, FlattenError, Layer, Report, Sink};
 use crate::image::meta::{ImageMeta, META_PATH};
 use crate::image::squash::SquashWriter;
 
@@ -33,7 +33,10 @@ pub(super) fn build(
     };
     let pid = writer.pid();
     let stdin = BufWriter::with_capacity(1 << 20, writer.stdin());
-    let flattened = flatten_shown(layers, meta, stdin, jobs, ui, "squashfs");
+    let mut tar = tar::Builder::new(stdin);
+    let flattened = flatten_shown(layers, meta, &mut tar, jobs, ui, "squashfs");
+    // tar2sqfs ends only once its stdin is closed.
+    drop(tar);
     let result = match flattened {
         Ok(report) => writer
             .finish(expected)
@@ -66,10 +69,10 @@ pub(super) fn build(
 }
 
 /// The layers and the image's metadata file flattened into `out`, under a bar named `label`.
-pub(super) fn flatten_shown<W: Write>(
+pub(super) fn flatten_shown(
     layers: &[Layer],
     meta: &ImageMeta,
-    out: W,
+    out: &mut dyn Sink,
     jobs: usize,
     ui: &Ui,
     label: &str,
@@ -82,7 +85,7 @@ pub(super) fn flatten_shown<W: Write>(
         path: META_PATH.trim_start_matches('/'),
         data: &meta_json,
     }];
-    let flattened = flatten(layers, &extra, out, jobs, &|n: u64| bar.inc(n));
+    let flattened = flatten_into(layers, &extra, out, jobs, &|n: u64| bar.inc(n));
     bar.finish_and_clear();
     flattened
 }
