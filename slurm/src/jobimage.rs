@@ -24,7 +24,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::holder::{self, Creds};
+use crate::sys::seam::{as_user, Creds};
 
 /// srun → the step's nodes: which file the job's pull made. A name starting `SLURM` is kept by
 /// Slurm releases whose `srun --export=NONE` passes only Slurm's variables.
@@ -411,7 +411,7 @@ fn pull(
 ) -> Result<PathBuf, Failure> {
     let mut cmd = Command::new(gpurun);
     if let Some(c) = user {
-        holder::as_user(&mut cmd, c);
+        as_user(&mut cmd, c);
     }
     cmd.args(["pull", "--into-cache", reference])
         .env_clear()
@@ -467,7 +467,7 @@ fn sbcast(
     };
     let mut cmd = Command::new(&prog);
     if let Some(c) = user {
-        holder::as_user(&mut cmd, c);
+        as_user(&mut cmd, c);
     }
     let st = cmd
         .arg(jobid)

@@ -17,7 +17,9 @@
 //! Everything that can be decided without Slurm is in pure modules with unit tests: `options`,
 //! `state`, and the decisions of each SPANK context, `step_start` (init_post_opt, user_init),
 //! `task` (task_init) and `step_end` (task_exit, exit, job_epilog: what root removes).
-//! `holder`, `join`, `named` and `removal` make the syscalls. `plugin` is the C ABI, a thin
+//! `holder` and `join` make their syscalls through `sys` (a trait per concern, one Linux
+//! implementation, and in tests a recording fake that checks their exact sequence); `named`
+//! and `removal` make theirs on directory handles. `plugin` is the C ABI, a thin
 //! dispatcher: it gathers Slurm's items, the environment and plugstack.conf's arguments, calls
 //! the decision, and performs it. It is left out of test builds: its `spank_*` symbols only
 //! exist inside Slurm's processes.
@@ -34,4 +36,5 @@ pub mod slurmd;
 pub mod state;
 pub mod step_end;
 pub mod step_start;
+pub mod sys;
 pub mod task;

@@ -25,6 +25,7 @@ use crate::slurmd;
 use crate::state::{self, EnvChange, Holder};
 use crate::step_end::{self, Ended, Kind, StepIds};
 use crate::step_start::{self, Container, Context, Node, Step, SLURM_BATCH_SCRIPT};
+use crate::sys::seam::Linux;
 use crate::task::{self, Entered};
 
 include!(concat!(env!("OUT_DIR"), "/slurm_version.rs"));
@@ -425,7 +426,7 @@ impl Node for Host {
         named::find_running(base, uid, name)
     }
     fn own_ns(&self, pid: i32, ns: &str) -> bool {
-        join::own_ns(pid, ns)
+        join::own_ns(&Linux, pid, ns)
     }
 }
 
@@ -498,7 +499,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         timeout: p.args.timeout,
         log_stdout: inputs.log_stdout,
     };
-    match holder::start(&spec) {
+    match holder::start(&Linux, &spec) {
         Ok(running) => Ok(Step {
             container: Container::Held(running),
             env: map,
@@ -508,7 +509,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
-            Err(e)
+            Err(e.to_string())
         }
     }
 }
@@ -705,7 +706,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         };
         let holder = match step.container.ready() {
             Ok(h) => h,
-            Err(e) => fail_task(first(), &e),
+            Err(e) => fail_task(first(), &e.to_string()),
         };
         if first() {
             if let Some(n) = &step.notice {
@@ -727,7 +728,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
             &p.args,
         );
         set_task_env(sp, changes);
-        match task::after_enter(join::enter(&holder), &p.opts, &holder.cwd) {
+        match task::after_enter(&join::enter(&Linux, &holder), &p.opts, &holder.cwd) {
             Entered::Run => {}
             Entered::Warn(line) => log_user(&line),
             Entered::Fail { line, every_task } => fail_task(every_task || first(), &line),
@@ -805,8 +806,9 @@ pub unsafe extern "C" fn slurm_spank_task_post_fork(
             return 0;
         };
         let mut p = plugin();
-        let started =
-            job_creds(sp).and_then(|creds| holder::start_keeper(&p.args.gpurun, job, &creds));
+        let started = job_creds(sp).and_then(|creds| {
+            holder::start_keeper(&p.args.gpurun, job, &creds).map_err(|e| e.to_string())
+        });
         match started {
             Ok(child) => p.keeper = Some(child),
             Err(e) => log_debug(&format!(

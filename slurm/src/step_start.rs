@@ -7,12 +7,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::holder::Running;
+use crate::holder::{HolderError, Running};
 use crate::jobimage::{self, Pulled};
 use crate::named;
 use crate::options::{self, ContainerOpts, HoldCtx, Join, PluginArgs};
 use crate::slurmd;
 use crate::state::Holder;
+use crate::sys::seam::Linux;
 
 /// Step ids from here up are the batch script, the extern step, the interactive step…
 pub const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -129,16 +130,16 @@ pub enum Container {
 }
 
 impl Container {
-    pub fn ready(&mut self) -> Result<Holder, String> {
+    pub fn ready(&mut self) -> Result<Holder, HolderError> {
         match self {
-            Container::Held(r) => r.ready(),
+            Container::Held(r) => r.ready(&Linux),
             Container::Joined(h) => Ok(h.clone()),
         }
     }
 
     pub fn stop(&mut self, grace: Duration) {
         if let Container::Held(r) = self {
-            r.stop(grace);
+            r.stop(&Linux, grace);
         }
     }
 }

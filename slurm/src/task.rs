@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::jobimage;
+use crate::join::JoinError;
 use crate::options::{ContainerOpts, PluginArgs};
 use crate::state::{self, EnvChange};
 
@@ -49,7 +50,7 @@ pub enum Entered {
 /// The task's fate from join.rs `enter` (`Ok(Some(warning))`: the working directory is
 /// missing, the task starts in `/`). As pyxis: a working directory asked for must exist.
 pub fn after_enter(
-    entered: Result<Option<String>, String>,
+    entered: &Result<Option<String>, JoinError>,
     opts: &ContainerOpts,
     cwd: &Path,
 ) -> Entered {
@@ -115,7 +116,11 @@ mod tests {
 
     #[test]
     fn after_entering() {
-        let missing = Ok(Some("no /w in the container: starting in /".to_string()));
+        let missing = || Ok(Some("no /w in the container: starting in /".to_string()));
+        let eperm = JoinError::Setns {
+            ns: crate::sys::seam::Ns::User,
+            source: std::io::Error::from_raw_os_error(libc::EPERM),
+        };
         let workdir = ContainerOpts {
             workdir: Some("/w".into()),
             ..Default::default()
@@ -125,13 +130,13 @@ mod tests {
         #[rustfmt::skip]
         let table = [
             (Ok(None), &workdir, Entered::Run),
-            (missing.clone(), &plain, Entered::Warn("gpurun: no /w in the container: starting in /".into())),
-            (missing, &workdir, Entered::Fail { line: no_dir.into(), every_task: false }),
-            (Err("setns: EPERM".into()), &plain, Entered::Fail { line: "cannot enter the container: setns: EPERM".into(), every_task: true }),
+            (missing(), &plain, Entered::Warn("gpurun: no /w in the container: starting in /".into())),
+            (missing(), &workdir, Entered::Fail { line: no_dir.into(), every_task: false }),
+            (Err(eperm), &plain, Entered::Fail { line: "cannot enter the container: setns(user namespace): Operation not permitted (os error 1)".into(), every_task: true }),
         ];
         for (entered, o, want) in table {
             assert_eq!(
-                after_enter(entered.clone(), o, Path::new("/w")),
+                after_enter(&entered, o, Path::new("/w")),
                 want,
                 "{entered:?}"
             );
