@@ -46,7 +46,8 @@ fn hold(mut a: gpurun::cli::HoldArgs, ctx: &Ctx) -> i32 {
         }
     };
     let target = (image, action);
-    let l = (a.opts).launch(target, a.save, Some(a.state), &ctx.cfg, ctx.settings());
+    let mut l = (a.opts).launch(target, a.save, Some(a.state), &ctx.cfg, ctx.settings());
+    l.request.parsed_binds = a.bind_json;
     go(l, ctx)
 }
 

@@ -15,6 +15,8 @@ pub enum BindError {
     RelativeDst(String),
     #[error("--bind {0:?}: unknown flag {1:?}; use {BIND_FLAGS_TEXT}, joined with '+'")]
     UnknownFlag(String, String),
+    #[error("--bind-json: {0:?} must be an absolute path")]
+    NotAbsolute(std::path::PathBuf),
 }
 
 /// Parse one `--bind` item; a relative SRC is taken from `cwd`, both paths normalised.
@@ -47,6 +49,20 @@ pub fn parse_bind(spec: &str, cwd: &Path) -> Result<Bind, BindError> {
     })
 }
 
+impl Bind {
+    /// A bind handed over parsed already (`gpurun hold --bind-json`): both paths must be
+    /// absolute, and are taken normalised; they may hold ':' or ',', which `--bind` splits at.
+    pub fn checked(self) -> Result<Bind, BindError> {
+        for p in [&self.src, &self.dst] {
+            if !p.is_absolute() {
+                return Err(BindError::NotAbsolute(p.clone()));
+            }
+        }
+        let (src, dst) = (normalize(&self.src), normalize(&self.dst));
+        Ok(Bind { src, dst, ..self })
+    }
+}
+
 /// FLAGS joined with '+': read-only or not, and the rest; the first unknown one as the error.
 fn bind_flags(text: &str) -> Result<(bool, MountFlags), String> {
     let (mut readonly, mut flags) = (false, MountFlags::default());
@@ -68,7 +84,8 @@ mod tests {
         Some(Propagation { kind, recursive })
     }
 
-    /// Each spec parses to its bind, and that bind written back parses to itself.
+    /// Each spec parses to its bind, which passes through JSON unchanged (as the plugin hands it
+    /// to `gpurun hold`).
     #[test]
     fn bind_specs() {
         let cwd = Path::new("/work");
@@ -121,12 +138,9 @@ mod tests {
                 },
                 "{spec}"
             );
-            let back = b.spec().unwrap();
-            assert_eq!(
-                parse_bind(&back, Path::new("/elsewhere")),
-                Ok(b),
-                "{spec} → {back}"
-            );
+            let json = serde_json::to_string(&b).unwrap();
+            let back: Bind = serde_json::from_str(&json).unwrap();
+            assert_eq!(back.checked(), Ok(b), "{spec} → {json}");
         }
         // (spec, what the error says)
         for (bad, says) in [
@@ -142,6 +156,25 @@ mod tests {
             let e = parse_bind(bad, cwd).unwrap_err().to_string();
             assert!(e.starts_with(&format!("--bind {bad:?}: ")), "{e}");
             assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    /// A bind handed over checked: absolute paths, normalised, ':' and ',' kept.
+    #[test]
+    fn checked_binds() {
+        let b = Bind::new("/w/a:b,c/./d", "/data/../e:f", true)
+            .checked()
+            .unwrap();
+        assert_eq!(
+            (b.src.to_str(), b.dst.to_str()),
+            (Some("/w/a:b,c/d"), Some("/e:f"))
+        );
+        for (src, dst) in [("rel", "/d"), ("/s", "d")] {
+            let e = Bind::new(src, dst, false)
+                .checked()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("must be an absolute path"), "{e}");
         }
     }
 }

@@ -2,18 +2,20 @@
 //! `--container-mounts` (pyxis's) share: one definition of enroot's fstab flags (joined with
 //! '+'), of a tmpfs's switches, of a parsed bind and of the lexical path rule, so that the two
 //! cannot drift. [`bind`] is gpurun's form, [`pyxis`] the plugin's; a [`Bind`] the plugin
-//! parsed is handed to gpurun in the form [`bind::parse_bind`] reads back unchanged. Pure.
+//! parsed is handed to gpurun as it is, in JSON (`gpurun hold --bind-json`, read back through
+//! `bind`'s `Bind::checked`), so that a path holding ':' or ',' arrives intact. Pure.
 
 use std::path::{Component, Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub mod bind;
 pub mod pyxis;
 
 /// A mount's options beyond read-only: enroot's fstab flags (`nodev`, `rslave`,
 /// `x-create=dir`…).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct MountFlags {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub nosuid: bool,
@@ -36,13 +38,13 @@ impl MountFlags {
 
 /// How mount events pass between a bind and its peers (mount_namespaces(7)), and whether its
 /// submounts get the same (the `r` forms: `rslave`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Propagation {
     pub kind: PropagationKind,
     pub recursive: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PropagationKind {
     Private,
@@ -72,7 +74,7 @@ impl PropagationKind {
 }
 
 /// A mount point made in the image: a directory or a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PointKind {
     Dir,
@@ -80,7 +82,8 @@ pub enum PointKind {
 }
 
 /// One parsed bind: a host path, where it appears inside, and its flags.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Bind {
     pub src: PathBuf,
     pub dst: PathBuf,
@@ -97,46 +100,6 @@ impl Bind {
             flags: MountFlags::default(),
         }
     }
-}
-
-impl Bind {
-    /// `SRC:DST[:FLAGS]`, the form [`bind::parse_bind`] reads back as this very bind; none for a
-    /// path holding ':' or ',' (a job's directory may), which that form cannot carry.
-    pub fn spec(&self) -> Result<String, PathBuf> {
-        for p in [&self.src, &self.dst] {
-            if p.to_string_lossy().contains([':', ',']) {
-                return Err(p.clone());
-            }
-        }
-        let mut spec = format!("{}:{}", self.src.display(), self.dst.display());
-        let words = flag_words(self.readonly, &self.flags);
-        if !words.is_empty() {
-            spec = format!("{spec}:{}", words.join("+"));
-        }
-        Ok(spec)
-    }
-}
-
-/// The words that say `readonly` and `flags`, in the vocabulary [`bind_flag`] reads.
-fn flag_words(readonly: bool, flags: &MountFlags) -> Vec<String> {
-    let switches = [
-        (readonly, "ro"),
-        (flags.nosuid, "nosuid"),
-        (flags.nodev, "nodev"),
-        (flags.noexec, "noexec"),
-    ];
-    let on = switches.iter().filter(|s| s.0);
-    let mut words: Vec<String> = on.map(|s| s.1.to_string()).collect();
-    if let Some(p) = flags.propagation {
-        let r = if p.recursive { "r" } else { "" };
-        words.push(format!("{r}{}", p.kind.name()));
-    }
-    match flags.create {
-        Some(PointKind::Dir) => words.push("x-create=dir".into()),
-        Some(PointKind::File) => words.push("x-create=file".into()),
-        None => {}
-    }
-    words
 }
 
 /// Every flag a bind takes (joined with '+'), for the plugin's error that names one it does not.
@@ -256,18 +219,12 @@ mod tests {
         assert_eq!(propagation("ivate"), None);
     }
 
-    /// Every name the plugin lists is one a bind takes, and is written back as itself.
+    /// Every name the plugin lists is one a bind takes.
     #[test]
     fn listed_flags_are_the_known_ones() {
         for name in BIND_FLAG_NAMES {
             let (mut ro, mut f) = (false, MountFlags::default());
             assert!(bind_flag(name, &mut ro, &mut f), "{name}");
-            let back = flag_words(ro, &f);
-            // one with an effect is written back as itself; rw, rbind, x-create=auto have none
-            match ro || !f.is_plain() {
-                true => assert_eq!(back, [name], "{name}"),
-                false => assert!(back.is_empty(), "{name}: {back:?}"),
-            }
             assert!(!bind_flag(&format!("{name}x"), &mut ro, &mut f), "{name}x");
         }
         for bad in ["", "bind", "sync", "x-detach", "x-create=pipe", "rr"] {

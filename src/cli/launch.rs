@@ -55,6 +55,8 @@ impl LaunchOpts {
         binds.extend(self.bind.iter().cloned());
         Request {
             binds,
+            // `hold --bind-json`'s, which main.rs adds
+            parsed_binds: Vec::new(),
             tmpfs: self.tmpfs.clone(),
             site_binds: site_binds.collect(),
             contain: self.contain || self.containall,

@@ -445,6 +445,12 @@ pub struct GpusArgs {
     pub driver: DriverPathArgs,
 }
 
+/// `--bind-json`'s value: one bind, absolute paths.
+fn bind_json(text: &str) -> Result<mount_grammar::Bind, String> {
+    let b: mount_grammar::Bind = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    b.checked().map_err(|e| e.to_string())
+}
+
 #[derive(Args, Debug)]
 pub struct HoldArgs {
     #[command(flatten)]
@@ -474,6 +480,10 @@ pub struct HoldArgs {
     /// With --name: refuse a container that exists already
     #[arg(long, requires = "name", hide = true)]
     pub name_create: bool,
+    /// A bind the plugin parsed (`--container-mounts`), as JSON: its paths arrive as they are,
+    /// ':' and ',' too, which --bind's text would split at (repeatable)
+    #[arg(long, value_name = "JSON", hide = true, value_parser = bind_json)]
+    pub bind_json: Vec<mount_grammar::Bind>,
     /// Image: a squashfs file
     #[arg(required_unless_present = "name")]
     pub image: Option<String>,
@@ -603,6 +613,38 @@ mod tests {
 
     fn v(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// `hold --bind-json`: the plugin's bind as it parsed it, ':' and ',' in its paths kept;
+    /// a relative path, or JSON that is no bind, refused.
+    #[test]
+    fn hold_takes_parsed_binds() {
+        let hold = |json: &str| {
+            let args = [
+                "gpurun",
+                "hold",
+                "--bind-json",
+                json,
+                "--state",
+                "/s",
+                "/i.sqsh",
+            ];
+            Cli::try_parse_from(args).map(|c| match c.command {
+                Command::Hold(a) => a.bind_json,
+                c => panic!("{c:?}"),
+            })
+        };
+        let json = r#"{"src":"/w/a:b,c","dst":"/d","readonly":true,"flags":{"nodev":true}}"#;
+        let mut want = mount_grammar::Bind::new("/w/a:b,c", "/d", true);
+        want.flags.nodev = true;
+        assert_eq!(hold(json).unwrap(), [want]);
+        for bad in [
+            r#"{"src":"rel","dst":"/d","readonly":false,"flags":{}}"#,
+            r#"{"src":"/s","dst":"/d","readonly":false,"flags":{"suid":true}}"#,
+            "/s:/d",
+        ] {
+            assert!(hold(bad).is_err(), "{bad}");
+        }
     }
 
     fn launch(args: &[&str]) -> (LaunchOpts, String, Vec<String>) {

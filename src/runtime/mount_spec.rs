@@ -23,11 +23,15 @@ pub enum SpecError {
 /// Parse one `--bind` item: `SRC[:DST[:FLAGS]]`, or `SRC:FLAGS` (a comma list is split before).
 /// SRC is taken from `cwd`.
 pub fn parse_bind(spec: &str, cwd: &Path) -> Result<Mount, SpecError> {
-    let b = mount_grammar::bind::parse_bind(spec, cwd)?;
-    Ok(Mount {
+    Ok(bind_mount(mount_grammar::bind::parse_bind(spec, cwd)?))
+}
+
+/// A parsed bind (`--bind`'s, or the plugin's `hold --bind-json`) as a mount.
+pub fn bind_mount(b: mount_grammar::Bind) -> Mount {
+    Mount {
         flags: b.flags,
         ..Mount::bind(b.src, b.dst, b.readonly)
-    })
+    }
 }
 
 /// Parse one `--tmpfs DST[:OPTS]`: a fresh tmpfs at DST (mode 1777 unless `mode=`), OPTS

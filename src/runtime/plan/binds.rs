@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::types::{Changes, HostPath, HostView, PlanError, Request};
 use crate::mount::{Mount, MountSource};
-use crate::runtime::mount_spec::{normalize, parse_bind, parse_tmpfs};
+use crate::runtime::mount_spec::{bind_mount, normalize, parse_bind, parse_tmpfs};
 
 /// The default mounts `--no-mount` leaves out.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -98,7 +98,8 @@ pub(super) fn tmp_and_host_files(
     }
 }
 
-/// The config file's site binds, then the user's --bind and --tmpfs, shallower destinations
+/// The config file's site binds, then the user's --bind (and the plugin's parsed binds) and
+/// --tmpfs, shallower destinations
 /// first (a tmpfs at /work, then a bind in it at /work/data), as docker orders its mounts; each
 /// bind's source is checked on the host.
 pub(super) fn binds(
@@ -114,10 +115,18 @@ pub(super) fn binds(
         .iter()
         .flat_map(|b| b.split(','))
         .map(|b| (b, false));
+    let mut parsed = Vec::new();
+    for (spec, from_site) in site.chain(user).filter(|(s, _)| !s.is_empty()) {
+        parsed.push((parse_bind(spec, &host.cwd)?, from_site));
+    }
+    let plugins = req
+        .parsed_binds
+        .iter()
+        .map(|b| (bind_mount(b.clone()), false));
+    parsed.extend(plugins);
     let mut skipped = Vec::new();
     let mut mine = Vec::new();
-    for (spec, from_site) in site.chain(user).filter(|(s, _)| !s.is_empty()) {
-        let m = parse_bind(spec, &host.cwd)?;
+    for (m, from_site) in parsed {
         if from_site && skips.dsts.contains(&m.dst) {
             skipped.push(m.dst);
             continue;
@@ -271,6 +280,31 @@ mod tests {
             e.starts_with("--no-mount /mine: no config-file bind"),
             "{e}"
         );
+    }
+
+    /// The plugin's binds (`hold --bind-json`) are mounted as they were parsed, paths with ':'
+    /// and ',' intact, and their sources checked on the host as --bind's are.
+    #[test]
+    fn parsed_binds() {
+        let bind = |src: &str| mount_grammar::Bind::new(src, "/d:e,f", true);
+        let req = Request {
+            parsed_binds: vec![bind("/w/a:b,c")],
+            ..Default::default()
+        };
+        let m = find(&exec_plan(&req).unwrap(), "/d:e,f").unwrap().clone();
+        assert_eq!(
+            m.source,
+            MountSource::Bind {
+                src: "/w/a:b,c".into()
+            }
+        );
+        assert!(m.readonly);
+        let req = Request {
+            parsed_binds: vec![bind("/missing/a:b")],
+            ..Default::default()
+        };
+        let e = exec_plan(&req).unwrap_err().to_string();
+        assert!(e.contains("/missing/a:b"), "{e}");
     }
 
     #[test]

@@ -144,6 +144,8 @@ pub const HOLD_STOP: [&str; 3] = ["sh", "-c", "kill -STOP $$"];
 pub struct Request {
     /// `GPURUN_BIND` and `--bind`.
     pub binds: Vec<String>,
+    /// `hold --bind-json`: the plugin's binds, parsed already (their paths may hold ':' or ',').
+    pub parsed_binds: Vec<mount_grammar::Bind>,
     /// `--tmpfs DST[:OPTS]`.
     pub tmpfs: Vec<String>,
     /// The config files' binds (Apptainer's "bind path" entries: `--no-mount bind-paths`).
