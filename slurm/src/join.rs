@@ -244,4 +244,39 @@ mod tests {
             );
         }
     }
+
+    /// A state file or running record (the user's to write) naming another user's process
+    /// (pid 1, root's): the kernel refuses its namespaces to the task, which stops before
+    /// joining any. Run as root, the test runs itself again as nobody, as a task would be.
+    #[test]
+    fn another_users_process_is_not_joined() {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt;
+        // SAFETY: geteuid only reads the process's id.
+        let me = unsafe { libc::geteuid() };
+        if me == 0 {
+            let name = "join::tests::another_users_process_is_not_joined";
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", name])
+                .uid(65534)
+                .gid(65534)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(said.contains("test result: ok. 1 passed"), "{said}");
+            return;
+        }
+        if std::fs::metadata("/proc/1").map(|m| m.uid()).ok() == Some(me) {
+            return;
+        }
+        let h = Holder {
+            pid: 1,
+            ..holder("/")
+        };
+        let e = enter(&crate::sys::seam::Linux, &h).unwrap_err().to_string();
+        assert!(
+            e.starts_with("open /proc/1/ns/user: Permission denied"),
+            "{e}"
+        );
+    }
 }
