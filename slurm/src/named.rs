@@ -5,12 +5,50 @@
 //! it, or squat it, first.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
+
 use crate::state::Holder;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NamedError {
+    /// The site's `containers_dir=` (root's), or the user's directory in it.
+    #[error("containers_dir={}: {source}", base.display())]
+    OpenBase { base: PathBuf, source: io::Error },
+    #[error("containers_dir={}: owned by uid {uid} with mode {mode:04o}; it must be root's and closed to others (remove it, or name another in plugstack.conf)", base.display())]
+    UnsafeBase { base: PathBuf, uid: u32, mode: u32 },
+    #[error("containers_dir={}: cannot make {name}: {source}", base.display())]
+    MakeUsers {
+        base: PathBuf,
+        name: String,
+        source: Errno,
+    },
+    #[error("containers_dir={}: {name}: {source}", base.display())]
+    OpenUsers {
+        base: PathBuf,
+        name: String,
+        source: io::Error,
+    },
+    /// Giving the user's directory to the user (fchown, fchmod).
+    #[error("containers_dir={}: {name}: {source}", base.display())]
+    GiveUsers {
+        base: PathBuf,
+        name: String,
+        source: Errno,
+    },
+    #[error("its holder is gone")]
+    Gone,
+    #[error("cannot create {}: {source}", dir.display())]
+    Create { dir: PathBuf, source: io::Error },
+    #[error("{} is not a directory of yours closed to others; remove it", dir.display())]
+    NotPrivate { dir: PathBuf },
+    #[error("cannot record the running container in {}: {source}", path.display())]
+    Record { path: PathBuf, source: io::Error },
+}
 
 /// Whether `name` in the base directory is one of job `job`'s containers.
 pub fn is_jobs(name: &str, job: u32) -> bool {
@@ -22,37 +60,53 @@ pub fn is_jobs(name: &str, job: u32) -> bool {
 /// missing, with `base`), the user's and private. `base` must be root's and closed to others;
 /// the user's directory is reached through a handle on it, never by a path the user could
 /// change.
-pub fn prepare(base: &Path, uid: u32, gid: u32) -> Result<PathBuf, String> {
+pub fn prepare(base: &Path, uid: u32, gid: u32) -> Result<PathBuf, NamedError> {
     use std::os::unix::fs::DirBuilderExt;
-    let bad = |what: String| format!("containers_dir={}: {what}", base.display());
+    let path = || base.to_path_buf();
+    let open = |source| NamedError::OpenBase {
+        base: path(),
+        source,
+    };
     let _ = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(base);
-    let b = open_dir(base).map_err(|e| bad(e.to_string()))?;
-    let m = b.metadata().map_err(|e| bad(e.to_string()))?;
+    let b = open_dir(base).map_err(open)?;
+    let m = b.metadata().map_err(open)?;
     if m.uid() != 0 || m.mode() & 0o022 != 0 {
-        return Err(bad(format!(
-            "owned by uid {} with mode {:04o}; it must be root's and closed to others (remove it, or name another in plugstack.conf)",
-            m.uid(),
-            m.mode() & 0o7777
-        )));
+        let (uid, mode) = (m.uid(), m.mode() & 0o7777);
+        return Err(NamedError::UnsafeBase {
+            base: path(),
+            uid,
+            mode,
+        });
     }
     let name = uid.to_string();
-    match nix::sys::stat::mkdirat(
-        &b,
-        name.as_str(),
-        nix::sys::stat::Mode::from_bits_truncate(0o700),
-    ) {
-        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
-        Err(e) => return Err(bad(format!("cannot make {name}: {e}"))),
+    let mode = nix::sys::stat::Mode::from_bits_truncate(0o700);
+    match nix::sys::stat::mkdirat(&b, name.as_str(), mode) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(source) => {
+            return Err(NamedError::MakeUsers {
+                base: path(),
+                name,
+                source,
+            })
+        }
     }
     let held = PathBuf::from(format!("/proc/self/fd/{}/{name}", b.as_raw_fd()));
-    let d = open_dir(&held).map_err(|e| bad(format!("{name}: {e}")))?;
+    let d = open_dir(&held).map_err(|source| NamedError::OpenUsers {
+        base: path(),
+        name: name.clone(),
+        source,
+    })?;
     // only root can have made it: give it to the user, closed to others
     nix::unistd::fchown(&d, Some(uid.into()), Some(gid.into()))
-        .and_then(|()| nix::sys::stat::fchmod(&d, nix::sys::stat::Mode::from_bits_truncate(0o700)))
-        .map_err(|e| bad(format!("{name}: {e}")))?;
+        .and_then(|()| nix::sys::stat::fchmod(&d, mode))
+        .map_err(|source| NamedError::GiveUsers {
+            base: path(),
+            name,
+            source,
+        })?;
     Ok(hold_state::named_containers_dir(base, uid))
 }
 
@@ -78,8 +132,8 @@ fn ns_inodes(pid: i32) -> Option<(u64, u64)> {
 /// job to join. Written whole beside its place, in the container's directory, which `gpurun
 /// hold --name` made private (an unnamed step's, `JOB.JOB.STEP` as pyxis names it, is made
 /// here, private too).
-pub fn record_running(base: &Path, uid: u32, name: &str, h: &Holder) -> Result<(), String> {
-    let (user_ns, mnt_ns) = ns_inodes(h.pid).ok_or("its holder is gone")?;
+pub fn record_running(base: &Path, uid: u32, name: &str, h: &Holder) -> Result<(), NamedError> {
+    let (user_ns, mnt_ns) = ns_inodes(h.pid).ok_or(NamedError::Gone)?;
     let base = hold_state::named_containers_dir(base, uid);
     for dir in [base.clone(), base.join(name)] {
         private_dir(&dir, uid)?;
@@ -106,12 +160,9 @@ pub fn record_running(base: &Path, uid: u32, name: &str, h: &Holder) -> Result<(
         .open(&tmp)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .and_then(|()| std::fs::rename(&tmp, &path));
-    written.map_err(|e| {
+    written.map_err(|source| {
         let _ = std::fs::remove_file(&tmp);
-        format!(
-            "cannot record the running container in {}: {e}",
-            path.display()
-        )
+        NamedError::Record { path, source }
     })
 }
 
@@ -135,17 +186,16 @@ pub fn image_kept(base: &Path, uid: u32, name: &str) -> bool {
 /// `dir` made private to `uid` where it is missing; one already there must be `uid`'s, closed
 /// to others. gpurun's `store::private_dir` is the same rule for gpurun's places; the plugin, a
 /// crate apart, uses nothing of gpurun's.
-fn private_dir(dir: &Path, uid: u32) -> Result<(), String> {
+fn private_dir(dir: &Path, uid: u32) -> Result<(), NamedError> {
     use std::os::unix::fs::DirBuilderExt;
+    let dir_ = || dir.to_path_buf();
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-            Err(format!("cannot create {}: {e}", dir.display()))
-        }
+        Err(source) if source.kind() != io::ErrorKind::AlreadyExists => Err(NamedError::Create {
+            dir: dir_(),
+            source,
+        }),
         _ if owned(dir, uid) => Ok(()),
-        _ => Err(format!(
-            "{} is not a directory of yours closed to others; remove it",
-            dir.display()
-        )),
+        _ => Err(NamedError::NotPrivate { dir: dir_() }),
     }
 }
 
@@ -241,7 +291,7 @@ mod tests {
         };
         mode(0o777);
         assert_eq!(find_running(b, uid, &name), None);
-        let e = record_running(b, uid, &name, &h).unwrap_err();
+        let e = record_running(b, uid, &name, &h).unwrap_err().to_string();
         assert!(
             e.contains("not a directory of yours closed to others"),
             "{e}"
@@ -294,7 +344,7 @@ mod tests {
         assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (4242, 4343, 0o700));
         assert_eq!(prepare(&b, 4242, 4343).unwrap(), d, "again: the same");
         std::os::unix::fs::chown(&b, Some(4242), None).unwrap();
-        let e = prepare(&b, 4343, 4343).unwrap_err();
+        let e = prepare(&b, 4343, 4343).unwrap_err().to_string();
         assert!(e.contains("must be root's"), "{e}");
         std::os::unix::fs::chown(&b, Some(0), None).unwrap();
         use std::os::unix::fs::PermissionsExt;
