@@ -20,9 +20,10 @@
 //! Pure decisions (arguments, the variable, names) and the few file and process operations.
 
 use std::ffi::CStr;
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 use crate::sys::seam::{as_user, Creds};
 
@@ -62,17 +63,66 @@ impl Default for Settings {
     }
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum JobImageError {
+    /// A plugstack.conf argument of this module.
+    #[error("{key}={value}: needs an absolute path")]
+    NotAbsolute { key: String, value: String },
+    #[error("pull={value}: one of shared, sbcast, node")]
+    PullMode { value: String },
+    #[error("pull_cache={pattern}: %{escape} is not %u, %U, %h or %%")]
+    Pattern { pattern: String, escape: String },
+    /// The file a step was told to run, refused for `reason`.
+    #[error("the image srun sent with sbcast, {}: {reason}", path.display())]
+    Sent {
+        path: PathBuf,
+        #[source]
+        reason: Box<JobImageError>,
+    },
+    #[error("the image srun pulled, {}: {reason}; is it on a file system every node shares? \
+             (plugstack.conf pull_cache=, or pull=sbcast)", path.display())]
+    Pulled {
+        path: PathBuf,
+        #[source]
+        reason: Box<JobImageError>,
+    },
+    /// lstat of that file (the path is the enclosing variant's).
+    #[error("{}", io_text(source))]
+    Stat { source: io::Error },
+    #[error("not a regular file")]
+    NotRegular,
+    #[error("owned by uid {uid}, not the job's user")]
+    NotOwner { uid: u32 },
+    #[error("others may write it (mode {mode:04o})")]
+    OthersWrite { mode: u32 },
+    #[error("cannot start {}: {}", program.display(), io_text(source))]
+    Start { program: PathBuf, source: io::Error },
+    /// gpurun's last line, where no terminal saw its stderr.
+    #[error("{line}")]
+    PullFailed { line: String },
+    #[error("{} pull --into-cache named no image file (is gpurun older than this plugin?)",
+        gpurun.display())]
+    NoImageFile { gpurun: PathBuf },
+    #[error("sbcast of the job's image to {} failed ({status}); plugstack.conf sbcast_dir= names \
+             the nodes' directory, pull=shared reads it from a shared file system", dest.display())]
+    Sbcast { dest: PathBuf, status: ExitStatus },
+    #[error("getrandom failed")]
+    Random { source: io::Error },
+    #[error("uid {uid} has no entry in the password database (pull_cache=)")]
+    NoUser { uid: u32 },
+}
+
 /// Why there is no image for the job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Failure {
     /// `gpurun pull` failed and said why, on srun's stderr (or the batch script's).
     Said,
-    Other(String),
+    Other(JobImageError),
 }
 
-impl From<String> for Failure {
-    fn from(s: String) -> Failure {
-        Failure::Other(s)
+impl From<JobImageError> for Failure {
+    fn from(e: JobImageError) -> Failure {
+        Failure::Other(e)
     }
 }
 
@@ -81,17 +131,22 @@ pub const ARGS: &str = "pull=shared|sbcast|node, pull_cache=DIR, sbcast_dir=DIR"
 
 impl Settings {
     /// Take `key=value` if it is one of this module's arguments (`None`: not one of them).
-    pub fn parse_arg(&mut self, key: &str, value: &str) -> Option<Result<(), String>> {
+    pub fn parse_arg(&mut self, key: &str, value: &str) -> Option<Result<(), JobImageError>> {
         let absolute = |v: &str| match v.starts_with('/') {
             true => Ok(v.to_string()),
-            false => Err(format!("{key}={v}: needs an absolute path")),
+            false => Err(JobImageError::NotAbsolute {
+                key: key.to_string(),
+                value: v.to_string(),
+            }),
         };
         let r = match key {
             "pull" => match value {
                 "node" => Ok(Mode::Node),
                 "shared" => Ok(Mode::Shared),
                 "sbcast" => Ok(Mode::Sbcast),
-                _ => Err(format!("pull={value}: one of shared, sbcast, node")),
+                _ => Err(JobImageError::PullMode {
+                    value: value.to_string(),
+                }),
             }
             .map(|m| self.mode = m),
             "pull_cache" => {
@@ -111,7 +166,7 @@ impl Settings {
 }
 
 /// `pattern` with `%u` (user name), `%U` (uid), `%h` (home directory) and `%%` replaced.
-pub fn expand(pattern: &str, user: &str, uid: u32, home: &Path) -> Result<String, String> {
+pub fn expand(pattern: &str, user: &str, uid: u32, home: &Path) -> Result<String, JobImageError> {
     let mut out = String::new();
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
@@ -125,10 +180,10 @@ pub fn expand(pattern: &str, user: &str, uid: u32, home: &Path) -> Result<String
             Some('h') => out.push_str(&home.display().to_string()),
             Some('%') => out.push('%'),
             other => {
-                return Err(format!(
-                    "pull_cache={pattern}: %{} is not %u, %U, %h or %%",
-                    other.map(String::from).unwrap_or_default()
-                ))
+                return Err(JobImageError::Pattern {
+                    pattern: pattern.to_string(),
+                    escape: other.map(String::from).unwrap_or_default(),
+                })
             }
         }
     }
@@ -212,7 +267,7 @@ pub fn for_step(
     job: u32,
     step: u32,
     uid: u32,
-) -> Result<Option<Pulled>, String> {
+) -> Result<Option<Pulled>, JobImageError> {
     let Some(reference) = reference else {
         return Ok(None);
     };
@@ -225,39 +280,34 @@ pub fn for_step(
     let Some(p) = found else {
         return Ok(None);
     };
-    match own_file(&p.path, uid) {
-        Ok(()) => Ok(Some(p)),
-        Err(e) if p.sent => Err(format!(
-            "the image srun sent with sbcast, {}: {e}",
-            p.path.display()
-        )),
-        Err(e) => Err(format!(
-            "the image srun pulled, {}: {e}; is it on a file system every node shares? \
-             (plugstack.conf pull_cache=, or pull=sbcast)",
-            p.path.display()
-        )),
-    }
+    let Err(reason) = own_file(&p.path, uid) else {
+        return Ok(Some(p));
+    };
+    let (path, reason) = (p.path, Box::new(reason));
+    Err(match p.sent {
+        true => JobImageError::Sent { path, reason },
+        false => JobImageError::Pulled { path, reason },
+    })
 }
 
 /// `path` is a regular file (not a link) of `uid`'s that nobody else may write.
-fn own_file(path: &Path, uid: u32) -> Result<(), String> {
-    let md = std::fs::symlink_metadata(path).map_err(|e| io_text(&e))?;
+fn own_file(path: &Path, uid: u32) -> Result<(), JobImageError> {
+    let md = std::fs::symlink_metadata(path).map_err(|source| JobImageError::Stat { source })?;
     if !md.file_type().is_file() {
-        return Err("not a regular file".into());
+        return Err(JobImageError::NotRegular);
     }
     if md.uid() != uid {
-        return Err(format!("owned by uid {}, not the job's user", md.uid()));
+        return Err(JobImageError::NotOwner { uid: md.uid() });
     }
     if md.mode() & 0o022 != 0 {
-        return Err(format!(
-            "others may write it (mode {:04o})",
-            md.mode() & 0o7777
-        ));
+        let mode = md.mode() & 0o7777;
+        return Err(JobImageError::OthersWrite { mode });
     }
     Ok(())
 }
 
-fn io_text(e: &std::io::Error) -> String {
+/// An io::Error's text without its "(os error N)", as the user reads it.
+fn io_text(e: &io::Error) -> String {
     let t = e.to_string();
     t.split(" (os error").next().unwrap_or(&t).to_string()
 }
@@ -390,7 +440,7 @@ fn send(
     whose: CopyFor,
     env: &[(String, String)],
     user: Option<&Creds>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, JobImageError> {
     let dest = sent_name(&s.sbcast_dir, job, whose, random()?);
     let step = match whose {
         CopyFor::Step(s) => Some(s),
@@ -426,11 +476,13 @@ fn pull(
     if let Some(c) = cache {
         cmd.env("GPURUN_CACHEDIR", c);
     }
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot start {}: {}", gpurun.display(), io_text(&e)))?;
+    let out = cmd.output().map_err(|source| JobImageError::Start {
+        program: gpurun.to_path_buf(),
+        source,
+    })?;
     if !out.status.success() && user.is_some() {
-        return Err(Failure::Other(last_line(&out.stderr)));
+        let line = last_line(&out.stderr);
+        return Err(JobImageError::PullFailed { line }.into());
     }
     if !out.status.success() {
         return Err(Failure::Said);
@@ -438,10 +490,8 @@ fn pull(
     let text = String::from_utf8_lossy(&out.stdout);
     let path = PathBuf::from(text.lines().last().unwrap_or("").trim());
     if !path.is_absolute() {
-        return Err(Failure::Other(format!(
-            "{} pull --into-cache named no image file (is gpurun older than this plugin?)",
-            gpurun.display()
-        )));
+        let gpurun = gpurun.to_path_buf();
+        return Err(JobImageError::NoImageFile { gpurun }.into());
     }
     Ok(path)
 }
@@ -455,7 +505,7 @@ fn sbcast(
     step: Option<u32>,
     env: &[(String, String)],
     user: Option<&Creds>,
-) -> Result<(), String> {
+) -> Result<(), JobImageError> {
     let beside = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(|d| d.join("sbcast")))
@@ -477,13 +527,13 @@ fn sbcast(
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .status()
-        .map_err(|e| format!("cannot start {}: {}", prog.display(), io_text(&e)))?;
+        .map_err(|source| JobImageError::Start {
+            program: prog.clone(),
+            source,
+        })?;
     if !st.success() {
-        return Err(format!(
-            "sbcast of the job's image to {} failed ({st}); plugstack.conf sbcast_dir= names \
-             the nodes' directory, pull=shared reads it from a shared file system",
-            dest.display()
-        ));
+        let dest = dest.to_path_buf();
+        return Err(JobImageError::Sbcast { dest, status: st });
     }
     Ok(())
 }
@@ -496,18 +546,19 @@ fn last_line(text: &[u8]) -> String {
     line.strip_prefix("gpurun: ").unwrap_or(line).to_string()
 }
 
-fn random() -> Result<u64, String> {
+fn random() -> Result<u64, JobImageError> {
     let mut b = [0u8; 8];
     // SAFETY: writes at most b.len() bytes into b.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
     if n != b.len() as isize {
-        return Err("getrandom failed".into());
+        let source = io::Error::last_os_error();
+        return Err(JobImageError::Random { source });
     }
     Ok(u64::from_ne_bytes(b))
 }
 
 /// The user's name and home directory, from the password database.
-fn user_and_home(uid: u32) -> Result<(String, PathBuf), String> {
+fn user_and_home(uid: u32) -> Result<(String, PathBuf), JobImageError> {
     let mut buf = vec![0u8; 16384];
     // SAFETY: passwd is plain C data (integers and pointers); all zeroes is a valid value.
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
@@ -516,9 +567,7 @@ fn user_and_home(uid: u32) -> Result<(String, PathBuf), String> {
     let rc =
         unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut res) };
     if rc != 0 || res.is_null() {
-        return Err(format!(
-            "uid {uid} has no entry in the password database (pull_cache=)"
-        ));
+        return Err(JobImageError::NoUser { uid });
     }
     // SAFETY: getpwuid_r filled these with NUL-terminated strings in `buf`, which outlives them.
     let s = |p: *const libc::c_char| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
@@ -533,7 +582,7 @@ mod tests {
     fn arguments() {
         let mut s = Settings::default();
         assert_eq!(s.mode, Mode::Sbcast);
-        assert_eq!(s.parse_arg("gpurun", "/x"), None);
+        assert!(s.parse_arg("gpurun", "/x").is_none());
         for (k, v, mode) in [
             ("pull", "node", Mode::Node),
             ("pull", "sbcast", Mode::Sbcast),
@@ -688,15 +737,35 @@ mod tests {
         // a file image: no reference
         assert_eq!(for_step(&env, None, 42, 3, uid).unwrap(), None);
         // another user's, open to others, missing: refused with the reason
-        let e = for_step(&env, Some(r), 42, 3, uid + 1).unwrap_err();
+        let e = for_step(&env, Some(r), 42, 3, uid + 1)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not the job's user"), "{e}");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p.path, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let e = for_step(&env, Some(r), 42, 3, uid).unwrap_err();
+        let e = for_step(&env, Some(r), 42, 3, uid).unwrap_err().to_string();
         assert!(e.contains("others may write"), "{e}");
         std::fs::remove_file(&p.path).unwrap();
-        let e = for_step(&env, Some(r), 42, 3, uid).unwrap_err();
+        let e = for_step(&env, Some(r), 42, 3, uid).unwrap_err().to_string();
         assert!(e.contains("sbcast") && e.contains("No such file"), "{e}");
+    }
+
+    /// A refused file keeps its path and the io::Error, and says the line users read.
+    #[test]
+    fn a_refused_file_keeps_its_cause() {
+        let gone = io::Error::from_raw_os_error(libc::ENOENT);
+        let e = JobImageError::Pulled {
+            path: "/c/i.sqsh".into(),
+            reason: Box::new(JobImageError::Stat { source: gone }),
+        };
+        assert_eq!(
+            e.to_string(),
+            "the image srun pulled, /c/i.sqsh: No such file or directory; is it on a file \
+             system every node shares? (plugstack.conf pull_cache=, or pull=sbcast)"
+        );
+        let io = std::error::Error::source(&e).and_then(std::error::Error::source);
+        let io = io.and_then(|s| s.downcast_ref::<io::Error>()).unwrap();
+        assert_eq!(io.raw_os_error(), Some(libc::ENOENT));
     }
 
     #[test]

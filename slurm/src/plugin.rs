@@ -24,7 +24,7 @@ use crate::options::{self, ContainerOpts, PluginArgs, OPTIONS};
 use crate::slurmd;
 use crate::state::{self, EnvChange, Holder};
 use crate::step_end::{self, Ended, Kind, StepIds};
-use crate::step_start::{self, Container, Context, Node, Step, SLURM_BATCH_SCRIPT};
+use crate::step_start::{self, Container, Context, Node, Step, StepError, SLURM_BATCH_SCRIPT};
 use crate::sys::seam::Linux;
 use crate::task::{self, Entered};
 
@@ -101,7 +101,7 @@ struct Plugin {
     args: PluginArgs,
     opts: ContainerOpts,
     /// Set in user_init: the ready container, or why there is none.
-    step: Option<Result<Step, String>>,
+    step: Option<Result<Step, StepError>>,
     /// In the job's extern step: the keeper of the job's image servers.
     keeper: Option<std::process::Child>,
     /// In srun: the job's registry image, pulled before the step (and whether srun sent it).
@@ -183,9 +183,10 @@ fn job_env(sp: spank_t) -> Vec<String> {
     out
 }
 
-fn job_creds(sp: spank_t) -> Result<Creds, String> {
-    let uid = item_u32(sp, S_JOB_UID).ok_or("cannot get the job's uid")?;
-    let gid = item_u32(sp, S_JOB_GID).ok_or("cannot get the job's gid")?;
+fn job_creds(sp: spank_t) -> Result<Creds, StepError> {
+    let item = |what| StepError::NoItem { what };
+    let uid = item_u32(sp, S_JOB_UID).ok_or(item("the job's uid"))?;
+    let gid = item_u32(sp, S_JOB_GID).ok_or(item("the job's gid"))?;
     let mut gids: *mut libc::gid_t = std::ptr::null_mut();
     let mut n: c_int = 0;
     let mut groups = Vec::new();
@@ -349,7 +350,7 @@ pub unsafe extern "C" fn slurm_spank_init_post_opt(
         let after = match step_start::init_post_opt(ctx, &mut p.opts, &var) {
             Ok(after) => after,
             Err(line) => {
-                log_error(&line);
+                log_error(&line.to_string());
                 return -1;
             }
         };
@@ -432,7 +433,7 @@ impl Node for Host {
 
 /// Start the step's holder as the job's user, with what step_start.rs decides from the job's
 /// environment, Slurm's items and the node.
-fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, String> {
+fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, StepError> {
     let mut env = job_env(sp);
     let map = state::split_env(env.iter().map(String::as_str));
     if step_start::wants_pmix_dir(&map) {
@@ -444,7 +445,9 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
     let creds = job_creds(sp)?;
     let batch = step == SLURM_BATCH_SCRIPT;
     let script = match batch {
-        true => Some(job_argv0(sp).ok_or("cannot get the batch script's path")?),
+        true => Some(job_argv0(sp).ok_or(StepError::NoItem {
+            what: "the batch script's path",
+        })?),
         false => None,
     };
     let opts = step_start::holder_opts(&p.opts, &p.args, script);
@@ -464,7 +467,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
     let kept = |name: &str| Host.image_kept(base, creds.uid, name);
     let (opts, sent) = step_start::named_registry_image(opts, sent, job, kept);
     let dir = holder::make_dir(Path::new("/tmp"), &format!("{job}.{step}"))
-        .map_err(|e| format!("cannot create a state directory in /tmp: {e}"))?;
+        .map_err(|source| StepError::StateDir { source })?;
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let facts = step_start::StepFacts {
         job,
@@ -509,7 +512,7 @@ fn start_holder(sp: spank_t, p: &Plugin, job: u32, step: u32) -> Result<Step, St
         }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
-            Err(e.to_string())
+            Err(e.into())
         }
     }
 }
@@ -599,7 +602,7 @@ fn batch_pull(
     job: u32,
     creds: &Creds,
     env: &mut Vec<String>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, StepError> {
     let Some(reference) = jobimage::registry_ref(&p.args.job_image, registry(&p.opts)) else {
         return Ok(None);
     };
@@ -619,8 +622,8 @@ fn batch_pull(
     );
     let value = match pulled {
         Ok((image, _)) => image.encode(),
-        Err(jobimage::Failure::Said) => return Err("the job's image was not pulled".into()),
-        Err(jobimage::Failure::Other(e)) => return Err(e),
+        Err(jobimage::Failure::Said) => return Err(StepError::NotPulled),
+        Err(jobimage::Failure::Other(e)) => return Err(e.into()),
     };
     // SAFETY: NUL-terminated strings that outlive the call; Slurm copies them.
     let rc = unsafe {
@@ -632,10 +635,8 @@ fn batch_pull(
         )
     };
     if rc != ESPANK_SUCCESS {
-        return Err(format!(
-            "cannot set {} in the batch script's environment: error {rc}",
-            jobimage::VAR
-        ));
+        let var = jobimage::VAR;
+        return Err(StepError::SetEnv { var, rc });
     }
     env.push(format!("{}={value}", jobimage::VAR));
     Ok(Some(value))
@@ -702,7 +703,7 @@ pub unsafe extern "C" fn slurm_spank_task_init(
         let step = match &mut p.step {
             None => return 0,
             Some(Ok(s)) => s,
-            Some(Err(e)) => fail_task(first(), e),
+            Some(Err(e)) => fail_task(first(), &e.to_string()),
         };
         let holder = match step.container.ready() {
             Ok(h) => h,
@@ -806,9 +807,8 @@ pub unsafe extern "C" fn slurm_spank_task_post_fork(
             return 0;
         };
         let mut p = plugin();
-        let started = job_creds(sp).and_then(|creds| {
-            holder::start_keeper(&p.args.gpurun, job, &creds).map_err(|e| e.to_string())
-        });
+        let started =
+            job_creds(sp).and_then(|creds| Ok(holder::start_keeper(&p.args.gpurun, job, &creds)?));
         match started {
             Ok(child) => p.keeper = Some(child),
             Err(e) => log_debug(&format!(

@@ -18,8 +18,8 @@ pub struct Holder {
     pub cwd: PathBuf,
 }
 
-pub fn parse_state(text: &str) -> Result<Holder, String> {
-    let s = hold_state::State::parse(text).map_err(|e| e.to_string())?;
+pub fn parse_state(text: &str) -> Result<Holder, hold_state::StateError> {
+    let s = hold_state::State::parse(text)?;
     Ok(Holder {
         pid: s.pid,
         env: s.env_pairs(),
@@ -347,7 +347,7 @@ mod tests {
             ]
         );
         let e = parse_state(r#"{"pid": 0, "root": "/", "env": [], "cwd": "/"}"#).unwrap_err();
-        assert!(e.contains("pid 0"), "{e}");
+        assert!(e.to_string().contains("pid 0"), "{e}");
     }
 
     fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {

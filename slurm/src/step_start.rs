@@ -4,13 +4,14 @@
 //! plugstack.conf arguments, asks the node through [`Node`], and performs the result.
 
 use std::collections::HashMap;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::holder::{HolderError, Running};
-use crate::jobimage::{self, Pulled};
+use crate::jobimage::{self, JobImageError, Pulled};
 use crate::named;
-use crate::options::{self, ContainerOpts, HoldCtx, Join, PluginArgs};
+use crate::options::{self, ContainerOpts, HoldCtx, Join, OptionError, PluginArgs, Unshare};
 use crate::slurmd;
 use crate::state::Holder;
 use crate::sys::seam::Linux;
@@ -23,6 +24,35 @@ pub const SLURM_EXTERN_CONT: u32 = 0xffff_fffc;
 pub const SLURM_BATCH_SCRIPT: u32 = 0xffff_fffb;
 /// salloc's shell on the first node (`LaunchParameters=use_interactive_step`).
 pub const SLURM_INTERACTIVE_STEP: u32 = 0xffff_fffa;
+
+/// Why a step has no container: the line its tasks say (init_post_opt's is said as it is).
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A `PYXIS_CONTAINER_*` variable in init_post_opt.
+    #[error("gpurun: {0}")]
+    Vars(#[source] OptionError),
+    #[error(transparent)]
+    Options(#[from] OptionError),
+    #[error("--container-name={name}:exec: the container is not running")]
+    NotRunning { name: String },
+    #[error("--container-unshare={}: the running container {name} is not in a separate {} \
+             namespace", ns.proc_name(), ns.title())]
+    NotSeparate { ns: Unshare, name: String },
+    /// One of Slurm's items user_init needs (`what` names it).
+    #[error("cannot get {what}")]
+    NoItem { what: &'static str },
+    #[error(transparent)]
+    JobImage(#[from] JobImageError),
+    /// The batch step's pull failed; gpurun said why.
+    #[error("the job's image was not pulled")]
+    NotPulled,
+    #[error("cannot set {var} in the batch script's environment: error {rc}")]
+    SetEnv { var: &'static str, rc: i32 },
+    #[error("cannot create a state directory in /tmp: {source}")]
+    StateDir { source: io::Error },
+    #[error(transparent)]
+    Holder(#[from] HolderError),
+}
 
 /// The SPANK context a callback runs in (`spank_context()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,11 +112,9 @@ pub fn init_post_opt(
     ctx: Context,
     opts: &mut ContainerOpts,
     var: &dyn Fn(&str) -> Option<String>,
-) -> Result<PostOpt, String> {
+) -> Result<PostOpt, StepError> {
     let remote = ctx == Context::Remote;
-    let warnings = opts
-        .apply_env_vars(var)
-        .map_err(|e| format!("gpurun: {e}"))?;
+    let warnings = opts.apply_env_vars(var).map_err(StepError::Vars)?;
     let mut said: Vec<String> = match remote {
         true => Vec::new(),
         false => warnings
@@ -171,25 +199,17 @@ pub fn join_running(
     uid: Option<u32>,
     env: HashMap<String, String>,
     node: &dyn Node,
-) -> Option<Result<Step, String>> {
+) -> Option<Result<Step, StepError>> {
     let n = opts.name.as_ref().filter(|n| n.join != Join::Never)?;
     let base = &args.containers_dir;
     let Some(mut holder) = node.find_running(base, uid?, &format!("{job}.{}", n.name)) else {
-        return (n.join == Join::Must).then(|| {
-            Err(format!(
-                "--container-name={}:exec: the container is not running",
-                n.name
-            ))
-        });
+        let name = n.name.clone();
+        return (n.join == Join::Must).then_some(Err(StepError::NotRunning { name }));
     };
     // as pyxis: a namespace asked for must be the running container's own
     if let Some(ns) = (opts.unshare.iter()).find(|ns| !node.own_ns(holder.pid, ns.proc_name())) {
-        return Some(Err(format!(
-            "--container-unshare={}: the running container {} is not in a separate {} namespace",
-            ns.proc_name(),
-            n.name,
-            ns.title()
-        )));
+        let (ns, name) = (*ns, n.name.clone());
+        return Some(Err(StepError::NotSeparate { ns, name }));
     }
     holder.env = crate::state::joined_env(&holder.env, &env);
     holder.cwd = opts.workdir.clone().unwrap_or_else(|| PathBuf::from("/"));
@@ -322,7 +342,7 @@ pub fn holder_inputs(
     f: &StepFacts,
     env: Vec<String>,
     node: &dyn Node,
-) -> Result<HolderInputs, String> {
+) -> Result<HolderInputs, StepError> {
     // srun passes the submitting shell's PWD; the holder starts there so relative paths and
     // the default working directory mean what they mean for `gpurun exec`
     let dir_var = |k: &str| {
@@ -472,9 +492,8 @@ mod tests {
         }
         let vars = env(&[("PYXIS_CONTAINER_IMAGE", "a b")]);
         let e = init_post_opt(Local, &mut opts(None, None), &|k| vars.get(k).cloned());
-        assert!(e
-            .unwrap_err()
-            .starts_with("gpurun: PYXIS_CONTAINER_IMAGE=a b: "));
+        let e = e.unwrap_err().to_string();
+        assert!(e.starts_with("gpurun: PYXIS_CONTAINER_IMAGE=a b: "), "{e}");
     }
 
     #[test]
@@ -515,6 +534,7 @@ mod tests {
         let join = |o: &ContainerOpts, uid: Option<u32>, node: &FakeNode| -> Got {
             let step_env = env(&[("SLURM_STEP_ID", "3"), ("B", "2")]);
             let got = join_running(o, &PluginArgs::default(), 7, uid, step_env, node)?;
+            let got = got.map_err(|e| e.to_string());
             Some(got.map(|s| {
                 let Container::Joined(h) = s.container else {
                     panic!("a join holds no holder of its own")
@@ -702,7 +722,7 @@ mod tests {
         a: &PluginArgs,
         f: &StepFacts,
         files: Vec<PathBuf>,
-    ) -> Result<HolderInputs, String> {
+    ) -> Result<HolderInputs, StepError> {
         let node = FakeNode {
             dirs: vec!["/home/u", "/home/u/work"],
             files,
@@ -762,7 +782,7 @@ mod tests {
             &facts(3, &job_env, false, false),
             vec![],
         );
-        assert_eq!(e.unwrap_err(), "no --container-image");
+        assert_eq!(e.unwrap_err().to_string(), "no --container-image");
     }
 
     /// Where slurmd lacks the plugin, a step that leaves something on the node says so: the

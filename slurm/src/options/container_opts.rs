@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use mount_grammar::normalize;
 use mount_grammar::pyxis::{parse_mounts, Mount};
 
+use super::error::OptionError;
 use super::table::*;
 use super::values::{
     parse_env_names, parse_image, parse_name, parse_unshare, Image, Named, Unshare,
@@ -31,13 +32,16 @@ pub struct ContainerOpts {
 }
 
 /// Set a switch that has two options; giving both is an error, as in pyxis.
-fn switch(slot: &mut Option<bool>, value: bool, (on, off): (usize, usize)) -> Result<(), String> {
+fn switch(
+    slot: &mut Option<bool>,
+    value: bool,
+    (on, off): (usize, usize),
+) -> Result<(), OptionError> {
     match *slot {
-        Some(v) if v != value => Err(format!(
-            "both --{} and --{} were given",
-            OPTIONS[on].name.to_string_lossy(),
-            OPTIONS[off].name.to_string_lossy()
-        )),
+        Some(v) if v != value => Err(OptionError::Both {
+            on: OPTIONS[on].name.to_string_lossy().into(),
+            off: OPTIONS[off].name.to_string_lossy().into(),
+        }),
         _ => {
             *slot = Some(value);
             Ok(())
@@ -48,18 +52,17 @@ fn switch(slot: &mut Option<bool>, value: bool, (on, off): (usize, usize)) -> Re
 impl ContainerOpts {
     /// Apply option number `idx` of [`OPTIONS`]. Slurm may call this several times for the same
     /// option (twice per step in slurmstepd), so setting is idempotent: values replace.
-    pub fn set(&mut self, idx: usize, arg: Option<&str>) -> Result<(), String> {
-        let spec = OPTIONS
-            .get(idx)
-            .ok_or_else(|| format!("unknown option number {idx}"))?;
-        let name = spec.name.to_string_lossy();
+    pub fn set(&mut self, idx: usize, arg: Option<&str>) -> Result<(), OptionError> {
+        let spec = OPTIONS.get(idx).ok_or(OptionError::Unknown(idx))?;
         let need = |arg: Option<&str>| match arg {
             Some(a) if !a.trim().is_empty() => Ok(a.trim().to_string()),
-            _ => Err(format!("--{name} needs a value")),
+            _ => Err(OptionError::NoValue {
+                option: spec.name.to_string_lossy().into(),
+            }),
         };
         match idx {
             IMAGE => self.image = Some(parse_image(&need(arg)?)?),
-            MOUNTS => self.mounts = parse_mounts(&need(arg)?).map_err(|e| e.to_string())?,
+            MOUNTS => self.mounts = parse_mounts(&need(arg)?)?,
             WORKDIR => self.workdir = Some(normalize(Path::new(&need(arg)?))),
             ENV => self.env_from_host = parse_env_names(&need(arg)?)?,
             UNSHARE => self.unshare = parse_unshare(&need(arg)?)?,
@@ -186,7 +189,7 @@ mod tests {
                 assert_eq!(slot(&o, on), Some(value), "{on_name}");
                 assert!(o.has_container_settings());
                 let other = if first == on { off } else { on };
-                let e = o.set(other, None).unwrap_err();
+                let e = o.set(other, None).unwrap_err().to_string();
                 assert!(e.contains(&format!("--{on_name} and --{off_name}")), "{e}");
             }
         }

@@ -6,6 +6,7 @@ use mount_grammar::pyxis::Mount;
 use mount_grammar::Bind;
 
 use super::container_opts::ContainerOpts;
+use super::error::OptionError;
 use super::values::{Image, Unshare};
 
 fn absolute(cwd: &Path, p: &Path) -> PathBuf {
@@ -37,12 +38,12 @@ pub struct HoldCtx<'a> {
 }
 
 /// The arguments after the gpurun binary: `hold [launch options] IMAGE --state FILE`.
-pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, String> {
+pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, OptionError> {
     let image = match o.image.as_ref() {
         Some(Image::File(p)) => absolute(at.cwd, p).display().to_string(),
         Some(Image::Registry(r) | Image::Podman(r)) => r.clone(),
         None if o.name.is_some() => String::new(),
-        None => return Err("no --container-image".into()),
+        None => return Err(OptionError::NoImage),
     };
     let mut a = vec!["hold".to_string()];
     for m in &o.mounts {
@@ -52,9 +53,8 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Strin
             Mount::Bind(b) => {
                 let src = absolute(at.cwd, &b.src);
                 let json = serde_json::to_string(&Bind { src, ..b.clone() });
-                let json = json.map_err(|_| {
-                    let p = absolute(at.cwd, &b.src);
-                    format!("--container-mounts: {} is no UTF-8 text", p.display())
+                let json = json.map_err(|_| OptionError::NotUtf8 {
+                    path: absolute(at.cwd, &b.src),
                 })?;
                 ("--bind-json", json)
             }

@@ -4,10 +4,11 @@
 //! The files: table.rs (the options as Slurm registers them), values.rs (each option's value
 //! parsed, pyxis's rules), container_opts.rs (the options given, one by one), pyxis_vars.rs
 //! (`PYXIS_CONTAINER_*`), environment.rs, hold_args.rs (the holder's command line),
-//! plugin_args.rs (plugstack.conf's arguments).
+//! plugin_args.rs (plugstack.conf's arguments), error.rs (why one of them is refused).
 
 mod container_opts;
 mod environment;
+mod error;
 mod hold_args;
 mod plugin_args;
 mod pyxis_vars;
@@ -18,6 +19,7 @@ mod values;
 
 pub use container_opts::ContainerOpts;
 pub use environment::{entrypoint_env, without_host_locale};
+pub use error::OptionError;
 pub use hold_args::{holder_args, HoldCtx};
 pub use mount_grammar::pyxis::{parse_mounts, Mount};
 pub use plugin_args::{parse_plugin_args, PluginArgs};

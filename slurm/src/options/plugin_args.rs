@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::error::OptionError;
 use super::values::parse_bool;
 use crate::jobimage;
 
@@ -49,41 +50,36 @@ impl Default for PluginArgs {
 
 pub fn parse_plugin_args<'a>(
     args: impl IntoIterator<Item = &'a str>,
-) -> Result<PluginArgs, String> {
-    let unknown = |a: &str| {
-        format!(
-            "unknown plugstack.conf argument {a:?} (gpurun=PATH, timeout=SECONDS, \
-             execute_entrypoint=0|1, pytorch_env=0|1, remap_root=0|1, containers_dir=DIR, {})",
-            jobimage::ARGS
-        )
+) -> Result<PluginArgs, OptionError> {
+    let unknown = |a: &str| OptionError::UnknownArg { arg: a.into() };
+    let absolute = |key, v: &str| OptionError::NotAbsolute {
+        key,
+        value: v.into(),
+    };
+    let boolean = |key, v: &str| {
+        parse_bool(v).ok_or_else(|| OptionError::NotBool {
+            key,
+            value: v.into(),
+        })
     };
     let mut p = PluginArgs::default();
     for a in args {
         match a.split_once('=') {
             Some(("gpurun", v)) if v.starts_with('/') => p.gpurun = PathBuf::from(v),
-            Some(("gpurun", v)) => return Err(format!("gpurun={v}: needs an absolute path")),
+            Some(("gpurun", v)) => return Err(absolute("gpurun", v)),
             Some(("containers_dir", v)) if v.starts_with('/') => {
                 p.containers_dir = PathBuf::from(v)
             }
-            Some(("containers_dir", v)) => {
-                return Err(format!("containers_dir={v}: needs an absolute path"))
-            }
+            Some(("containers_dir", v)) => return Err(absolute("containers_dir", v)),
             Some(("timeout", v)) => match v.parse::<u64>() {
                 Ok(s) if s > 0 => p.timeout = Duration::from_secs(s),
-                _ => return Err(format!("timeout={v}: needs a positive number of seconds")),
+                _ => return Err(OptionError::Timeout { value: v.into() }),
             },
             Some(("execute_entrypoint", v)) => {
-                p.execute_entrypoint = parse_bool(v)
-                    .ok_or_else(|| format!("execute_entrypoint={v}: needs 1 or 0 (yes, no)"))?
+                p.execute_entrypoint = boolean("execute_entrypoint", v)?
             }
-            Some(("pytorch_env", v)) => {
-                p.pytorch_env = parse_bool(v)
-                    .ok_or_else(|| format!("pytorch_env={v}: needs 1 or 0 (yes, no)"))?
-            }
-            Some(("remap_root", v)) => {
-                p.remap_root = parse_bool(v)
-                    .ok_or_else(|| format!("remap_root={v}: needs 1 or 0 (yes, no)"))?
-            }
+            Some(("pytorch_env", v)) => p.pytorch_env = boolean("pytorch_env", v)?,
+            Some(("remap_root", v)) => p.remap_root = boolean("remap_root", v)?,
             Some((k, v)) => match p.job_image.parse_arg(k, v) {
                 Some(r) => r?,
                 None => return Err(unknown(a)),

@@ -1,6 +1,7 @@
 //! pyxis's `PYXIS_CONTAINER_*` variables, each acting as its option where that was not given.
 
 use super::container_opts::ContainerOpts;
+use super::error::OptionError;
 use super::table::*;
 use super::values::parse_bool;
 
@@ -50,13 +51,16 @@ impl ContainerOpts {
     pub fn apply_env_vars(
         &mut self,
         var: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, OptionError> {
         let get = |name: &str| var(name).filter(|v| !v.is_empty());
         let mut warnings = Vec::new();
         for (name, idx) in VALUE_VARS {
             if let Some(v) = get(name).filter(|_| !self.given(idx)) {
-                self.set(idx, Some(&v))
-                    .map_err(|e| format!("{name}={v}: {e}"))?;
+                self.set(idx, Some(&v)).map_err(|e| OptionError::Var {
+                    name,
+                    value: v.clone(),
+                    source: Box::new(e),
+                })?;
             }
         }
         // a switch without an opposite option: false is its default
@@ -199,7 +203,9 @@ mod tests {
         assert_eq!(o.name, Some(named("c2", false)));
 
         // a bad value is the option's error, naming the variable
-        let e = from(&[("PYXIS_CONTAINER_ENV", "FOO,")], &[]).unwrap_err();
+        let e = from(&[("PYXIS_CONTAINER_ENV", "FOO,")], &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("PYXIS_CONTAINER_ENV=FOO,: --container-env"),
             "{e}"

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use super::error::OptionError;
+
 /// Where the image comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Image {
@@ -80,12 +82,12 @@ pub enum Join {
 
 /// pyxis's rules: a path starts with `/` or `.`; `REGISTRY#IMAGE` is enroot's registry form;
 /// anything else is a registry reference.
-pub fn parse_image(s: &str) -> Result<Image, String> {
+pub fn parse_image(s: &str) -> Result<Image, OptionError> {
     if s.starts_with('/') || s.starts_with('.') {
         return Ok(Image::File(PathBuf::from(s)));
     }
     if s.contains(char::is_whitespace) {
-        return Err(format!("--container-image={s:?}: contains white space"));
+        return Err(OptionError::ImageSpace { value: s.into() });
     }
     if let Some((scheme, rest)) = s.split_once("://") {
         return match scheme {
@@ -93,38 +95,28 @@ pub fn parse_image(s: &str) -> Result<Image, String> {
             "docker" if rest.contains('#') => parse_image(rest),
             "docker" => Ok(Image::Registry(s.to_string())),
             "podman" if !rest.is_empty() => Ok(Image::Podman(s.to_string())),
-            "podman" => Err(format!("--container-image={s}: expected podman://IMAGE")),
-            "dockerd" => Err(format!(
-                "--container-image={s}: gpurun cannot read the Docker daemon's images (its \
-                 socket is root's, and gpurun runs as you); docker save -o FILE.tar IMAGE, \
-                 gpurun pull docker-archive:FILE.tar, and give the .sqsh file"
-            )),
-            _ => Err(format!(
-                "--container-image={s}: only docker://, podman:// references and squashfs paths"
-            )),
+            "podman" => Err(OptionError::ImagePodman { value: s.into() }),
+            "dockerd" => Err(OptionError::ImageDockerd { value: s.into() }),
+            _ => Err(OptionError::ImageScheme { value: s.into() }),
         };
     }
     match s.split_once('#') {
-        Some((reg, _)) if reg.contains('@') => Err(format!(
-            "--container-image={s}: credentials in the reference (USER@) are not supported; \
-             gpurun reads registry logins from ~/.docker/config.json"
-        )),
+        Some((reg, _)) if reg.contains('@') => {
+            Err(OptionError::ImageCredentials { value: s.into() })
+        }
         Some((reg, img)) if !reg.is_empty() && !img.is_empty() => {
             Ok(Image::Registry(format!("docker://{reg}/{img}")))
         }
-        Some(_) => Err(format!("--container-image={s}: expected REGISTRY#IMAGE")),
+        Some(_) => Err(OptionError::ImageRegistry { value: s.into() }),
         None => Ok(Image::Registry(format!("docker://{s}"))),
     }
 }
 
 /// pyxis's `NAME[:FLAGS]`.
-pub fn parse_name(s: &str) -> Result<Named, String> {
+pub fn parse_name(s: &str) -> Result<Named, OptionError> {
     let (name, flag) = s.split_once(':').unwrap_or((s, "auto"));
     if name.is_empty() || name.contains('/') || name.contains("..") || name == "." {
-        return Err(format!(
-            "--container-name={s}: a name with '/', '..' or nothing in it; use letters, \
-             digits, '-', '_' or '.'"
-        ));
+        return Err(OptionError::Name { value: s.into() });
     }
     let (create, join) = match flag {
         "auto" => (false, Join::IfRunning),
@@ -132,9 +124,10 @@ pub fn parse_name(s: &str) -> Result<Named, String> {
         "exec" => (false, Join::Must),
         "no_exec" => (false, Join::Never),
         f => {
-            return Err(format!(
-                "--container-name={s}: unknown flag {f:?} (auto, create, exec, no_exec)"
-            ))
+            return Err(OptionError::NameFlag {
+                value: s.into(),
+                flag: f.into(),
+            })
         }
     };
     Ok(Named {
@@ -145,7 +138,7 @@ pub fn parse_name(s: &str) -> Result<Named, String> {
 }
 
 /// Variable names, comma separated; an empty one (`FOO,`) is an error, as in pyxis.
-pub fn parse_env_names(s: &str) -> Result<Vec<String>, String> {
+pub fn parse_env_names(s: &str) -> Result<Vec<String>, OptionError> {
     s.split(',')
         .map(str::trim)
         .map(|n| {
@@ -155,29 +148,28 @@ pub fn parse_env_names(s: &str) -> Result<Vec<String>, String> {
             if ok {
                 Ok(n.to_string())
             } else if n.is_empty() {
-                Err(format!(
-                    "--container-env={s}: an empty name (a comma too many?)"
-                ))
+                Err(OptionError::EnvEmpty { value: s.into() })
             } else {
-                Err(format!("--container-env: {n:?} is not a variable name"))
+                Err(OptionError::EnvName { name: n.into() })
             }
         })
         .collect()
 }
 
 /// `--container-unshare`'s namespaces: pyxis takes net, ipc and uts.
-pub fn parse_unshare(s: &str) -> Result<Vec<Unshare>, String> {
+pub fn parse_unshare(s: &str) -> Result<Vec<Unshare>, OptionError> {
     let mut out = Vec::new();
     for ns in s.split(',').map(str::trim) {
         let one = match ns {
             "uts" => Unshare::Uts,
             "net" => Unshare::Net,
             "ipc" => Unshare::Ipc,
-            "" => return Err(format!("--container-unshare={s}: an empty namespace")),
+            "" => return Err(OptionError::UnshareEmpty { value: s.into() }),
             _ => {
-                return Err(format!(
-                    "--container-unshare={s}: unknown namespace {ns:?} (net, ipc, uts)"
-                ))
+                return Err(OptionError::UnshareUnknown {
+                    value: s.into(),
+                    ns: ns.into(),
+                })
             }
         };
         if !out.contains(&one) {
@@ -202,21 +194,21 @@ mod tests {
     use super::super::table::NAME;
     use super::super::test_util::refused;
     use super::*;
-    fn reg(s: &str) -> Result<Image, String> {
+    fn reg(s: &str) -> Result<Image, OptionError> {
         Ok(Image::Registry(s.into()))
     }
 
-    fn file(s: &str) -> Result<Image, String> {
+    fn file(s: &str) -> Result<Image, OptionError> {
         Ok(Image::File(s.into()))
     }
 
-    fn podman(s: &str) -> Result<Image, String> {
+    fn podman(s: &str) -> Result<Image, OptionError> {
         Ok(Image::Podman(s.into()))
     }
 
     #[test]
     fn images() {
-        let table: &[(&str, Result<Image, String>)] = &[
+        let table: &[(&str, Result<Image, OptionError>)] = &[
             ("/scratch/pytorch.sqsh", file("/scratch/pytorch.sqsh")),
             ("./img.sqsh", file("./img.sqsh")),
             ("../img.sqsh", file("../img.sqsh")),
@@ -242,7 +234,12 @@ mod tests {
             ("podman://ubuntu", podman("podman://ubuntu")),
         ];
         for (input, want) in table {
-            assert_eq!(&parse_image(input), want, "{input}");
+            let want = want.as_ref().map_err(|e| e.to_string());
+            assert_eq!(
+                parse_image(input).as_ref().map_err(|e| e.to_string()),
+                want,
+                "{input}"
+            );
         }
         for bad in [
             "user@nvcr.io#nvidia/pytorch",
@@ -255,7 +252,7 @@ mod tests {
         ] {
             assert!(parse_image(bad).is_err(), "{bad} accepted");
         }
-        let e = parse_image("dockerd://ubuntu").unwrap_err();
+        let e = parse_image("dockerd://ubuntu").unwrap_err().to_string();
         assert!(
             e.contains("Docker daemon") && e.contains("docker save"),
             "{e}"
@@ -305,7 +302,10 @@ mod tests {
 
     #[test]
     fn container_names() {
-        let ok = |s: &str| parse_name(s).map(|n| (n.name, n.create, n.join));
+        let ok = |s: &str| {
+            let named = parse_name(s).map_err(|e| e.to_string());
+            named.map(|n| (n.name, n.create, n.join))
+        };
         for (s, (name, create, join)) in [
             ("c1", ("c1", false, Join::IfRunning)),
             ("c1:auto", ("c1", false, Join::IfRunning)),
