@@ -48,6 +48,8 @@ fn hold(mut a: gpurun::cli::HoldArgs, ctx: &Ctx) -> i32 {
     let target = (image, action);
     let mut l = (a.opts).launch(target, a.save, Some(a.state), &ctx.cfg, ctx.settings());
     l.request.parsed_binds = a.bind_json;
+    l.request.parsed_tmpfs = a.tmpfs_json;
+    l.request.parsed_home = a.home_json;
     go(l, ctx)
 }
 

@@ -3,13 +3,15 @@
 //! '+'), of a tmpfs's switches, of a parsed bind and of the lexical path rule, so that the two
 //! cannot drift. [`bind`] is gpurun's form, [`pyxis`] the plugin's; a [`Bind`] the plugin
 //! parsed is handed to gpurun as it is, in JSON (`gpurun hold --bind-json`, read back through
-//! `bind`'s `Bind::checked`), so that a path holding ':' or ',' arrives intact. Pure.
+//! `bind`'s `Bind::checked`), so that a path holding ':' or ',' arrives intact; so are the home
+//! and each tmpfs ([`handover`]). Pure.
 
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 pub mod bind;
+pub mod handover;
 pub mod pyxis;
 
 /// A mount's options beyond read-only: enroot's fstab flags (`nodev`, `rslave`,

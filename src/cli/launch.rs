@@ -55,8 +55,10 @@ impl LaunchOpts {
         binds.extend(self.bind.iter().cloned());
         Request {
             binds,
-            // `hold --bind-json`'s, which main.rs adds
+            // `hold --bind-json`'s, `--tmpfs-json`'s and `--home-json`'s, which main.rs adds
             parsed_binds: Vec::new(),
+            parsed_tmpfs: Vec::new(),
+            parsed_home: None,
             tmpfs: self.tmpfs.clone(),
             site_binds: site_binds.collect(),
             contain: self.contain || self.containall,

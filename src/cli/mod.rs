@@ -451,6 +451,19 @@ fn bind_json(text: &str) -> Result<mount_grammar::Bind, String> {
     b.checked().map_err(|e| e.to_string())
 }
 
+/// `--home-json`'s value: the home's source and destination, absolute paths.
+fn home_json(text: &str) -> Result<mount_grammar::handover::Home, String> {
+    let h: mount_grammar::handover::Home = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    h.checked().map_err(|e| e.to_string())
+}
+
+/// `--tmpfs-json`'s value: a tmpfs at an absolute destination, its options by name.
+fn tmpfs_json(text: &str) -> Result<mount_grammar::handover::Tmpfs, String> {
+    let t: mount_grammar::handover::Tmpfs =
+        serde_json::from_str(text).map_err(|e| e.to_string())?;
+    t.checked().map_err(|e| e.to_string())
+}
+
 #[derive(Args, Debug)]
 pub struct HoldArgs {
     #[command(flatten)]
@@ -484,6 +497,13 @@ pub struct HoldArgs {
     /// ':' and ',' too, which --bind's text would split at (repeatable)
     #[arg(long, value_name = "JSON", hide = true, value_parser = bind_json)]
     pub bind_json: Vec<mount_grammar::Bind>,
+    /// The job's home as the plugin found it, as JSON (`{"src":…,"dst":…}`): a $HOME holding
+    /// ':' arrives as one path, where --home SRC:DST would split it
+    #[arg(long, value_name = "JSON", hide = true, value_parser = home_json, conflicts_with = "home")]
+    pub home_json: Option<mount_grammar::handover::Home>,
+    /// A tmpfs the plugin parsed (`--container-mounts`), as JSON (repeatable)
+    #[arg(long, value_name = "JSON", hide = true, value_parser = tmpfs_json)]
+    pub tmpfs_json: Vec<mount_grammar::handover::Tmpfs>,
     /// Image: a squashfs file
     #[arg(required_unless_present = "name")]
     pub image: Option<String>,
@@ -644,6 +664,47 @@ mod tests {
             "/s:/d",
         ] {
             assert!(hold(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// `hold --home-json` and `--tmpfs-json`: the plugin's home and tmpfs as it parsed them,
+    /// ':' and ',' in their paths kept; a relative path, an unknown option, JSON that is no
+    /// home or tmpfs, a field given twice (a value crafted to close its string and add its own
+    /// `dst`), or `--home` beside it refused.
+    #[test]
+    fn hold_takes_parsed_home_and_tmpfs() {
+        use mount_grammar::handover::{Home, Tmpfs};
+        let hold = |extra: &[&str]| {
+            let args = ["gpurun", "hold", "--state", "/s", "/i.sqsh"];
+            Cli::try_parse_from(args.iter().chain(extra)).map(|c| match c.command {
+                Command::Hold(a) => (a.home_json, a.tmpfs_json),
+                c => panic!("{c:?}"),
+            })
+        };
+        let home = r#"{"src":"/h/a:b,c","dst":"/root"}"#;
+        let tmpfs = r#"{"dst":"/t:u,v","opts":["size=1G","mode=700"]}"#;
+        let (h, t) = hold(&["--home-json", home, "--tmpfs-json", tmpfs]).unwrap();
+        let want_home = Home {
+            src: "/h/a:b,c".into(),
+            dst: "/root".into(),
+        };
+        let want_tmpfs = Tmpfs {
+            dst: "/t:u,v".into(),
+            opts: vec!["size=1G".into(), "mode=700".into()],
+        };
+        assert_eq!((h, t), (Some(want_home), vec![want_tmpfs]));
+        for bad in [
+            &["--home-json", r#"{"src":"h","dst":"/root"}"#][..],
+            &["--home-json", r#"{"src":"/h","dst":"root"}"#],
+            &["--home-json", r#"{"src":"/h","dst":"/h","dst":"/etc"}"#],
+            &["--home-json", "/h:/root"],
+            &["--home-json", home, "--home", "/h"],
+            &["--tmpfs-json", r#"{"dst":"t","opts":[]}"#],
+            &["--tmpfs-json", r#"{"dst":"/","opts":[]}"#],
+            &["--tmpfs-json", r#"{"dst":"/t","opts":["uid=0"]}"#],
+            &["--tmpfs-json", "/t:size=1G"],
+        ] {
+            assert!(hold(bad).is_err(), "{bad:?}");
         }
     }
 

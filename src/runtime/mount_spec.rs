@@ -37,21 +37,28 @@ pub fn bind_mount(b: mount_grammar::Bind) -> Mount {
 /// Parse one `--tmpfs DST[:OPTS]`: a fresh tmpfs at DST (mode 1777 unless `mode=`), OPTS
 /// `size=N` (500M, 2G…), `mode=OCTAL`, `huge=POLICY`, `ro`, `rw`, `nosuid`, `nodev`, `noexec`.
 pub fn parse_tmpfs(spec: &str) -> Result<Mount, SpecError> {
-    let err = |why: String| SpecError::Tmpfs(spec.to_string(), why);
     let (dst, opts) = spec.split_once(':').unwrap_or((spec, ""));
-    if !dst.starts_with('/') || normalize(Path::new(dst)) == Path::new("/") {
+    let opts: Vec<&str> = opts.split([',', '+']).filter(|o| !o.is_empty()).collect();
+    tmpfs_mount(spec, Path::new(dst), &opts)
+}
+
+/// A tmpfs at `dst` with `opts` (`--tmpfs`'s, or the plugin's `hold --tmpfs-json`); `spec`
+/// names it in an error.
+pub fn tmpfs_mount(spec: &str, dst: &Path, opts: &[&str]) -> Result<Mount, SpecError> {
+    let err = |why: String| SpecError::Tmpfs(spec.to_string(), why);
+    if !dst.is_absolute() || normalize(dst) == Path::new("/") {
         return Err(err(
             "DST must be an absolute path inside the container, not /".into(),
         ));
     }
     let mut m = Mount {
-        dst: normalize(Path::new(dst)),
+        dst: normalize(dst),
         source: MountSource::tmpfs(0o1777),
         readonly: false,
         optional: false,
         flags: MountFlags::default(),
     };
-    for opt in opts.split([',', '+']).filter(|o| !o.is_empty()) {
+    for opt in opts {
         tmpfs_option(&mut m, opt).map_err(err)?;
     }
     Ok(m)

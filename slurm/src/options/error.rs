@@ -75,7 +75,7 @@ pub enum OptionError {
     JobImage(#[from] JobImageError),
     #[error("no --container-image")]
     NoImage,
-    /// A bind's source, which JSON cannot carry.
-    #[error("--container-mounts: {} is no UTF-8 text", path.display())]
-    NotUtf8 { path: PathBuf },
+    /// A path JSON cannot carry: a bind's, a tmpfs's (`what`: --container-mounts), the home's.
+    #[error("{what}: {} is no UTF-8 text", path.display())]
+    NotUtf8 { what: &'static str, path: PathBuf },
 }

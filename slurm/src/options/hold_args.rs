@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use mount_grammar::handover::{Home, Tmpfs};
 use mount_grammar::pyxis::Mount;
 use mount_grammar::Bind;
 
@@ -15,6 +16,19 @@ fn absolute(cwd: &Path, p: &Path) -> PathBuf {
     } else {
         cwd.join(p)
     }
+}
+
+/// A parsed bind, home or tmpfs as JSON, which carries any path, ':' and ',' too, where the
+/// text of --bind, --home and --tmpfs would split it; only a path that is no UTF-8 fails.
+fn json(
+    text: serde_json::Result<String>,
+    what: &'static str,
+    p: &Path,
+) -> Result<String, OptionError> {
+    text.map_err(|_| OptionError::NotUtf8 {
+        what,
+        path: p.to_path_buf(),
+    })
 }
 
 /// Where and how the holder starts, besides the options.
@@ -52,18 +66,14 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Optio
             // where --bind's text would split it
             Mount::Bind(b) => {
                 let src = absolute(at.cwd, &b.src);
-                let json = serde_json::to_string(&Bind { src, ..b.clone() });
-                let json = json.map_err(|_| OptionError::NotUtf8 {
-                    path: absolute(at.cwd, &b.src),
-                })?;
-                ("--bind-json", json)
+                let text = serde_json::to_string(&Bind { src, ..b.clone() });
+                let src = absolute(at.cwd, &b.src);
+                ("--bind-json", json(text, "--container-mounts", &src)?)
             }
             Mount::Tmpfs { dst, opts } => {
-                let dst = dst.display().to_string();
-                match opts.is_empty() {
-                    true => ("--tmpfs", dst),
-                    false => ("--tmpfs", format!("{dst}:{}", opts.join(","))),
-                }
+                let (d, opts) = (dst.clone(), opts.clone());
+                let text = serde_json::to_string(&Tmpfs { dst: d, opts });
+                ("--tmpfs-json", json(text, "--container-mounts", dst)?)
             }
             Mount::Umount(dst) => ("--no-mount", dst.display().to_string()),
         };
@@ -104,10 +114,9 @@ pub fn holder_args(o: &ContainerOpts, at: &HoldCtx) -> Result<Vec<String>, Optio
             true => Path::new("/root"),
             false => h,
         };
-        a.extend([
-            "--home".into(),
-            format!("{}:{}", h.display(), dst.display()),
-        ]);
+        let (src, dst) = (h.to_path_buf(), dst.to_path_buf());
+        let text = serde_json::to_string(&Home { src, dst });
+        a.extend(["--home-json".into(), json(text, "$HOME", h)?]);
     }
     if let Some(s) = &o.save {
         a.push("--save".into());
@@ -216,8 +225,8 @@ mod tests {
                 r#"{"src":"/scratch","dst":"/scratch","readonly":false,"flags":{}}"#,
                 "--no-mount",
                 "/etc/hosts",
-                "--tmpfs",
-                "/t:size=1G,mode=700",
+                "--tmpfs-json",
+                r#"{"dst":"/t","opts":["size=1G","mode=700"]}"#,
                 "--pwd",
                 "/data",
                 "--hostname",
@@ -298,9 +307,9 @@ mod tests {
     fn home_from_the_job() {
         let home = Path::new("/tmp");
         for (flags, want) in [
-            (&[][..], Some("/tmp:/tmp")),
-            (&[MOUNT_HOME][..], Some("/tmp:/tmp")),
-            (&[REMAP_ROOT, MOUNT_HOME][..], Some("/tmp:/root")),
+            (&[][..], Some(("/tmp", "/tmp"))),
+            (&[MOUNT_HOME][..], Some(("/tmp", "/tmp"))),
+            (&[REMAP_ROOT, MOUNT_HOME][..], Some(("/tmp", "/root"))),
             (&[REMAP_ROOT, NO_HOME][..], None),
         ] {
             let mut o = ContainerOpts::default();
@@ -308,16 +317,76 @@ mod tests {
             for f in flags {
                 o.set(*f, None).unwrap();
             }
-            let at = HoldCtx {
-                home: Some(home),
-                ..at("/w", "/s", false)
-            };
-            let args = holder_args(&o, &at).unwrap();
-            let got = args
-                .iter()
-                .position(|a| a == "--home")
-                .map(|i| args[i + 1].as_str());
+            let got = handed_home(&o, home);
+            let want = want.map(|(src, dst)| Home {
+                src: src.into(),
+                dst: dst.into(),
+            });
             assert_eq!(got, want, "{flags:?}");
+        }
+    }
+
+    /// The home `holder_args` hands over for `$HOME` = `home`, read back as gpurun reads it.
+    fn handed_home(o: &ContainerOpts, home: &Path) -> Option<Home> {
+        let at = HoldCtx {
+            home: Some(home),
+            ..at("/w", "/s", false)
+        };
+        let args = holder_args(o, &at).unwrap();
+        assert!(!args.contains(&"--home".to_string()), "{args:?}");
+        let i = args.iter().position(|a| a == "--home-json")?;
+        let back: Home = serde_json::from_str(&args[i + 1]).unwrap();
+        Some(back.checked().unwrap())
+    }
+
+    /// A `$HOME` the job's user chose, with ':' and ',' (which `--home SRC:DST` split into
+    /// another source and destination) or crafted to close the JSON string and add a `dst` of
+    /// its own, arrives as one path, bound at itself.
+    #[test]
+    fn a_crafted_home_arrives_as_one_path() {
+        let mut o = ContainerOpts::default();
+        o.set(IMAGE, Some("/i.sqsh")).unwrap();
+        for home in [
+            "/h/a:b,c",
+            "/h/u:/etc",
+            "/h/u:/etc:/root",
+            r#"/h/u","dst":"/etc"#,
+            "/h/u\\\",\"dst\":\"/etc",
+            "/h/u\n--home\n/etc",
+        ] {
+            let want = Home {
+                src: home.into(),
+                dst: home.into(),
+            };
+            assert_eq!(handed_home(&o, Path::new(home)), Some(want), "{home}");
+        }
+    }
+
+    /// A tmpfs's destination and options arrive as parsed, in JSON; one `gpurun hold` refuses
+    /// (a relative destination, an option it does not know) never passes its check.
+    #[test]
+    fn a_tmpfs_arrives_as_parsed() {
+        let tmpfs = |o: &ContainerOpts| {
+            let a = holder_args(o, &at("/w", "/s", false)).unwrap();
+            assert!(!a.contains(&"--tmpfs".to_string()), "{a:?}");
+            let i = a.iter().position(|x| x == "--tmpfs-json").unwrap();
+            serde_json::from_str::<Tmpfs>(&a[i + 1]).unwrap().checked()
+        };
+        let mut o = ContainerOpts::default();
+        o.set(IMAGE, Some("/i.sqsh")).unwrap();
+        o.set(MOUNTS, Some(r#"tmpfs:/t"x\y:size=1G+mode=700"#))
+            .unwrap();
+        let want = Tmpfs {
+            dst: r#"/t"x\y"#.into(),
+            opts: vec!["size=1G".into(), "mode=700".into()],
+        };
+        assert_eq!(tmpfs(&o), Ok(want));
+        for (dst, opts) in [("t", vec![]), ("/t", vec!["uid=0".to_string()])] {
+            o.mounts = vec![Mount::Tmpfs {
+                dst: dst.into(),
+                opts,
+            }];
+            assert!(tmpfs(&o).is_err(), "{dst}");
         }
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::types::{Changes, HostPath, HostView, PlanError, Request};
 use crate::mount::{Mount, MountSource};
-use crate::runtime::mount_spec::{bind_mount, normalize, parse_bind, parse_tmpfs};
+use crate::runtime::mount_spec::{bind_mount, normalize, parse_bind, parse_tmpfs, tmpfs_mount};
 
 /// The default mounts `--no-mount` leaves out.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -98,8 +98,8 @@ pub(super) fn tmp_and_host_files(
     }
 }
 
-/// The config file's site binds, then the user's --bind (and the plugin's parsed binds) and
-/// --tmpfs, shallower destinations
+/// The config file's site binds, then the user's --bind and --tmpfs (and the plugin's parsed
+/// ones), shallower destinations
 /// first (a tmpfs at /work, then a bind in it at /work/data), as docker orders its mounts; each
 /// bind's source is checked on the host.
 pub(super) fn binds(
@@ -145,6 +145,11 @@ pub(super) fn binds(
     }
     for t in &req.tmpfs {
         mine.push(parse_tmpfs(t)?);
+    }
+    for t in &req.parsed_tmpfs {
+        let opts: Vec<&str> = t.opts.iter().map(String::as_str).collect();
+        let spec = format!("{}:{}", t.dst.display(), t.opts.join(","));
+        mine.push(tmpfs_mount(&spec, &t.dst, &opts)?);
     }
     mine.sort_by_key(|m| m.dst.components().count());
     mounts.extend(mine);
@@ -344,6 +349,21 @@ mod tests {
                 huge: None,
             }
         );
+        // the plugin's tmpfs, parsed: a ':' in its destination kept, its options read
+        let req = Request {
+            parsed_tmpfs: vec![mount_grammar::handover::Tmpfs {
+                dst: "/t:u,v".into(),
+                opts: vec!["size=1M".into(), "mode=700".into()],
+            }],
+            ..Default::default()
+        };
+        let p = exec_plan(&req).unwrap();
+        let t = MountSource::Tmpfs {
+            mode: 0o700,
+            size: Some(1 << 20),
+            huge: None,
+        };
+        assert_eq!(find(&p, "/t:u,v").unwrap().source, t);
         for (req, says) in [
             (
                 Request {

@@ -63,13 +63,14 @@ pub(super) fn user_and_home(
         false => (host.uid, host.gid),
     };
     // --home is bound even with --contain, as in Apptainer; --no-home wins over it.
-    let (home_src, home, custom) = match &req.home {
-        Some(spec) => {
+    let (home_src, home, custom) = match (&req.parsed_home, &req.home) {
+        (Some(h), _) => (h.src.clone(), h.dst.clone(), true),
+        (None, Some(spec)) => {
             let (src, dst) = parse_home(spec, &host.cwd)?;
             (src, dst, true)
         }
-        None if req.fakeroot => (host.home.clone(), PathBuf::from("/root"), false),
-        None => (host.home.clone(), host.home.clone(), false),
+        (None, None) if req.fakeroot => (host.home.clone(), PathBuf::from("/root"), false),
+        (None, None) => (host.home.clone(), host.home.clone(), false),
     };
     // the home's destination names it, as `home` does (pyxis's `umount:/root`)
     if skips.dsts.contains(&home) {
@@ -87,13 +88,20 @@ pub(super) fn user_and_home(
             mounts.push(Mount::new(&home, MountSource::tmpfs(0o700)));
         }
     }
+    // a passwd field cannot hold ':' or a line break (a home handed over parsed may): such a
+    // home is / there, lest it add fields or lines; HOME still names it
+    let home_text = home.display().to_string();
+    let pw_home = match home_text.contains([':', '\n']) {
+        true => "/",
+        false => home_text.as_str(),
+    };
     let passwd_line = format!(
         "{}:x:{}:{}:{}:{}:{}",
         host.user,
         uid,
         gid,
         host.user,
-        home.display(),
+        pw_home,
         host.shell
             .as_deref()
             .filter(|s| (image.exists)(s))
@@ -310,6 +318,31 @@ mod tests {
                 "{contents}"
             );
         }
+        // the plugin's home, parsed: ':' and ',' kept, a line break kept out of /etc/passwd
+        let crafted = "/h/a:b,c\nroot2:x:0:0::/:/bin/sh";
+        let req = Request {
+            parsed_home: Some(mount_grammar::handover::Home {
+                src: "/data/a:b,c".into(),
+                dst: crafted.into(),
+            }),
+            ..Default::default()
+        };
+        let p = exec_plan(&req).unwrap();
+        let m = find(&p, crafted).unwrap();
+        assert_eq!(
+            m.source,
+            MountSource::Bind {
+                src: "/data/a:b,c".into()
+            }
+        );
+        assert_eq!(env(&p, "HOME"), Some(crafted));
+        let MountSource::File { contents } = &find(&p, "/etc/passwd").unwrap().source else {
+            panic!()
+        };
+        assert!(
+            !contents.contains("root2") && contents.contains(":/:"),
+            "{contents}"
+        );
         for bad in ["/a:rel", "/a:/b:/c", ":/b", "/a:"] {
             let req = home(bad, Request::default());
             assert!(matches!(exec_plan(&req), Err(PlanError::Home(..))), "{bad}");

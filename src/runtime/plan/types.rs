@@ -148,12 +148,16 @@ pub struct Request {
     pub parsed_binds: Vec<mount_grammar::Bind>,
     /// `--tmpfs DST[:OPTS]`.
     pub tmpfs: Vec<String>,
+    /// `hold --tmpfs-json`: the plugin's tmpfs, parsed already.
+    pub parsed_tmpfs: Vec<mount_grammar::handover::Tmpfs>,
     /// The config files' binds (Apptainer's "bind path" entries: `--no-mount bind-paths`).
     pub site_binds: Vec<String>,
     pub contain: bool,
     pub no_home: bool,
     /// `--home SRC[:DST]`.
     pub home: Option<String>,
+    /// `hold --home-json`: the job's home, parsed already (in place of `home`).
+    pub parsed_home: Option<mount_grammar::handover::Home>,
     /// `--no-mount` names.
     pub no_mount: Vec<String>,
     pub hostname: Option<String>,
