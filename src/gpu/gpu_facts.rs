@@ -171,7 +171,10 @@ pub(super) struct GpuQuery<'a> {
 
 /// The allowed GPUs' facts: from /proc unless only NVML has what is needed (loading NVML
 /// costs more than the whole start without it).
-pub(super) fn query_gpus(host: &mut HostDriver, q: &GpuQuery) -> Result<nvml::NvmlInfo, String> {
+pub(super) fn query_gpus(
+    host: &mut HostDriver,
+    q: &GpuQuery,
+) -> Result<nvml::NvmlInfo, nvml::NvmlError> {
     let fresh = || nvml::query_in_child(&nvml_lib(q.libs), false);
     if let Some(n) = host.early_nvml.take() {
         return Ok(n);

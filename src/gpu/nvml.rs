@@ -2,7 +2,7 @@
 //! uses libloading), so gpurun starts and works on a machine without a driver: loading fails
 //! cleanly and the caller goes on without NVML.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -19,6 +19,14 @@ pub enum NvmlError {
         #[source]
         source: nvml_wrapper::error::NvmlError,
     },
+    /// [`query`]'s error in the child of [`query_in_child`], told as the child told it: its
+    /// cause crossed a pipe as text.
+    #[error("{message}")]
+    InChild { lib: PathBuf, message: String },
+    #[error("NVML query: {source}")]
+    Fork { source: crate::sys::SysError },
+    #[error("NVML query ({}) died", lib.display())]
+    Died { lib: PathBuf },
 }
 
 /// A process on a GPU.
@@ -168,15 +176,22 @@ fn mig_devices(
 }
 
 /// [`query`] in a forked child, so that NVML's threads never live in this process (which must stay
-/// single-threaded to enter a user namespace). Errors come back as text.
-pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
+/// single-threaded to enter a user namespace). The child's errors come back as text.
+pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, NvmlError> {
     let out = crate::sys::in_child(|| {
         let r: Result<NvmlInfo, String> = query(lib, detail).map_err(|e| e.to_string());
         serde_json::to_vec(&r).unwrap_or_default()
     })
-    .map_err(|e| format!("NVML query: {e}"))?;
+    .map_err(|source| NvmlError::Fork { source })?;
+    let died = |_| NvmlError::Died {
+        lib: lib.to_path_buf(),
+    };
     serde_json::from_slice::<Result<NvmlInfo, String>>(&out)
-        .map_err(|_| format!("NVML query ({}) died", lib.display()))?
+        .map_err(died)?
+        .map_err(|message| NvmlError::InChild {
+            lib: lib.to_path_buf(),
+            message,
+        })
 }
 
 /// NVML's answers kept in `file`, so that an image's NVIDIA_REQUIRE_* rules cost one NVML load
@@ -186,7 +201,7 @@ pub fn query_in_child(lib: &Path, detail: bool) -> Result<NvmlInfo, String> {
 /// /proc); a missing, unreadable or stale file is asked anew and rewritten (atomically:
 /// concurrent starts race harmlessly). MIG layouts change at run time: callers ask NVML afresh
 /// for MIG devices.
-pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<NvmlInfo, String> {
+pub fn query_cached(lib: &Path, file: &Path, proc_uuids: &[String]) -> Result<NvmlInfo, NvmlError> {
     crate::store::kept_facts::kept(
         Some(file),
         |i| same_gpus(i, proc_uuids),
@@ -256,8 +271,17 @@ mod tests {
         // CI machines have no driver: loading must fail with an error, not crash.
         if !Path::new("/proc/driver/nvidia/version").exists() {
             assert!(query(Path::new("/nonexistent/libnvidia-ml.so.1"), true).is_err());
-            let e = query_in_child(Path::new("/nonexistent/libnvidia-ml.so.1"), false).unwrap_err();
-            assert!(e.contains("NVML is not usable"), "{e}");
+            let lib = Path::new("/nonexistent/libnvidia-ml.so.1");
+            let e = query_in_child(lib, false).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("NVML is not usable (/nonexistent/libnvidia-ml.so.1): "),
+                "{e}"
+            );
+            assert!(
+                matches!(&e, NvmlError::InChild { lib: l, .. } if l == lib),
+                "{e:?}"
+            );
         }
     }
 }

@@ -20,7 +20,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use spec::{is_spec_file, kind_of, parse, parse_name};
-pub use types::{Applied, CdiError, CdiMount, Chosen, Device, DeviceNode, Edits, Skipped, Spec};
+pub use types::{
+    Applied, CdiError, CdiMount, Chosen, Device, DeviceNode, Edits, Skipped, Spec, SpecError,
+};
 
 /// Where podman and the CDI library look, lowest priority first.
 pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
@@ -31,9 +33,9 @@ pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
 pub fn load(dirs: &[PathBuf], kinds: &[&str]) -> Result<Vec<Spec>, CdiError> {
     let mut specs = vec![];
     for (priority, dir) in dirs.iter().enumerate() {
-        let dir_err = |e: io::Error| CdiError::Dir {
+        let dir_err = |source| CdiError::Dir {
             path: dir.clone(),
-            detail: e.to_string(),
+            source,
         };
         let entries = match std::fs::read_dir(dir) {
             Ok(rd) => rd,
@@ -51,9 +53,9 @@ pub fn load(dirs: &[PathBuf], kinds: &[&str]) -> Result<Vec<Spec>, CdiError> {
         });
         files.sort();
         for path in files {
-            let text = std::fs::read_to_string(&path).map_err(|e| CdiError::Spec {
+            let text = std::fs::read_to_string(&path).map_err(|source| CdiError::Read {
                 path: path.clone(),
-                detail: e.to_string(),
+                source,
             })?;
             if kinds.contains(&kind_of(&path, &text)?.as_str()) {
                 specs.push(parse(&path, &text, priority)?);
@@ -387,7 +389,7 @@ mod tests {
         for (node, errno, want) in cases {
             let r = check_host(&a, &answer(node, errno), &all);
             match want {
-                None => assert_eq!(r, Ok(()), "{node} {errno}"),
+                None => assert!(r.is_ok(), "{node} {errno}: {r:?}"),
                 Some(w) => {
                     let e = r.unwrap_err().to_string();
                     assert!(e.starts_with(w), "{node} {errno}: {e}");
@@ -438,5 +440,27 @@ mod tests {
             "{e}"
         );
         assert!(e.ends_with("fix or regenerate it (nvidia-ctk cdi generate), or leave its directory out of cdi_spec_dirs"), "{e}");
+    }
+
+    #[test]
+    fn an_unreadable_directory_keeps_its_errno() {
+        let t = tempfile::tempdir().unwrap();
+        let file = t.path().join("cdi");
+        std::fs::write(&file, "").unwrap();
+        let e = load(std::slice::from_ref(&file), &["nvidia.com/gpu"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "CDI spec directory {}: Not a directory (os error 20); make it readable or leave it out of cdi_spec_dirs",
+                file.display()
+            )
+        );
+        match e {
+            CdiError::Dir { path, source } => {
+                assert_eq!(path, file);
+                assert_eq!(source.raw_os_error(), Some(libc::ENOTDIR));
+            }
+            other => panic!("not a directory error: {other:?}"),
+        }
     }
 }

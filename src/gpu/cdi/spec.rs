@@ -7,24 +7,9 @@ use std::path::{Path, PathBuf};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
-use super::types::{CdiError, CdiMount, Device, DeviceNode, Edits, Skipped, Spec};
-
-/// The spec versions gpurun reads, oldest first: 0.3.0 is the first of today's format, and
-/// nvidia-ctk writes the lowest one its spec needs (0.3.0 to 0.8.0). 0.8.0 and 1.0.0 changed
-/// only the reference library, not the format.
-const VERSIONS: [&str; 7] = [
-    "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0",
-];
-
-/// OCI hook names a spec may use.
-const HOOK_NAMES: [&str; 6] = [
-    "prestart",
-    "createRuntime",
-    "createContainer",
-    "startContainer",
-    "poststart",
-    "poststop",
-];
+use super::types::{
+    CdiError, CdiMount, Device, DeviceNode, Edits, Skipped, Spec, SpecError, HOOK_NAMES, VERSIONS,
+};
 
 // The format, as the CDI schema and reference library define it: unknown fields are errors.
 
@@ -126,23 +111,14 @@ pub fn is_spec_file(name: &str) -> bool {
     name.ends_with(".json") || name.ends_with(".yaml")
 }
 
-/// One line of a parser's message (YAML errors can span several).
-fn one_line(s: &str) -> String {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// Deserialize a spec's text, JSON or YAML by the file's name.
-fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, String> {
+fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, SpecError> {
     if path.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+        Ok(serde_json::from_str(text)?)
     } else {
         let mut o = serde_saphyr::Options::default();
         o.with_snippet = false;
-        serde_saphyr::from_str_with_options(text, o).map_err(|e| one_line(&e.to_string()))
+        serde_saphyr::from_str_with_options(text, o).map_err(|e| SpecError::Yaml(Box::new(e)))
     }
 }
 
@@ -150,14 +126,14 @@ fn decode<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<T, 
 pub fn kind_of(path: &Path, text: &str) -> Result<String, CdiError> {
     decode::<Head>(path, text)
         .map(|h| h.kind)
-        .map_err(|detail| CdiError::Spec {
+        .map_err(|source| CdiError::Spec {
             path: path.to_path_buf(),
-            detail,
+            source,
         })
 }
 
 /// A vendor or class: letters, digits, `_`, `-`, `.`; a letter first, a letter or digit last.
-fn check_vendor_or_class(what: &str, s: &str, max: usize) -> Result<(), String> {
+fn check_vendor_or_class(what: &'static str, s: &str, max: usize) -> Result<(), SpecError> {
     let b = s.as_bytes();
     let ok = match b {
         [] => false,
@@ -170,16 +146,23 @@ fn check_vendor_or_class(what: &str, s: &str, max: usize) -> Result<(), String> 
         [only] => only.is_ascii_alphabetic(),
     };
     if !ok {
-        return Err(format!("{what} {s:?} must be letters, digits, '_', '-' or '.', starting with a letter and ending with a letter or digit"));
+        return Err(SpecError::VendorOrClass {
+            what,
+            word: s.to_string(),
+        });
     }
     if s.len() > max {
-        return Err(format!("{what} {s:?} is longer than {max} characters"));
+        return Err(SpecError::TooLong {
+            what,
+            word: s.to_string(),
+            max,
+        });
     }
     Ok(())
 }
 
 /// A device name: letters, digits, `_`, `-`, `.`, `:`; a letter or digit first and last.
-fn check_device_name(s: &str) -> Result<(), String> {
+fn check_device_name(s: &str) -> Result<(), SpecError> {
     let b = s.as_bytes();
     let ends = |c: Option<&u8>| c.is_some_and(u8::is_ascii_alphanumeric);
     if !ends(b.first())
@@ -188,16 +171,18 @@ fn check_device_name(s: &str) -> Result<(), String> {
             .iter()
             .all(|c| c.is_ascii_alphanumeric() || b"_-.:".contains(c))
     {
-        return Err(format!("device name {s:?} must be letters, digits, '_', '-', '.' or ':', starting and ending with a letter or digit"));
+        return Err(SpecError::DeviceName {
+            name: s.to_string(),
+        });
     }
     Ok(())
 }
 
 /// `VENDOR/CLASS`, checked.
-fn split_kind(kind: &str) -> Result<(&str, &str), String> {
-    let (vendor, class) = kind
-        .split_once('/')
-        .ok_or_else(|| format!("kind {kind:?} is not VENDOR/CLASS (e.g. nvidia.com/gpu)"))?;
+fn split_kind(kind: &str) -> Result<(&str, &str), SpecError> {
+    let (vendor, class) = kind.split_once('/').ok_or_else(|| SpecError::NotKind {
+        kind: kind.to_string(),
+    })?;
     check_vendor_or_class("vendor", vendor, 253)?;
     check_vendor_or_class("class", class, 63)?;
     Ok((vendor, class))
@@ -205,11 +190,13 @@ fn split_kind(kind: &str) -> Result<(&str, &str), String> {
 
 /// `VENDOR/CLASS=NAME` → (`VENDOR/CLASS`, `NAME`).
 pub fn parse_name(given: &str) -> Result<(String, String), CdiError> {
-    let err = |why: String| CdiError::Name {
+    let err = |why| CdiError::Name {
         given: given.to_string(),
         why,
     };
-    let (kind, name) = given.split_once('=').ok_or_else(|| err("no '='".into()))?;
+    let (kind, name) = given
+        .split_once('=')
+        .ok_or_else(|| err(SpecError::NoEquals))?;
     split_kind(kind).map_err(err)?;
     check_device_name(name).map_err(err)?;
     Ok((kind.to_string(), name.to_string()))
@@ -282,62 +269,63 @@ fn version_index(v: &str) -> Option<usize> {
     VERSIONS.iter().position(|k| *k == v)
 }
 
-fn check_version(raw: &RawSpec) -> Result<(), String> {
-    let declared = version_index(&raw.cdi_version).ok_or_else(|| {
-        format!(
-            "cdiVersion {:?} is not one gpurun reads ({} to {})",
-            raw.cdi_version,
-            VERSIONS[0],
-            VERSIONS[VERSIONS.len() - 1]
-        )
+fn check_version(raw: &RawSpec) -> Result<(), SpecError> {
+    let declared = version_index(&raw.cdi_version).ok_or_else(|| SpecError::Version {
+        declared: raw.cdi_version.clone(),
     })?;
     let (needed, feature) = needed_version(raw);
     if needed > declared {
-        return Err(format!(
-            "it uses {feature}, which needs cdiVersion {} or later, but declares {}",
-            VERSIONS[needed], raw.cdi_version
-        ));
+        return Err(SpecError::TooOld {
+            feature,
+            needed: VERSIONS[needed],
+            declared: raw.cdi_version.clone(),
+        });
     }
     Ok(())
 }
 
-fn check_env(list: Option<Vec<String>>, what: &str) -> Result<Vec<(String, String)>, String> {
+fn check_env(
+    list: Option<Vec<String>>,
+    what: &'static str,
+) -> Result<Vec<(String, String)>, SpecError> {
     list.unwrap_or_default()
         .into_iter()
         .map(|kv| match kv.split_once('=') {
             Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-            _ => Err(format!("{what} {kv:?} is not NAME=VALUE")),
+            _ => Err(SpecError::NotEnv { what, entry: kv }),
         })
         .collect()
 }
 
-fn absolute(p: &str, what: &str) -> Result<PathBuf, String> {
+fn absolute(p: &str, what: &'static str) -> Result<PathBuf, SpecError> {
     if p.starts_with('/') {
         Ok(PathBuf::from(p))
     } else {
-        Err(format!("{what} {p:?} is not an absolute path"))
+        Err(SpecError::NotAbsolute {
+            what,
+            path: p.to_string(),
+        })
     }
 }
 
-fn node(n: RawNode, from: &str) -> Result<DeviceNode, String> {
+fn node(n: RawNode, from: &str) -> Result<DeviceNode, SpecError> {
     let path = absolute(&n.path, "deviceNodes path")?;
     let host_path = match n.host_path.as_deref() {
         None | Some("") => path.clone(),
         Some(h) => absolute(h, "deviceNodes hostPath")?,
     };
     if !matches!(n.kind.as_deref(), None | Some("" | "b" | "c" | "u" | "p")) {
-        return Err(format!(
-            "device {:?} has type {:?}; use b, c, u or p",
-            n.path,
-            n.kind.unwrap_or_default()
-        ));
+        return Err(SpecError::NodeType {
+            path: n.path,
+            kind: n.kind.unwrap_or_default(),
+        });
     }
     if let Some(p) = n.permissions.as_deref() {
         if p != "none" && !p.chars().all(|c| "rwm".contains(c)) {
-            return Err(format!(
-                "device {:?} has permissions {p:?}; use r, w and m, or none",
-                n.path
-            ));
+            return Err(SpecError::NodePermissions {
+                path: n.path,
+                permissions: p.to_string(),
+            });
         }
     }
     Ok(DeviceNode {
@@ -348,9 +336,11 @@ fn node(n: RawNode, from: &str) -> Result<DeviceNode, String> {
 }
 
 /// A bind mount, or the reason a mount of another type is skipped.
-fn mount(m: RawMount, from: &str) -> Result<Result<CdiMount, Skipped>, String> {
+fn mount(m: RawMount, from: &str) -> Result<Result<CdiMount, Skipped>, SpecError> {
     if m.host_path.is_empty() {
-        return Err(format!("mount at {:?} has no hostPath", m.container_path));
+        return Err(SpecError::NoHostPath {
+            container_path: m.container_path,
+        });
     }
     let dst = absolute(&m.container_path, "mount containerPath")?;
     let options = m.options.unwrap_or_default();
@@ -378,21 +368,14 @@ fn mount(m: RawMount, from: &str) -> Result<Result<CdiMount, Skipped>, String> {
     }))
 }
 
-fn hook(h: RawHook, from: &str) -> Result<Skipped, String> {
+fn hook(h: RawHook, from: &str) -> Result<Skipped, SpecError> {
     if !HOOK_NAMES.contains(&h.hook_name.as_str()) {
-        return Err(format!(
-            "hook name {:?} is not one of {}",
-            h.hook_name,
-            HOOK_NAMES.join(", ")
-        ));
+        return Err(SpecError::HookName { name: h.hook_name });
     }
     absolute(&h.path, "hook path")?;
     check_env(h.env, "hook env")?;
     if h.timeout.is_some_and(|t| t <= 0) {
-        return Err(format!(
-            "hook {:?} has a timeout that is not positive",
-            h.path
-        ));
+        return Err(SpecError::HookTimeout { path: h.path });
     }
     let args = h.args.unwrap_or_default();
     let mut edit = format!("{} hook {}", h.hook_name, h.path);
@@ -407,7 +390,7 @@ fn hook(h: RawHook, from: &str) -> Result<Skipped, String> {
     })
 }
 
-fn edits(raw: RawEdits, from: &str) -> Result<Edits, String> {
+fn edits(raw: RawEdits, from: &str) -> Result<Edits, SpecError> {
     let mut e = Edits {
         env: check_env(raw.env, "env")?,
         ..Edits::default()
@@ -446,23 +429,27 @@ fn edits(raw: RawEdits, from: &str) -> Result<Edits, String> {
     Ok(e)
 }
 
-fn validate(raw: RawSpec, path: &Path, priority: usize) -> Result<Spec, String> {
+fn validate(raw: RawSpec, path: &Path, priority: usize) -> Result<Spec, SpecError> {
     split_kind(&raw.kind)?;
     check_version(&raw)?;
     if raw.devices.is_empty() {
-        return Err("it defines no devices".into());
+        return Err(SpecError::NoDevices);
     }
     let kind = raw.kind;
     let mut devices: Vec<Device> = vec![];
     for d in raw.devices {
         check_device_name(&d.name)?;
         if devices.iter().any(|o| o.name == d.name) {
-            return Err(format!("device {:?} is defined twice", d.name));
+            return Err(SpecError::Twice { name: d.name });
         }
-        let e = edits(d.container_edits, &format!("{kind}={}", d.name))
-            .map_err(|e| format!("device {:?}: {e}", d.name))?;
+        let e = edits(d.container_edits, &format!("{kind}={}", d.name)).map_err(|e| {
+            SpecError::Device {
+                name: d.name.clone(),
+                source: Box::new(e),
+            }
+        })?;
         if e.is_empty() {
-            return Err(format!("device {:?} has no containerEdits", d.name));
+            return Err(SpecError::NoEdits { name: d.name });
         }
         devices.push(Device {
             name: d.name,
@@ -480,9 +467,9 @@ fn validate(raw: RawSpec, path: &Path, priority: usize) -> Result<Spec, String> 
 
 /// Parse and validate one spec file's text.
 pub fn parse(path: &Path, text: &str, priority: usize) -> Result<Spec, CdiError> {
-    let err = |detail| CdiError::Spec {
+    let err = |source| CdiError::Spec {
         path: path.to_path_buf(),
-        detail,
+        source,
     };
     let raw: RawSpec = decode(path, text).map_err(err)?;
     validate(raw, path, priority).map_err(err)
@@ -495,7 +482,7 @@ mod tests {
 
     fn detail(r: Result<Spec, CdiError>) -> String {
         match r {
-            Err(CdiError::Spec { detail, .. }) => detail,
+            Err(CdiError::Spec { source, .. }) => source.to_string(),
             other => panic!("not a spec error: {other:?}"),
         }
     }
@@ -679,7 +666,9 @@ mod tests {
         for (given, want) in cases {
             let got = parse_name(given);
             match want {
-                Some((k, n)) => assert_eq!(got, Ok((k.to_string(), n.to_string())), "{given}"),
+                Some((k, n)) => {
+                    assert_eq!(got.unwrap(), (k.to_string(), n.to_string()), "{given}")
+                }
                 None => {
                     let e = got.unwrap_err().to_string();
                     assert!(e.contains("write VENDOR/CLASS=NAME"), "{given}: {e}");
