@@ -15,8 +15,8 @@ use super::caches::{
     META_CACHE_BLOCKS,
 };
 use super::compress::Compressor;
-use super::error::SqfsError;
-use super::format::{self, ByteSource, FormatResult, Superblock, SuperblockError};
+use super::error::{SqfsError, StreamError};
+use super::format::{self, ByteSource, FormatError, Superblock};
 use super::kept::Kept;
 
 /// Open the image file at `path` to read: a regular file only, so that a FIFO or device put
@@ -83,17 +83,17 @@ fn read_superblock(file: &std::fs::File, path: &Path, base: u64) -> Result<Super
         }
     }
     Superblock::parse(&buf).map_err(|e| match e {
-        SuperblockError::BadMagic => SqfsError::NotSquashfs {
+        FormatError::BadMagic => SqfsError::NotSquashfs {
             path: path.to_owned(),
         },
-        SuperblockError::Version(major, minor) => SqfsError::Version {
+        FormatError::Version { major, minor } => SqfsError::Version {
             path: path.to_owned(),
             major,
             minor,
         },
-        SuperblockError::Invalid(what) => SqfsError::Corrupt {
+        source => SqfsError::Format {
             path: path.to_owned(),
-            what,
+            source,
         },
     })
 }
@@ -111,9 +111,9 @@ impl Archive {
         };
         let file = open_regular(path).map_err(io)?;
         let sb = read_superblock(&file, path, base)?;
-        let comp = Compressor::from_id(sb.compression).map_err(|name| SqfsError::Compressor {
+        let comp = Compressor::from_id(sb.compression).ok_or_else(|| SqfsError::Compressor {
             path: path.to_owned(),
-            name,
+            id: sb.compression,
         })?;
         let len = file.metadata().map_err(io)?.len();
         if len < sb.bytes_used {
@@ -253,8 +253,15 @@ impl Archive {
         }
     }
 
-    pub(super) fn fmt<T>(&self, r: FormatResult<T>) -> Result<T, SqfsError> {
-        r.map_err(|w| self.corrupt(w))
+    /// A fault in the bytes named as this image's; an error of the image itself as it is.
+    pub(super) fn fmt<T>(&self, r: Result<T, impl Into<StreamError>>) -> Result<T, SqfsError> {
+        r.map_err(|e| match e.into() {
+            StreamError::Format(source) => SqfsError::Format {
+                path: self.path.clone(),
+                source,
+            },
+            StreamError::Image(e) => e,
+        })
     }
 
     pub(super) fn pread(&self, pos: u64, len: usize) -> Result<Vec<u8>, SqfsError> {
@@ -339,5 +346,27 @@ mod tests {
         ));
         let e = Archive::open(&dir.path().join("missing")).err().unwrap();
         assert!(matches!(e, SqfsError::Io { .. }) && e.to_string().contains("missing"));
+    }
+
+    /// A compressor gpurun does not read is named; the error keeps its id.
+    #[test]
+    fn an_unread_compressor_is_named() {
+        let (_dir, ar, _) = super::super::test_image::image_of_f();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(ar.path())
+            .unwrap();
+        for (id, name) in [(2u16, "lzma"), (9, "unknown (id 9)")] {
+            file.write_all_at(&id.to_le_bytes(), 20).unwrap();
+            let e = Archive::open(ar.path()).err().unwrap();
+            assert!(
+                matches!(e, SqfsError::Compressor { id: i, .. } if i == id),
+                "{e:?}"
+            );
+            assert_eq!(
+                e.to_string(),
+                format!("{} is compressed with {name}, which gpurun cannot read; rebuild it with `mksquashfs -comp zstd` (gzip, lzo, xz and lz4 also work)", ar.path().display())
+            );
+        }
     }
 }

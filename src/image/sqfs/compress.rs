@@ -1,7 +1,9 @@
 //! Decompressors for the squashfs compressor ids. Every call gets a hard output limit (8 KiB for
 //! metadata, the block size for data) so a corrupt block can never make us allocate without bound.
 
-use std::fmt;
+use std::{fmt, io};
+
+use super::lzo::LzoError;
 
 // One decompression context per thread, reused for every block: creating one per block cost
 // a visible share of a FUSE read and of exec start-up (ZSTD_createDCtx in the profile).
@@ -10,6 +12,27 @@ thread_local! {
         std::cell::RefCell::new(zstd::bulk::Decompressor::new().ok());
     static DEFLATE: std::cell::RefCell<libdeflater::Decompressor> =
         std::cell::RefCell::new(libdeflater::Decompressor::new());
+}
+
+/// Why a block does not decompress into its limit.
+#[derive(Debug, thiserror::Error)]
+pub enum DecompressError {
+    #[error("zlib: data longer than {limit} bytes")]
+    ZlibTooLong { limit: usize },
+    #[error("zlib: {0}")]
+    Zlib(#[source] libdeflater::DecompressionError),
+    #[error("zstd: {0}")]
+    Zstd(#[source] io::Error),
+    #[error(transparent)]
+    Lzo(#[from] LzoError),
+    #[error("xz: {0}")]
+    Xz(#[source] liblzma::stream::Error),
+    #[error("xz stream does not end within the block")]
+    XzUnended,
+    #[error("lz4: {0}")]
+    Lz4(#[source] lz4_flex::block::DecompressError),
+    #[error("data longer than {limit} bytes")]
+    TooLong { limit: usize },
 }
 
 /// Compressor id from the superblock (squashfs_fs.h numbering).
@@ -23,21 +46,28 @@ pub enum Compressor {
 }
 
 impl Compressor {
-    /// Ok(compressor) for the ones we read; Err(name) for the ones we know but do not read.
-    pub fn from_id(id: u16) -> Result<Compressor, String> {
+    /// The compressor of `id`, if gpurun reads it.
+    pub fn from_id(id: u16) -> Option<Compressor> {
         match id {
-            1 => Ok(Compressor::Gzip),
-            2 => Err("lzma".into()),
-            3 => Ok(Compressor::Lzo),
-            4 => Ok(Compressor::Xz),
-            5 => Ok(Compressor::Lz4),
-            6 => Ok(Compressor::Zstd),
-            n => Err(format!("unknown (id {n})")),
+            1 => Some(Compressor::Gzip),
+            3 => Some(Compressor::Lzo),
+            4 => Some(Compressor::Xz),
+            5 => Some(Compressor::Lz4),
+            6 => Some(Compressor::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The name of a compressor id gpurun does not read, for the user.
+    pub fn unread_name(id: u16) -> String {
+        match id {
+            2 => "lzma".into(),
+            n => format!("unknown (id {n})"),
         }
     }
 
     /// Decompress `input`, producing at most `limit` bytes; anything malformed or longer is an error.
-    pub fn decompress(self, input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+    pub fn decompress(self, input: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
         let mut out = vec![0u8; limit];
         let n = self.decompress_into(input, &mut out)?;
         out.truncate(n);
@@ -45,16 +75,16 @@ impl Compressor {
     }
 
     /// Decompress `input` into `out`; returns the length of the data, which must fit in `out`.
-    pub fn decompress_into(self, input: &[u8], out: &mut [u8]) -> Result<usize, String> {
+    pub fn decompress_into(self, input: &[u8], out: &mut [u8]) -> Result<usize, DecompressError> {
         let limit = out.len();
         match self {
             Compressor::Gzip => {
                 DEFLATE.with(|d| match d.borrow_mut().zlib_decompress(input, out) {
                     Ok(n) => Ok(n),
                     Err(libdeflater::DecompressionError::InsufficientSpace) => {
-                        Err(format!("zlib: data longer than {limit} bytes"))
+                        Err(DecompressError::ZlibTooLong { limit })
                     }
-                    Err(e) => Err(format!("zlib: {e}")),
+                    Err(e) => Err(DecompressError::Zlib(e)),
                 })
             }
             Compressor::Zstd => ZSTD
@@ -62,31 +92,31 @@ impl Compressor {
                     Some(d) => d.decompress_to_buffer(input, out),
                     None => zstd::bulk::decompress_to_buffer(input, out),
                 })
-                .map_err(|e| format!("zstd: {e}")),
+                .map_err(DecompressError::Zstd),
             Compressor::Lzo => copy_into(super::lzo::decompress(input, limit)?, out),
             Compressor::Xz => {
                 let mut s = liblzma::stream::Stream::new_stream_decoder(256 << 20, 0)
-                    .map_err(|e| format!("xz: {e}"))?;
+                    .map_err(DecompressError::Xz)?;
                 let mut v = Vec::with_capacity(limit);
                 match s.process_vec(input, &mut v, liblzma::stream::Action::Finish) {
                     Ok(liblzma::stream::Status::StreamEnd) => copy_into(v, out),
-                    Ok(_) => Err("xz stream does not end within the block".into()),
-                    Err(e) => Err(format!("xz: {e}")),
+                    Ok(_) => Err(DecompressError::XzUnended),
+                    Err(e) => Err(DecompressError::Xz(e)),
                 }
             }
             Compressor::Lz4 => {
-                lz4_flex::block::decompress_into(input, out).map_err(|e| format!("lz4: {e}"))
+                lz4_flex::block::decompress_into(input, out).map_err(DecompressError::Lz4)
             }
         }
     }
 }
 
 /// `data` into `out`, for the decompressors that make their own buffer.
-fn copy_into(data: Vec<u8>, out: &mut [u8]) -> Result<usize, String> {
+fn copy_into(data: Vec<u8>, out: &mut [u8]) -> Result<usize, DecompressError> {
     let limit = out.len();
     let dst = out
         .get_mut(..data.len())
-        .ok_or_else(|| format!("data longer than {limit} bytes"))?;
+        .ok_or(DecompressError::TooLong { limit })?;
     dst.copy_from_slice(&data);
     Ok(data.len())
 }
@@ -114,11 +144,12 @@ mod tests {
 
     #[test]
     fn ids() {
-        assert_eq!(Compressor::from_id(1), Ok(Compressor::Gzip));
-        assert_eq!(Compressor::from_id(6), Ok(Compressor::Zstd));
-        assert_eq!(Compressor::from_id(3), Ok(Compressor::Lzo));
-        assert_eq!(Compressor::from_id(2), Err("lzma".into()));
-        assert!(Compressor::from_id(99).unwrap_err().contains("99"));
+        assert_eq!(Compressor::from_id(1), Some(Compressor::Gzip));
+        assert_eq!(Compressor::from_id(6), Some(Compressor::Zstd));
+        assert_eq!(Compressor::from_id(3), Some(Compressor::Lzo));
+        assert_eq!(Compressor::from_id(2), None);
+        assert_eq!(Compressor::unread_name(2), "lzma");
+        assert_eq!(Compressor::unread_name(99), "unknown (id 99)");
     }
 
     #[test]

@@ -91,7 +91,12 @@ impl Archive {
             Some(a) => a.block(bs, |out| self.comp.decompress_into(&raw, out)),
             None => self.comp.decompress(&raw, bs).map(Block::from_vec),
         }
-        .map_err(|e| self.corrupt(format!("data block at {pos}: {e}")))?;
+        .map_err(|source| SqfsError::Decompress {
+            path: self.path().to_owned(),
+            block: "data",
+            pos,
+            source,
+        })?;
         let b = Arc::new(data);
         self.record(pos, false, b.len());
         // An evicted block is freed after the lock is released: its slot goes back to the
@@ -215,6 +220,7 @@ impl Archive {
 #[cfg(test)]
 mod tests {
     use super::super::caches::Loading;
+    use super::super::compress::DecompressError;
     use super::super::test_image::image_of_f;
     use super::*;
     use std::time::Duration;
@@ -296,5 +302,40 @@ mod tests {
             fastest < LOAD_WAIT,
             "never woken before LOAD_WAIT: {fastest:?}"
         );
+    }
+
+    /// A data block that does not decompress names its place and keeps the decompressor's
+    /// error; the message is the corrupt image's.
+    #[test]
+    fn a_damaged_block_keeps_where_and_why() {
+        use std::os::unix::fs::FileExt;
+        let (_dir, ar, _) = image_of_f();
+        let pos = ar.lookup("/f", false).unwrap().unwrap().block_pos[0];
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(ar.path())
+            .unwrap();
+        file.write_all_at(&[0xff; 64], pos).unwrap();
+        let ar = Archive::open(ar.path()).unwrap();
+        let ino = ar.lookup("/f", false).unwrap().unwrap();
+        let e = ar.read_at(&ino, 0, &mut [0u8; 16]).unwrap_err();
+        let SqfsError::Decompress {
+            block: "data",
+            pos: at,
+            source: DecompressError::Zstd(why),
+            ..
+        } = &e
+        else {
+            panic!("not a data block's zstd error: {e:?}");
+        };
+        assert_eq!(*at, pos);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "image {} is corrupt or truncated (data block at {pos}: zstd: {why}); rebuild or download it again",
+                ar.path().display()
+            )
+        );
+        assert_eq!(e.errno(), libc::EIO);
     }
 }

@@ -17,28 +17,74 @@ const MAX_DIR_COUNT: u32 = 256;
 /// Longest symlink target we accept (Linux PATH_MAX is 4096; squashfs-tools allows up to 64 KiB).
 const MAX_SYMLINK: usize = 65536;
 
-/// Something wrong with the bytes: a short description, turned into SqfsError::Corrupt by the caller.
-pub type FormatResult<T> = Result<T, String>;
+/// Something wrong with the bytes; the caller names the image (`SqfsError::Format`).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("no squashfs magic")]
+    BadMagic,
+    #[error("squashfs version {major}.{minor}")]
+    Version { major: u16, minor: u16 },
+    #[error("block size {size} (log {log})")]
+    BlockSize { size: u32, log: u16 },
+    #[error("table offsets outside the image")]
+    TableOffsets,
+    #[error("{wanted} bytes wanted, {left} left")]
+    Short { wanted: usize, left: usize },
+    #[error("offset {offset} past a metadata block of {len} bytes")]
+    PastBlock { offset: usize, len: usize },
+    #[error("bad inode type {0}")]
+    InodeType(u16),
+    #[error("symlink target of {0} bytes")]
+    SymlinkLength(usize),
+    #[error("directory index entry ({name_len} bytes at {offset})")]
+    DirIndex { name_len: usize, offset: u32 },
+    #[error("file of {0} bytes cannot fit in the inode table")]
+    FileSize(u64),
+    #[error("directory size {0}")]
+    DirSize(u32),
+    #[error("directory listing ends inside a header")]
+    HeaderCut,
+    #[error("directory header with {0} entries")]
+    DirCount(u64),
+    #[error("directory listing ends inside an entry")]
+    EntryCut,
+    #[error("directory entry name of {0} bytes")]
+    NameLength(usize),
+    #[error("bad name {:?} in a directory", String::from_utf8_lossy(.0))]
+    BadName(Vec<u8>),
+    #[error("xattr type {0}")]
+    XattrType(u16),
+}
 
-/// A source of consecutive bytes (a metadata stream, or a slice in tests).
+pub type FormatResult<T> = Result<T, FormatError>;
+
+/// A source of consecutive bytes (a metadata stream, or a slice in tests). A slice fails only
+/// as a `FormatError`; a metadata stream also as the image's reads and blocks do.
 pub trait ByteSource {
-    fn take(&mut self, n: usize) -> FormatResult<Vec<u8>>;
+    type Error: From<FormatError>;
 
-    fn u16(&mut self) -> FormatResult<u16> {
+    fn take(&mut self, n: usize) -> Result<Vec<u8>, Self::Error>;
+
+    fn u16(&mut self) -> Result<u16, Self::Error> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
     }
-    fn u32(&mut self) -> FormatResult<u32> {
+    fn u32(&mut self) -> Result<u32, Self::Error> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
     }
-    fn u64(&mut self) -> FormatResult<u64> {
+    fn u64(&mut self) -> Result<u64, Self::Error> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
     }
 }
 
 impl ByteSource for &[u8] {
+    type Error = FormatError;
+
     fn take(&mut self, n: usize) -> FormatResult<Vec<u8>> {
         if self.len() < n {
-            return Err(format!("{n} bytes wanted, {} left", self.len()));
+            return Err(FormatError::Short {
+                wanted: n,
+                left: self.len(),
+            });
         }
         let (a, b) = self.split_at(n);
         *self = b;
@@ -65,25 +111,17 @@ pub struct Superblock {
     pub export_table: u64,
 }
 
-/// Why a superblock was refused; the caller words the message for the user.
-#[derive(Debug, PartialEq, Eq)]
-pub enum SuperblockError {
-    BadMagic,
-    Version(u16, u16),
-    Invalid(String),
-}
-
 impl Superblock {
-    pub fn parse(b: &[u8; SUPERBLOCK_SIZE]) -> Result<Superblock, SuperblockError> {
+    pub fn parse(b: &[u8; SUPERBLOCK_SIZE]) -> FormatResult<Superblock> {
         let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         if u32_at(0) != MAGIC {
-            return Err(SuperblockError::BadMagic);
+            return Err(FormatError::BadMagic);
         }
         let (major, minor) = (u16_at(28), u16_at(30));
         if (major, minor) != (4, 0) {
-            return Err(SuperblockError::Version(major, minor));
+            return Err(FormatError::Version { major, minor });
         }
         let sb = Superblock {
             inode_count: u32_at(4),
@@ -108,18 +146,17 @@ impl Superblock {
             || !bs.is_power_of_two()
             || 1u32 << block_log.min(31) != bs
         {
-            return Err(SuperblockError::Invalid(format!(
-                "block size {bs} (log {block_log})"
-            )));
+            return Err(FormatError::BlockSize {
+                size: bs,
+                log: block_log,
+            });
         }
         if sb.inode_table >= sb.bytes_used
             || sb.directory_table >= sb.bytes_used
             || sb.directory_table < sb.inode_table
             || sb.id_table >= sb.bytes_used
         {
-            return Err(SuperblockError::Invalid(
-                "table offsets outside the image".into(),
-            ));
+            return Err(FormatError::TableOffsets);
         }
         Ok(sb)
     }
@@ -172,7 +209,7 @@ impl Kind {
             5 => Kind::CharDev,
             6 => Kind::Fifo,
             7 => Kind::Socket,
-            t => return Err(format!("bad inode type {t}")),
+            t => return Err(FormatError::InodeType(t)),
         })
     }
     /// The S_IF* bits.
@@ -252,11 +289,11 @@ fn opt(x: u32) -> Option<u32> {
 
 /// Parse one inode. `block_size` is needed to know how many block words a file has;
 /// `max_blocks` bounds that count so a corrupt size cannot make us allocate without bound.
-pub fn parse_inode(
-    src: &mut impl ByteSource,
+pub fn parse_inode<S: ByteSource>(
+    src: &mut S,
     block_size: u32,
     max_blocks: u64,
-) -> FormatResult<RawInode> {
+) -> Result<RawInode, S::Error> {
     let t = src.u16()?;
     let perm = src.u16()?;
     let uid_idx = src.u16()?;
@@ -293,7 +330,7 @@ pub fn parse_inode(
             ino.nlink = src.u32()?;
             let len = src.u32()? as usize;
             if len > MAX_SYMLINK {
-                return Err(format!("symlink target of {len} bytes"));
+                return Err(FormatError::SymlinkLength(len).into());
             }
             ino.body = Body::Symlink(src.take(len)?);
             ino.size = len as u64;
@@ -319,7 +356,7 @@ pub fn parse_inode(
 }
 
 /// The rest of an extended directory inode: its location, xattrs and directory index.
-fn extended_dir(src: &mut impl ByteSource, ino: &mut RawInode) -> FormatResult<()> {
+fn extended_dir<S: ByteSource>(src: &mut S, ino: &mut RawInode) -> Result<(), S::Error> {
     ino.nlink = src.u32()?;
     let size = src.u32()?;
     let block = src.u32()?;
@@ -333,9 +370,7 @@ fn extended_dir(src: &mut impl ByteSource, ino: &mut RawInode) -> FormatResult<(
         let block = src.u32()?;
         let name_len = src.u32()? as usize + 1;
         if name_len > MAX_NAME || offset > loc.size {
-            return Err(format!(
-                "directory index entry ({name_len} bytes at {offset})"
-            ));
+            return Err(FormatError::DirIndex { name_len, offset }.into());
         }
         let name = src.take(name_len)?;
         loc.index.push(DirIndex {
@@ -349,13 +384,13 @@ fn extended_dir(src: &mut impl ByteSource, ino: &mut RawInode) -> FormatResult<(
 }
 
 /// The rest of a file inode (basic or extended): size, fragment and block words.
-fn file(
-    src: &mut impl ByteSource,
+fn file<S: ByteSource>(
+    src: &mut S,
     ino: &mut RawInode,
     ext: bool,
     block_size: u32,
     max_blocks: u64,
-) -> FormatResult<()> {
+) -> Result<(), S::Error> {
     let (blocks_start, frag, frag_off) = if ext {
         let start = src.u64()?;
         ino.size = src.u64()?;
@@ -380,10 +415,7 @@ fn file(
         ino.size.div_ceil(bs)
     };
     if n > max_blocks {
-        return Err(format!(
-            "file of {} bytes cannot fit in the inode table",
-            ino.size
-        ));
+        return Err(FormatError::FileSize(ino.size).into());
     }
     let words = src.take(n as usize * 4)?;
     let block_words = words
@@ -400,7 +432,7 @@ fn file(
 
 fn dir_loc(block: u32, offset: u16, size: u32, parent_number: u32) -> FormatResult<DirLoc> {
     if size < 3 {
-        return Err(format!("directory size {size}"));
+        return Err(FormatError::DirSize(size));
     }
     Ok(DirLoc {
         block,
@@ -420,7 +452,7 @@ pub struct DirEntry {
 }
 
 /// Parse a whole directory listing of `size` bytes.
-pub fn parse_dir(src: &mut impl ByteSource, size: u32) -> FormatResult<Vec<DirEntry>> {
+pub fn parse_dir<S: ByteSource>(src: &mut S, size: u32) -> Result<Vec<DirEntry>, S::Error> {
     let mut out = Vec::new();
     scan_dir(src, size, |e| {
         out.push(e);
@@ -430,29 +462,26 @@ pub fn parse_dir(src: &mut impl ByteSource, size: u32) -> FormatResult<Vec<DirEn
 }
 
 /// Parse `size` bytes of a listing, handing each entry to `f` until it returns false.
-pub fn scan_dir(
-    src: &mut impl ByteSource,
+pub fn scan_dir<S: ByteSource>(
+    src: &mut S,
     size: u32,
     mut f: impl FnMut(DirEntry) -> bool,
-) -> FormatResult<()> {
+) -> Result<(), S::Error> {
     let mut left = size as usize;
     while left > 0 {
         if left < 12 {
-            return Err("directory listing ends inside a header".into());
+            return Err(FormatError::HeaderCut.into());
         }
         let count = src.u32()?;
         let start = src.u32()?;
         let _base_number = src.u32()?;
         left -= 12;
         if count >= MAX_DIR_COUNT {
-            return Err(format!(
-                "directory header with {} entries",
-                count as u64 + 1
-            ));
+            return Err(FormatError::DirCount(count as u64 + 1).into());
         }
         for _ in 0..=count {
             if left < 8 {
-                return Err("directory listing ends inside an entry".into());
+                return Err(FormatError::EntryCut.into());
             }
             let offset = src.u16()?;
             let _delta = src.u16()?;
@@ -460,15 +489,12 @@ pub fn scan_dir(
             let name_len = src.u16()? as usize + 1;
             left -= 8;
             if name_len > MAX_NAME || name_len > left {
-                return Err(format!("directory entry name of {name_len} bytes"));
+                return Err(FormatError::NameLength(name_len).into());
             }
             let name = src.take(name_len)?;
             left -= name_len;
             if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
-                return Err(format!(
-                    "bad name {:?} in a directory",
-                    String::from_utf8_lossy(&name)
-                ));
+                return Err(FormatError::BadName(name).into());
             }
             let entry = DirEntry {
                 name,
@@ -489,7 +515,7 @@ pub fn xattr_name(kind: u16, name: &[u8]) -> FormatResult<(Vec<u8>, bool)> {
         0 => b"user.",
         1 => b"trusted.",
         2 => b"security.",
-        t => return Err(format!("xattr type {t}")),
+        t => return Err(FormatError::XattrType(t)),
     };
     let mut full = prefix.to_vec();
     full.extend_from_slice(name);
@@ -523,22 +549,25 @@ mod tests {
         );
         let mut b = sb_bytes();
         b[0] = b'X';
-        assert_eq!(Superblock::parse(&b), Err(SuperblockError::BadMagic));
+        assert_eq!(Superblock::parse(&b), Err(FormatError::BadMagic));
         let mut b = sb_bytes();
         b[28] = 3;
-        assert_eq!(Superblock::parse(&b), Err(SuperblockError::Version(3, 0)));
+        assert_eq!(
+            Superblock::parse(&b),
+            Err(FormatError::Version { major: 3, minor: 0 })
+        );
         let mut b = sb_bytes();
         b[22] = 16; // log does not match size
-        assert!(matches!(
+        assert_eq!(
             Superblock::parse(&b),
-            Err(SuperblockError::Invalid(_))
-        ));
+            Err(FormatError::BlockSize {
+                size: 131072,
+                log: 16
+            })
+        );
         let mut b = sb_bytes();
         b[64..72].copy_from_slice(&20000u64.to_le_bytes());
-        assert!(matches!(
-            Superblock::parse(&b),
-            Err(SuperblockError::Invalid(_))
-        ));
+        assert_eq!(Superblock::parse(&b), Err(FormatError::TableOffsets));
     }
 
     #[test]
@@ -604,9 +633,10 @@ mod tests {
         // absurd size is refused before allocating
         let mut b = header(2);
         le32(&mut b, &[96, INVALID_U32, 0, u32::MAX]);
-        assert!(parse_inode(&mut &b[..], 4096, 100)
-            .unwrap_err()
-            .contains("cannot fit"));
+        assert_eq!(
+            parse_inode(&mut &b[..], 4096, 100),
+            Err(FormatError::FileSize(u32::MAX as u64))
+        );
         // extended symlink with xattr
         let mut b = header(10);
         le32(&mut b, &[2, 3]);

@@ -5,8 +5,21 @@
 //! format as the Linux kernel documents it (Documentation/staging/lzo.rst); every copy is
 //! checked against the input, the output limit and the data written so far.
 
+/// Why a stream is refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LzoError {
+    #[error("lzo: stream truncated")]
+    Truncated,
+    #[error("lzo: data after the end of the stream")]
+    TrailingData,
+    #[error("lzo: data longer than {limit} bytes")]
+    TooLong { limit: usize },
+    #[error("lzo: reference before the start of the data")]
+    BeforeStart,
+}
+
 /// Decompress one LZO1X stream into at most `limit` bytes.
-pub fn decompress(input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
+pub fn decompress(input: &[u8], limit: usize) -> Result<Vec<u8>, LzoError> {
     let mut d = Decoder {
         input,
         pos: 0,
@@ -15,7 +28,7 @@ pub fn decompress(input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
     };
     d.run()?;
     if d.pos != input.len() {
-        return Err("lzo: data after the end of the stream".into());
+        return Err(LzoError::TrailingData);
     }
     Ok(d.out)
 }
@@ -28,18 +41,18 @@ struct Decoder<'a> {
 }
 
 impl Decoder<'_> {
-    fn byte(&mut self) -> Result<usize, String> {
-        let b = *self.input.get(self.pos).ok_or("lzo: stream truncated")?;
+    fn byte(&mut self) -> Result<usize, LzoError> {
+        let b = *self.input.get(self.pos).ok_or(LzoError::Truncated)?;
         self.pos += 1;
         Ok(b as usize)
     }
 
-    fn le16(&mut self) -> Result<usize, String> {
+    fn le16(&mut self) -> Result<usize, LzoError> {
         Ok(self.byte()? | self.byte()? << 8)
     }
 
     /// A length whose field was 0: `base`, plus 255 per zero byte, plus the first non-zero byte.
-    fn long_length(&mut self, base: usize) -> Result<usize, String> {
+    fn long_length(&mut self, base: usize) -> Result<usize, LzoError> {
         let mut n = base;
         loop {
             match self.byte()? {
@@ -49,11 +62,11 @@ impl Decoder<'_> {
         }
     }
 
-    fn literals(&mut self, n: usize) -> Result<(), String> {
+    fn literals(&mut self, n: usize) -> Result<(), LzoError> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.input.len());
-        let end = end.ok_or("lzo: stream truncated")?;
+        let end = end.ok_or(LzoError::Truncated)?;
         if self.out.len() + n > self.limit {
-            return Err(format!("lzo: data longer than {} bytes", self.limit));
+            return Err(LzoError::TooLong { limit: self.limit });
         }
         self.out.extend_from_slice(&self.input[self.pos..end]);
         self.pos = end;
@@ -61,12 +74,12 @@ impl Decoder<'_> {
     }
 
     /// Copy `len` bytes starting `distance` bytes back; the ranges may overlap (a run).
-    fn back_copy(&mut self, distance: usize, len: usize) -> Result<(), String> {
+    fn back_copy(&mut self, distance: usize, len: usize) -> Result<(), LzoError> {
         if distance == 0 || distance > self.out.len() {
-            return Err("lzo: reference before the start of the data".into());
+            return Err(LzoError::BeforeStart);
         }
         if self.out.len() + len > self.limit {
-            return Err(format!("lzo: data longer than {} bytes", self.limit));
+            return Err(LzoError::TooLong { limit: self.limit });
         }
         // An overlapping copy repeats the last `distance` bytes: copy what exists, which
         // doubles each round, until `len` bytes are written.
@@ -80,7 +93,7 @@ impl Decoder<'_> {
         Ok(())
     }
 
-    fn run(&mut self) -> Result<(), String> {
+    fn run(&mut self) -> Result<(), LzoError> {
         // `state`: literals copied by the last instruction (4 = four or more), which decides
         // what an instruction byte below 16 means.
         let mut state = 0;
@@ -264,7 +277,7 @@ mod tests {
             ),
         ];
         for (name, stream, limit, want) in cases {
-            let e = decompress(&stream, limit).expect_err(name);
+            let e = decompress(&stream, limit).expect_err(name).to_string();
             assert!(e.contains(want), "{name}: {e}");
         }
         // every prefix of a valid stream fails cleanly

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use super::archive::Archive;
 use super::blocks::Block;
 use super::caches::MetaBlock;
-use super::error::SqfsError;
-use super::format::{self, BlockWord, Body, ByteSource, FormatResult, RawInode};
+use super::error::{SqfsError, StreamError};
+use super::format::{self, BlockWord, Body, ByteSource, FormatError, RawInode};
 use super::inode::{Inode, Xattr};
 use crate::lock;
 
@@ -40,7 +40,12 @@ impl Archive {
         let data = if compressed {
             self.comp
                 .decompress(&raw, format::METADATA_SIZE)
-                .map_err(|e| self.corrupt(format!("metadata block at {pos}: {e}")))?
+                .map_err(|source| SqfsError::Decompress {
+                    path: self.path().to_owned(),
+                    block: "metadata",
+                    pos,
+                    source,
+                })?
         } else {
             raw
         };
@@ -179,26 +184,24 @@ pub(super) struct MetaCursor<'a> {
 }
 
 impl ByteSource for MetaCursor<'_> {
-    fn take(&mut self, n: usize) -> FormatResult<Vec<u8>> {
+    type Error = StreamError;
+
+    fn take(&mut self, n: usize) -> Result<Vec<u8>, StreamError> {
         let mut out = Vec::with_capacity(n.min(1 << 16));
         while out.len() < n {
             let b = match &self.cur {
                 Some(b) => b.clone(),
                 None => {
-                    let b = self.ar.meta_block(self.block).map_err(|e| match e {
-                        SqfsError::Corrupt { what, .. } => what,
-                        e => e.to_string(),
-                    })?;
+                    let b = self.ar.meta_block(self.block).map_err(StreamError::Image)?;
                     self.cur = Some(b.clone());
                     b
                 }
             };
             if self.offset > b.data.len() {
-                return Err(format!(
-                    "offset {} past a metadata block of {} bytes",
-                    self.offset,
-                    b.data.len()
-                ));
+                return Err(StreamError::Format(FormatError::PastBlock {
+                    offset: self.offset,
+                    len: b.data.len(),
+                }));
             }
             let k = (n - out.len()).min(b.data.len() - self.offset);
             out.extend_from_slice(&b.data[self.offset..self.offset + k]);

@@ -5,7 +5,8 @@
 //! decompressed metadata blocks, parsed inodes and directory listings; file data goes through
 //! `pread` on the image and a bounded LRU of decompressed data blocks keyed by image offset.
 //! Locks are held only around cache lookups and inserts, never across I/O or decompression.
-//! Anything malformed becomes `SqfsError::Corrupt`: no panics, no unbounded allocations.
+//! Anything malformed is an error (`SqfsError::Corrupt`, `::Format`, `::Decompress`): no panics,
+//! no unbounded allocations.
 //!
 //! The files: archive.rs (the open image, its superblock and tables), metadata.rs (metadata
 //! blocks, inodes, xattrs), lookup.rs (directories and paths), data.rs (file data, blocks
