@@ -105,9 +105,9 @@ pub(super) fn docker_archive(
             })),
         });
     }
-    let meta = image_meta(&config, source, "").map_err(|detail| PullError::BadImage {
+    let meta = image_meta(&config, source, "").map_err(|e| PullError::Config {
         image: source.to_string(),
-        detail,
+        source: e,
     })?;
     Ok((layers, meta))
 }

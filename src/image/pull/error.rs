@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 use crate::image::cache::CacheError;
 use crate::image::flatten::FlattenError;
 use crate::image::reference::ReferenceError;
-use crate::image::registry::RegistryError;
+use crate::image::registry::{ManifestError, RegistryError};
 use crate::image::squash::{full_disk_fix, SquashError};
 use crate::image::unpack::UnpackError;
+
+use super::image_config::ConfigError;
 use crate::store::cache_dir::{cache_root, CACHE_FIX};
 
 /// Exit codes of `gpurun pull` (and of commands that pull through [`super::ensure_local`]). Other
@@ -44,8 +46,8 @@ pub enum PullError {
     Squash(#[from] SquashError),
     #[error(transparent)]
     Unpack(#[from] UnpackError),
-    #[error("{0}")]
-    Platform(String),
+    #[error(transparent)]
+    Platform(ManifestError),
     #[error("{0} already exists; remove it or pass --force to replace it")]
     Exists(PathBuf),
     #[error("cannot write {path} ({source}); {}", output_fix(path, source))]
@@ -56,6 +58,23 @@ pub enum PullError {
     Source { source_ref: String, detail: String },
     #[error("image {image}: {detail}")]
     BadImage { image: String, detail: String },
+    #[error("image {image}: {source}")]
+    Manifest {
+        image: String,
+        source: ManifestError,
+    },
+    #[error("image {image}: {source}")]
+    Config { image: String, source: ConfigError },
+    /// A local layout's manifest or index.
+    #[error("source {source_ref}: {source}")]
+    LayoutManifest {
+        source_ref: String,
+        source: ManifestError,
+    },
+    #[error(
+        "source {source_ref}: '{digest}' is not a sha256 digest (the only kind gpurun checks)"
+    )]
+    NotSha256 { source_ref: String, digest: String },
     #[error("ensure_local needs a docker:// or podman:// reference, not '{0}'")]
     NotRegistry(String),
     #[error(
@@ -66,6 +85,12 @@ pub enum PullError {
     NotInPodman(String),
     #[error("{source_ref}: podman failed: {detail}")]
     Podman { source_ref: String, detail: String },
+    /// The config `podman image inspect` gave.
+    #[error("{source_ref}: podman failed: {source}")]
+    PodmanConfig {
+        source_ref: String,
+        source: ConfigError,
+    },
     #[error("cannot run the pull in a process of its own: {0}")]
     Detach(crate::sys::SysError),
     #[error("cannot start the async runtime ({0})")]
@@ -92,7 +117,8 @@ impl PullError {
                 }
                 RegistryError::Auth { .. }
                 | RegistryError::Refused { .. }
-                | RegistryError::Credentials { .. } => exit::AUTH,
+                | RegistryError::Credentials { .. }
+                | RegistryError::AuthFile { .. } => exit::AUTH,
                 RegistryError::Network { .. } | RegistryError::RateLimited { .. } => exit::NETWORK,
                 RegistryError::BadImage { .. } | RegistryError::Digest { .. } => exit::BAD_IMAGE,
                 RegistryError::DiskFull { .. } => exit::DISK_FULL,
@@ -104,15 +130,22 @@ impl PullError {
                 crate::exit::GPURUN_FAILED
             }
             PullError::Flatten(FlattenError::Read { .. } | FlattenError::Entry { .. })
-            | PullError::BadImage { .. } => exit::BAD_IMAGE,
+            | PullError::BadImage { .. }
+            | PullError::Manifest { .. }
+            | PullError::Config { .. } => exit::BAD_IMAGE,
             PullError::Squash(SquashError::DiskFull { .. }) | PullError::DiskFull { .. } => {
                 exit::DISK_FULL
             }
             PullError::Output { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => {
                 exit::DISK_FULL
             }
-            PullError::Source { .. } | PullError::NotInPodman(_) => exit::NOT_FOUND,
-            PullError::NoPodman { .. } | PullError::Podman { .. } => exit::PODMAN,
+            PullError::Source { .. }
+            | PullError::LayoutManifest { .. }
+            | PullError::NotSha256 { .. }
+            | PullError::NotInPodman(_) => exit::NOT_FOUND,
+            PullError::NoPodman { .. }
+            | PullError::Podman { .. }
+            | PullError::PodmanConfig { .. } => exit::PODMAN,
             _ => crate::exit::GPURUN_FAILED,
         }
     }
@@ -136,6 +169,71 @@ mod tests {
         for (i, a) in codes.iter().enumerate() {
             assert!(![0, 1, 2, 125, 126, 127].contains(a));
             assert!(codes[i + 1..].iter().all(|b| a != b));
+        }
+    }
+
+    /// A manifest, platform or auth file error keeps its parser's error, and the words and
+    /// exit code of the kind of failure it was told as before.
+    #[test]
+    fn parser_errors_keep_their_words_and_exit_codes() {
+        use crate::image::registry::{parse_auth_file, AuthFileError, Manifest, Platform};
+        let json = || Manifest::parse(b"[").unwrap_err();
+        let json_words = json().to_string();
+        assert!(
+            json_words.starts_with("manifest is not valid JSON ("),
+            "{json_words}"
+        );
+        let auth = parse_auth_file(b"{", "r").unwrap_err();
+        assert!(
+            matches!(&auth, AuthFileError::Json(j) if j.is_eof()),
+            "{auth:?}"
+        );
+        let cases: Vec<(PullError, String, i32)> = vec![
+            (
+                RegistryError::AuthFile {
+                    registry: "r".into(),
+                    file: "/h/.docker/config.json".into(),
+                    source: auth,
+                }
+                .into(),
+                "credentials for r: /h/.docker/config.json is not a valid auth file (EOF while parsing an object at line 1 column 1); fix or remove it".into(),
+                exit::AUTH,
+            ),
+            (
+                PullError::Manifest {
+                    image: "x/y:z".into(),
+                    source: json(),
+                },
+                format!("image x/y:z: {json_words}"),
+                exit::BAD_IMAGE,
+            ),
+            (
+                PullError::LayoutManifest {
+                    source_ref: "oci:/l".into(),
+                    source: json(),
+                },
+                format!("source oci:/l: {json_words}"),
+                exit::NOT_FOUND,
+            ),
+            (
+                PullError::Platform(Platform::parse("linux").unwrap_err()),
+                "platform 'linux' is not os/arch[/variant], e.g. linux/amd64 or linux/arm64/v8".into(),
+                crate::exit::GPURUN_FAILED,
+            ),
+            (
+                RegistryError::NoPlatform {
+                    image: "x/y:z".into(),
+                    wanted: "linux/s390x".into(),
+                    available: vec![],
+                }
+                .into(),
+                "no platform linux/s390x in x/y:z; available: none; choose one with --platform".into(),
+                exit::NOT_FOUND,
+            ),
+        ];
+        for (e, words, code) in cases {
+            assert_eq!(e.to_string(), words);
+            assert_eq!(e.exit_code(), code, "{words}");
         }
     }
 }

@@ -4,7 +4,16 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::image::meta::ImageMeta;
+use crate::image::meta::{ImageMeta, MetaError};
+
+/// Why an image's config is refused; the caller names the image.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("image config is not valid JSON ({0})")]
+    Json(#[source] serde_json::Error),
+}
 
 /// The parts of the OCI image config gpurun keeps.
 #[derive(Deserialize, Default)]
@@ -28,10 +37,13 @@ struct RunConfig {
     labels: Option<BTreeMap<String, String>>,
 }
 
-pub(super) fn image_meta(config: &[u8], source: &str, digest: &str) -> Result<ImageMeta, String> {
-    let config = crate::image::meta::bounded("config", config).map_err(|e| e.to_string())?;
-    let c: ConfigFile = serde_json::from_slice(config)
-        .map_err(|e| format!("image config is not valid JSON ({e})"))?;
+pub(super) fn image_meta(
+    config: &[u8],
+    source: &str,
+    digest: &str,
+) -> Result<ImageMeta, ConfigError> {
+    let config = crate::image::meta::bounded("config", config)?;
+    let c: ConfigFile = serde_json::from_slice(config).map_err(ConfigError::Json)?;
     let rc = c.config.unwrap_or_default();
     let mut platform = format!("{}/{}", c.os, c.architecture);
     if let Some(v) = c.variant.filter(|v| !v.is_empty()) {

@@ -12,7 +12,9 @@ use super::image_config::image_meta;
 use super::options::{wanted_platform, PullOptions};
 use crate::image::flatten::{Layer, Span};
 use crate::image::meta::ImageMeta;
-use crate::image::registry::{choose_platform, Descriptor, Manifest, RegistryError};
+use crate::image::registry::{
+    choose_platform, platforms, Descriptor, Manifest, ManifestError, RegistryError,
+};
 
 pub(super) fn oci_layout(
     dir: &Path,
@@ -33,11 +35,10 @@ pub(super) fn oci_layout(
         .rev()
         .map(|l| layout.layer(l))
         .collect::<Result<_, _>>()?;
-    let meta =
-        image_meta(&config_bytes, source, &desc.digest).map_err(|detail| PullError::BadImage {
-            image: source.to_string(),
-            detail,
-        })?;
+    let meta = image_meta(&config_bytes, source, &desc.digest).map_err(|e| PullError::Config {
+        image: source.to_string(),
+        source: e,
+    })?;
     Ok((layers, meta))
 }
 
@@ -55,6 +56,21 @@ impl Layout<'_> {
         }
     }
 
+    fn bad_manifest(&self, source: ManifestError) -> PullError {
+        PullError::LayoutManifest {
+            source_ref: self.source.to_string(),
+            source,
+        }
+    }
+
+    /// The hex of a `sha256:` digest; layouts with other algorithms are refused, not trusted.
+    fn sha256(&self, digest: &str) -> Result<[u8; 32], PullError> {
+        sha256_digest(digest).ok_or_else(|| PullError::NotSha256 {
+            source_ref: self.source.to_string(),
+            digest: digest.to_string(),
+        })
+    }
+
     fn blob(&self, digest: &str) -> Result<PathBuf, PullError> {
         let (alg, hex) = digest
             .split_once(':')
@@ -69,7 +85,7 @@ impl Layout<'_> {
 
     /// Blobs are content-addressed: what a layout holds must hash to its name.
     fn read_blob(&self, digest: &str) -> Result<Vec<u8>, PullError> {
-        sha256_digest(digest).map_err(|e| self.fail(e))?;
+        self.sha256(digest)?;
         let bytes = self.read(&self.blob(digest)?)?;
         let actual = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
         if actual != digest {
@@ -90,8 +106,8 @@ impl Layout<'_> {
         tag: Option<&str>,
         opts: &PullOptions,
     ) -> Result<(Descriptor, Manifest), PullError> {
-        let index =
-            Manifest::parse(&self.read(&self.dir.join("index.json"))?).map_err(|e| self.fail(e))?;
+        let index = Manifest::parse(&self.read(&self.dir.join("index.json"))?)
+            .map_err(|e| self.bad_manifest(e))?;
         let entries = index.manifests.unwrap_or_default();
         let tags = || -> String {
             let tags: Vec<String> = entries
@@ -117,20 +133,22 @@ impl Layout<'_> {
                 )));
             }
         };
-        let mut m = Manifest::parse(&self.read_blob(&desc.digest)?).map_err(|e| self.fail(e))?;
+        let mut m =
+            Manifest::parse(&self.read_blob(&desc.digest)?).map_err(|e| self.bad_manifest(e))?;
         if m.is_index() {
             let want = wanted_platform(opts)?;
             let sub = m.manifests.clone().unwrap_or_default();
             desc = choose_platform(&sub, &want)
-                .map_err(|available| {
+                .ok_or_else(|| {
                     PullError::Registry(RegistryError::NoPlatform {
                         image: self.source.to_string(),
                         wanted: want.to_string(),
-                        available,
+                        available: platforms(&sub),
                     })
                 })?
                 .clone();
-            m = Manifest::parse(&self.read_blob(&desc.digest)?).map_err(|e| self.fail(e))?;
+            m = Manifest::parse(&self.read_blob(&desc.digest)?)
+                .map_err(|e| self.bad_manifest(e))?;
         }
         Ok((desc, m))
     }
@@ -141,7 +159,7 @@ impl Layout<'_> {
         if !p.exists() {
             return Err(self.fail(format!("layer blob {} is missing", p.display())));
         }
-        let want = sha256_digest(&l.digest).map_err(|e| self.fail(e))?;
+        let want = self.sha256(&l.digest)?;
         let (name, size) = (l.digest.clone(), l.size);
         let verified = move || -> io::Result<Box<dyn Read + Send>> {
             let f = File::open(&p)?;
@@ -166,13 +184,12 @@ impl Layout<'_> {
     }
 }
 
-/// The hex of a `sha256:` digest; layouts with other algorithms are refused, not trusted.
-fn sha256_digest(digest: &str) -> Result<[u8; 32], String> {
+/// The hex of a `sha256:` digest.
+fn sha256_digest(digest: &str) -> Option<[u8; 32]> {
     digest
         .strip_prefix("sha256:")
         .and_then(|h| hex::decode(h).ok())
         .and_then(|b| <[u8; 32]>::try_from(b).ok())
-        .ok_or_else(|| format!("'{digest}' is not a sha256 digest (the only kind gpurun checks)"))
 }
 
 /// A layer blob of a local layout, hashed as the flattener reads it: at its declared size (or
@@ -276,7 +293,7 @@ mod tests {
             let e = read(bytes, size).unwrap_err();
             assert!(e.contains(needle), "{e}");
         }
-        assert!(sha256_digest("sha512:00").is_err());
-        assert!(sha256_digest(&format!("sha256:{}", "ab".repeat(32))).is_ok());
+        assert!(sha256_digest("sha512:00").is_none());
+        assert!(sha256_digest(&format!("sha256:{}", "ab".repeat(32))).is_some());
     }
 }

@@ -62,7 +62,10 @@ pub fn podman_meta(reference: &str) -> Result<(ImageMeta, u64), PullError> {
     let id = checked_id(id, reference)?;
     let size = size.trim().parse().unwrap_or(0);
     let meta = super::image_config::image_meta(config.trim_end().as_bytes(), reference, &id)
-        .map_err(bad)?;
+        .map_err(|source| PullError::PodmanConfig {
+            source_ref: reference.to_string(),
+            source,
+        })?;
     Ok((meta, size))
 }
 

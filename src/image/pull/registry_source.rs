@@ -50,20 +50,19 @@ pub(super) async fn resolve_manifest(
 ) -> Result<(Resolved, Vec<String>), PullError> {
     let want = wanted_platform(opts)?;
     let (bytes, digest) = client.manifest(image.reference_part()).await?;
-    let m = Manifest::parse(&bytes).map_err(|detail| PullError::BadImage {
+    let m = Manifest::parse(&bytes).map_err(|source| PullError::Manifest {
         image: image.to_string(),
-        detail,
+        source,
     })?;
     if !m.is_index() {
         return Ok(((digest, bytes), Vec::new()));
     }
     let entries = m.manifests.unwrap_or_default();
-    let chosen =
-        choose_platform(&entries, &want).map_err(|available| RegistryError::NoPlatform {
-            image: image.to_string(),
-            wanted: want.to_string(),
-            available,
-        })?;
+    let chosen = choose_platform(&entries, &want).ok_or_else(|| RegistryError::NoPlatform {
+        image: image.to_string(),
+        wanted: want.to_string(),
+        available: platforms(&entries),
+    })?;
     let (bytes, digest) = client.manifest(&chosen.digest).await?;
     Ok(((digest, bytes), platforms(&entries)))
 }
@@ -106,7 +105,10 @@ fn parse_manifest(image: &ImageRef, bytes: &[u8]) -> Result<(Manifest, Descripto
         image: image.to_string(),
         detail,
     };
-    let m = Manifest::parse(bytes).map_err(bad)?;
+    let m = Manifest::parse(bytes).map_err(|source| PullError::Manifest {
+        image: image.to_string(),
+        source,
+    })?;
     let config = m
         .config
         .clone()
@@ -128,7 +130,10 @@ async fn fetch_config(
     };
     let (path, _) = client.fetch_blob(config, cache, &|_: u64| {}).await?;
     let config_bytes = fs::read(&path).map_err(|e| bad(format!("config: {e}")))?;
-    image_meta(&config_bytes, &image.to_string(), digest).map_err(bad)
+    image_meta(&config_bytes, &image.to_string(), digest).map_err(|source| PullError::Config {
+        image: image.to_string(),
+        source,
+    })
 }
 
 pub(super) async fn resolve_docker(
@@ -146,10 +151,6 @@ pub(super) async fn resolve_docker(
             (c, r)
         }
     };
-    let bad = |detail: String| PullError::BadImage {
-        image: image.to_string(),
-        detail,
-    };
     let (m, config_desc) = parse_manifest(image, &bytes)?;
     ui.line(&format!(
         "Pulling {image} (manifest {}, {} layers)",
@@ -160,12 +161,15 @@ pub(super) async fn resolve_docker(
     // A single-platform image must still be what --platform asked for.
     if opts.platform.is_some() {
         let want = wanted_platform(opts)?;
-        let have = Platform::parse(&meta.platform).map_err(bad)?;
+        let have = Platform::parse(&meta.platform).map_err(|source| PullError::Manifest {
+            image: image.to_string(),
+            source,
+        })?;
         if !want.accepts(&have) {
             return Err(RegistryError::NoPlatform {
                 image: image.to_string(),
                 wanted: want.to_string(),
-                available: have.to_string(),
+                available: vec![have.to_string()],
             }
             .into());
         }
@@ -209,15 +213,23 @@ pub(super) async fn resolve_docker(
     Ok((layers, meta, Downloads { handle, slots }))
 }
 
+/// What a layer's reader gets when a download failed (that download's own error is the
+/// pull's).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("download of layer {digest} failed")]
+struct DownloadFailed {
+    digest: String,
+}
+
 /// Where one layer's download stands; `Layer::open` waits on it.
 #[derive(Default)]
 struct Slot {
-    state: Mutex<Option<Result<PathBuf, String>>>,
+    state: Mutex<Option<Result<PathBuf, DownloadFailed>>>,
     ready: Condvar,
 }
 
 impl Slot {
-    fn set(&self, r: Result<PathBuf, String>) {
+    fn set(&self, r: Result<PathBuf, DownloadFailed>) {
         let mut st = crate::lock(&self.state);
         if st.is_none() {
             *st = Some(r);
@@ -311,7 +323,9 @@ async fn download_all(
             }
             Err(e) => {
                 for s in &slots {
-                    s.set(Err(format!("download of layer {} failed", d.digest)));
+                    s.set(Err(DownloadFailed {
+                        digest: d.digest.clone(),
+                    }));
                 }
                 overall.finish_and_clear();
                 return Err(e);

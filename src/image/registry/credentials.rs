@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::error::RegistryError;
+use super::error::{AuthFileError, RegistryError};
 use crate::image::reference::DOCKER_HUB;
 
 /// A username and password (or token). Never printed: Debug redacts the secret.
@@ -71,8 +71,8 @@ fn same_registry(key_host: &str, registry: &str) -> bool {
 
 /// Parse a docker `config.json` or containers `auth.json` and find `registry` in it.
 /// Order, as docker does: credHelpers, then auths, then credsStore.
-pub fn parse_auth_file(json: &[u8], registry: &str) -> Result<AuthEntry, String> {
-    let f: AuthFile = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+pub fn parse_auth_file(json: &[u8], registry: &str) -> Result<AuthEntry, AuthFileError> {
+    let f: AuthFile = serde_json::from_slice(json)?;
     if let Some((_, h)) = f
         .cred_helpers
         .iter()
@@ -92,11 +92,9 @@ pub fn parse_auth_file(json: &[u8], registry: &str) -> Result<AuthEntry, String>
             }));
         }
         if let Some(a) = e.auth.as_deref().filter(|a| !a.is_empty()) {
-            let raw = base64_decode(a).ok_or("an 'auth' value is not valid base64")?;
-            let s = String::from_utf8(raw).map_err(|_| "an 'auth' value is not UTF-8")?;
-            let (u, p) = s
-                .split_once(':')
-                .ok_or("an 'auth' value is not base64 of user:password")?;
+            let raw = base64_decode(a).ok_or(AuthFileError::NotBase64)?;
+            let s = String::from_utf8(raw).map_err(|_| AuthFileError::NotUtf8)?;
+            let (u, p) = s.split_once(':').ok_or(AuthFileError::NoColon)?;
             return Ok(AuthEntry::Creds(Credentials {
                 username: u.to_string(),
                 password: p.to_string(),
@@ -175,12 +173,10 @@ impl AuthSources {
                 continue;
             };
             let entry =
-                parse_auth_file(&bytes, registry).map_err(|e| RegistryError::Credentials {
+                parse_auth_file(&bytes, registry).map_err(|source| RegistryError::AuthFile {
                     registry: registry.to_string(),
-                    detail: format!(
-                        "{} is not a valid auth file ({e}); fix or remove it",
-                        f.display()
-                    ),
+                    file: f.clone(),
+                    source,
                 })?;
             match entry {
                 AuthEntry::Creds(c) => return Ok(Some((c, format!("found in {}", f.display())))),
@@ -341,8 +337,8 @@ mod tests {
         ];
         for (json, reg, want) in cases {
             assert_eq!(
-                parse_auth_file(json.as_bytes(), reg),
-                Ok(want),
+                parse_auth_file(json.as_bytes(), reg).ok(),
+                Some(want),
                 "{json} / {reg}"
             );
         }

@@ -45,20 +45,59 @@ pub enum RegistryError {
         digest: String,
         actual: String,
     },
-    #[error("no platform {wanted} in {image}; available: {available}; choose one with --platform")]
+    #[error(
+        "no platform {wanted} in {image}; available: {}; choose one with --platform",
+        offered(available)
+    )]
     NoPlatform {
         image: String,
         wanted: String,
-        available: String,
+        available: Vec<String>,
     },
     #[error("credentials for {registry}: {detail}")]
     Credentials { registry: String, detail: String },
+    #[error("credentials for {registry}: {} is not a valid auth file ({source}); fix or remove it", file.display())]
+    AuthFile {
+        registry: String,
+        file: PathBuf,
+        source: AuthFileError,
+    },
     #[error("writing {path}: the disk is full; free space or set GPURUN_CACHEDIR elsewhere")]
     DiskFull { path: PathBuf },
     #[error("writing {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
     #[error(transparent)]
     Cache(#[from] CacheError),
+}
+
+/// What a manifest, an index or a platform name says wrong; the caller names the image.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("manifest is not valid JSON ({0})")]
+    Json(#[source] serde_json::Error),
+    #[error("platform '{0}' is not os/arch[/variant], e.g. linux/amd64 or linux/arm64/v8")]
+    Platform(String),
+}
+
+/// What is wrong in a docker config.json or a containers auth.json.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthFileError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("an 'auth' value is not valid base64")]
+    NotBase64,
+    #[error("an 'auth' value is not UTF-8")]
+    NotUtf8,
+    #[error("an 'auth' value is not base64 of user:password")]
+    NoColon,
+}
+
+/// The platforms an image offers, in words.
+fn offered(platforms: &[String]) -> String {
+    match platforms {
+        [] => "none".into(),
+        _ => platforms.join(", "),
+    }
 }
 
 /// An I/O error on `path`; a full disk is told apart, with its fix.

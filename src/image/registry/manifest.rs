@@ -5,6 +5,8 @@ use std::fmt;
 
 use serde::Deserialize;
 
+use super::error::ManifestError;
+
 /// Every manifest type gpurun reads, sent on every manifest request.
 pub const MANIFEST_MEDIA_TYPES: &[&str] = &[
     "application/vnd.oci.image.index.v1+json",
@@ -49,8 +51,8 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    pub fn parse(bytes: &[u8]) -> Result<Manifest, String> {
-        serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid JSON ({e})"))
+    pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        serde_json::from_slice(bytes).map_err(ManifestError::Json)
     }
     pub fn is_index(&self) -> bool {
         self.manifests.is_some() && self.config.is_none()
@@ -87,12 +89,10 @@ fn normalize_arch(arch: &str, variant: Option<&str>) -> (String, Option<String>)
 
 impl Platform {
     /// `os/arch[/variant]`, e.g. `linux/arm64/v8`.
-    pub fn parse(s: &str) -> Result<Platform, String> {
+    pub fn parse(s: &str) -> Result<Platform, ManifestError> {
         let parts: Vec<&str> = s.split('/').collect();
         if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.is_empty()) {
-            return Err(format!(
-                "platform '{s}' is not os/arch[/variant], e.g. linux/amd64 or linux/arm64/v8"
-            ));
+            return Err(ManifestError::Platform(s.to_string()));
         }
         Ok(Platform {
             os: parts[0].to_string(),
@@ -135,22 +135,11 @@ pub fn platforms(entries: &[Descriptor]) -> Vec<String> {
         .collect()
 }
 
-/// Pick the manifest for `want` from an index; the error lists what there is.
-pub fn choose_platform<'a>(
-    entries: &'a [Descriptor],
-    want: &Platform,
-) -> Result<&'a Descriptor, String> {
+/// Pick the manifest for `want` from an index (none: [`platforms`] tells what there is).
+pub fn choose_platform<'a>(entries: &'a [Descriptor], want: &Platform) -> Option<&'a Descriptor> {
     entries
         .iter()
         .find(|e| e.platform.as_ref().is_some_and(|p| want.accepts(p)))
-        .ok_or_else(|| {
-            let avail = platforms(entries);
-            if avail.is_empty() {
-                "none".to_string()
-            } else {
-                avail.join(", ")
-            }
-        })
 }
 
 #[cfg(test)]
@@ -192,18 +181,23 @@ mod tests {
         for (want, got) in cases {
             let r = choose_platform(&idx, &Platform::parse(want).unwrap());
             assert_eq!(
-                r.ok().map(|d| d.digest.clone()),
+                r.map(|d| d.digest.clone()),
                 got.map(|g| format!("d-{g}")),
                 "{want}"
             );
         }
         // An arm64 entry without variant is v8.
         let bare = vec![entry("linux/arm64")];
-        assert!(choose_platform(&bare, &Platform::parse("linux/arm64/v8").unwrap()).is_ok());
-        let err = choose_platform(&idx, &Platform::parse("linux/riscv64").unwrap()).unwrap_err();
+        assert!(choose_platform(&bare, &Platform::parse("linux/arm64/v8").unwrap()).is_some());
+        assert!(choose_platform(&idx, &Platform::parse("linux/riscv64").unwrap()).is_none());
         assert_eq!(
-            err,
-            "linux/amd64, linux/arm/v7, linux/arm64/v8, linux/ppc64le"
+            super::platforms(&idx),
+            [
+                "linux/amd64",
+                "linux/arm/v7",
+                "linux/arm64/v8",
+                "linux/ppc64le"
+            ]
         );
         for bad in ["linux", "linux/", "/amd64", "a/b/c/d"] {
             assert!(Platform::parse(bad).is_err(), "{bad}");

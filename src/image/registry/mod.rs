@@ -14,7 +14,7 @@ mod manifest;
 
 pub use client::{plain_http, RegistryClient};
 pub use credentials::{base64_decode, parse_auth_file, AuthEntry, AuthSources, Credentials, Found};
-pub use error::RegistryError;
+pub use error::{AuthFileError, ManifestError, RegistryError};
 pub use manifest::{
     choose_platform, platforms, Descriptor, Manifest, Platform, MANIFEST_MEDIA_TYPES,
 };
