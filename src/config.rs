@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::mount::OverlayDriver;
+use crate::units::parse_idle;
 
 pub const SITE_FILE: &str = "/etc/gpurun/gpurun.toml";
 
@@ -114,15 +115,6 @@ pub struct Config {
 /// interactive session or a job's next step, short enough not to hold memory for long.
 pub const DEFAULT_SERVER_IDLE: &str = "10m";
 
-/// An idle time: 0 (off), or an age such as 90s, 10m, 2h.
-pub fn parse_idle(s: &str) -> Result<std::time::Duration, String> {
-    match s.trim() {
-        "0" => Ok(std::time::Duration::ZERO),
-        t => crate::units::parse_age(t)
-            .map_err(|_| format!("'{s}' is not an idle time; use 0 (off) or e.g. 90s, 10m, 2h")),
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {path}: {detail}; fix the file (see gpurun help config)")]
@@ -132,6 +124,12 @@ pub enum ConfigError {
         var: String,
         value: String,
         detail: String,
+    },
+    #[error("registry {registry} is not allowed on this site (allowed: {}; set by {from}); use an image from an allowed registry", allowed.join(", "))]
+    RegistryNotAllowed {
+        registry: String,
+        allowed: Vec<String>,
+        from: Origin,
     },
 }
 
@@ -321,7 +319,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         if let Some(v) = &self.server_idle.value {
-            let detail = |e: String| format!("server_idle: {e}");
+            let detail = |e| format!("server_idle: {e}");
             parse_idle(v).map_err(|e| invalid(&self.server_idle.from, v, detail(e)))?;
         }
         if let Some(d) = &self.overlay_driver.value {
@@ -455,6 +453,22 @@ impl Config {
     pub fn registry_allowed(&self, registry: &str) -> bool {
         let list = &self.allowed_registries.value;
         list.is_empty() || list.iter().any(|r| r == registry)
+    }
+
+    /// Refuse a docker:// `source` from a registry the site does not allow, before anything is
+    /// fetched.
+    pub fn check_registry(&self, source: &str) -> Result<(), ConfigError> {
+        use crate::image::reference::Source;
+        match Source::parse(source) {
+            Ok(Source::Docker(r)) if !self.registry_allowed(&r.registry) => {
+                Err(ConfigError::RegistryNotAllowed {
+                    registry: r.registry,
+                    allowed: self.allowed_registries.value.clone(),
+                    from: self.allowed_registries.from.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// `config show` as text.
@@ -745,6 +759,18 @@ mod tests {
         .unwrap();
         assert!(c.registry_allowed("b.org") && !c.registry_allowed("nvcr.io"));
         assert!(Config::default().registry_allowed("anything"));
+        assert!(c.check_registry("docker://b.org/x:1").is_ok());
+        assert!(c.check_registry("podman://nvcr.io/x").is_ok());
+        let e = c
+            .check_registry("docker://nvcr.io/nvidia/cuda:12")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "registry nvcr.io is not allowed on this site (allowed: a.org, b.org; set by environment GPURUN_ALLOWED_REGISTRIES); use an image from an allowed registry"
+        );
+        assert!(
+            matches!(e, ConfigError::RegistryNotAllowed { from: Origin::Env(v), .. } if v == "GPURUN_ALLOWED_REGISTRIES")
+        );
     }
 
     #[test]

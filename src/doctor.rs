@@ -81,10 +81,17 @@ fn probe_namespaces() -> NsProbe {
         }
         // Scratch on a tmpfs of its own: nothing outside the child's namespace is touched.
         let base = Path::new("/tmp");
-        let tmpfs = sys::mount_tmpfs(base, 0o700, None, None, sys::Attrs::default())
-            .map_err(|e| e.to_string());
-        p.overlay = tmpfs.clone().and_then(|()| overlay_probe(base)).err();
-        p.fuse = tmpfs.and_then(|()| fuse_probe(base, uid, gid)).err();
+        let said = |r: Result<(), ProbeError>| r.err().map(|e| e.to_string());
+        match sys::mount_tmpfs(base, 0o700, None, None, sys::Attrs::default()) {
+            Ok(()) => {
+                p.overlay = said(overlay_probe(base));
+                p.fuse = said(fuse_probe(base, uid, gid));
+            }
+            Err(e) => {
+                p.overlay = err(e);
+                p.fuse = p.overlay.clone();
+            }
+        }
         fin(&p)
     });
     match out {
@@ -99,27 +106,51 @@ fn probe_namespaces() -> NsProbe {
     }
 }
 
+/// Why a probe of the mounts failed, in the probe's child; it reaches the report as its
+/// message (the child's answer crosses a pipe as JSON).
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error("mkdir {dir}: {source}")]
+    Mkdir {
+        dir: &'static str,
+        source: std::io::Error,
+    },
+    #[error("open /dev/fuse: {0}")]
+    OpenFuse(#[source] std::io::Error),
+    #[error(transparent)]
+    Mount(#[from] sys::SysError),
+}
+
+fn mkdir(base: &Path, dir: &'static str) -> Result<(), ProbeError> {
+    std::fs::create_dir(base.join(dir)).map_err(|source| ProbeError::Mkdir { dir, source })
+}
+
 /// An overlay with a tmpfs upper, under `base`.
-fn overlay_probe(base: &Path) -> Result<(), String> {
+fn overlay_probe(base: &Path) -> Result<(), ProbeError> {
     for d in ["lower", "upper", "work", "merged"] {
-        std::fs::create_dir(base.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
+        mkdir(base, d)?;
     }
-    sys::mount_overlay(
+    Ok(sys::mount_overlay(
         &base.join("lower"),
         &base.join("upper"),
         &base.join("work"),
         &base.join("merged"),
-    )
-    .map_err(|e| e.to_string())
+    )?)
 }
 
 /// /dev/fuse opened and mounted under `base` as an image server mounts it (no one serves it:
 /// the mount ends with the probe's namespace, unused).
-fn fuse_probe(base: &Path, uid: u32, gid: u32) -> Result<(), String> {
+fn fuse_probe(base: &Path, uid: u32, gid: u32) -> Result<(), ProbeError> {
+    mkdir(base, "fuse")?;
+    let fd = sys::open_fuse().map_err(ProbeError::OpenFuse)?;
     let at = base.join("fuse");
-    std::fs::create_dir(&at).map_err(|e| format!("mkdir fuse: {e}"))?;
-    let fd = sys::open_fuse().map_err(|e| format!("open /dev/fuse: {e}"))?;
-    sys::mount_fuse(&fd, Path::new("gpurun-doctor"), &at, uid, gid).map_err(|e| e.to_string())
+    Ok(sys::mount_fuse(
+        &fd,
+        Path::new("gpurun-doctor"),
+        &at,
+        uid,
+        gid,
+    )?)
 }
 
 fn userns_checks(p: &NsProbe) -> Vec<Check> {
@@ -592,6 +623,19 @@ pub fn render(checks: &[Check]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe's step that fails keeps its errno; the report says what it said before.
+    #[test]
+    fn a_failed_step_keeps_its_errno() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("fuse")).unwrap();
+        let e = mkdir(t.path(), "fuse").unwrap_err();
+        assert_eq!(e.to_string(), "mkdir fuse: File exists (os error 17)");
+        assert!(
+            matches!(&e, ProbeError::Mkdir { dir: "fuse", source } if source.raw_os_error() == Some(libc::EEXIST)),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn slurmd_and_its_plugin() {

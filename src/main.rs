@@ -89,7 +89,7 @@ fn report(e: &dyn std::error::Error, debug: bool) {
 
 /// Start a launch; a docker:// image is pulled first, so the site's registry list applies.
 fn go(l: Launch, ctx: &Ctx) -> i32 {
-    if let Err(e) = registry_allowed(&l.image, &ctx.cfg) {
+    if let Err(e) = ctx.cfg.check_registry(&l.image) {
         eprintln!("gpurun: {e}");
         return FAILED;
     }
@@ -287,25 +287,9 @@ fn pull_options(
     }
 }
 
-/// The site's allowed_registries, checked before anything is fetched.
-fn registry_allowed(source: &str, cfg: &Config) -> Result<(), String> {
-    use gpurun::image::reference::Source;
-    if let Ok(Source::Docker(r)) = Source::parse(source) {
-        if !cfg.registry_allowed(&r.registry) {
-            return Err(format!(
-                "registry {} is not allowed on this site (allowed: {}; set by {}); use an image from an allowed registry",
-                r.registry,
-                cfg.allowed_registries.value.join(", "),
-                cfg.allowed_registries.from
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn pull(args: gpurun::cli::PullArgs, ctx: &Ctx) -> i32 {
     use gpurun::image::pull;
-    if let Err(e) = registry_allowed(&args.source, &ctx.cfg) {
+    if let Err(e) = ctx.cfg.check_registry(&args.source) {
         eprintln!("gpurun: {e}");
         return FAILED;
     }
@@ -348,7 +332,7 @@ fn pull(args: gpurun::cli::PullArgs, ctx: &Ctx) -> i32 {
 
 fn inspect(a: gpurun::cli::InspectArgs, ctx: &Ctx) -> i32 {
     use gpurun::image::inspect;
-    if let Err(e) = registry_allowed(&a.image, &ctx.cfg) {
+    if let Err(e) = ctx.cfg.check_registry(&a.image) {
         eprintln!("gpurun: {e}");
         return FAILED;
     }

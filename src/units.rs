@@ -3,8 +3,21 @@
 
 use std::time::Duration;
 
+/// A size, age or idle time as the user wrote it, refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitsError {
+    #[error("'{0}': unknown unit; use a size like 500M, 20G or 1T")]
+    SizeUnit(String),
+    #[error("'{0}' is not a size; use a size like 500M, 20G or 1T")]
+    NotSize(String),
+    #[error("'{0}' is not an age; use e.g. 30d, 12h, 90m or 2w")]
+    NotAge(String),
+    #[error("'{0}' is not an idle time; use 0 (off) or e.g. 90s, 10m, 2h")]
+    NotIdle(String),
+}
+
 /// `20G`, `500M`, `1.5T`, `4096` (bytes); powers of 1024.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, UnitsError> {
     let t = s.trim();
     let (num, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len()));
     let mult: u64 = match unit
@@ -17,28 +30,31 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "M" => 1 << 20,
         "G" => 1 << 30,
         "T" => 1 << 40,
-        _ => {
-            return Err(format!(
-                "'{s}': unknown unit; use a size like 500M, 20G or 1T"
-            ))
-        }
+        _ => return Err(UnitsError::SizeUnit(s.to_string())),
     };
     let n: f64 = num
         .trim()
         .parse()
         .ok()
         .filter(|n: &f64| n.is_finite() && *n >= 0.0)
-        .ok_or_else(|| format!("'{s}' is not a size; use a size like 500M, 20G or 1T"))?;
+        .ok_or_else(|| UnitsError::NotSize(s.to_string()))?;
     Ok((n * mult as f64) as u64)
 }
 
 /// `30d`, `12h`, `90m`, `2w`, `45s`, also `1.5d` or `1h 30m` (humantime's durations).
-pub fn parse_age(s: &str) -> Result<Duration, String> {
-    let bad = || format!("'{s}' is not an age; use e.g. 30d, 12h, 90m or 2w");
+pub fn parse_age(s: &str) -> Result<Duration, UnitsError> {
+    let t = s.trim();
+    // humantime takes a bare 0 for no time; an age needs its unit.
+    let age = (t != "0").then(|| humantime::parse_duration(t).ok());
+    age.flatten()
+        .ok_or_else(|| UnitsError::NotAge(s.to_string()))
+}
+
+/// An idle time: 0 (off), or an age such as 90s, 10m, 2h.
+pub fn parse_idle(s: &str) -> Result<Duration, UnitsError> {
     match s.trim() {
-        // humantime takes a bare 0 for no time; an age needs its unit.
-        "0" => Err(bad()),
-        t => humantime::parse_duration(t).map_err(|_| bad()),
+        "0" => Ok(Duration::ZERO),
+        t => parse_age(t).map_err(|_| UnitsError::NotIdle(s.to_string())),
     }
 }
 
@@ -99,6 +115,26 @@ mod tests {
         for bad in ["", "0", "30", "d", "3x", "-1d", "1.5x", "12 parsecs"] {
             assert!(parse_age(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn idle_times() {
+        let cases: &[(&str, Result<u64, UnitsError>)] = &[
+            ("0", Ok(0)),
+            (" 0 ", Ok(0)),
+            ("90s", Ok(90)),
+            ("10m", Ok(600)),
+            ("soon", Err(UnitsError::NotIdle("soon".into()))),
+            ("5", Err(UnitsError::NotIdle("5".into()))),
+        ];
+        for (s, want) in cases {
+            let want = want.clone().map(Duration::from_secs);
+            assert_eq!(parse_idle(s), want, "{s}");
+        }
+        assert_eq!(
+            UnitsError::NotIdle("5".into()).to_string(),
+            "'5' is not an idle time; use 0 (off) or e.g. 90s, 10m, 2h"
+        );
     }
 
     #[test]
