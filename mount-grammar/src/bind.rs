@@ -24,7 +24,7 @@ pub fn parse_bind(spec: &str, cwd: &Path) -> Result<Bind, BindError> {
     let parts: Vec<&str> = spec.split(':').collect();
     let (src, dst, flags) = match parts.as_slice() {
         [s] => (*s, *s, None),
-        [s, f] if !f.starts_with('/') && bind_flags(f).is_ok() => (*s, *s, Some(*f)),
+        [s, f] if !f.starts_with('/') && bind_flags(spec, f).is_ok() => (*s, *s, Some(*f)),
         [s, d] => (*s, *d, None),
         [s, d, f] => (*s, *d, Some(*f)),
         _ => return Err(BindError::TooManyParts(spec.into())),
@@ -36,7 +36,7 @@ pub fn parse_bind(spec: &str, cwd: &Path) -> Result<Bind, BindError> {
         return Err(BindError::RelativeDst(spec.into()));
     }
     let (readonly, flags) = match flags {
-        Some(f) => bind_flags(f).map_err(|flag| BindError::UnknownFlag(spec.into(), flag))?,
+        Some(f) => bind_flags(spec, f)?,
         None => (false, MountFlags::default()),
     };
     Ok(Bind {
@@ -63,14 +63,15 @@ impl Bind {
     }
 }
 
-/// FLAGS joined with '+': read-only or not, and the rest; the first unknown one as the error.
-fn bind_flags(text: &str) -> Result<(bool, MountFlags), String> {
+/// FLAGS (`text`, of the item `spec`) joined with '+': read-only or not, and the rest; the
+/// first unknown one is the error.
+fn bind_flags(spec: &str, text: &str) -> Result<(bool, MountFlags), BindError> {
     let (mut readonly, mut flags) = (false, MountFlags::default());
     match text
         .split('+')
         .find(|f| !bind_flag(f, &mut readonly, &mut flags))
     {
-        Some(unknown) => Err(unknown.to_string()),
+        Some(unknown) => Err(BindError::UnknownFlag(spec.into(), unknown.into())),
         None => Ok((readonly, flags)),
     }
 }

@@ -11,13 +11,22 @@ pub use mount_grammar::normalize;
 use mount_grammar::{tmpfs_switch, TMPFS_SWITCHES};
 
 use crate::mount::{Mount, MountFlags, MountSource};
+use crate::units::UnitsError;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
     #[error(transparent)]
     Bind(#[from] BindError),
-    #[error("--tmpfs {0:?}: {1}")]
-    Tmpfs(String, String),
+    #[error("--tmpfs {spec:?}: DST must be an absolute path inside the container, not /")]
+    TmpfsDst { spec: String },
+    #[error("--tmpfs {spec:?}: {source}")]
+    TmpfsSize { spec: String, source: UnitsError },
+    #[error("--tmpfs {spec:?}: huge={value}: give one of {}", HUGE.join(", "))]
+    TmpfsHuge { spec: String, value: String },
+    #[error("--tmpfs {spec:?}: mode={value}: give an octal mode such as 1777 or 755")]
+    TmpfsMode { spec: String, value: String },
+    #[error("--tmpfs {spec:?}: unknown option {option:?}; use size=N, mode=OCTAL, huge=POLICY, {}", TMPFS_SWITCHES.join(", "))]
+    TmpfsOption { spec: String, option: String },
 }
 
 /// Parse one `--bind` item: `SRC[:DST[:FLAGS]]`, or `SRC:FLAGS` (a comma list is split before).
@@ -45,11 +54,10 @@ pub fn parse_tmpfs(spec: &str) -> Result<Mount, SpecError> {
 /// A tmpfs at `dst` with `opts` (`--tmpfs`'s, or the plugin's `hold --tmpfs-json`); `spec`
 /// names it in an error.
 pub fn tmpfs_mount(spec: &str, dst: &Path, opts: &[&str]) -> Result<Mount, SpecError> {
-    let err = |why: String| SpecError::Tmpfs(spec.to_string(), why);
     if !dst.is_absolute() || normalize(dst) == Path::new("/") {
-        return Err(err(
-            "DST must be an absolute path inside the container, not /".into(),
-        ));
+        return Err(SpecError::TmpfsDst {
+            spec: spec.to_string(),
+        });
     }
     let mut m = Mount {
         dst: normalize(dst),
@@ -59,7 +67,7 @@ pub fn tmpfs_mount(spec: &str, dst: &Path, opts: &[&str]) -> Result<Mount, SpecE
         flags: MountFlags::default(),
     };
     for opt in opts {
-        tmpfs_option(&mut m, opt).map_err(err)?;
+        tmpfs_option(spec, &mut m, opt)?;
     }
     Ok(m)
 }
@@ -67,28 +75,42 @@ pub fn tmpfs_mount(spec: &str, dst: &Path, opts: &[&str]) -> Result<Mount, SpecE
 /// tmpfs's huge page policies (the kernel's `huge=` mount option).
 const HUGE: [&str; 4] = ["never", "always", "within_size", "advise"];
 
-fn tmpfs_option(m: &mut Mount, opt: &str) -> Result<(), String> {
+/// One option `opt` of the tmpfs `spec` onto `m`.
+fn tmpfs_option(spec: &str, m: &mut Mount, opt: &str) -> Result<(), SpecError> {
     let MountSource::Tmpfs { mode, size, huge } = &mut m.source else {
         unreachable!("a tmpfs")
     };
+    let spec = || spec.to_string();
     match opt.split_once('=') {
-        Some(("size", v)) => *size = Some(crate::units::parse_size(v)?),
+        Some(("size", v)) => {
+            let bytes = crate::units::parse_size(v);
+            *size = Some(bytes.map_err(|source| SpecError::TmpfsSize {
+                spec: spec(),
+                source,
+            })?)
+        }
         Some(("huge", v)) if HUGE.contains(&v) => *huge = Some(v.to_string()),
         Some(("huge", v)) => {
-            return Err(format!("huge={v}: give one of {}", HUGE.join(", ")));
+            return Err(SpecError::TmpfsHuge {
+                spec: spec(),
+                value: v.to_string(),
+            });
         }
         Some(("mode", v)) => {
             *mode = u32::from_str_radix(v, 8)
                 .ok()
                 .filter(|m| *m <= 0o7777)
-                .ok_or_else(|| format!("mode={v}: give an octal mode such as 1777 or 755"))?
+                .ok_or_else(|| SpecError::TmpfsMode {
+                    spec: spec(),
+                    value: v.to_string(),
+                })?
         }
         _ if tmpfs_switch(opt, &mut m.readonly, &mut m.flags) => {}
         _ => {
-            return Err(format!(
-                "unknown option {opt:?}; use size=N, mode=OCTAL, huge=POLICY, {}",
-                TMPFS_SWITCHES.join(", ")
-            ))
+            return Err(SpecError::TmpfsOption {
+                spec: spec(),
+                option: opt.to_string(),
+            })
         }
     }
     Ok(())
@@ -161,5 +183,13 @@ mod tests {
             assert!(e.starts_with(&format!("--tmpfs {bad:?}: ")), "{e}");
             assert!(e.contains(says), "{bad}: {e}");
         }
+        // a size keeps the units' own error
+        assert_eq!(
+            parse_tmpfs("/s:size=lots"),
+            Err(SpecError::TmpfsSize {
+                spec: "/s:size=lots".into(),
+                source: UnitsError::SizeUnit("lots".into()),
+            })
+        );
     }
 }
