@@ -774,3 +774,36 @@ fn a_first_start_never_writes_through_an_unpacked_link() {
     let left = std::fs::read_dir(s.join("cache/images")).unwrap().count();
     assert_eq!(left, 0, "the tree or its staging was left");
 }
+
+/// A pull killed (SIGKILL) once its first start's tree was unpacked leaves a staging directory
+/// holding the image's read-only directories: the next pull from this host removes it whole.
+#[test]
+fn a_killed_pulls_read_only_tree_is_removed_by_the_next_pull() {
+    let s = Scratch::new();
+    let layer = Raw::new()
+        .busybox()
+        .put(EntryType::Directory, b"ro", b"", 0o555, b"")
+        .file(b"ro/file", b"x")
+        .finish();
+    let mut layout = Layout::new(&s.join("layout"));
+    layout.image(
+        "ro",
+        &[(layer, Comp::Gzip)],
+        "amd64",
+        None,
+        serde_json::json!({}),
+    );
+    // The pid is above any pid_max: the pull that made it is gone.
+    let host = nix::unistd::gethostname().unwrap();
+    let name = format!(".ro.sqsh.gpurun-{}-4194305-x", host.to_string_lossy());
+    let ro = s.join(&name).join("rootfs/ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::write(ro.join("file"), "x").unwrap();
+    s.chown_all();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let src = format!("oci:{}:ro", s.join("layout").display());
+    let o = pull(&s, &src, "ro.sqsh");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!s.join(&name).exists(), "the stale staging was left");
+    nothing_partial(&s);
+}

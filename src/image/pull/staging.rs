@@ -127,7 +127,8 @@ fn staging_prefix(out: &Path) -> String {
 }
 
 /// Staging directories of pulls from this host that were killed (SIGKILL, power loss) before
-/// they could clean up: the caller's own directories whose pid is gone.
+/// they could clean up: the caller's own directories whose pid is gone (with a first start's
+/// tree, whose read-only directories would keep their entries from a plain removal).
 fn remove_stale_staging(dir: &Path, prefix: &str) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = fs::read_dir(dir) else {
@@ -141,7 +142,7 @@ fn remove_stale_staging(dir: &Path, prefix: &str) {
         };
         let ours = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == me);
         if ours && !Path::new("/proc").join(pid).exists() {
-            let _ = fs::remove_dir_all(e.path());
+            remove_tree(&e.path());
         }
     }
 }
