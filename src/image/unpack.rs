@@ -609,4 +609,169 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         assert!(u.finish().is_err());
     }
+
+    type Entry<'a> = (EntryType, &'a str, u32, &'a [u8], &'a str);
+
+    /// `setup` unpacked into `dir` (each entry taken), then `attempt` handed to the Unpacker
+    /// as flatten would, whatever flatten lets through: whether it and then the finish passed.
+    fn attempt(dir: &Path, setup: &[Entry], attempt: Entry) -> (bool, bool) {
+        let mut u = Unpacker::new(dir, 2).unwrap();
+        let mut put = |(kind, path, mode, data, link): Entry| {
+            let mut h = header(kind, mode, data.len() as u64);
+            match kind {
+                EntryType::Link | EntryType::Symlink => u.append_link(&mut h, path, link, &[]),
+                _ => u.append(&mut h, path, &[], &mut &data[..]),
+            }
+            .is_ok()
+        };
+        for e in setup {
+            assert!(put(*e), "{}", e.1);
+        }
+        let taken = put(attempt);
+        (taken, u.finish().is_ok())
+    }
+
+    #[test]
+    fn an_entry_never_replaces_retypes_or_reaches_through_what_is_there() {
+        let t = tempfile::tempdir().unwrap();
+        let (dir, outside) = (t.path().join("root"), t.path().join("outside"));
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::set_permissions(&outside, PermissionsExt::from_mode(0o700)).unwrap();
+        use EntryType::*;
+        let out = outside.to_str().unwrap();
+        let setup: &[Entry] = &[
+            (Symlink, "s", 0o777, b"", out),
+            (Regular, "f", 0o644, b"first", ""),
+            (Directory, "d", 0o755, b"", ""),
+        ];
+        let tries: &[Entry] = &[
+            (Regular, "f", 0o644, b"second", ""),
+            (Regular, "s", 0o644, b"through", ""),
+            (Regular, "s/in", 0o644, b"through", ""),
+            (Fifo, "f", 0o644, b"", ""),
+            (Regular, "d", 0o644, b"over", ""),
+            (Symlink, "d", 0o777, b"", out),
+            (Link, "f", 0o644, b"", "d"),
+            // Taken as already there: the mode set at the end must not reach through the link.
+            (Directory, "s", 0o777, b"", ""),
+            (Directory, "f", 0o777, b"", ""),
+        ];
+        for e in tries {
+            assert!(!attempt(&dir, setup, *e).1, "{} {:?}", e.1, e.0);
+            // After a failure, pieces not yet written are dropped: the tree is given up.
+            assert!(b"first".starts_with(&std::fs::read(dir.join("f")).unwrap()));
+            assert!(std::fs::symlink_metadata(dir.join("d")).unwrap().is_dir());
+            let m = std::fs::metadata(&outside).unwrap().permissions().mode();
+            assert_eq!(m & 0o7777, 0o700, "a mode was set through the link");
+            assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+            crate::store::tree::remove_tree(&dir);
+        }
+    }
+
+    #[test]
+    fn hard_links_to_directories_links_fifos_and_read_only_places() {
+        let t = tempfile::tempdir().unwrap();
+        let (dir, outside) = (t.path().join("root"), t.path().join("outside"));
+        std::fs::write(&outside, "host").unwrap();
+        use EntryType::*;
+        let setup: &[Entry] = &[
+            (Directory, "ro", 0o555, b"", ""),
+            (Regular, "ro/f", 0o444, b"data", ""),
+            (Fifo, "p", 0o600, b"", ""),
+            (Symlink, "s", 0o777, b"", "ro"),
+            (Symlink, "out", 0o777, b"", outside.to_str().unwrap()),
+            (Link, "ro/f2", 0o444, b"", "ro/f"),
+            (Link, "hp", 0o600, b"", "p"),
+            // The link itself, never what it points at.
+            (Link, "hout", 0o777, b"", "out"),
+        ];
+        for e in [
+            (Link, "hd", 0o755, &b""[..], "ro"),
+            (Link, "hs", 0o444, b"", "s/f"),
+            (Link, "s/h", 0o444, b"", "ro/f"),
+            (Link, "hr", 0o755, b"", ""),
+            (Link, "hup", 0o755, b"", ".."),
+        ] {
+            assert_eq!(attempt(&dir, setup, e), (false, false), "{}", e.1);
+            assert_eq!(std::fs::read_dir(dir.join("ro")).unwrap().count(), 2);
+            crate::store::tree::remove_tree(&dir);
+        }
+        assert_eq!(attempt(&dir, setup, setup[0]), (true, true));
+        assert_eq!(std::fs::metadata(dir.join("ro/f")).unwrap().nlink(), 2);
+        let p = std::fs::symlink_metadata(dir.join("hp")).unwrap();
+        assert!(std::os::unix::fs::FileTypeExt::is_fifo(&p.file_type()) && p.nlink() == 2);
+        let l = std::fs::symlink_metadata(dir.join("hout")).unwrap();
+        assert!(l.file_type().is_symlink() && l.nlink() == 2);
+        assert_eq!(std::fs::metadata(&outside).unwrap().nlink(), 1);
+        crate::store::tree::remove_tree(&dir);
+    }
+
+    #[test]
+    fn closed_directories_above_others_get_every_mode() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("root");
+        use EntryType::*;
+        unpack(
+            &dir,
+            &[
+                ("a", Directory, 0o000, vec![], ""),
+                ("a/b", Directory, 0o500, vec![], ""),
+                ("a/b/f", Regular, 0o000, b"f".to_vec(), ""),
+                ("a/w", Directory, 0o200, vec![], ""),
+                ("a/w/deep/g", Regular, 0o644, b"g".to_vec(), ""),
+                ("a/w/x", Directory, 0o000, vec![], ""),
+            ],
+        )
+        .unwrap();
+        for (path, mode) in [("a", 0), ("a/b", 0o500), ("a/b/f", 0), ("a/w", 0o200)] {
+            let m = std::fs::symlink_metadata(dir.join(path)).unwrap();
+            assert_eq!(
+                (m.permissions().mode() & 0o7777, m.mtime()),
+                (mode, 1_000_000),
+                "{path}"
+            );
+        }
+        let m = std::fs::metadata(dir.join("a/w/deep")).unwrap();
+        assert_eq!((m.permissions().mode() & 0o7777, m.mtime()), (0o755, 0));
+        crate::store::tree::remove_tree(&dir);
+    }
+
+    /// Data that counts this process's open files each time it is read.
+    struct Counting<'a>(&'a [u8], &'a AtomicUsize);
+
+    impl Read for Counting<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let open = std::fs::read_dir("/proc/self/fd").unwrap().count();
+            self.1.fetch_max(open, Ordering::Relaxed);
+            self.0.read(buf)
+        }
+    }
+
+    #[test]
+    fn many_files_in_deep_directories_hold_no_handles() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("root");
+        let open = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+        let (before, most) = (open(), AtomicUsize::new(0));
+        let mut u = Unpacker::new(&dir, 4).unwrap();
+        let deep = ["d"; 200].join("/");
+        for i in 0..4000 {
+            let path = format!("{deep}/{}/new\nline\u{fffd}{i}", i % 40);
+            let mut h = header(EntryType::Regular, 0o644, 3);
+            u.append(&mut h, &path, &[], &mut Counting(b"abc", &most))
+                .unwrap();
+        }
+        u.finish().unwrap();
+        let most = most.into_inner();
+        // Other tests of this process open files meanwhile: a leak would be thousands.
+        assert!(
+            most < before + 100,
+            "{most} open files during, {before} before"
+        );
+        let names = std::fs::read_dir(dir.join(&deep).join("7"))
+            .unwrap()
+            .count();
+        assert_eq!(names, 100);
+        crate::store::tree::remove_tree(&dir);
+    }
 }
