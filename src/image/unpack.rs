@@ -97,6 +97,11 @@ impl Unpacker {
         }
         written.map_err(|source| self.error("", source))?;
         for (path, mode, mtime) in self.dirs.iter().rev() {
+            // An abandoning pull removes the tree meanwhile: a directory made read-only after
+            // the removal passed it would stay.
+            if STOP.load(Ordering::SeqCst) {
+                return Err(self.error("", io::ErrorKind::Interrupted.into()));
+            }
             let set = || -> nix::Result<()> {
                 let fd = open_beneath(&self.root, path, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
                 let t = TimeSpec::new(*mtime as i64, 0);
