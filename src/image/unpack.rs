@@ -6,9 +6,10 @@
 //! the copy into the page cache runs on the cores the inflating leaves.
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -52,8 +53,8 @@ pub struct UnpackError {
     pub source: io::Error,
 }
 
-/// Writes the entries of a flattened image into `dir` (modes and times kept; owners are the
-/// caller's, as a rootless user's files are; no xattrs).
+/// Writes the entries of a flattened image into `dir` (modes, times and `user.` xattrs kept;
+/// owners are the caller's, as a rootless user's files are).
 pub struct Unpacker {
     dir: PathBuf,
     root: OwnedFd,
@@ -173,23 +174,34 @@ impl Unpacker {
         }
     }
 
-    fn entry(&mut self, h: &Header, path: &str, data: &mut dyn Read) -> io::Result<()> {
+    fn entry(
+        &mut self,
+        h: &Header,
+        path: &str,
+        xattrs: &[(String, Vec<u8>)],
+        data: &mut dyn Read,
+    ) -> io::Result<()> {
         let (mode, mtime) = (h.mode()? & 0o7777, h.mtime()?);
         let kind = h.entry_type();
         let (dir, name) = self.parent_of(path)?;
         let private = Mode::from_bits_truncate(0o700);
         match kind {
-            EntryType::Directory => match nix::sys::stat::mkdirat(dir, name, private) {
-                Ok(()) | Err(Errno::EEXIST) => {
-                    self.directory(path, mode, mtime);
-                    return Ok(());
+            EntryType::Directory => {
+                match nix::sys::stat::mkdirat(dir, name, private) {
+                    Ok(()) | Err(Errno::EEXIST) => self.directory(path, mode, mtime),
+                    Err(e) => return Err(e.into()),
                 }
-                Err(e) => return Err(e.into()),
-            },
+                if !xattrs.is_empty() {
+                    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+                    set_xattrs(&open_beneath(&self.root, path, flags)?, xattrs)?;
+                }
+                return Ok(());
+            }
             EntryType::Regular => {
                 let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW;
                 let fd = nix::fcntl::openat(dir, name, flags | OFlag::O_CLOEXEC, private)?;
                 nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(mode))?;
+                set_xattrs(&fd, xattrs)?;
                 return self.writers.send(File::from(fd), h.size()?, mtime, data);
             }
             EntryType::Fifo => {
@@ -252,6 +264,35 @@ fn open_beneath(root: &OwnedFd, rel: &str, flags: OFlag) -> nix::Result<OwnedFd>
     nix::fcntl::openat2(root, if rel.is_empty() { "." } else { rel }, how)
 }
 
+/// The entry's `user.` xattrs, what a rootless user may set (the .sqsh alone keeps the others);
+/// none on a file system without them.
+fn set_xattrs(fd: &OwnedFd, xattrs: &[(String, Vec<u8>)]) -> io::Result<()> {
+    for (key, value) in xattrs {
+        let Some(name) = key.strip_prefix("SCHILY.xattr.") else {
+            continue;
+        };
+        if !name.starts_with("user.") {
+            continue;
+        }
+        let name = CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+        // SAFETY: an open fd, a C string and `value`'s bytes, all alive during the call.
+        let r = unsafe {
+            libc::fsetxattr(
+                fd.as_raw_fd(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                0,
+            )
+        };
+        let e = io::Error::last_os_error();
+        if r < 0 && e.raw_os_error() != Some(libc::ENOTSUP) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 fn set_link_time(dir: &OwnedFd, name: &str, mtime: u64) -> io::Result<()> {
     let t = TimeSpec::new(mtime as i64, 0);
     nix::sys::stat::utimensat(dir, name, &t, &t, UtimensatFlags::NoFollowSymlink)?;
@@ -263,11 +304,11 @@ impl Sink for Unpacker {
         &mut self,
         header: &mut Header,
         path: &str,
-        _xattrs: &[(String, Vec<u8>)],
+        xattrs: &[(String, Vec<u8>)],
         data: &mut dyn Read,
     ) -> io::Result<()> {
         self.check()?;
-        self.entry(header, path, data)
+        self.entry(header, path, xattrs, data)
             .map_err(|e| self.failed(path, e))
     }
 
@@ -601,6 +642,38 @@ mod tests {
         let e = u.finish().unwrap_err().to_string();
         assert!(e.contains("root/esc/owned"), "{e}");
         assert!(!t.path().join("owned").exists() && !dir.join("owned").exists());
+    }
+
+    #[test]
+    fn user_xattrs_are_kept_the_others_left_to_the_sqsh() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("root");
+        let mut u = Unpacker::new(&dir, 1).unwrap();
+        let xattrs = [
+            ("SCHILY.xattr.user.gpurun".to_string(), b"hello".to_vec()),
+            ("SCHILY.xattr.trusted.gpurun".to_string(), b"x".to_vec()),
+            ("SCHILY.xattr.security.capability".to_string(), vec![1, 2]),
+        ];
+        let mut h = header(EntryType::Directory, 0o755, 0);
+        u.append(&mut h, "d", &xattrs, &mut io::empty()).unwrap();
+        let mut h = header(EntryType::Regular, 0o644, 1);
+        u.append(&mut h, "d/f", &xattrs, &mut &b"x"[..]).unwrap();
+        u.finish().unwrap();
+        for p in ["d", "d/f"] {
+            let c = CString::new(dir.join(p).to_str().unwrap()).unwrap();
+            let get = |name: &str| {
+                let n = CString::new(name).unwrap();
+                let mut buf = [0u8; 16];
+                // SAFETY: C strings and a buffer of its length, alive during the call.
+                let r = unsafe {
+                    libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len())
+                };
+                (r >= 0).then(|| buf[..r as usize].to_vec())
+            };
+            assert_eq!(get("user.gpurun").as_deref(), Some(&b"hello"[..]), "{p}");
+            assert_eq!(get("trusted.gpurun"), None, "{p}");
+            assert_eq!(get("security.capability"), None, "{p}");
+        }
     }
 
     #[test]
