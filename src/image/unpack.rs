@@ -19,12 +19,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use nix::fcntl::OFlag;
 use nix::sys::stat::{Mode, SFlag, UtimensatFlags};
 use nix::sys::time::TimeSpec;
 use tar::{EntryType, Header};
 
 use crate::image::flatten::Sink;
+use crate::sys::open_beneath;
 
 /// Set when the process gives its pull up: every unpacking stops at its next entry or piece.
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -206,21 +207,15 @@ impl Unpacker {
             }
             EntryType::Fifo => {
                 nix::sys::stat::mknodat(dir, name, SFlag::S_IFIFO, private, 0)?;
+                // The fifo just made (mknodat would have failed on anything there) in the
+                // caller's private tree: its mode as the image has it, past the umask.
                 let m = Mode::from_bits_truncate(mode);
                 nix::sys::stat::fchmodat(
                     dir,
                     name,
                     m,
-                    nix::sys::stat::FchmodatFlags::NoFollowSymlink,
-                )
-                .or_else(|_| {
-                    nix::sys::stat::fchmodat(
-                        dir,
-                        name,
-                        m,
-                        nix::sys::stat::FchmodatFlags::FollowSymlink,
-                    )
-                })?;
+                    nix::sys::stat::FchmodatFlags::FollowSymlink,
+                )?;
             }
             _ => {
                 return Err(io::Error::other(format!(
@@ -254,14 +249,6 @@ impl Unpacker {
             false => Ok(()),
         }
     }
-}
-
-/// Open `rel` inside `root`, never through a link or out of it.
-fn open_beneath(root: &OwnedFd, rel: &str, flags: OFlag) -> nix::Result<OwnedFd> {
-    let how = OpenHow::new()
-        .flags(flags | OFlag::O_CLOEXEC)
-        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
-    nix::fcntl::openat2(root, if rel.is_empty() { "." } else { rel }, how)
 }
 
 /// The entry's `user.` xattrs, what a rootless user may set (the .sqsh alone keeps the others);

@@ -84,6 +84,20 @@ pub fn open_in_root(root: &OwnedFd, path: &Path, create: Create) -> Result<Owned
     openat2_in_root(root, &rel).map_err(at("open", path))
 }
 
+/// Open `rel` inside the directory `root`, never through a link or out of it (openat2
+/// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS): a tree written from an image, entry by entry.
+pub fn open_beneath(
+    root: &OwnedFd,
+    rel: &str,
+    flags: nix::fcntl::OFlag,
+) -> std::result::Result<OwnedFd, Errno> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    nix::fcntl::openat2(root, if rel.is_empty() { "." } else { rel }, how)
+}
+
 fn openat2_in_root(root: &OwnedFd, rel: &Path) -> std::result::Result<OwnedFd, Errno> {
     // SAFETY: open_how is plain integers; all zeroes is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
