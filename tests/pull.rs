@@ -323,6 +323,51 @@ fn pull_flattens_layers_into_squashfs() {
     no_temp_files(s.path());
 }
 
+/// A zstd layer of many frames (as podman and buildah push zstd:chunked) pulls to the very tree
+/// its gzip twin does; big enough for its frames to be decoded on several cores.
+#[test]
+fn a_zstd_layer_of_many_frames_pulls_as_its_gzip_twin() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let mut l = Layout::new(&s.join("layout"));
+    let mut noise = vec![0u8; 12 << 20];
+    let mut x: u64 = 0x2545f4914f6cdd1d;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let tar = LayerTar::new()
+        .busybox()
+        .file("noise", &noise)
+        .file("etc/motd", b"motd")
+        .finish();
+    for (tag, comp) in [("gz", Comp::Gzip), ("frames", Comp::ZstdFrames)] {
+        l.image(tag, &[(tar.clone(), comp)], "amd64", None, config());
+        reg.push(&l.dir, tag, &format!("test/twin:{tag}"), "oci");
+    }
+    s.chown_all();
+    let trees: Vec<_> = ["gz", "frames"]
+        .iter()
+        .map(|tag| {
+            let out = s.join(format!("{tag}.sqsh"));
+            let src = format!("docker://{}/test/twin:{tag}", reg.addr());
+            pull_ok(&s, &["-j", "4", &src, "-o", out.to_str().unwrap()], &[]);
+            let mut tree = support::read_image(&out);
+            // its source and manifest digest differ
+            tree.remove(".gpurun/meta.json");
+            tree
+        })
+        .collect();
+    assert_eq!(file(&trees[1], "etc/motd"), "motd");
+    assert!(trees[1]["noise"].data == noise);
+    assert!(
+        trees[0] == trees[1],
+        "the zstd frames' tree differs from gzip's"
+    );
+}
+
 #[test]
 fn docker_v2_offline_sources_and_platforms() {
     let s = Scratch::new();

@@ -15,8 +15,8 @@ use super::sink::Sink;
 use super::tar_io::{header, Print};
 use crate::image::inflate::{inflate_span, inflate_stream};
 
-/// Merge `layers` (top first) into one tar stream on `out`, a gzip layer inflated on up to
-/// `threads` cores; `on_read` hears of every (compressed) layer byte read.
+/// Merge `layers` (top first) into one tar stream on `out`, a gzip layer (or zstd of several
+/// frames) inflated on up to `threads` cores; `on_read` hears of every (compressed) byte read.
 pub fn flatten<W: Write>(
     layers: &[Layer],
     extra: &[ExtraFile<'_>],

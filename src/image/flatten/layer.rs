@@ -11,8 +11,8 @@ pub struct Layer {
     pub size: u64,
     #[allow(clippy::type_complexity)]
     pub open: Box<dyn Fn() -> io::Result<Box<dyn Read + Send>> + Send + Sync>,
-    /// The same bytes as a range of a file, where they are one: a gzip layer then inflates on
-    /// many cores.
+    /// The same bytes as a range of a file, where they are one: a gzip layer, or a zstd one of
+    /// several frames, then inflates on many cores.
     #[allow(clippy::type_complexity)]
     pub span: Option<Box<dyn Fn() -> io::Result<Span> + Send + Sync>>,
 }

@@ -1,8 +1,11 @@
 //! A layer's compressed bytes into its tar stream. gzip inflates on many cores where the blob is
 //! a range of a file: rapidgzip's marker/window method (the rapidgzip-core crate) decodes chunks
 //! of one deflate stream at once and resolves their back-references once the window before each
-//! is known. Elsewhere gzip inflates on one core (flate2), and so does zstd: libzstd decodes a
-//! frame on one thread only (its threads compress).
+//! is known. There too a zstd stream of several frames decodes them on many cores
+//! (zstd_frames.rs); libzstd decodes a frame on one thread only (its threads compress).
+//! Elsewhere, and for a zstd stream of one frame, both decode on one core (flate2, libzstd).
+
+mod zstd_frames;
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
@@ -12,6 +15,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use rapidgzip_core::DecoderReader;
+
+use zstd_frames::FrameReader;
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
@@ -75,24 +80,18 @@ pub fn inflate_stream<'a>(
 }
 
 /// `span` decompressed: gzip on up to `threads` cores (its members' CRC-32 and size checked at
-/// their ends, the output byte-equal to flate2's), anything else as [`inflate_stream`] does.
+/// their ends, the output byte-equal to flate2's), and so zstd of several frames (byte-equal to
+/// libzstd's one thread); anything else as [`inflate_stream`] does.
 pub fn inflate_span<'a>(
     span: Span,
     threads: usize,
     on_read: &'a (dyn Fn(u64) + Sync),
 ) -> io::Result<Inflating<'a>> {
-    let mut head = [0u8; 2];
+    let mut head = [0u8; 4];
     let n = span.file.read_at(&mut head, span.start)?;
     let check = span
         .check
         .map(|mut c| std::thread::spawn(move || io::copy(&mut c, &mut io::sink()).map(drop)));
-    if threads < 2 || head[..n] != GZIP_MAGIC {
-        let mut file = span.file;
-        file.seek(SeekFrom::Start(span.start))?;
-        let mut one = inflate_stream(Box::new(file.take(span.len)), on_read)?;
-        one.check = check;
-        return Ok(one);
-    }
     let furthest = Arc::new(AtomicU64::new(0));
     let source = Positional {
         file: span.file,
@@ -100,13 +99,48 @@ pub fn inflate_span<'a>(
         len: span.len,
         furthest: furthest.clone(),
     };
+    let inner = match on_many_cores(source, &head[..n], threads)? {
+        Ok(inner) => inner,
+        Err(source) => {
+            let mut file = source.file;
+            file.seek(SeekFrom::Start(span.start))?;
+            let mut one = inflate_stream(Box::new(file.take(span.len)), on_read)?;
+            one.check = check;
+            return Ok(one);
+        }
+    };
     let reader = Box::new(Progress {
-        inner: gzip_reader(source, threads)?,
+        inner,
         furthest,
         told: 0,
         on_read,
     });
     Ok(Inflating { reader, check })
+}
+
+type Decoded = Box<dyn Read + Send>;
+
+/// `source` decoded on up to `threads` cores where its format allows it, else `source` back.
+fn on_many_cores(
+    source: Positional,
+    head: &[u8],
+    threads: usize,
+) -> io::Result<Result<Decoded, Positional>> {
+    if threads < 2 {
+        return Ok(Err(source));
+    }
+    if head.starts_with(&GZIP_MAGIC) {
+        return Ok(Ok(Box::new(gzip_reader(source, threads)?)));
+    }
+    if head != ZSTD_MAGIC {
+        return Ok(Err(source));
+    }
+    let Some(units) = zstd_frames::units(&source, source.len, zstd_frames::UNIT) else {
+        return Ok(Err(source));
+    };
+    // The walk read headers all through the span: progress is what the decoding reads.
+    source.furthest.store(0, Ordering::Relaxed);
+    Ok(Ok(Box::new(FrameReader::start(source, units, threads)?)))
 }
 
 /// `source`'s gzip members inflated on up to `threads` cores.
@@ -196,7 +230,7 @@ mod tests {
     const MIB: usize = 1 << 20;
 
     /// Deterministic noise (xorshift): incompressible, so deflate stores it or codes literals.
-    fn noise(n: usize, mut seed: u64) -> Vec<u8> {
+    pub(super) fn noise(n: usize, mut seed: u64) -> Vec<u8> {
         (0..n)
             .map(|_| {
                 seed ^= seed << 13;
@@ -208,7 +242,7 @@ mod tests {
     }
 
     /// Words among random nibbles: about 2 to 1, literals and back-references both.
-    fn text(n: usize, seed: u64) -> Vec<u8> {
+    pub(super) fn text(n: usize, seed: u64) -> Vec<u8> {
         let w = words(n, seed);
         let r = noise(n, seed + 1);
         w.chunks(48)
@@ -219,7 +253,7 @@ mod tests {
     }
 
     /// Words from a small vocabulary: compresses about 9 to 1, with long back-references.
-    fn words(n: usize, seed: u64) -> Vec<u8> {
+    pub(super) fn words(n: usize, seed: u64) -> Vec<u8> {
         const VOCAB: [&str; 12] = [
             "layer ",
             "squashfs ",
@@ -276,8 +310,9 @@ mod tests {
     }
 
     /// One parallel inflate at a time: the decoder times its parallel path against one core
-    /// before taking it, and two tests inflating at once would each see half the CPUs.
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    /// before taking it, and two tests inflating at once would each see half the CPUs; and the
+    /// zstd workers a test counts are its own.
+    pub(super) static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// `blob` in the middle of a file, inflated as a pull does; and the decoder's path.
     fn parallel(blob: &[u8], threads: usize) -> (io::Result<Vec<u8>>, DecoderPath) {
@@ -358,10 +393,8 @@ mod tests {
         assert!(marker_window, "the marker/window path was never taken");
     }
 
-    /// A seeded corpus of random streams: text, noise and runs in random order and sizes, at
-    /// every gzip level; the seed is printed so that a failure can be replayed.
-    #[test]
-    fn random_streams_are_byte_equal_to_one_core() {
+    /// `GPURUN_INFLATE_SEED`, else one from the clock; printed, so that a failure can be replayed.
+    pub(super) fn seed() -> u64 {
         let seed = std::env::var("GPURUN_INFLATE_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -370,6 +403,14 @@ mod tests {
                 t.map_or(1, |d| d.as_nanos() as u64 | 1)
             });
         eprintln!("GPURUN_INFLATE_SEED={seed}");
+        seed
+    }
+
+    /// A seeded corpus of random streams: text, noise and runs in random order and sizes, at
+    /// every gzip level; the seed is printed so that a failure can be replayed.
+    #[test]
+    fn random_streams_are_byte_equal_to_one_core() {
+        let seed = seed();
         let mut r = noise(4096, seed).into_iter().map(u64::from);
         let mut next = move |n: u64| r.next().unwrap_or(7) * 2654435761 % n;
         for case in 0..10 {
@@ -457,6 +498,71 @@ mod tests {
         let r = s.reader.read_to_end(&mut Vec::new()).map(drop);
         let e = s.finish(r, |e| e).unwrap_err();
         assert_eq!(e.to_string(), "does not match its digest");
+    }
+
+    /// A zstd span of several frames decodes them on worker threads, reads to its end (progress
+    /// counts every byte) and ends its workers when done.
+    #[test]
+    fn a_zstd_span_decodes_its_frames_on_many_cores() {
+        let data = noise(10 * MIB, 5);
+        let mut blob: Vec<u8> = data
+            .chunks(MIB)
+            .flat_map(|c| zstd::bulk::compress(c, 3).unwrap())
+            .collect();
+        blob.extend_from_slice(&[0x50, 0x2a, 0x4d, 0x18, 2, 0, 0, 0, b'o', b'k']);
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(b"before the blob").unwrap();
+        f.write_all(&blob).unwrap();
+        f.write_all(b"after it").unwrap();
+        let read = std::sync::atomic::AtomicU64::new(0);
+        let on_read = |n| {
+            read.fetch_add(n, Ordering::Relaxed);
+        };
+        let span = |check: Option<Box<dyn Read + Send>>| Span {
+            file: f.try_clone().unwrap(),
+            start: 15,
+            len: blob.len() as u64,
+            check,
+        };
+        let _turn = crate::lock(&ONE_AT_A_TIME);
+        let mut s = inflate_span(span(None), 2, &on_read).unwrap();
+        assert!(
+            zstd_workers_become(|n| n > 0),
+            "no thread decodes the frames"
+        );
+        let mut out = Vec::new();
+        let r = s.reader.read_to_end(&mut out).map(drop);
+        s.finish(r, |e| e).unwrap();
+        assert!(out == data);
+        assert_eq!(read.load(Ordering::Relaxed), blob.len() as u64);
+        assert!(
+            zstd_workers_become(|n| n == 0),
+            "threads outlive the reader"
+        );
+        let bad: Box<dyn Read + Send> = Box::new(FailingCheck);
+        let mut s = inflate_span(span(Some(bad)), 2, &on_read).unwrap();
+        let r = s.reader.read_to_end(&mut Vec::new()).map(drop);
+        let e = s.finish(r, |e| e).unwrap_err();
+        assert_eq!(e.to_string(), "does not match its digest");
+    }
+
+    /// Whether the number of this process's zstd workers comes to satisfy `want` within seconds
+    /// (a thread names itself once started, and leaves /proc a moment after it is joined).
+    fn zstd_workers_become(want: impl Fn(usize) -> bool) -> bool {
+        let count = || {
+            let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+            let comm = |t: std::fs::DirEntry| std::fs::read(t.path().join("comm")).ok();
+            let names = tasks.filter_map(|t| comm(t.ok()?));
+            names.filter(|n| n == b"zstd-frames\n").count()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !want(count()) {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        true
     }
 
     struct FailingCheck;
