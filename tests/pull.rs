@@ -1131,6 +1131,36 @@ fn full_disk_leaves_no_partial_image() {
         "{e}"
     );
     assert_eq!(o.status.code(), Some(24), "{e}");
+    // exec: a 24 MiB file of zeros in a tiny blob: the cache holds the blob, and the first
+    // start's tree fills it while that file is written (by a writer thread, not the flattening)
+    let mut l = Layout::new(&s.join("zeros-layout"));
+    let zeros = LayerTar::new().file("zeros", &vec![0u8; 24 << 20]).finish();
+    l.image("zeros", &[(zeros, Comp::Gzip)], "amd64", None, config());
+    reg.push(&l.dir, "zeros", "test/zeros:v1", "oci");
+    let small_tree = tmpfs("tree", "8m");
+    let cache = small_tree.0.join("cache");
+    let src = format!("docker://{}/test/zeros:v1", reg.addr());
+    let o = common::gpurun(&["exec", &src, "true"])
+        .env("GPURUN_CACHEDIR", &cache)
+        .env("DOCKER_CONFIG", s.join("docker-config"))
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert!(
+        e.contains("disk is full") && e.contains("GPURUN_CACHEDIR"),
+        "{e}"
+    );
+    assert_eq!(o.status.code(), Some(24), "{e}");
+    let left = Command::new("find")
+        .arg(&cache)
+        .args(["-mindepth", "2"])
+        .output()
+        .unwrap();
+    let left = String::from_utf8_lossy(&left.stdout);
+    assert!(
+        !left.contains("rootfs") && !left.contains(".sqsh"),
+        "left behind:\n{left}"
+    );
 }
 
 #[test]
