@@ -66,7 +66,7 @@ cp /usr/share/containers/seccomp.json /etc/containers/policy.json "$B/share/"
 install -m 755 "$NEW" "$B/gpurun-new"
 install -m 755 "$OLD" "$B/gpurun-old"
 [ -z "${PREV:-}" ] || install -m 755 "$PREV" "$B/gpurun-prev"
-cp "$HERE/first-start.sh" "$HERE/lib.sh" "$B/benches/"
+cp "$HERE/first-start.sh" "$HERE/first-start-timeline.sh" "$HERE/lib.sh" "$B/benches/"
 chmod -R a+rX "$B"
 
 mkdir -p "$DEST"
