@@ -31,6 +31,16 @@ const CHUNK: usize = 256 << 10;
 const NEAR: u64 = 32 << 10;
 const FAR: usize = 512;
 
+/// libzstd decodes a frame in one pass where the caller's buffer holds its whole content (its
+/// size in its header) and the frame is all in its input; else a block at a time. The one-pass
+/// decoder takes frames the streaming one refuses: a window over its limit (`ZSTD_d_windowLogMax`,
+/// 2^27 + 1 by default), raw and RLE blocks over the frame's block maximum. Which of the two a
+/// frame meets depends on the room left in the reader's buffer, and a unit's worker leaves other
+/// room than a one-core reader: so that both come to the same, a walk stops at such frames and
+/// the one-thread decoder reads the stream as it always did.
+const MAX_WINDOW: u64 = (1 << 27) + 1;
+const BLOCK_MAX: u64 = 128 << 10;
+
 const FRAME_MAGIC: u32 = 0xFD2F_B528;
 /// Skippable frames' magic numbers are 0x184D2A50 to 0x184D2A5F.
 const SKIPPABLE_MAGIC: u32 = 0x184D_2A50;
@@ -43,7 +53,8 @@ pub(super) struct Frame {
     pub(super) data: bool,
 }
 
-/// Where a walk stops; the one-thread decoder then reads the stream and fails as it always did.
+/// Where a walk stops; the one-thread decoder then reads the stream as it always did (and fails,
+/// but for the frames [`MAX_WINDOW`] tells of).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Malformed {
     /// Something other than a frame's magic number where a frame begins.
@@ -56,6 +67,10 @@ pub(super) enum Malformed {
     Cut,
     /// Reading the stream failed.
     Unreadable,
+    /// A window larger than libzstd's streaming decoder takes ([`MAX_WINDOW`]).
+    Window,
+    /// A block larger than its frame's maximum (its window, at most 128 KiB).
+    BlockSize,
 }
 
 /// The frames of the first `len` bytes of `src`, in order, found from their headers alone (RFC
@@ -122,10 +137,18 @@ impl<'a, S: ReadAt + ?Sized> Frames<'a, S> {
         if descriptor & 0x08 != 0 {
             return Err(Malformed::ReservedBit);
         }
+        let window = self.window(start, descriptor)?;
+        if window > MAX_WINDOW {
+            return Err(Malformed::Window);
+        }
+        let block_max = window.min(BLOCK_MAX);
         let mut at = start + 5 + header_len(descriptor);
         loop {
             let header = le(self.bytes(at, 3)?);
             let size = header >> 3;
+            if size > block_max {
+                return Err(Malformed::BlockSize);
+            }
             // Raw and compressed blocks hold `size` bytes, an RLE block the one byte it repeats.
             at += 3 + match (header >> 1) & 3 {
                 0 | 2 => size,
@@ -138,6 +161,24 @@ impl<'a, S: ReadAt + ?Sized> Frames<'a, S> {
         }
         let checksum = if descriptor & 0x04 != 0 { 4 } else { 0 };
         self.ending(start, at + checksum, true)
+    }
+
+    /// The window size of the frame at `start` (RFC 8878, 3.1.1.1.2): its window descriptor's,
+    /// or its content size where it is a single segment.
+    fn window(&mut self, start: u64, descriptor: u8) -> Result<u64, Malformed> {
+        let single_segment = descriptor & 0x20 != 0;
+        if !single_segment {
+            let w = self.bytes(start + 5, 1)?[0];
+            let base = 1u64 << (10 + (w >> 3));
+            return Ok(base + base / 8 * u64::from(w & 7));
+        }
+        let dictionary = [0, 1, 2, 4][usize::from(descriptor & 3)];
+        Ok(match descriptor >> 6 {
+            0 => le(self.bytes(start + 5 + dictionary, 1)?),
+            1 => le(self.bytes(start + 5 + dictionary, 2)?) + 256,
+            2 => le(self.bytes(start + 5 + dictionary, 4)?),
+            _ => le(self.bytes(start + 5 + dictionary, 8)?),
+        })
     }
 
     fn ending(&self, start: u64, end: u64, data: bool) -> Result<Frame, Malformed> {
@@ -945,5 +986,125 @@ mod tests {
             );
             assert_eq!(Arc::strong_count(&src), 1, "{name}: a worker lives on");
         }
+    }
+
+    /// A consumer reading `chunk` bytes at a time: its output up to its error, and the error.
+    fn read_by(r: &mut impl Read, chunk: usize) -> (Vec<u8>, io::Result<()>) {
+        let (mut out, mut buf) = (Vec::new(), vec![0; chunk]);
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => return (out, Ok(())),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (out, Err(e)),
+            }
+        }
+    }
+
+    /// The one-core decoder read `chunk` bytes at a time (a tar reader reads 512).
+    fn sequential_by(blob: &[u8], chunk: usize) -> (Vec<u8>, io::Result<()>) {
+        match decompress(Box::new(blob)) {
+            Ok(mut d) => read_by(&mut d, chunk),
+            Err(e) => (Vec::new(), Err(e)),
+        }
+    }
+
+    /// A frame's header, by hand: `descriptor`, then the window descriptor `window` where the
+    /// frame is not a single segment, a dictionary id and a content size of the descriptor's
+    /// lengths (`id`, `fcs`: their values, little-endian).
+    fn header(descriptor: u8, window: u8, id: u32, fcs: u64) -> Vec<u8> {
+        let mut h = FRAME_MAGIC.to_le_bytes().to_vec();
+        h.push(descriptor);
+        if descriptor & 0x20 == 0 {
+            h.push(window);
+        }
+        h.extend_from_slice(&id.to_le_bytes()[..[0, 1, 2, 4][usize::from(descriptor & 3)]]);
+        let single = u64::from(descriptor & 0x20 != 0);
+        let fcs_len = [single, 2, 4, 8][usize::from(descriptor >> 6)] as usize;
+        let fcs = if descriptor >> 6 == 1 { fcs - 256 } else { fcs };
+        h.extend_from_slice(&fcs.to_le_bytes()[..fcs_len]);
+        h
+    }
+
+    /// A block header: `kind` 0 raw, 1 RLE, 2 compressed; `size`; whether it is the last.
+    fn block(kind: u32, size: u32, last: bool) -> Vec<u8> {
+        (u32::from(last) | kind << 1 | size << 3).to_le_bytes()[..3].to_vec()
+    }
+
+    /// libzstd decodes a frame whose content fits the reader's buffer in one pass, the others a
+    /// block at a time, and the one-pass decoder takes frames the other refuses: the same stream
+    /// decodes or fails by the size of the reads. A worker's reads are not the one-core
+    /// reader's: the walk stops at such frames, and the one-core decoder reads them as before.
+    #[test]
+    fn frames_libzstd_decodes_by_the_read_size_stop_the_walk() {
+        let good = |s| frame(&text(300 * KIB, s), 3, true, true);
+        // A single segment of 200 KiB: its window and block maximum 200 KiB, at most 128 KiB.
+        let rle = [
+            header(2 << 6 | 0x20, 0, 0, 200 * KIB as u64),
+            block(1, 200 * KIB as u32, true),
+            vec![b'x'],
+        ]
+        .concat();
+        let raw = [
+            header(2 << 6, 10 << 3, 0, 200 * KIB as u64),
+            block(0, 200 * KIB as u32, true),
+            vec![b'r'; 200 * KIB],
+        ]
+        .concat();
+        // A window of 2 GiB (log 31), over libzstd's limit of 128 MiB, content 1000 bytes.
+        let wide = [
+            header(1 << 6, 21 << 3, 0, 1000),
+            block(0, 1000, true),
+            vec![b'w'; 1000],
+        ]
+        .concat();
+        let cases = [
+            (
+                "an RLE block over the block maximum",
+                rle,
+                Malformed::BlockSize,
+            ),
+            ("a raw block over 128 KiB", raw, Malformed::BlockSize),
+            ("a window over libzstd's limit", wide, Malformed::Window),
+        ];
+        for (name, bad, why) in cases {
+            let blob = [good(1), bad, good(2)].concat();
+            let (small, read_small) = sequential_by(&blob, 512);
+            let (big, read_big) = sequential_by(&blob, MIB);
+            // libzstd's own doing: were it to decode such frames one way only, no need to stop.
+            assert!(
+                read_small.is_err() && read_big.is_ok() && small.len() < big.len(),
+                "{name}: one core reads it the same by 512 bytes and by 1 MiB"
+            );
+            let walked: Vec<_> = Frames::new(&blob[..], blob.len() as u64).collect();
+            assert_eq!(walked.len(), 2, "{name}: {walked:?}");
+            assert_eq!(walked[1], Err(why), "{name}");
+            assert_eq!(units(&blob[..], blob.len() as u64, 1), None, "{name}");
+        }
+        // At the limits, the walk goes on: a window of 128 MiB, blocks of the block maximum.
+        let edges = [
+            [
+                header(0, 17 << 3, 0, 0),
+                block(1, 128 * KIB as u32, false),
+                vec![1],
+                block(0, 10, true),
+                vec![2; 10],
+            ]
+            .concat(),
+            [
+                header(0x20, 0, 0, 200),
+                block(1, 100, false),
+                vec![3],
+                block(0, 100, true),
+                vec![4; 100],
+            ]
+            .concat(),
+        ];
+        let blob = [good(3), edges[0].clone(), edges[1].clone(), good(4)].concat();
+        let (want, one) = sequential_by(&blob, 512);
+        one.expect("libzstd takes frames at the limits");
+        let (got, read) = parallel(&blob, 2, 1).expect("the walk stops at the limits");
+        read.unwrap();
+        assert!(got == want, "frames at the limits differ");
     }
 }
