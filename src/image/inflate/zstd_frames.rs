@@ -1107,4 +1107,225 @@ mod tests {
         read.unwrap();
         assert!(got == want, "frames at the limits differ");
     }
+
+    /// Hand-made frames between two of libzstd's, each as a published layer may hold it: where
+    /// the walk takes the stream, its output and error are the one-core decoder's, read 512 bytes
+    /// at a time as a tar reader does and 1 MiB at a time alike.
+    #[test]
+    fn hand_made_frames_decode_and_fail_as_on_one_core() {
+        let good = |s| frame(&text(300 * KIB, s), 3, true, true);
+        let w = 10 << 3; // a window of 1 MiB
+        let raw = |n: usize, last| [block(0, n as u32, last), vec![b'r'; n]].concat();
+        let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+            (
+                "an empty compressed block",
+                [header(0, w, 0, 0), block(2, 0, false), raw(10, true)].concat(),
+                true,
+            ),
+            (
+                "the unused descriptor bit set",
+                [header(0x10, w, 0, 0), raw(10, true)].concat(),
+                true,
+            ),
+            (
+                "a dictionary id",
+                [header(0x01, w, 7, 0), raw(10, true)].concat(),
+                true,
+            ),
+            (
+                "a dictionary id of 4 bytes, and a content size",
+                [header(2 << 6 | 0x03, w, 0xdead_beef, 10), raw(10, true)].concat(),
+                true,
+            ),
+            (
+                "a content size larger than the content",
+                [header(2 << 6, w, 0, 11), raw(10, true)].concat(),
+                true,
+            ),
+            (
+                "a content size smaller than the content",
+                [header(3 << 6, w, 0, 9), raw(10, true)].concat(),
+                true,
+            ),
+            (
+                "a content size of 2^64 - 1: unknown to libzstd",
+                [header(3 << 6, w, 0, u64::MAX), raw(10, true)].concat(),
+                true,
+            ),
+            (
+                "a content size of 2^64 - 2",
+                [header(3 << 6, w, 0, u64::MAX - 1), raw(10, true)].concat(),
+                true,
+            ),
+            (
+                "a single segment of 2^64 - 1 bytes",
+                [header(3 << 6 | 0x20, 0, 0, u64::MAX), raw(10, true)].concat(),
+                false,
+            ),
+            (
+                "a wrong checksum",
+                [header(0x04, w, 0, 0), raw(10, true), vec![0; 4]].concat(),
+                true,
+            ),
+            (
+                "a compressed block of garbage",
+                [header(0, w, 0, 0), block(2, 100, true), noise(100, 9)].concat(),
+                true,
+            ),
+            (
+                "a window of 1 KiB and an RLE block over it",
+                [header(0, 0, 0, 0), block(1, 2000, true), vec![1]].concat(),
+                false,
+            ),
+            (
+                "a window of 2 GiB, no content size",
+                [header(0, 21 << 3, 0, 0), raw(10, true)].concat(),
+                false,
+            ),
+            (
+                "no last block: blocks run into the next frame",
+                [header(0, w, 0, 0), raw(10, false)].concat(),
+                false,
+            ),
+            (
+                "a skippable frame of 4 GiB",
+                [
+                    skippable(SKIPPABLE_MAGIC, b"x")[..4].to_vec(),
+                    vec![0xff; 4],
+                ]
+                .concat(),
+                false,
+            ),
+        ];
+        for (name, odd, walks) in cases {
+            let blob = [good(1), odd, good(2), good(3)].concat();
+            let (small, one) = sequential_by(&blob, 512);
+            let (big, one_big) = sequential_by(&blob, MIB);
+            let units = units(&blob[..], blob.len() as u64, 1);
+            assert_eq!(units.is_some(), walks, "{name}: the path taken");
+            let Some(units) = units else { continue };
+            let _turn = crate::lock(&ONE_AT_A_TIME);
+            let mut r = FrameReader::start(blob.clone(), units, 3).unwrap();
+            let (out, many) = read_by(&mut r, 512);
+            drop(r);
+            let error = |r: &io::Result<()>| r.as_ref().err().map(|e| (e.kind(), e.to_string()));
+            assert_eq!(error(&many), error(&one), "{name}: by 512 bytes");
+            assert_eq!(error(&many), error(&one_big), "{name}: by 1 MiB");
+            if many.is_ok() {
+                assert!(out == small && out == big, "{name}: differs");
+                continue;
+            }
+            // The frames before the odd one whole; the others are cut where libzstd's buffers
+            // say, a prefix of the same bytes.
+            let first = 300 * KIB;
+            for (who, o) in [
+                ("many", &out),
+                ("one by 512", &small),
+                ("one by 1 MiB", &big),
+            ] {
+                assert!(o.len() >= first, "{name}, {who}: {} bytes", o.len());
+                let n = o.len().min(out.len());
+                assert!(o[..n] == out[..n], "{name}, {who}: differs");
+            }
+        }
+    }
+
+    /// A source that breaks, once the walk is done, under the workers: an error, or a panic.
+    struct Breaking {
+        blob: Vec<u8>,
+        from: u64,
+        broken: AtomicBool,
+        panics: bool,
+    }
+
+    impl ReadAt for Breaking {
+        fn len(&self) -> io::Result<u64> {
+            Ok(self.blob.len() as u64)
+        }
+
+        fn read_at(&self, at: u64, buf: &mut [u8]) -> io::Result<usize> {
+            if self.broken.load(Ordering::Relaxed) && at + buf.len() as u64 > self.from {
+                assert!(!self.panics, "a source that panics");
+                return Err(io::Error::new(io::ErrorKind::PermissionDenied, "gone"));
+            }
+            self.blob.as_slice().read_at(at, buf)
+        }
+    }
+
+    /// `r` dropped on another thread: whether that ends within seconds.
+    fn drops_promptly<T: Send + 'static>(r: T) -> bool {
+        let (done, dropped) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(r);
+            let _ = done.send(());
+        });
+        dropped.recv_timeout(Duration::from_secs(10)).is_ok()
+    }
+
+    /// A unit that fails while the workers after it wait on full hand-overs: the error comes,
+    /// again on every later read, and the workers end. So too where the source fails or panics
+    /// under a worker, its unit not the first.
+    #[test]
+    fn a_failing_unit_ends_the_workers_blocked_behind_it() {
+        let zeros = frames(&vec![0; 96 * MIB], 32 * MIB, 3);
+        let first = frame(&text(MIB, 12), 3, true, true);
+        let mut corrupt = first.clone();
+        let mid = corrupt.len() / 2;
+        corrupt[mid..mid + 64].iter_mut().for_each(|x| *x ^= 0x5a);
+        let (_, one) = sequential(&[corrupt.clone(), zeros.clone()].concat());
+        let one = one.unwrap_err();
+        let _turn = crate::lock(&ONE_AT_A_TIME);
+        for (name, stream) in [("first", corrupt), ("sound", first.clone())] {
+            let blob = [stream, zeros.clone()].concat();
+            for panics in [false, true] {
+                let name = format!("{name} frame, source panics: {panics}");
+                let src = Arc::new(Breaking {
+                    from: first.len() as u64 + 10,
+                    broken: AtomicBool::new(false),
+                    blob: blob.clone(),
+                    panics,
+                });
+                let units = units(&*src, blob.len() as u64, 1).unwrap();
+                let mut r = FrameReader::start(src.clone(), units, 4).unwrap();
+                src.broken
+                    .store(name.starts_with("sound"), Ordering::Relaxed);
+                // The workers of the zeros fill their hand-overs meanwhile.
+                std::thread::sleep(Duration::from_millis(300));
+                let (_, read) = read_by(&mut r, 64 * KIB);
+                let e = read.expect_err(&name);
+                let again = r.read(&mut [0; 10]).expect_err(&name);
+                assert_eq!((e.kind(), e.to_string()), (again.kind(), again.to_string()));
+                let want = match (name.starts_with("sound"), panics) {
+                    (false, _) => (one.kind(), one.to_string()),
+                    (true, false) => (io::ErrorKind::PermissionDenied, "gone".into()),
+                    (true, true) => (
+                        io::ErrorKind::Other,
+                        "a thread decoding zstd frames ended early".into(),
+                    ),
+                };
+                assert_eq!((e.kind(), e.to_string()), want, "{name}");
+                assert!(drops_promptly(r), "{name}: dropping the reader hangs");
+                assert_eq!(Arc::strong_count(&src), 1, "{name}: a worker lives on");
+            }
+        }
+    }
+
+    /// A layer of a million empty frames, 9 bytes each: the walk keeps units, not frames, a few
+    /// of them, and the stream decodes to nothing as on one core.
+    #[test]
+    fn a_million_empty_frames_walk_into_a_few_units() {
+        let empty = [header(0x20, 0, 0, 0), block(0, 0, true)].concat();
+        assert_eq!(empty.len(), 9);
+        let blob = empty.repeat(1_000_000);
+        let t0 = Instant::now();
+        let units = units(&blob[..], blob.len() as u64, UNIT).expect("the walk takes them");
+        assert_eq!(units.len(), 3, "{units:?}");
+        assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+        let (got, read) = parallel(&blob, 2, UNIT).unwrap();
+        read.unwrap();
+        assert!(got.is_empty());
+        let (one, read) = sequential(&blob);
+        read.unwrap();
+        assert!(one.is_empty());
+    }
 }
