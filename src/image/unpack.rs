@@ -6,10 +6,9 @@
 //! the copy into the page cache runs on the cores the inflating leaves.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +24,7 @@ use nix::sys::time::TimeSpec;
 use tar::{EntryType, Header};
 
 use crate::image::flatten::Sink;
-use crate::sys::open_beneath;
+use crate::sys::{open_beneath, set_xattr_fd};
 
 /// Set when the process gives its pull up: every unpacking stops at its next entry or piece.
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -261,20 +260,9 @@ fn set_xattrs(fd: &OwnedFd, xattrs: &[(String, Vec<u8>)]) -> io::Result<()> {
         if !name.starts_with("user.") {
             continue;
         }
-        let name = CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
-        // SAFETY: an open fd, a C string and `value`'s bytes, all alive during the call.
-        let r = unsafe {
-            libc::fsetxattr(
-                fd.as_raw_fd(),
-                name.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                0,
-            )
-        };
-        let e = io::Error::last_os_error();
-        if r < 0 && e.raw_os_error() != Some(libc::ENOTSUP) {
-            return Err(e);
+        match set_xattr_fd(fd, name.as_bytes(), value) {
+            Err(e) if e.raw_os_error() != Some(libc::ENOTSUP) => return Err(e),
+            _ => {}
         }
     }
     Ok(())
@@ -484,6 +472,7 @@ fn write_pieces(
 mod tests {
     use super::*;
     use crate::image::flatten::{flatten_into, Layer};
+    use std::ffi::CString;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn header(kind: EntryType, mode: u32, size: u64) -> Header {

@@ -231,6 +231,27 @@ pub fn set_xattr_nofollow(p: &Path, name: &[u8], value: &[u8]) -> std::io::Resul
             0,
         )
     };
+    xattr_set(r)
+}
+
+/// Set the extended attribute `name` of the open file `fd` to `value`.
+pub fn set_xattr_fd(fd: &OwnedFd, name: &[u8], value: &[u8]) -> std::io::Result<()> {
+    let n = CString::new(name)?;
+    // SAFETY: an open fd, a C string and a value buffer of the length given, alive during the
+    // call.
+    let r = unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    xattr_set(r)
+}
+
+fn xattr_set(r: libc::c_int) -> std::io::Result<()> {
     if r == 0 {
         Ok(())
     } else {

@@ -480,21 +480,28 @@ mod tests {
         let on_read = |n| {
             read.fetch_add(n, Ordering::Relaxed);
         };
-        let span = |check: Option<Box<dyn Read + Send>>| Span {
-            file: f.try_clone().unwrap(),
-            start: 0,
-            len: blob.len() as u64,
-            check,
-        };
-        let mut s = inflate_span(span(None), 2, &on_read).unwrap();
+        let mut s = inflate_span(span_of(&f, 0, blob.len(), None), 2, &on_read).unwrap();
         let mut out = Vec::new();
         let r = s.reader.read_to_end(&mut out).map(drop);
         s.finish(r, |e| e).unwrap();
         assert!(out == data);
         assert_eq!(read.load(Ordering::Relaxed), blob.len() as u64);
-        // A failed check is the error, even when the bytes inflate.
-        let bad: Box<dyn Read + Send> = Box::new(FailingCheck);
-        let mut s = inflate_span(span(Some(bad)), 2, &on_read).unwrap();
+        assert_check_fails(span_of(&f, 0, blob.len(), Some(Box::new(FailingCheck))));
+    }
+
+    /// `len` bytes of `f` from `start`, checked by `check`.
+    fn span_of(f: &File, start: u64, len: usize, check: Option<Box<dyn Read + Send>>) -> Span {
+        Span {
+            file: f.try_clone().unwrap(),
+            start,
+            len: len as u64,
+            check,
+        }
+    }
+
+    /// A failed check of `span` is its error, even when its bytes decode.
+    fn assert_check_fails(span: Span) {
+        let mut s = inflate_span(span, 2, &|_| {}).unwrap();
         let r = s.reader.read_to_end(&mut Vec::new()).map(drop);
         let e = s.finish(r, |e| e).unwrap_err();
         assert_eq!(e.to_string(), "does not match its digest");
@@ -518,14 +525,8 @@ mod tests {
         let on_read = |n| {
             read.fetch_add(n, Ordering::Relaxed);
         };
-        let span = |check: Option<Box<dyn Read + Send>>| Span {
-            file: f.try_clone().unwrap(),
-            start: 15,
-            len: blob.len() as u64,
-            check,
-        };
         let _turn = crate::lock(&ONE_AT_A_TIME);
-        let mut s = inflate_span(span(None), 2, &on_read).unwrap();
+        let mut s = inflate_span(span_of(&f, 15, blob.len(), None), 2, &on_read).unwrap();
         assert!(
             zstd_workers_become(|n| n > 0),
             "no thread decodes the frames"
@@ -539,11 +540,7 @@ mod tests {
             zstd_workers_become(|n| n == 0),
             "threads outlive the reader"
         );
-        let bad: Box<dyn Read + Send> = Box::new(FailingCheck);
-        let mut s = inflate_span(span(Some(bad)), 2, &on_read).unwrap();
-        let r = s.reader.read_to_end(&mut Vec::new()).map(drop);
-        let e = s.finish(r, |e| e).unwrap_err();
-        assert_eq!(e.to_string(), "does not match its digest");
+        assert_check_fails(span_of(&f, 15, blob.len(), Some(Box::new(FailingCheck))));
     }
 
     /// Whether the number of this process's zstd workers comes to satisfy `want` within seconds
