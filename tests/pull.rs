@@ -1127,7 +1127,7 @@ fn full_disk_leaves_no_partial_image() {
         .unwrap();
     let e = stderr(&o);
     assert!(
-        e.contains("disk is full") && e.contains("GPURUN_CACHEDIR") && !e.contains("-o"),
+        e.contains("disk is full") && e.contains("GPURUN_CACHEDIR") && !e.contains("another -o"),
         "{e}"
     );
     assert_eq!(o.status.code(), Some(24), "{e}");
