@@ -13,7 +13,7 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, SendError, Sender, SyncSe
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use rapidgzip_core::ReadAt;
+use super::{read_exact_at, ReadAt};
 
 /// Frames are grouped into units of at least this many compressed bytes: zstd:chunked's frames
 /// are often a few KiB, and a hand-over each would cost more than decoding them.
@@ -225,19 +225,6 @@ fn header_len(descriptor: u8) -> u64 {
 /// A little-endian number of up to 8 bytes.
 fn le(b: &[u8]) -> u64 {
     b.iter().rev().fold(0, |n, &x| n << 8 | u64::from(x))
-}
-
-fn read_exact_at<S: ReadAt + ?Sized>(src: &S, mut at: u64, mut buf: &mut [u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        match src.read_at(at, buf)? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => {
-                buf = &mut buf[n..];
-                at += n as u64;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The first `len` bytes of `src` as units of whole frames of at least `min` bytes each (the last
