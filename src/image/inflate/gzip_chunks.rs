@@ -785,3 +785,726 @@ impl<S: ReadAt + Send + Sync + 'static> Drop for GzipReader<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::inflate::tests::{
+        flate2_gz, noise, sequential, system_gz, text, words, TEST_SIZES,
+    };
+    use std::time::{Duration, Instant};
+
+    const KIB: usize = 1 << 10;
+    const MIB: usize = 1 << 20;
+
+    /// A deflate stream's bits, least significant first.
+    #[derive(Default)]
+    struct Bits {
+        out: Vec<u8>,
+        acc: u64,
+        n: u32,
+    }
+
+    impl Bits {
+        fn put(&mut self, v: u64, n: u32) {
+            self.acc |= (v & ((1u64 << n) - 1)) << self.n;
+            self.n += n;
+            while self.n >= 8 {
+                self.out.push(self.acc as u8);
+                self.acc >>= 8;
+                self.n -= 8;
+            }
+        }
+
+        /// A Huffman code: its most significant bit goes first.
+        fn code(&mut self, (code, len): (u32, u8)) {
+            assert!(len > 0, "a symbol without a code");
+            self.put(
+                u64::from(code.reverse_bits() >> (32 - u32::from(len))),
+                len.into(),
+            );
+        }
+
+        /// To the byte's end with `v`'s low bits (a decoder skips them).
+        fn pad(&mut self, v: u8) {
+            if self.n > 0 {
+                self.put(v.into(), 8 - self.n);
+            }
+        }
+
+        fn finish(mut self) -> Vec<u8> {
+            self.pad(0);
+            self.out
+        }
+    }
+
+    /// The canonical Huffman codes of `lens` (RFC 1951 3.2.2).
+    fn canonical(lens: &[u8]) -> Vec<(u32, u8)> {
+        let mut count = [0u32; 16];
+        lens.iter().for_each(|&l| count[l as usize] += 1);
+        count[0] = 0;
+        let (mut next, mut code) = ([0u32; 16], 0);
+        for b in 1..16 {
+            code = (code + count[b - 1]) << 1;
+            next[b] = code;
+        }
+        let mut code_of = |l: u8| match l {
+            0 => (0, 0),
+            _ => {
+                next[l as usize] += 1;
+                (next[l as usize] - 1, l)
+            }
+        };
+        lens.iter().map(|&l| code_of(l)).collect()
+    }
+
+    #[derive(Clone, Copy, Debug)]
+    enum Sym {
+        Lit(u8),
+        /// Length, distance.
+        Copy(u16, u16),
+    }
+
+    const LEN_BASE: [u16; 29] = [
+        3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115,
+        131, 163, 195, 227, 258,
+    ];
+    const LEN_EXTRA: [u32; 29] = [
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
+    ];
+    const DIST_BASE: [u16; 30] = [
+        1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
+        2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
+    ];
+    const DIST_EXTRA: [u32; 30] = [
+        0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12,
+        13, 13,
+    ];
+
+    fn len_code(len: u16) -> usize {
+        LEN_BASE
+            .iter()
+            .rposition(|&b| b <= len)
+            .expect("a length of 3 or more")
+    }
+
+    fn dist_code(d: u16) -> usize {
+        DIST_BASE
+            .iter()
+            .rposition(|&b| b <= d)
+            .expect("a distance of 1 or more")
+    }
+
+    enum Block {
+        /// The padding after the header is `pad`'s low bits.
+        Stored(Vec<u8>, u8),
+        Fixed(Vec<Sym>),
+        /// Symbols, and the code lengths of the literal/length and distance codes.
+        Dynamic(Vec<Sym>, Vec<u8>, Vec<u8>),
+    }
+
+    fn fixed_lengths() -> (Vec<u8>, Vec<u8>) {
+        let lit = [(144, 8), (112, 9), (24, 7), (8, 8)];
+        let lit = lit.iter().flat_map(|&(n, l)| std::iter::repeat_n(l, n));
+        (lit.collect(), vec![5; 30])
+    }
+
+    fn write_syms(w: &mut Bits, syms: &[Sym], lit: &[u8], dist: &[u8]) {
+        let (lit, dist) = (canonical(lit), canonical(dist));
+        for s in syms {
+            match *s {
+                Sym::Lit(b) => w.code(lit[b as usize]),
+                Sym::Copy(len, d) => {
+                    let i = len_code(len);
+                    w.code(lit[257 + i]);
+                    w.put((len - LEN_BASE[i]).into(), LEN_EXTRA[i]);
+                    let j = dist_code(d);
+                    w.code(dist[j]);
+                    w.put((d - DIST_BASE[j]).into(), DIST_EXTRA[j]);
+                }
+            }
+        }
+        w.code(lit[256]);
+    }
+
+    /// A dynamic block's header: all 19 code-length codes, 4 or 5 bits, no runs.
+    fn write_header(w: &mut Bits, lit: &[u8], dist: &[u8]) {
+        const ORDER: [usize; 19] = [
+            16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
+        ];
+        w.put((lit.len() - 257) as u64, 5);
+        w.put((dist.len() - 1) as u64, 5);
+        w.put(15, 4);
+        let cl: Vec<u8> = (0..19).map(|s| if s <= 12 { 4 } else { 5 }).collect();
+        ORDER.iter().for_each(|&s| w.put(cl[s].into(), 3));
+        let codes = canonical(&cl);
+        lit.iter()
+            .chain(dist)
+            .for_each(|&l| w.code(codes[l as usize]));
+    }
+
+    fn write_block(w: &mut Bits, block: &Block, last: bool) {
+        w.put(last.into(), 1);
+        match block {
+            Block::Stored(data, pad) => {
+                w.put(0, 2);
+                w.pad(*pad);
+                w.put(data.len() as u64, 16);
+                w.put(u64::from(!(data.len() as u16)), 16);
+                assert_eq!(w.n, 0);
+                w.out.extend_from_slice(data);
+            }
+            Block::Fixed(syms) => {
+                w.put(1, 2);
+                let (lit, dist) = fixed_lengths();
+                write_syms(w, syms, &lit, &dist);
+            }
+            Block::Dynamic(syms, lit, dist) => {
+                w.put(2, 2);
+                write_header(w, lit, dist);
+                write_syms(w, syms, lit, dist);
+            }
+        }
+    }
+
+    /// `syms` onto `out`; a copy from before its start copies zeros (the stream is wrong then).
+    fn apply(out: &mut Vec<u8>, syms: &[Sym]) {
+        for s in syms {
+            match *s {
+                Sym::Lit(b) => out.push(b),
+                Sym::Copy(len, d) => {
+                    for _ in 0..len {
+                        let b = out.len().checked_sub(d.into()).map_or(0, |i| out[i]);
+                        out.push(b);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A deflate stream built block by block, with the data it decodes to.
+    #[derive(Default)]
+    struct Stream {
+        w: Bits,
+        data: Vec<u8>,
+    }
+
+    impl Stream {
+        fn push(&mut self, block: Block, last: bool) {
+            match &block {
+                Block::Stored(d, _) => self.data.extend_from_slice(d),
+                Block::Fixed(s) | Block::Dynamic(s, ..) => apply(&mut self.data, s),
+            }
+            write_block(&mut self.w, &block, last);
+        }
+
+        fn len(&self) -> usize {
+            self.w.out.len()
+        }
+
+        /// As a gzip member: a plain header, the stream, its CRC-32 and length.
+        fn gzip(self) -> Vec<u8> {
+            let mut g = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+            g.extend_from_slice(&self.w.finish());
+            g.extend_from_slice(&crc32fast::hash(&self.data).to_le_bytes());
+            g.extend_from_slice(&(self.data.len() as u32).to_le_bytes());
+            g
+        }
+    }
+
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Code lengths of a random complete code (at most 15 bits) for the `used` symbols of `n`,
+    /// at least two.
+    fn random_lengths(rng: &mut Rng, n: usize, used: &[usize]) -> Vec<u8> {
+        let mut syms: Vec<usize> = used.to_vec();
+        syms.sort_unstable();
+        syms.dedup();
+        while syms.len() < 2 {
+            let s = rng.below(n);
+            if !syms.contains(&s) {
+                syms.push(s);
+            }
+        }
+        let mut depths = vec![0u8];
+        while depths.len() < syms.len() {
+            let i = rng.below(depths.len());
+            if depths[i] < 15 {
+                depths[i] += 1;
+                depths.push(depths[i]);
+            }
+        }
+        let mut lens = vec![0u8; n];
+        for i in (1..syms.len()).rev() {
+            syms.swap(i, rng.below(i + 1));
+        }
+        syms.iter().zip(depths).for_each(|(&s, d)| lens[s] = d);
+        lens
+    }
+
+    /// A dynamic block of `syms` with a random code for the symbols they use.
+    fn dynamic(rng: &mut Rng, syms: Vec<Sym>) -> Block {
+        let mut lit = vec![256];
+        let mut dist = Vec::new();
+        for s in &syms {
+            match *s {
+                Sym::Lit(b) => lit.push(b as usize),
+                Sym::Copy(len, d) => {
+                    lit.push(257 + len_code(len));
+                    dist.push(dist_code(d));
+                }
+            }
+        }
+        let lit = random_lengths(rng, 286, &lit);
+        let dist = random_lengths(rng, 30, &dist);
+        Block::Dynamic(syms, lit, dist)
+    }
+
+    /// `n` random symbols after `before` bytes of output, every copy from within it: lengths
+    /// of all sizes, distances short, long and at the window's end.
+    fn random_syms(rng: &mut Rng, before: &mut Vec<u8>, n: usize) -> Vec<Sym> {
+        let mut syms = Vec::with_capacity(n);
+        for _ in 0..n {
+            let have = before.len().min(WINDOW);
+            let s = if have >= 1 && rng.below(3) > 0 {
+                let len = match rng.below(4) {
+                    0 => 258,
+                    _ => 3 + rng.below(256),
+                } as u16;
+                let d = match rng.below(4) {
+                    0 => have,
+                    1 => 1 + rng.below(have.min(64)),
+                    _ => 1 + rng.below(have),
+                } as u16;
+                Sym::Copy(len, d)
+            } else {
+                Sym::Lit(b'a' + rng.below(26) as u8)
+            };
+            apply(before, &[s]);
+            syms.push(s);
+        }
+        syms
+    }
+
+    /// The stream in `threads` parts of `sizes`, read to its end; the parts workers decoded.
+    fn chunked(blob: &[u8], threads: usize, sizes: Sizes) -> (io::Result<Vec<u8>>, u64) {
+        match start(Arc::new(blob.to_vec()), threads, sizes) {
+            Ok(Some(mut r)) => {
+                let mut out = Vec::new();
+                let read = r.read_to_end(&mut out).map(|_| out);
+                (read, r.taken)
+            }
+            Ok(None) => panic!("the stream went to one core"),
+            Err(e) => (Err(e), 0),
+        }
+    }
+
+    /// The parallel inflate's outcome is flate2's: the same bytes, or an error of the same kind
+    /// (a stream cut short, or any other).
+    fn assert_as_one_core(name: &str, blob: &[u8]) -> u64 {
+        let one = sequential(blob);
+        let (many, taken) = chunked(blob, 2, TEST_SIZES);
+        match (&one, &many) {
+            (Ok(a), Ok(b)) => assert!(a == b, "{name}: the output differs"),
+            (Err(a), Err(b)) => {
+                let cut = |e: &io::Error| e.kind() == io::ErrorKind::UnexpectedEof;
+                assert_eq!(cut(a), cut(b), "{name}: flate2 says {a}, the parts {b}");
+            }
+            (Ok(_), Err(e)) => panic!("{name}: flate2 takes it, the parts fail: {e}"),
+            (Err(e), Ok(_)) => panic!("{name}: flate2 fails ({e}), the parts take it"),
+        }
+        taken
+    }
+
+    /// `n` empty fixed blocks: 10 bits of stream each, no output, no start a worker looks for.
+    fn empty_blocks(s: &mut Stream, n: usize) {
+        (0..n).for_each(|_| s.push(Block::Fixed(Vec::new()), false));
+    }
+
+    // Guards the by-hand stitching, the stored-block start ranges and the window fill-in
+    // against every mix of stored (padding zero or not), fixed and dynamic blocks of any size,
+    // copies at the window's far end included, and a second member or not.
+    #[test]
+    fn random_block_streams_are_byte_equal_to_one_core() {
+        let seed = crate::image::inflate::tests::seed();
+        let mut rng = Rng(seed | 1);
+        let mut taken = 0;
+        for case in 0..6 {
+            let mut s = Stream::default();
+            let target = 200 * KIB + rng.below(300 * KIB);
+            while s.len() < target {
+                let block = match rng.below(5) {
+                    0 => {
+                        let len = [0, 1 + rng.below(300), rng.below(65536)][rng.below(3)];
+                        let pad = [0, rng.next() as u8][rng.below(2)];
+                        Block::Stored(noise(len, rng.next()), pad)
+                    }
+                    1 => {
+                        let n = rng.below(8000);
+                        Block::Fixed(random_syms(&mut rng, &mut s.data.clone(), n))
+                    }
+                    _ => {
+                        let n = [0, rng.below(100), rng.below(40000)][rng.below(3)];
+                        let syms = random_syms(&mut rng, &mut s.data.clone(), n);
+                        dynamic(&mut rng, syms)
+                    }
+                };
+                s.push(block, false);
+            }
+            let syms = random_syms(&mut rng, &mut s.data.clone(), 100);
+            s.push(Block::Fixed(syms), true);
+            let data = s.data.clone();
+            let mut blob = s.gzip();
+            assert!(
+                sequential(&blob).unwrap() == data,
+                "case {case}: a wrong test stream"
+            );
+            if rng.below(3) == 0 {
+                blob.extend_from_slice(&flate2_gz(&text(100 * KIB, case), 6));
+            }
+            taken += assert_as_one_core(&format!("seed {seed} case {case}"), &blob);
+        }
+        assert!(taken > 0, "the workers decoded no part");
+    }
+
+    // Guards the fill-in of window bytes: a copy from before the stream's start, in a part a
+    // worker decodes after parts with almost no output, fails as flate2's "invalid distance too
+    // far back" does; one from the stream's very first byte on is taken.
+    #[test]
+    fn a_copy_from_before_the_start_fails_in_any_part() {
+        for (name, lead, dist) in [
+            ("in part 0", 0, 101),
+            ("in part 0, at the first byte", 0, 100),
+            ("in part 2", 120_000, 101),
+            ("in part 2, at the first byte", 120_000, 100),
+            ("in part 2, a window from part 0", 120_000, 32768),
+        ] {
+            let mut s = Stream::default();
+            empty_blocks(&mut s, lead / 2);
+            let first = match dist {
+                32768 => noise(40_000, 7),
+                _ => noise(100, 7),
+            };
+            s.push(Block::Stored(first, 0), false);
+            empty_blocks(&mut s, lead / 2);
+            let mut rng = Rng(3);
+            let syms = vec![Sym::Copy(258, dist), Sym::Lit(2)];
+            s.push(dynamic(&mut rng, syms), false);
+            s.push(Block::Stored(noise(60_000, 8), 0), false);
+            s.push(Block::Stored(noise(60_000, 9), 0), false);
+            s.push(Block::Stored(noise(60_000, 10), 0), false);
+            s.push(Block::Stored(noise(60_000, 11), 0), true);
+            let blob = s.gzip();
+            // The copy is 1 byte past the output before it where the name says so.
+            let far = !name.contains("first byte") && dist != 32768;
+            assert_eq!(sequential(&blob).is_err(), far, "{name}: flate2");
+            assert_as_one_core(name, &blob);
+        }
+    }
+
+    /// The length of a stored block, pushed next, that ends at byte `end` of the stream (its
+    /// header, padding and lengths take 5 bytes from a byte's start).
+    fn stored_len_to(s: &Stream, end: usize) -> usize {
+        end - (s.len() + 5)
+    }
+
+    // Guards where a part ends: a block end a byte or a few bits before, at, or after the
+    // next part's first bit, and a stored block at each bit of its byte with zero or other
+    // padding, so that reading meets the next worker's start anywhere in its range of bits.
+    #[test]
+    fn block_ends_at_and_around_a_part_boundary() {
+        let mut taken = 0;
+        for delta in -4i64..=4 {
+            for lits in 0..8usize {
+                for pad in [0, 0xff] {
+                    let mut s = Stream::default();
+                    // The first part: to `delta` bytes from where the second starts (10 header
+                    // bytes before the stream), less the fixed block after it.
+                    let boundary = (TEST_SIZES.part as i64 + delta) as usize;
+                    let fixed = (3 + 9 * lits + 7).div_ceil(8);
+                    let len = stored_len_to(&s, boundary - fixed.min(boundary));
+                    s.push(Block::Stored(noise(len, 1), 0), false);
+                    // Literals of 9 bits: the fixed block ends at every bit of a byte.
+                    let syms = (0..lits).map(|i| Sym::Lit(200 + i as u8)).collect();
+                    s.push(Block::Fixed(syms), false);
+                    s.push(Block::Stored(noise(100, 2), pad), false);
+                    for i in 0..5 {
+                        s.push(Block::Stored(noise(65535, 3 + i), pad), false);
+                    }
+                    s.push(Block::Fixed(vec![Sym::Lit(1)]), true);
+                    let name = format!("{delta} bytes, {lits} literals, padding {pad:#x}");
+                    taken += assert_as_one_core(&name, &s.gzip());
+                }
+            }
+        }
+        assert!(taken > 100, "the workers' parts were taken {taken} times");
+    }
+
+    /// A member of stored blocks, its last block ending about `at` bytes in.
+    fn stored_member(at: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+        let mut s = Stream::default();
+        while s.len() + 65540 < at {
+            s.push(Block::Stored(noise(65535, seed + s.len() as u64), 0), false);
+        }
+        let mut rng = Rng(seed | 1);
+        let syms = random_syms(&mut rng, &mut s.data.clone(), 5000);
+        s.push(dynamic(&mut rng, syms), true);
+        let data = s.data.clone();
+        (s.gzip(), data)
+    }
+
+    // Guards the member's end: a last block inside an early part with the parts after it
+    // covering a trailer gone wrong, garbage, a bit of a header, zeros, a raw deflate stream
+    // (starts the workers find and decode) or a second member; and a trailer cut short.
+    #[test]
+    fn what_follows_the_last_block_is_read_as_flate2_reads_it() {
+        let (short, _) = stored_member(100 * KIB, 1);
+        let n = short.len();
+        let mut raw = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::new(6));
+        io::Write::write_all(&mut raw, &text(2 * MIB, 2)).unwrap();
+        let raw = raw.finish().unwrap();
+        let bad_crc = {
+            let mut b = short.clone();
+            b[n - 8] ^= 1;
+            b
+        };
+        let bad_size = {
+            let mut b = short.clone();
+            b[n - 1] ^= 0x80;
+            b
+        };
+        let tails: [(&str, Vec<u8>); 8] = [
+            ("noise", noise(300 * KIB, 3)),
+            ("a byte of a header", vec![0x1f]),
+            ("the magic alone", vec![0x1f, 0x8b]),
+            ("zeros", vec![0; 300 * KIB]),
+            ("a raw deflate stream", raw),
+            ("a second member", system_gz(&words(4 * MIB, 4), 6)),
+            (
+                "a cut second member",
+                system_gz(&words(4 * MIB, 4), 6)[..200 * KIB].to_vec(),
+            ),
+            ("nothing", Vec::new()),
+        ];
+        for (name, tail) in &tails {
+            for (head, member) in [("", &short), ("CRC ", &bad_crc), ("size ", &bad_size)] {
+                let blob = [member.as_slice(), tail].concat();
+                if blob.len() >= 4 * TEST_SIZES.part as usize {
+                    assert_as_one_core(&format!("{head}{name}"), &blob);
+                }
+            }
+        }
+        let (long, _) = stored_member(400 * KIB, 5);
+        for cut in [1, 4, 7, 8] {
+            let blob = &long[..long.len() - cut];
+            assert!(sequential(blob).is_err());
+            assert_as_one_core(&format!("trailer cut by {cut}"), blob);
+        }
+    }
+
+    // Guards against taking a false start: stored blocks (gzip -0) whose bytes are themselves
+    // deflate streams, so that workers find starts in them that decode cleanly to their ends.
+    #[test]
+    fn deflate_streams_inside_stored_blocks_are_data() {
+        let inner: Vec<u8> = (0..6)
+            .flat_map(|i| {
+                let gz = system_gz(&text(MIB, 20 + i), 1 + 4 * (i as u32 % 3));
+                gz[10..gz.len() - 8].to_vec()
+            })
+            .collect();
+        for level in [0, 1] {
+            let blob = flate2_gz(&inner, level);
+            assert_as_one_core(&format!("level {level}"), &blob);
+        }
+    }
+
+    // Guards the window's hand-off between the made-up windows' decoders: copies at the full
+    // distance chain window bytes through a whole part, and a copy at 32768 lands on the
+    // first byte after 32 KiB without any window byte.
+    #[test]
+    fn window_bytes_copied_on_through_whole_parts() {
+        let mut rng = Rng(11);
+        let mut s = Stream::default();
+        s.push(Block::Stored(noise(40_000, 12), 0), false);
+        for i in 0..400 {
+            let mut syms = Vec::new();
+            match i % 4 {
+                0 => syms.extend(std::iter::repeat_n(Sym::Copy(258, 32768), 120)),
+                1 => syms.extend((0..WINDOW - 1).map(|j| Sym::Lit(j as u8 ^ i as u8))),
+                2 => syms.extend([Sym::Copy(3, 32768), Sym::Copy(258, 32767)]),
+                _ => syms.extend(random_syms(&mut rng, &mut s.data.clone(), 300)),
+            }
+            s.push(dynamic(&mut rng, syms), false);
+            if s.len() > 600 * KIB {
+                break;
+            }
+        }
+        s.push(Block::Fixed(vec![Sym::Copy(258, 32768)]), true);
+        let data = s.data.clone();
+        let blob = s.gzip();
+        assert!(sequential(&blob).unwrap() == data, "a wrong test stream");
+        let taken = assert_as_one_core("full-distance copies", &blob);
+        assert!(taken > 3, "{taken} parts from the workers");
+    }
+
+    /// `blocks` dynamic blocks of 2-bit copies: about 1 KiB of stream and 1 MiB of `a` each.
+    fn explosion(blocks: usize) -> Vec<u8> {
+        let mut lit = vec![0u8; 286];
+        (lit[usize::from(b'a')], lit[256], lit[285]) = (2, 2, 1);
+        let mut dist = vec![0u8; 30];
+        (dist[0], dist[1]) = (1, 1);
+        let mut s = Stream::default();
+        for i in 0..blocks {
+            let mut syms = vec![Sym::Lit(b'a')];
+            syms.extend(std::iter::repeat_n(Sym::Copy(258, 1), 4064));
+            let block = Block::Dynamic(syms, lit.clone(), dist.clone());
+            write_block(&mut s.w, &block, i + 1 == blocks);
+        }
+        let n = blocks * (1 + 4064 * 258);
+        let mut g = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+        g.extend_from_slice(&s.w.finish());
+        g.extend_from_slice(&crc32fast::hash(&vec![b'a'; n]).to_le_bytes());
+        g.extend_from_slice(&(n as u32).to_le_bytes());
+        g
+    }
+
+    /// This process's peak resident set (VmHWM), in bytes.
+    fn peak_rss() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib << 10
+    }
+
+    // Guards `Sizes::max_out`: a part of 2-bit copies decodes to 64 MiB, a stream of them to
+    // 512 MiB; a worker gives up on a part at max_out, and reading streams it, so that the
+    // peak memory stays far below the output.
+    #[test]
+    fn an_output_explosion_stays_in_bounded_memory() {
+        let blob = explosion(512);
+        let cancel = AtomicBool::new(false);
+        let src = Arc::new(blob.clone());
+        let starts = find_start(&src, 2 * TEST_SIZES.part, 3 * TEST_SIZES.part, &cancel)
+            .unwrap()
+            .expect("a block start in part 2");
+        let part = decode_blind(src, starts, u64::MAX, TEST_SIZES, &cancel);
+        assert!(part.is_err(), "a worker decodes past max_out");
+        let before = peak_rss();
+        let mut r = start(Arc::new(blob), 2, TEST_SIZES).unwrap().unwrap();
+        let n = io::copy(&mut r, &mut io::sink()).unwrap();
+        assert_eq!(n, 512 * (1 + 4064 * 258));
+        let grew = peak_rss().saturating_sub(before);
+        assert!(
+            grew < 256 << 20,
+            "the peak memory grew by {} MiB",
+            grew >> 20
+        );
+    }
+
+    // Guards the end of the workers: a reader dropped after a few bytes, mid-stream, returns
+    // at once, its workers joined.
+    #[test]
+    fn a_reader_dropped_early_ends_its_workers_at_once() {
+        let blob = system_gz(&text(8 * MIB, 30), 6);
+        let mut r = start(Arc::new(blob), 2, TEST_SIZES).unwrap().unwrap();
+        r.read_exact(&mut [0; 1000]).unwrap();
+        let t = Instant::now();
+        drop(r);
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
+    /// Stored blocks whose data is records of 5 bytes that each look like a stored block's
+    /// header (a zero byte, a length and its complement) whose data ends where a fixed block
+    /// starts that copies 955 KB and then fails: every record is a block start the workers
+    /// try, at about a megabyte of decoding each. Any decoder reads it as stored data.
+    fn false_starts(blocks: usize) -> Vec<u8> {
+        let lit = canonical(&fixed_lengths().0);
+        let mut w = Bits::default();
+        w.put(0b010, 3);
+        w.code(lit[usize::from(b'a')]);
+        for _ in 0..3700 {
+            // Length 258, distance 1.
+            w.code(lit[285]);
+            w.put(0, 5);
+        }
+        // Length code 286: no length; zlib fails there.
+        w.code((0b1100_0110, 8));
+        let target = w.finish();
+        let room = 65535 - target.len();
+        let mut data = Vec::with_capacity(65535);
+        while data.len() + 5 <= room {
+            let len = (room - data.len() - 5) as u16;
+            // A low byte below 32 would start a stored block of its own that decodes on.
+            if len & 0xff < 32 {
+                data.push(0xff);
+                continue;
+            }
+            data.push(0);
+            data.extend_from_slice(&len.to_le_bytes());
+            data.extend_from_slice(&(!len).to_le_bytes());
+        }
+        data.resize(room, 0xff);
+        data.extend_from_slice(&target);
+        // The real headers near the parts' ends: the search tries a part's records first.
+        let mut s = Stream::default();
+        s.push(Block::Stored(noise(65000, 1), 0), false);
+        for i in 0..blocks {
+            s.push(Block::Stored(data.clone(), 0), i + 1 == blocks);
+        }
+        s.gzip()
+    }
+
+    // Guards the cost of looking for a block start: bytes an encoder may put in any stored
+    // block make each part's search decode gigabytes, where flate2 copies the stream through.
+    #[test]
+    #[ignore = "defect: find_start's trial decodes have no budget (CPU amplification)"]
+    fn false_block_starts_cost_no_more_than_decoding() {
+        let blob = false_starts(8);
+        let t = Instant::now();
+        let want = sequential(&blob).unwrap();
+        let one = t.elapsed();
+        let t = Instant::now();
+        let (got, _) = chunked(&blob, 2, TEST_SIZES);
+        let many = t.elapsed();
+        assert!(got.unwrap() == want);
+        assert!(
+            many < one * 20 + Duration::from_secs(1),
+            "{many:?}, flate2 {one:?}"
+        );
+    }
+
+    // Guards the end of the workers while they look for a block start in such bytes.
+    #[test]
+    #[ignore = "defect: find_start checks for the end only every 64 KiB of its search"]
+    fn a_reader_dropped_during_a_search_ends_its_workers_at_once() {
+        let blob = false_starts(8);
+        let mut r = start(Arc::new(blob), 2, TEST_SIZES).unwrap().unwrap();
+        r.read_exact(&mut [0; 1000]).unwrap();
+        // The workers are deep in parts 1 and 2 by now.
+        std::thread::sleep(Duration::from_millis(200));
+        let t = Instant::now();
+        drop(r);
+        assert!(
+            t.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+}

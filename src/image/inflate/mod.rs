@@ -319,7 +319,7 @@ mod tests {
         out
     }
 
-    fn flate2_gz(data: &[u8], level: u32) -> Vec<u8> {
+    pub(super) fn flate2_gz(data: &[u8], level: u32) -> Vec<u8> {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
         e.write_all(data).unwrap();
         e.finish().unwrap()
@@ -343,7 +343,7 @@ mod tests {
         out.stdout
     }
 
-    fn sequential(blob: &[u8]) -> io::Result<Vec<u8>> {
+    pub(super) fn sequential(blob: &[u8]) -> io::Result<Vec<u8>> {
         let mut out = Vec::new();
         flate2::read::MultiGzDecoder::new(blob).read_to_end(&mut out)?;
         Ok(out)
@@ -353,7 +353,7 @@ mod tests {
     pub(super) static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     /// Parts small enough that every test stream has many.
-    const TEST_SIZES: gzip_chunks::Sizes = gzip_chunks::Sizes {
+    pub(super) const TEST_SIZES: gzip_chunks::Sizes = gzip_chunks::Sizes {
         part: 64 << 10,
         max_out: 4 << 20,
     };
