@@ -5,12 +5,12 @@
 //! at the block the part before ends at, or failed, reading decodes it itself: the output and
 //! the errors are the one-core decoder's.
 //!
-//! The unknown window needs no decoder of our own: zlib decodes a part three times in step, with
-//! three made-up windows whose bytes name their position (its low byte, its high byte, the low
-//! byte xor 0x55). A byte the first and third agree on is the data's; any other copies the window
-//! position the first two name. Once 32 KiB in a row hold no window byte, one decoder goes on.
-//! Own code rather than rapidgzip-core: its self-timing keeps real layers on one core, and its
-//! own marker decoder runs at an eighth of zlib's speed (benches/README.md).
+//! The unknown window needs no decoder of our own: zlib decodes a part twice in step, with two
+//! made-up windows whose bytes name their position (its low byte; its high byte, the top bit the
+//! low byte's flipped). A byte the two agree on is the data's; any other copies the window
+//! position they name. Once 32 KiB in a row hold no window byte, one decoder goes on.
+//! Own code rather than rapidgzip-core: its self-timing kept the torch image's layers on one
+//! core, and its own marker decoder ran at an eighth of zlib's speed a core.
 
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read};
@@ -20,8 +20,8 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
+use super::read_at::{read_exact_at, ReadAt};
 use super::zlib_raw::{RawInflate, Stop};
-use super::{read_exact_at, ReadAt};
 
 const WINDOW: usize = 32 << 10;
 /// Output a decoder step appends at most (a step also ends at each block's end).

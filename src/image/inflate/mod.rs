@@ -5,6 +5,7 @@
 //! one frame, both decode on one core (flate2, libzstd).
 
 mod gzip_chunks;
+mod read_at;
 mod zlib_raw;
 mod zstd_frames;
 
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use read_at::ReadAt;
 use zstd_frames::FrameReader;
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -23,64 +25,6 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// in parts against 17.7 s on one core (median of 3, interleaved), a 1.2 GB layer's pull 0.98×.
 const GZIP_PARTS_FROM: usize = 4;
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-
-/// Bytes read by position, by many threads at once.
-pub(super) trait ReadAt: Send + Sync {
-    fn len(&self) -> io::Result<u64>;
-    /// Up to `buf.len()` bytes from `at`; 0 at the end.
-    fn read_at(&self, at: u64, buf: &mut [u8]) -> io::Result<usize>;
-}
-
-impl ReadAt for [u8] {
-    fn len(&self) -> io::Result<u64> {
-        Ok(<[u8]>::len(self) as u64)
-    }
-
-    fn read_at(&self, at: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let from = usize::try_from(at)
-            .unwrap_or(usize::MAX)
-            .min(<[u8]>::len(self));
-        let n = buf.len().min(<[u8]>::len(self) - from);
-        buf[..n].copy_from_slice(&self[from..from + n]);
-        Ok(n)
-    }
-}
-
-#[cfg(test)]
-impl ReadAt for Vec<u8> {
-    fn len(&self) -> io::Result<u64> {
-        ReadAt::len(self.as_slice())
-    }
-
-    fn read_at(&self, at: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.as_slice().read_at(at, buf)
-    }
-}
-
-#[cfg(test)]
-impl<T: ReadAt + ?Sized> ReadAt for Arc<T> {
-    fn len(&self) -> io::Result<u64> {
-        (**self).len()
-    }
-
-    fn read_at(&self, at: u64, buf: &mut [u8]) -> io::Result<usize> {
-        (**self).read_at(at, buf)
-    }
-}
-
-/// `buf` filled from `at`; `UnexpectedEof` where `src` ends first.
-fn read_exact_at<S: ReadAt + ?Sized>(src: &S, mut at: u64, mut buf: &mut [u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        match src.read_at(at, buf)? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => {
-                buf = &mut buf[n..];
-                at += n as u64;
-            }
-        }
-    }
-    Ok(())
-}
 
 /// A layer blob as a range of a file, read by position (by many cores at once).
 pub struct Span {

@@ -13,7 +13,7 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, SendError, Sender, SyncSe
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::{read_exact_at, ReadAt};
+use super::read_at::{read_exact_at, ReadAt};
 
 /// Frames are grouped into units of at least this many compressed bytes: zstd:chunked's frames
 /// are often a few KiB, and a hand-over each would cost more than decoding them.
