@@ -1457,6 +1457,11 @@ mod tests {
         let blob = system_gz(&text(8 * MIB, 30), 6);
         let mut r = start(Arc::new(blob), 2, TEST_SIZES).unwrap().unwrap();
         r.read_exact(&mut [0; 1000]).unwrap();
+        drops_at_once(r);
+    }
+
+    /// `r` dropped, its workers joined, in well under a second.
+    fn drops_at_once<S: ReadAt + 'static>(r: GzipReader<S>) {
         let t = Instant::now();
         drop(r);
         assert!(
@@ -1534,12 +1539,6 @@ mod tests {
         r.read_exact(&mut [0; 1000]).unwrap();
         // The workers are deep in parts 1 and 2 by now.
         std::thread::sleep(Duration::from_millis(200));
-        let t = Instant::now();
-        drop(r);
-        assert!(
-            t.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            t.elapsed()
-        );
+        drops_at_once(r);
     }
 }
