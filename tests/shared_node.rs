@@ -670,17 +670,20 @@ fn a_site_shared_cache_is_read_never_written_and_only_when_closed() {
         line.contains("shared cache") && line.contains("site-cache"),
         "{line}"
     );
-    // A user's config may not name one.
-    let user_cfg = PathBuf::from(format!("/home/{TEST_USER}/.config/gpurun"));
+    // A user's config may not name one: in a config home of its own, as the tests beside this
+    // one run gpurun as the same user and read the real one.
+    let config_home = s.join("config-home");
     sh_as(
         TEST_USER,
         &format!(
-            "mkdir -p {0} && echo 'shared_cache = \"/tmp\"' > {0}/config.toml",
-            user_cfg.display()
+            "mkdir -p {0}/gpurun && echo 'shared_cache = \"/tmp\"' > {0}/gpurun/config.toml",
+            config_home.display()
         ),
     );
-    let o = gpurun_as(TEST_USER, &["config", "show"]).output().unwrap();
-    std::fs::remove_dir_all(&user_cfg).unwrap();
+    let o = gpurun_as(TEST_USER, &["config", "show"])
+        .env("XDG_CONFIG_HOME", &config_home)
+        .output()
+        .unwrap();
     let line = refusal(&o, 125);
     assert!(line.contains("site setting"), "{line}");
 }
