@@ -57,27 +57,27 @@ enum End {
     Last(u64),
 }
 
-/// A span's bytes from a position on, read `piece` bytes at a time.
+/// A span's bytes from a position on, read a buffer's length at a time.
 struct Input<S: ?Sized> {
     src: Arc<S>,
     /// The span offset of `buf[0]`.
     pos: u64,
+    /// Allocated once: `buf[..len]` holds the bytes read, `buf[at..len]` those not consumed.
     buf: Vec<u8>,
+    len: usize,
     at: usize,
-    piece: usize,
 }
 
 impl<S: ReadAt + ?Sized> Input<S> {
     /// The bytes not consumed yet, read on when none are left; empty at the span's end.
     fn bytes(&mut self) -> io::Result<&[u8]> {
-        if self.at == self.buf.len() {
-            self.pos += self.buf.len() as u64;
-            self.buf.resize(self.piece, 0);
+        if self.at == self.len {
+            self.pos += self.len as u64;
             self.at = 0;
-            let n = self.src.read_at(self.pos, &mut self.buf)?;
-            self.buf.truncate(n);
+            self.len = 0;
+            self.len = self.src.read_at(self.pos, &mut self.buf)?;
         }
-        Ok(&self.buf[self.at..])
+        Ok(&self.buf[self.at..self.len])
     }
 }
 
@@ -105,9 +105,9 @@ impl<S: ReadAt + ?Sized> Lanes<S> {
         let mut input = Input {
             src,
             pos: byte,
-            buf: Vec::new(),
+            buf: vec![0; piece],
+            len: 0,
             at: 0,
-            piece,
         };
         // A start inside a byte: zlib takes that byte's last bits before the bytes after it.
         let shift = (bit % 8) as u8;
@@ -313,8 +313,8 @@ fn decodes_from<S: ReadAt + ?Sized>(
     bit: u64,
     spare: &mut Vec<RawInflate>,
 ) -> (bool, usize) {
-    let zeros = [0u8; WINDOW];
-    let Ok(mut lanes) = Lanes::start(src.clone(), bit, &[&zeros], 16 << 10, spare) else {
+    static ZEROS: [u8; WINDOW] = [0; WINDOW];
+    let Ok(mut lanes) = Lanes::start(src.clone(), bit, &[&ZEROS], 16 << 10, spare) else {
         return (false, 0);
     };
     let (mut ends, mut wrote) = (0, 0);
@@ -817,7 +817,7 @@ impl<S: ReadAt + Send + Sync + 'static> Drop for GzipReader<S> {
 mod tests {
     use super::*;
     use crate::image::inflate::tests::{
-        flate2_gz, noise, sequential, system_gz, text, words, TEST_SIZES,
+        flate2_gz, noise, sequential, system_gz, text, words, Rng, TEST_SIZES,
     };
     use std::time::{Duration, Instant};
 
@@ -1036,21 +1036,6 @@ mod tests {
             g.extend_from_slice(&crc32fast::hash(&self.data).to_le_bytes());
             g.extend_from_slice(&(self.data.len() as u32).to_le_bytes());
             g
-        }
-    }
-
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
         }
     }
 

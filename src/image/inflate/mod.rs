@@ -223,15 +223,25 @@ mod tests {
     const MIB: usize = 1 << 20;
 
     /// Deterministic noise (xorshift): incompressible, so deflate stores it or codes literals.
-    pub(super) fn noise(n: usize, mut seed: u64) -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed as u8
-            })
-            .collect()
+    pub(super) fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut rng = Rng(seed);
+        (0..n).map(|_| rng.next() as u8).collect()
+    }
+
+    /// xorshift64: the tests' seeded randomness.
+    pub(super) struct Rng(pub(super) u64);
+
+    impl Rng {
+        pub(super) fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        pub(super) fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
     }
 
     /// Words among random nibbles: about 2 to 1, literals and back-references both.
