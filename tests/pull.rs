@@ -130,7 +130,7 @@ fn fixture(s: &Scratch, reg: &Registry) -> Fixture {
     );
     l.index("multi", &["amd64", "arm64"]);
     // Random bytes do not compress: the blob is big enough to cut in the middle.
-    let big = noise(3 << 20, 0x9e3779b97f4a7c15);
+    let big = support::noise(3 << 20, 0x9e3779b97f4a7c15);
     let big = l.image(
         "big",
         &[(LayerTar::new().file("big", &big).finish(), Comp::Gzip)],
@@ -316,18 +316,6 @@ fn pull_flattens_layers_into_squashfs() {
     no_temp_files(s.path());
 }
 
-/// `n` bytes of xorshift noise from `seed`: they do not compress.
-fn noise(n: usize, mut seed: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed as u8
-        })
-        .collect()
-}
-
 /// A zstd layer of many frames (as podman and buildah push zstd:chunked) pulls to the very tree
 /// its gzip twin does; big enough for its frames to be decoded on several cores.
 #[test]
@@ -335,7 +323,7 @@ fn a_zstd_layer_of_many_frames_pulls_as_its_gzip_twin() {
     let s = Scratch::new();
     let reg = Registry::start(&s.join("reg"), None);
     let mut l = Layout::new(&s.join("layout"));
-    let noise = noise(12 << 20, 0x2545f4914f6cdd1d);
+    let noise = support::noise(12 << 20, 0x2545f4914f6cdd1d);
     let tar = LayerTar::new()
         .busybox()
         .file("noise", &noise)

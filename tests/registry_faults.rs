@@ -246,3 +246,102 @@ fn retry_after_is_honoured_up_to_a_minute() {
     assert!(t0.elapsed() < std::time::Duration::from_secs(5));
     assert!(!s.join("hours.sqsh").exists());
 }
+
+/// An image whose top layer is 4 MB of gzip (parts from 1 MiB), pushed; the layer's digest and
+/// its one file's content.
+fn big_top_layer(s: &Scratch, reg: &Registry) -> (String, Vec<u8>) {
+    // 16 letters at random: about 2 to 1.
+    let big: Vec<u8> = support::noise(8 << 20, 0x51f15e)
+        .iter()
+        .map(|b| b'a' + (b & 15))
+        .collect();
+    let mut layout = Layout::new(&s.join("layout"));
+    let top = LayerTar::new().dir("data").file("data/big", &big).finish();
+    let img = layout.image(
+        "v1",
+        &[
+            (LayerTar::new().busybox().finish(), Comp::Gzip),
+            (top, Comp::Gzip),
+        ],
+        "amd64",
+        None,
+        serde_json::json!({}),
+    );
+    reg.push(&s.join("layout"), "v1", "test/g:v1", "oci");
+    s.chown_all();
+    (img.layer_digests[1].clone(), big)
+}
+
+// Guards the reading of a layer while it downloads: the image is the registry's byte for byte,
+// and a blob that fails its digest after a pause fails the pull as before (the digest's error,
+// no image, no bad blob cached), on one core and in parts alike.
+#[test]
+fn a_layer_is_read_while_it_downloads() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let (top, big) = big_top_layer(&s, &reg);
+    let proxy = Proxy::start(reg.port);
+    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    let pause = std::time::Duration::from_millis(1500);
+    for threads in ["1", "4"] {
+        let env = [("GPURUN_PULL_THREADS", threads)];
+        proxy.clear();
+        proxy.rule(&top, Action::Pause(1 << 20, pause), usize::MAX);
+        let (out, cache) = (format!("ok-{threads}.sqsh"), format!("c-ok-{threads}"));
+        let o = pull(&s, &src, &out, &cache, &env);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(support::read_image(&s.join(&out))["data/big"].data == big);
+
+        proxy.clear();
+        proxy.rule(&top, Action::PauseThenCorrupt(1 << 20, pause), usize::MAX);
+        let (out, cache) = (format!("bad-{threads}.sqsh"), format!("c-bad-{threads}"));
+        let line = error_line(&pull(&s, &src, &out, &cache, &env), EXIT_BAD_IMAGE);
+        assert!(
+            line.contains("digest") && line.contains(&top[7..19]),
+            "{line}"
+        );
+        assert!(!s.join(&out).exists());
+        let cached = s.join(&cache).join("blobs/sha256").join(&top[7..]);
+        assert!(
+            !cached.exists(),
+            "a blob that failed its digest is in the cache"
+        );
+        cache_sound(&s.join(&cache));
+    }
+}
+
+// Attacks on a layer read while it downloads, as a registry: a download cut midway whose resume
+// is answered with the whole blob again (written over the bytes being read: the image is still
+// the registry's), and a blob longer than the manifest says (refused by its digest, nothing
+// cached), each while the layer is being read, in parts.
+#[test]
+fn a_layer_read_while_it_downloads_survives_a_restart_and_refuses_extra_bytes() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let (top, big) = big_top_layer(&s, &reg);
+    let proxy = Proxy::start(reg.port);
+    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    let env = [("GPURUN_PULL_THREADS", "4")];
+    proxy.rule(&top, Action::Truncate(2 << 20), 1);
+    proxy.rule(&top, Action::IgnoreRange, 1);
+    let o = pull(&s, &src, "restart.sqsh", "c-restart", &env);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(support::read_image(&s.join("restart.sqsh"))["data/big"].data == big);
+    let ranged = proxy
+        .requests()
+        .iter()
+        .any(|r| r.contains(&top) && r.contains("range: bytes=2097152-"));
+    assert!(ranged, "no resume asked for: {:#?}", proxy.requests());
+    cache_sound(&s.join("c-restart"));
+
+    proxy.clear();
+    let blob = std::fs::read(s.join("layout/blobs/sha256").join(&top[7..])).unwrap();
+    let longer = [&blob[..], b"and more bytes than the manifest says"].concat();
+    let ct = "Content-Type: application/octet-stream\r\n".to_string();
+    proxy.rule(&top, Action::Reply(200, ct, longer), usize::MAX);
+    let line = error_line(&pull(&s, &src, "long.sqsh", "c-long", &env), EXIT_BAD_IMAGE);
+    assert!(line.contains(&top[7..19]), "{line}");
+    assert!(!s.join("long.sqsh").exists());
+    assert!(!s.join("c-long/blobs/sha256").join(&top[7..]).exists());
+    cache_sound(&s.join("c-long"));
+}

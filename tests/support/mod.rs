@@ -265,6 +265,7 @@ fn inflates_on_many_cores(blob: &[u8], tar: &[u8]) {
         start: 0,
         len: blob.len() as u64,
         check: None,
+        arrival: None,
     };
     let mut s = inflate_span(span, 4, &|_| {}).unwrap();
     let mut out = Vec::new();
@@ -521,6 +522,18 @@ pub fn lls(img: &Path) -> Vec<String> {
         .collect()
 }
 
+/// `n` bytes of xorshift noise from `seed`: they do not compress.
+pub fn noise(n: usize, mut seed: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------- fault proxy
 
 #[derive(Clone, Debug)]
@@ -533,6 +546,12 @@ pub enum Action {
     Delay(Duration),
     /// Forward, with one byte of the body changed (a blob that fails its digest).
     Corrupt,
+    /// Forward this many bytes of the body, pause, then the rest (a blob read as it arrives).
+    Pause(usize, Duration),
+    /// As `Pause`, with a byte after the pause changed.
+    PauseThenCorrupt(usize, Duration),
+    /// Forward without the Range header: the whole blob again, as some servers answer a resume.
+    IgnoreRange,
     /// Answer this instead: status, extra header lines ("Name: value\r\n"), body.
     Reply(u16, String, Vec<u8>),
     /// Answer 307 to the same path on `http://HOST` (blob storage on another host).
@@ -746,7 +765,9 @@ fn serve(
     };
     let mut fwd = String::new();
     for (i, l) in text.split("\r\n").enumerate() {
-        if i > 0 && (l.is_empty() || l.to_ascii_lowercase().starts_with("connection:")) {
+        let lower = l.to_ascii_lowercase();
+        let range = lower.starts_with("range:") && matches!(action, Some(Action::IgnoreRange));
+        if i > 0 && (l.is_empty() || lower.starts_with("connection:") || range) {
             continue;
         }
         fwd.push_str(l);
@@ -763,6 +784,20 @@ fn serve(
             if let Some(b) = resp.get_mut(end + 4 + 100) {
                 *b ^= 0xff;
             }
+        }
+    }
+    if let Some(Action::Pause(n, pause) | Action::PauseThenCorrupt(n, pause)) = action {
+        if let Some(end) = resp.windows(4).position(|w| w == b"\r\n\r\n") {
+            let cut = (end + 4 + n).min(resp.len());
+            if matches!(action, Some(Action::PauseThenCorrupt(..))) {
+                if let Some(b) = resp.get_mut(cut + 100) {
+                    *b ^= 0xff;
+                }
+            }
+            let _ = c.write_all(&resp[..cut]).and_then(|_| c.flush());
+            std::thread::sleep(pause);
+            let _ = c.write_all(&resp[cut..]);
+            return;
         }
     }
     if let Some(Action::Truncate(n)) = action {

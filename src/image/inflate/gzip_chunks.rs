@@ -1,7 +1,8 @@
 //! One gzip member inflated on many cores by the marker/window method of rapidgzip (Knespel and
 //! Brunst, 2023). Workers each find a block start in their part of the deflate stream and decode
-//! from it without the 32 KiB of output before it; reading takes the parts in order and fills in
-//! the bytes copied from that unknown window from the part before. Where a part does not start
+//! from it without the 32 KiB of output before it; reading takes the parts in order, fills in
+//! the bytes copied from that unknown window in a part's last 32 KiB (the next part's window)
+//! and leaves the rest of the fill-in to a worker. Where a part does not start
 //! at the block the part before ends at, or failed, reading decodes it itself: the output and
 //! the errors are the one-core decoder's.
 //!
@@ -16,11 +17,11 @@ use std::collections::VecDeque;
 use std::io::{self, BufReader, Read};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
-use super::read_at::{read_exact_at, ReadAt};
+use super::read_at::{read_at_most, read_exact_at, ByteStream, ReadAt};
 use super::zlib_raw::{RawInflate, Stop};
 
 const WINDOW: usize = 32 << 10;
@@ -214,6 +215,16 @@ struct Part {
     end: End,
 }
 
+impl Part {
+    /// The CRC-32 of its output, its window bytes filled in.
+    fn crc(&self) -> crc32fast::Hasher {
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&self.out[..self.marked]);
+        crc.combine(&self.tail);
+        crc
+    }
+}
+
 /// From `start` (a bit of `src`) to the first block end at or past `next`, without the window.
 fn decode_blind<S: ReadAt + ?Sized>(
     src: Arc<S>,
@@ -228,7 +239,7 @@ fn decode_blind<S: ReadAt + ?Sized>(
     let mut marked = 0;
     let end = loop {
         if cancel.load(Ordering::Relaxed) {
-            return Err(io::Error::other("inflating stopped"));
+            return Err(stopped());
         }
         let before = lanes.outs[0].len();
         let stop = lanes.step(STEP)?;
@@ -402,18 +413,6 @@ fn find_start<S: ReadAt + ?Sized>(shared: &Shared<S>, k: u64) -> io::Result<Opti
     Ok(None)
 }
 
-/// `buf` filled from `at` as far as `src` goes: how far.
-fn read_at_most<S: ReadAt + ?Sized>(src: &S, at: u64, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match src.read_at(at + n as u64, &mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
-}
-
 /// Part `k`'s bytes begin at `first + k * part`, and its decoding stops at the first block end
 /// from the next part's first bit on.
 struct Layout {
@@ -441,18 +440,119 @@ struct Shared<S: ?Sized> {
     src: Arc<S>,
 }
 
-type Job = (u64, SyncSender<Option<Part>>);
+/// What a worker does: decode part `k` without its window, or fill in a part's window bytes.
+enum Job {
+    Decode(u64, SyncSender<Option<Part>>),
+    Fill(Fill),
+}
 
-/// A worker: parts from `jobs` until reading stops. A part it cannot start or decode is `None`:
-/// reading decodes it and meets the error, if the stream has one there.
-fn work<S: ReadAt + ?Sized>(jobs: &Mutex<Receiver<Job>>, shared: &Shared<S>) {
-    loop {
-        // The lock is held only while waiting for a part, not while decoding it.
-        let Ok((k, tx)) = crate::lock(jobs).recv() else {
+/// The workers' jobs: fill-ins ahead of decoding (reading waits on them), each kind in order.
+#[derive(Default)]
+struct Queue {
+    /// The jobs, and whether reading has stopped handing out more.
+    jobs: Mutex<(VecDeque<Job>, bool)>,
+    more: Condvar,
+}
+
+impl Queue {
+    fn push(&self, job: Job) {
+        let mut q = crate::lock(&self.jobs);
+        // Once closed a job is dropped: whoever waits on it hears so from its channel.
+        if q.1 {
             return;
+        }
+        let at = match job {
+            Job::Fill(_) => q.0.iter().take_while(|j| matches!(j, Job::Fill(_))).count(),
+            Job::Decode(..) => q.0.len(),
         };
-        let _ = tx.send(blind_part(shared, k));
+        q.0.insert(at, job);
+        self.more.notify_one();
     }
+
+    /// The next job; `None` once the queue is closed and empty.
+    fn pop(&self) -> Option<Job> {
+        let mut q = crate::lock(&self.jobs);
+        loop {
+            if let Some(job) = q.0.pop_front() {
+                return Some(job);
+            }
+            if q.1 {
+                return None;
+            }
+            q = self.more.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// No more jobs: those not started are dropped, but for the fill-ins where `keep_fills`.
+    fn close(&self, keep_fills: bool) {
+        let mut q = crate::lock(&self.jobs);
+        q.0.retain(|j| keep_fills && matches!(j, Job::Fill(_)));
+        q.1 = true;
+        self.more.notify_all();
+    }
+}
+
+/// A worker: jobs until reading stops. A part it cannot start or decode is `None`: reading
+/// decodes it and meets the error, if the stream has one there.
+fn work<S: ReadAt + ?Sized>(queue: &Queue, shared: &Shared<S>) {
+    while let Some(job) = queue.pop() {
+        match job {
+            Job::Decode(k, tx) => {
+                let _ = tx.send(blind_part(shared, k));
+            }
+            Job::Fill(fill) => fill.run(),
+        }
+    }
+}
+
+/// A part's output with its CRC-32.
+type Filled = (Vec<u8>, crc32fast::Hasher);
+
+/// A taken part's window bytes before `upto` (those after, reading filled in itself), filled in
+/// from `window`, the output before the part.
+struct Fill {
+    part: Part,
+    upto: usize,
+    window: Arc<Vec<u8>>,
+    done: SyncSender<io::Result<Filled>>,
+}
+
+impl Fill {
+    fn run(self) {
+        let Fill {
+            mut part,
+            upto,
+            window,
+            done,
+        } = self;
+        let filled = fill_in(&mut part.out[..upto], &part.high[..upto], &window);
+        let _ = done.send(filled.map(|()| {
+            let crc = part.crc();
+            (part.out, crc)
+        }));
+    }
+}
+
+/// The bytes of `out` that copy a window position (`high`: the second decoder's bytes at the
+/// same places) replaced by that position's byte in `window`, the 32 KiB of output before the
+/// part (less at the stream's start).
+fn fill_in(out: &mut [u8], high: &[u8], window: &[u8]) -> io::Result<()> {
+    // Window bytes are sparse in most of a marked stretch: compared 64 at a time first.
+    for (out, high) in out
+        .chunks_mut(64)
+        .zip(high.chunks(64))
+        .filter(|(o, h)| o != h)
+    {
+        for (b, &high) in out.iter_mut().zip(high) {
+            if let Some(p) = window_position(*b, high) {
+                let at = (window.len() + p).checked_sub(WINDOW).ok_or_else(|| {
+                    invalid("corrupt deflate stream: invalid distance too far back")
+                })?;
+                *b = window[at];
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Part `k` decoded without the window before it; `None` where reading has passed it already,
@@ -483,16 +583,23 @@ pub(super) struct GzipReader<S: ReadAt + Send + Sync + 'static> {
     shared: Arc<Shared<S>>,
     /// Parts not handed out yet start at this one.
     waiting: u64,
-    jobs: Option<Sender<Job>>,
-    handed: VecDeque<(u64, Receiver<Option<Part>>)>,
+    queue: Arc<Queue>,
+    /// Whether parts are still handed out: not once the member's end is known, or reading failed.
+    handing: bool,
+    /// Parts handed out, in order: each a channel, and what came down it once looked at.
+    handed: VecDeque<Handed>,
     workers: Vec<JoinHandle<()>>,
     by_hand: Option<ByHand<S>>,
     /// A part that starts where the output so far ends.
     ready: Option<Part>,
-    /// The last 32 KiB of output, the CRC-32 and length of all of it.
+    /// The output taken but not read yet, in order (its window bytes filled in on the workers).
+    ahead: VecDeque<Ahead>,
+    /// Whether the member's end (or an error) is in `ahead`: nothing is taken after it.
+    ended: bool,
+    /// The last 32 KiB and the length of the output taken; the CRC-32 of the output read.
     window: Vec<u8>,
-    crc: crc32fast::Hasher,
     size: u64,
+    crc: crc32fast::Hasher,
     piece: Vec<u8>,
     at: usize,
     /// The members after the first, once it has ended.
@@ -502,6 +609,23 @@ pub(super) struct GzipReader<S: ReadAt + Send + Sync + 'static> {
     pub(super) taken: u64,
     pub(super) by_hand_count: u64,
 }
+
+/// Part `k` handed out: where it comes, and what came (`Some(None)`: no part).
+type Handed = (u64, Receiver<Option<Part>>, Option<Option<Part>>);
+
+/// The output taken, before it is read.
+enum Ahead {
+    /// Bytes, with their CRC-32.
+    Out(Filled),
+    /// A part a worker fills in.
+    Filling(Receiver<io::Result<Filled>>),
+    /// The member's trailer at this byte, checked once all its output is read.
+    Trailer(u64),
+    Failed(io::Error),
+}
+
+/// Output taken ahead of reading: while reading returns one part, workers fill in the next.
+const AHEAD: usize = 4;
 
 /// A part reading decodes itself: to the first block end at or past `next`, or to where a
 /// worker's part waiting to be taken starts.
@@ -537,19 +661,20 @@ pub(super) fn start<S: ReadAt + Send + Sync + 'static>(
         cancel: AtomicBool::new(false),
         src,
     });
-    let (jobs, taken) = channel::<Job>();
-    let taken = Arc::new(Mutex::new(taken));
     let mut r = GzipReader {
         shared,
         waiting: 0,
-        jobs: Some(jobs),
+        queue: Arc::default(),
+        handing: true,
         handed: VecDeque::new(),
         workers: Vec::new(),
         by_hand: None,
         ready: None,
+        ahead: VecDeque::new(),
+        ended: false,
         window: Vec::new(),
-        crc: crc32fast::Hasher::new(),
         size: 0,
+        crc: crc32fast::Hasher::new(),
         piece: Vec::new(),
         at: 0,
         after: None,
@@ -558,10 +683,10 @@ pub(super) fn start<S: ReadAt + Send + Sync + 'static>(
         by_hand_count: 0,
     };
     for _ in 0..threads.min(parts as usize) {
-        let (taken, shared) = (taken.clone(), r.shared.clone());
+        let (queue, shared) = (r.queue.clone(), r.shared.clone());
         let spawned = std::thread::Builder::new()
             .name("gzip-chunks".into())
-            .spawn(move || work(&taken, &shared));
+            .spawn(move || work(&queue, &shared));
         match spawned {
             Ok(w) => r.workers.push(w),
             // Fewer workers decode the same parts, only slower (a limit on threads reached).
@@ -599,33 +724,75 @@ fn deflate_start<S: ReadAt + ?Sized>(src: &S) -> io::Result<Option<u64>> {
 impl<S: ReadAt + Send + Sync + 'static> GzipReader<S> {
     /// The next part to the workers, if one is left.
     fn hand_out(&mut self) {
-        let Some(jobs) = &self.jobs else {
-            return;
-        };
-        if self.waiting >= self.shared.layout.parts {
+        if !self.handing || self.waiting >= self.shared.layout.parts {
             return;
         }
         let (tx, rx) = sync_channel(1);
-        // Fails only once every worker has gone: the part is then decoded by reading.
-        let _ = jobs.send((self.waiting, tx));
-        self.handed.push_back((self.waiting, rx));
+        self.queue.push(Job::Decode(self.waiting, tx));
+        self.handed.push_back((self.waiting, rx, None));
         self.waiting += 1;
     }
 
-    /// The next piece of output into `self.piece` (perhaps empty).
+    /// The next piece of output into `self.piece` (perhaps empty), output taken ahead first.
     fn next_piece(&mut self) -> io::Result<()> {
+        // Ahead only as far as that waits for nothing: a part not decoded yet may wait for
+        // bytes still to arrive.
+        while !self.ended
+            && (self.ahead.is_empty() || self.ahead.len() < AHEAD && self.next_is_in())
+        {
+            if let Err(e) = self.advance() {
+                self.ahead.push_back(Ahead::Failed(e));
+                self.ended = true;
+                self.stop(true);
+            }
+        }
+        let (out, crc) = match self.ahead.pop_front() {
+            Some(Ahead::Out(filled)) => filled,
+            Some(Ahead::Filling(rx)) => rx.recv().unwrap_or_else(|_| Err(stopped()))?,
+            Some(Ahead::Trailer(at)) => return self.trailer(at),
+            Some(Ahead::Failed(e)) => return Err(e),
+            None => return Err(stopped()),
+        };
+        self.crc.combine(&crc);
+        self.piece = out;
+        self.at = 0;
+        Ok(())
+    }
+
+    /// Whether the next output can be taken without waiting: from a part decoded already.
+    fn next_is_in(&mut self) -> bool {
+        if self.ready.is_some() {
+            return true;
+        }
+        match self.handed.front_mut() {
+            Some((_, rx, came)) if self.by_hand.is_none() => {
+                if came.is_none() {
+                    *came = match rx.try_recv() {
+                        Ok(part) => Some(part),
+                        Err(TryRecvError::Disconnected) => Some(None),
+                        Err(TryRecvError::Empty) => None,
+                    };
+                }
+                came.is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// The next output taken: from a part, or from decoding by hand.
+    fn advance(&mut self) -> io::Result<()> {
         if let Some(part) = self.ready.take() {
             return self.take(part);
         }
         if self.by_hand.is_some() {
             return self.step_by_hand();
         }
-        let Some((k, rx)) = self.handed.pop_front() else {
+        let Some((k, rx, came)) = self.handed.pop_front() else {
             // The last part ends at the stream's end or fails: this is a stream cut short.
             return Err(cut());
         };
         self.hand_out();
-        let part = rx.recv().ok().flatten();
+        let part = came.unwrap_or_else(|| rx.recv().ok().flatten());
         let next = self.shared.layout.next_bit(k);
         let bit = self.shared.reached.load(Ordering::Relaxed);
         match part {
@@ -668,8 +835,7 @@ impl<S: ReadAt + Send + Sync + 'static> GzipReader<S> {
                 .waiting
                 .as_ref()
                 .is_some_and(|p| p.starts.contains(&bit));
-        self.crc.update(&out);
-        self.emit(out);
+        self.keep(out, None);
         if meets {
             self.ready = self.by_hand.take().and_then(|h| h.waiting);
             self.shared.reached.store(bit, Ordering::Relaxed);
@@ -680,52 +846,75 @@ impl<S: ReadAt + Send + Sync + 'static> GzipReader<S> {
         Ok(())
     }
 
-    /// A part that starts where the output so far ends, its window bytes filled in.
+    /// A part that starts where the output so far ends: its window bytes filled in by a worker,
+    /// but for those in its last 32 KiB, the next part's window, filled in here.
     fn take(&mut self, mut part: Part) -> io::Result<()> {
-        // Window bytes are sparse in most of a marked stretch: compared 64 at a time first.
-        let marked = part.out[..part.marked].chunks_mut(64);
-        for (out, high) in marked.zip(part.high.chunks(64)).filter(|(o, h)| o != h) {
-            for (b, &high) in out.iter_mut().zip(high) {
-                if let Some(p) = window_position(*b, high) {
-                    let at = (self.window.len() + p).checked_sub(WINDOW).ok_or_else(|| {
-                        invalid("corrupt deflate stream: invalid distance too far back")
-                    })?;
-                    *b = self.window[at];
-                }
-            }
-        }
-        self.crc.update(&part.out[..part.marked]);
-        self.crc.combine(&part.tail);
+        let upto = part.out.len().saturating_sub(WINDOW).min(part.marked);
+        let marked = upto..part.marked;
+        fill_in(
+            &mut part.out[marked.clone()],
+            &part.high[marked],
+            &self.window,
+        )?;
         self.taken += 1;
         let end = part.end;
-        self.emit(part.out);
+        if upto == 0 {
+            let crc = part.crc();
+            self.keep(part.out, Some(crc));
+        } else {
+            let window = Arc::new(self.window.clone());
+            self.keep_window(&part.out);
+            let (done, filling) = sync_channel(1);
+            self.queue.push(Job::Fill(Fill {
+                part,
+                upto,
+                window,
+                done,
+            }));
+            self.ahead.push_back(Ahead::Filling(filling));
+        }
         self.reached(end)
     }
 
-    /// `out` is the next output: into the window, the length and the piece read from.
-    fn emit(&mut self, out: Vec<u8>) {
+    /// `out` is the next output (`crc` its CRC-32, if known), to be read after what is ahead.
+    fn keep(&mut self, out: Vec<u8>, crc: Option<crc32fast::Hasher>) {
+        self.keep_window(&out);
+        let crc = crc.unwrap_or_else(|| {
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&out);
+            crc
+        });
+        self.ahead.push_back(Ahead::Out((out, crc)));
+    }
+
+    /// The window and length of the output taken, `out` after it.
+    fn keep_window(&mut self, out: &[u8]) {
         let keep = WINDOW.saturating_sub(out.len()).min(self.window.len());
         self.window.drain(..self.window.len() - keep);
         self.window
             .extend_from_slice(&out[out.len().saturating_sub(WINDOW)..]);
         self.size += out.len() as u64;
-        self.piece = out;
-        self.at = 0;
     }
 
     /// The output has reached `end`: the next part starts there, or the member's trailer does.
     fn reached(&mut self, end: End) -> io::Result<()> {
-        let trailer = match end {
-            End::Block(bit) => {
-                self.shared.reached.store(bit, Ordering::Relaxed);
-                return Ok(());
+        match end {
+            End::Block(bit) => self.shared.reached.store(bit, Ordering::Relaxed),
+            End::Last(byte) => {
+                self.ahead.push_back(Ahead::Trailer(byte));
+                self.ended = true;
+                self.stop(true);
             }
-            End::Last(byte) => byte,
-        };
-        self.stop();
+        }
+        Ok(())
+    }
+
+    /// The member's trailer at byte `at`, all its output read: its CRC-32 and length checked,
+    /// and the members after it to be read on.
+    fn trailer(&mut self, at: u64) -> io::Result<()> {
         let mut tail = [0u8; 8];
         let src = &*self.shared.src;
-        read_exact_at(src, trailer, &mut tail)?;
+        read_exact_at(src, at, &mut tail)?;
         let [c0, c1, c2, c3, s0, s1, s2, s3] = tail;
         if u32::from_le_bytes([c0, c1, c2, c3]) != self.crc.clone().finalize() {
             return Err(invalid(
@@ -737,11 +926,11 @@ impl<S: ReadAt + Send + Sync + 'static> GzipReader<S> {
                 "corrupt gzip stream does not have a matching length",
             ));
         }
-        let pos = trailer + 8;
+        let pos = at + 8;
         self.after = Some(if pos >= src.len()? {
             Box::new(io::empty())
         } else {
-            let rest = Rest {
+            let rest = ByteStream {
                 src: self.shared.src.clone(),
                 pos,
             };
@@ -754,33 +943,25 @@ impl<S: ReadAt + Send + Sync + 'static> GzipReader<S> {
     /// Reading stops at `e`: later reads return it again, and the workers end.
     fn fail(&mut self, e: io::Error) -> io::Error {
         self.failed = Some((e.kind(), e.to_string()));
-        self.stop();
+        self.stop(false);
         e
     }
 
-    fn stop(&mut self) {
+    /// No more parts are decoded; the fill-ins under way are finished where `keep_fills`.
+    fn stop(&mut self, keep_fills: bool) {
         self.shared.cancel.store(true, Ordering::Relaxed);
-        self.jobs = None;
+        self.handing = false;
+        self.queue.close(keep_fills);
         self.handed.clear();
     }
 }
 
+fn stopped() -> io::Error {
+    io::Error::other("inflating stopped")
+}
+
 fn invalid(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why)
-}
-
-/// The span's bytes from `pos` to its end, as a stream: the members after the first.
-struct Rest<S: ?Sized> {
-    src: Arc<S>,
-    pos: u64,
-}
-
-impl<S: ReadAt + ?Sized> Read for Rest<S> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.src.read_at(self.pos, buf)?;
-        self.pos += n as u64;
-        Ok(n)
-    }
 }
 
 impl<S: ReadAt + Send + Sync + 'static> Read for GzipReader<S> {
@@ -806,7 +987,7 @@ impl<S: ReadAt + Send + Sync + 'static> Read for GzipReader<S> {
 impl<S: ReadAt + Send + Sync + 'static> Drop for GzipReader<S> {
     /// The workers end: those waiting for a part at once, one decoding at its next step.
     fn drop(&mut self) {
-        self.stop();
+        self.stop(false);
         for w in self.workers.drain(..) {
             let _ = w.join();
         }

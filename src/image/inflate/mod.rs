@@ -10,13 +10,13 @@ mod zlib_raw;
 mod zstd_frames;
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use read_at::ReadAt;
+use read_at::{read_at_most, ByteStream, ReadAt};
 use zstd_frames::FrameReader;
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -32,8 +32,23 @@ pub struct Span {
     pub start: u64,
     pub len: u64,
     /// The same bytes as a stream that checks them (a digest) when read to its end; `None` when
-    /// they were checked before (a registry blob in the cache).
+    /// they were checked before (a registry blob in the cache), or are as they arrive.
     pub check: Option<Box<dyn Read + Send>>,
+    /// Where the file is still being written (a download): a byte is read once it is there, and
+    /// the stream ends once the whole blob is there and checked.
+    pub arrival: Option<Arc<dyn Arrival>>,
+}
+
+/// A blob still being written into its file, and checked once whole.
+pub trait Arrival: Send + Sync {
+    /// How many of the blob's bytes are in the file, once byte `at` is (all of them once the
+    /// blob is whole). Fails as the writing failed, or once `stop` is set and [`Arrival::wake`]
+    /// called.
+    fn arrived(&self, at: u64, stop: &AtomicBool) -> io::Result<u64>;
+    /// Returns once the blob is whole and checked; fails as the writing or the check did.
+    fn whole(&self) -> io::Result<()>;
+    /// Every wait looks at its `stop` again.
+    fn wake(&self);
 }
 
 /// Detect gzip / zstd / plain tar by magic bytes: media types lie more often than magic numbers.
@@ -53,6 +68,8 @@ pub fn decompress<'a>(r: Box<dyn Read + Send + 'a>) -> io::Result<Box<dyn Read +
 pub struct Inflating<'a> {
     pub reader: Box<dyn Read + Send + 'a>,
     check: Option<JoinHandle<io::Result<()>>>,
+    /// The blob, where it is still arriving.
+    arrival: Option<Arc<dyn Arrival>>,
 }
 
 impl Inflating<'_> {
@@ -65,7 +82,9 @@ impl Inflating<'_> {
             Some(Ok(Err(e))) => Err(e),
             Some(Err(_)) => Err(io::Error::other("the check of the blob's digest panicked")),
         };
-        checked.map_err(wrap).and(read)
+        // Bytes decoded as they arrived count once the whole blob has been checked.
+        let arrived = self.arrival.map_or(Ok(()), |a| a.whole());
+        checked.and(arrived).map_err(wrap).and(read)
     }
 }
 
@@ -81,6 +100,7 @@ pub fn inflate_stream<'a>(
     Ok(Inflating {
         reader,
         check: None,
+        arrival: None,
     })
 }
 
@@ -93,25 +113,36 @@ pub fn inflate_span<'a>(
     threads: usize,
     on_read: &'a (dyn Fn(u64) + Sync),
 ) -> io::Result<Inflating<'a>> {
-    let mut head = [0u8; 4];
-    let n = span.file.read_at(&mut head, span.start)?;
     let check = span
         .check
         .map(|mut c| std::thread::spawn(move || io::copy(&mut c, &mut io::sink()).map(drop)));
-    let furthest = Arc::new(AtomicU64::new(0));
+    let (furthest, stop) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let source = Positional {
         file: span.file,
         start: span.start,
         len: span.len,
         furthest: furthest.clone(),
+        arrival: span.arrival.clone(),
+        stop: stop.clone(),
     };
+    let mut head = [0u8; 4];
+    let n = read_at_most(&source, 0, &mut head)?;
+    let arrival = span.arrival;
     let inner = match on_many_cores(source, &head[..n], threads)? {
         Ok(inner) => inner,
         Err(source) => {
-            let mut file = source.file;
-            file.seek(SeekFrom::Start(span.start))?;
-            let mut one = inflate_stream(Box::new(file.take(span.len)), on_read)?;
+            let mut one = inflate_stream(
+                Box::new(ByteStream {
+                    src: source,
+                    pos: 0,
+                }),
+                on_read,
+            )?;
             one.check = check;
+            one.arrival = arrival;
             return Ok(one);
         }
     };
@@ -120,8 +151,14 @@ pub fn inflate_span<'a>(
         furthest,
         told: 0,
         on_read,
+        stop,
+        arrival: arrival.clone(),
     });
-    Ok(Inflating { reader, check })
+    Ok(Inflating {
+        reader,
+        check,
+        arrival,
+    })
 }
 
 type Decoded = Box<dyn Read + Send>;
@@ -177,6 +214,9 @@ struct Positional {
     start: u64,
     len: u64,
     furthest: Arc<AtomicU64>,
+    /// Where the file is still being written: reads wait for their bytes, until `stop`.
+    arrival: Option<Arc<dyn Arrival>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl ReadAt for Positional {
@@ -185,7 +225,10 @@ impl ReadAt for Positional {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let room = self.len.saturating_sub(offset);
+        let mut room = self.len.saturating_sub(offset);
+        if let (Some(a), 1..) = (&self.arrival, room) {
+            room = room.min(a.arrived(offset, &self.stop)? - offset);
+        }
         let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
         let n = FileExt::read_at(&self.file, &mut buf[..want], self.start + offset)?;
         self.furthest
@@ -200,6 +243,18 @@ struct Progress<'a, R> {
     furthest: Arc<AtomicU64>,
     told: u64,
     on_read: &'a (dyn Fn(u64) + Sync),
+    /// Set when it is dropped: a worker waiting for bytes still to arrive gives up at once.
+    stop: Arc<AtomicBool>,
+    arrival: Option<Arc<dyn Arrival>>,
+}
+
+impl<R> Drop for Progress<'_, R> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(a) = &self.arrival {
+            a.wake();
+        }
+    }
 }
 
 impl<R: Read> Read for Progress<'_, R> {
@@ -219,6 +274,7 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::process::{Command, Stdio};
+    use std::sync::{Condvar, Mutex};
 
     const MIB: usize = 1 << 20;
 
@@ -333,6 +389,8 @@ mod tests {
             start: 15,
             len: blob.len() as u64,
             furthest: Arc::default(),
+            arrival: None,
+            stop: Arc::default(),
         });
         let mut out = Vec::new();
         match gzip_chunks::start(source, threads, TEST_SIZES) {
@@ -528,6 +586,7 @@ mod tests {
             start,
             len: len as u64,
             check,
+            arrival: None,
         }
     }
 
@@ -573,6 +632,134 @@ mod tests {
             "threads outlive the reader"
         );
         assert_check_fails(span_of(&f, 15, blob.len(), Some(Box::new(FailingCheck))), 2);
+    }
+
+    /// A blob written into a file a piece at a time by a thread of its own, as a download writes
+    /// it: a read past what is written finds nothing there.
+    struct Trickle {
+        /// Bytes written, and how the writing ended.
+        state: Mutex<(u64, Option<Result<(), String>>)>,
+        more: Condvar,
+        len: u64,
+    }
+
+    impl Trickle {
+        /// What `ready` says of the state, once it says.
+        fn until<T>(&self, ready: impl Fn(&(u64, Option<Result<(), String>>)) -> Option<T>) -> T {
+            let mut st = crate::lock(&self.state);
+            loop {
+                match ready(&st) {
+                    Some(r) => return r,
+                    None => st = self.more.wait(st).unwrap(),
+                }
+            }
+        }
+    }
+
+    impl Arrival for Trickle {
+        fn arrived(&self, at: u64, stop: &AtomicBool) -> io::Result<u64> {
+            self.until(|(have, ended)| match ended {
+                Some(Ok(())) => Some(Ok(self.len)),
+                Some(Err(e)) => Some(Err(io::Error::other(e.clone()))),
+                None if stop.load(Ordering::Relaxed) => Some(Err(io::Error::other("stop"))),
+                None => (*have > at).then_some(Ok(*have)),
+            })
+        }
+
+        fn whole(&self) -> io::Result<()> {
+            self.until(|(_, ended)| ended.clone())
+                .map_err(io::Error::other)
+        }
+
+        fn wake(&self) {
+            let _st = crate::lock(&self.state);
+            self.more.notify_all();
+        }
+    }
+
+    /// A span of `blob` as it is written, 64 KiB at a time; after `upto` bytes the writing ends
+    /// as `end` says (`None`: it stalls there for good).
+    fn trickle(blob: &[u8], upto: usize, end: Option<Result<(), String>>) -> Span {
+        let file = tempfile::tempfile().unwrap();
+        let t = Arc::new(Trickle {
+            state: Mutex::default(),
+            more: Condvar::new(),
+            len: blob.len() as u64,
+        });
+        let (mut w, writing, blob) = (file.try_clone().unwrap(), t.clone(), blob[..upto].to_vec());
+        std::thread::spawn(move || {
+            for piece in blob.chunks(64 << 10) {
+                w.write_all(piece).unwrap();
+                crate::lock(&writing.state).0 += piece.len() as u64;
+                writing.more.notify_all();
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            if let Some(end) = end {
+                crate::lock(&writing.state).1 = Some(end);
+                writing.more.notify_all();
+            }
+        });
+        Span {
+            file,
+            start: 0,
+            len: t.len,
+            check: None,
+            arrival: Some(t),
+        }
+    }
+
+    /// `span` read to its end and finished: its output, or the error it ends with.
+    fn read_whole(span: Span, threads: usize) -> io::Result<Vec<u8>> {
+        let mut s = inflate_span(span, threads, &|_| {})?;
+        let mut out = Vec::new();
+        let r = s.reader.read_to_end(&mut out).map(drop);
+        s.finish(r, |e| e).map(|()| out)
+    }
+
+    // Guards the reading of a blob while it downloads: bytes read only once written (else the
+    // output differs or is cut), and the stream's end only once the download ended well (its
+    // digest checked), whatever decodes it.
+    #[test]
+    fn a_span_is_read_as_it_arrives_and_ends_as_its_writing_does() {
+        let data = text(8 * MIB, 7);
+        let gz = system_gz(&data, 6);
+        let zst: Vec<u8> = data
+            .chunks(MIB)
+            .flat_map(|c| zstd::bulk::compress(c, 3).unwrap())
+            .collect();
+        let _turn = crate::lock(&ONE_AT_A_TIME);
+        let decoders = [
+            ("gzip on one core", &gz, 1),
+            ("gzip in parts", &gz, GZIP_PARTS_FROM),
+        ];
+        for (name, blob, threads) in decoders.into_iter().chain([("zstd frames", &zst, 2)]) {
+            let whole = read_whole(trickle(blob, blob.len(), Some(Ok(()))), threads);
+            assert!(
+                whole.unwrap_or_else(|e| panic!("{name}: {e}")) == data,
+                "{name}"
+            );
+            let bad = Some(Err("does not match its digest".to_string()));
+            let e = read_whole(trickle(blob, blob.len(), bad), threads).unwrap_err();
+            assert_eq!(e.to_string(), "does not match its digest", "{name}");
+            let lost = Some(Err("connection lost".to_string()));
+            let e = read_whole(trickle(blob, blob.len() / 2, lost), threads).unwrap_err();
+            assert_eq!(e.to_string(), "connection lost", "{name}");
+        }
+    }
+
+    // Guards the end of workers that wait for bytes of a download that stalls: a reader dropped
+    // then returns at once, its workers joined.
+    #[test]
+    fn a_reader_dropped_while_its_blob_stalls_returns_at_once() {
+        let blob = system_gz(&text(8 * MIB, 8), 6);
+        let _turn = crate::lock(&ONE_AT_A_TIME);
+        let span = trickle(&blob, blob.len() / 3, None);
+        let mut s = inflate_span(span, GZIP_PARTS_FROM, &|_| {}).unwrap();
+        s.reader.read_exact(&mut [0; 1000]).unwrap();
+        let t = std::time::Instant::now();
+        drop(s);
+        assert!(t.elapsed() < std::time::Duration::from_millis(500));
+        assert!(workers_become("gzip-chunks", |n| n == 0));
     }
 
     /// Whether the number of this process's threads called `name` comes to satisfy `want` within

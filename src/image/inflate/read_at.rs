@@ -1,7 +1,6 @@
 //! Bytes read by position: a layer blob as a range of a file, read by many workers at once.
 
-use std::io;
-#[cfg(test)]
+use std::io::{self, Read};
 use std::sync::Arc;
 
 /// Bytes read by position, by many threads at once.
@@ -37,7 +36,6 @@ impl ReadAt for Vec<u8> {
     }
 }
 
-#[cfg(test)]
 impl<T: ReadAt + ?Sized> ReadAt for Arc<T> {
     fn len(&self) -> io::Result<u64> {
         (**self).len()
@@ -64,4 +62,34 @@ pub(super) fn read_exact_at<S: ReadAt + ?Sized>(
         }
     }
     Ok(())
+}
+
+/// `buf` filled from `at` as far as `src` goes: how far.
+pub(super) fn read_at_most<S: ReadAt + ?Sized>(
+    src: &S,
+    at: u64,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match src.read_at(at + n as u64, &mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// The bytes of `src` from `pos` to its end, as a stream.
+pub(super) struct ByteStream<S> {
+    pub(super) src: S,
+    pub(super) pos: u64,
+}
+
+impl<S: ReadAt> Read for ByteStream<S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.src.read_at(self.pos, buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
 }

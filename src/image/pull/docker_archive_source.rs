@@ -101,6 +101,7 @@ pub(super) fn docker_archive(
                     start: pos,
                     len: size,
                     check: None,
+                    arrival: None,
                 })
             })),
         });

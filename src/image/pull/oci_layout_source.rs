@@ -178,6 +178,7 @@ impl Layout<'_> {
                     start: 0,
                     len: size,
                     check: Some(checked()?),
+                    arrival: None,
                 })
             })),
         })

@@ -4,6 +4,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use futures_util::StreamExt;
@@ -14,6 +15,7 @@ use super::options::{wanted_platform, PullOptions};
 use super::progress::{mb, short, Ui};
 use crate::image::cache::Cache;
 use crate::image::flatten::{Layer, Span};
+use crate::image::inflate::Arrival;
 use crate::image::meta::ImageMeta;
 use crate::image::reference::{ImageRef, Source};
 use crate::image::registry::{
@@ -128,7 +130,9 @@ async fn fetch_config(
         image: image.to_string(),
         detail,
     };
-    let (path, _) = client.fetch_blob(config, cache, &|_: u64| {}).await?;
+    let (path, _) = client
+        .fetch_blob(config, cache, &|_: u64| {}, &|_: &File, _| {})
+        .await?;
     let config_bytes = fs::read(&path).map_err(|e| bad(format!("config: {e}")))?;
     image_meta(&config_bytes, &image.to_string(), digest).map_err(|source| PullError::Config {
         image: image.to_string(),
@@ -174,7 +178,11 @@ pub(super) async fn resolve_docker(
             .into());
         }
     }
-    let slots: Vec<Arc<Slot>> = m.layers.iter().map(|_| Arc::new(Slot::default())).collect();
+    let slots: Vec<Arc<Slot>> = m
+        .layers
+        .iter()
+        .map(|d| Arc::new(Slot::new(d.size)))
+        .collect();
     let handle = tokio::spawn(download_all(
         Arc::new(client),
         cache.clone(),
@@ -196,17 +204,8 @@ pub(super) async fn resolve_docker(
                 open: Box::new(move || {
                     Ok(Box::new(File::open(slot.wait()?)?) as Box<dyn Read + Send>)
                 }),
-                // The cache holds only blobs checked against their digest as they came in.
-                span: Some(Box::new(move || {
-                    let file = File::open(at.wait()?)?;
-                    let len = file.metadata()?.len();
-                    Ok(Span {
-                        file,
-                        start: 0,
-                        len,
-                        check: None,
-                    })
-                })),
+                // Read as it downloads; the digest is checked as it comes in.
+                span: Some(Box::new(move || at.span())),
             }
         })
         .collect();
@@ -221,35 +220,130 @@ struct DownloadFailed {
     digest: String,
 }
 
-/// Where one layer's download stands; `Layer::open` waits on it.
-#[derive(Default)]
+/// Where one layer's download stands: its file as it grows, then its path once whole and
+/// checked. `Layer::open` waits for the path; `Layer::span` reads the file as it comes.
 struct Slot {
-    state: Mutex<Option<Result<PathBuf, DownloadFailed>>>,
-    ready: Condvar,
+    /// The blob's size (the manifest's: a blob of any other fails its check).
+    size: u64,
+    state: Mutex<SlotState>,
+    changed: Condvar,
 }
 
+#[derive(Default)]
+struct SlotState {
+    /// The blob's file while it downloads, and how many of its bytes are there for reading.
+    growing: Option<(File, u64)>,
+    done: Option<Result<PathBuf, DownloadFailed>>,
+    /// Reads waiting for bytes: the download wakes them only when there are some.
+    waiting: usize,
+}
+
+/// Bytes a download writes before readers of its file hear of them (they read 1 MiB at a time).
+const TELL_EVERY: u64 = 1 << 20;
+
 impl Slot {
+    fn new(size: u64) -> Slot {
+        Slot {
+            size,
+            state: Mutex::default(),
+            changed: Condvar::new(),
+        }
+    }
+
     fn set(&self, r: Result<PathBuf, DownloadFailed>) {
         let mut st = crate::lock(&self.state);
-        if st.is_none() {
-            *st = Some(r);
+        st.done.get_or_insert(r);
+        st.growing = None;
+        self.changed.notify_all();
+    }
+
+    /// The download's `file` holds `have` bytes of the blob.
+    fn written(&self, file: &File, have: u64) {
+        let mut st = crate::lock(&self.state);
+        let read_whole = self.size == 0 || st.done.is_some();
+        match &mut st.growing {
+            Some((_, told)) if have < *told + TELL_EVERY => return,
+            Some((_, told)) => *told = have,
+            // A blob of no size known, or a file that cannot be shared, is read once whole.
+            None if read_whole => return,
+            None => match file.try_clone() {
+                Ok(f) => st.growing = Some((f, have)),
+                Err(_) => return,
+            },
         }
-        self.ready.notify_all();
+        if st.waiting > 0 {
+            self.changed.notify_all();
+        }
     }
 
     fn failed(&self) -> bool {
-        matches!(*crate::lock(&self.state), Some(Err(_)))
+        matches!(crate::lock(&self.state).done, Some(Err(_)))
     }
 
-    fn wait(&self) -> io::Result<PathBuf> {
+    /// `ready` of the state, once it says.
+    fn wait_until<T>(
+        &self,
+        mut ready: impl FnMut(&SlotState) -> Option<io::Result<T>>,
+    ) -> io::Result<T> {
         let mut st = crate::lock(&self.state);
         loop {
-            match &*st {
-                Some(Ok(p)) => return Ok(p.clone()),
-                Some(Err(e)) => return Err(io::Error::other(e.clone())),
-                None => st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner()),
+            if let Some(r) = ready(&st) {
+                return r;
             }
+            st.waiting += 1;
+            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiting -= 1;
         }
+    }
+
+    /// The blob's path, once whole and checked.
+    fn wait(&self) -> io::Result<PathBuf> {
+        self.wait_until(|st| st.done.as_ref().map(done_path))
+    }
+
+    /// The blob as a span: its file as soon as the download writes it, else once whole.
+    fn span(self: &Arc<Self>) -> io::Result<Span> {
+        let (file, arriving) = self.wait_until(|st| match (&st.done, &st.growing) {
+            (Some(done), _) => Some(done_path(done).and_then(File::open).map(|f| (f, false))),
+            (None, Some((file, _))) => Some(file.try_clone().map(|f| (f, true))),
+            (None, None) => None,
+        })?;
+        let len = match arriving {
+            true => self.size,
+            false => file.metadata()?.len(),
+        };
+        let arrival = arriving.then(|| self.clone() as Arc<dyn Arrival>);
+        Ok(Span {
+            file,
+            start: 0,
+            len,
+            check: None,
+            arrival,
+        })
+    }
+}
+
+fn done_path(done: &Result<PathBuf, DownloadFailed>) -> io::Result<PathBuf> {
+    done.clone().map_err(io::Error::other)
+}
+
+impl Arrival for Slot {
+    fn arrived(&self, at: u64, stop: &AtomicBool) -> io::Result<u64> {
+        self.wait_until(|st| match (&st.done, &st.growing) {
+            (Some(done), _) => Some(done_path(done).map(|_| self.size)),
+            _ if stop.load(Ordering::Relaxed) => Some(Err(io::Error::other("inflating stopped"))),
+            (None, Some((_, have))) if *have > at => Some(Ok(*have)),
+            (None, _) => None,
+        })
+    }
+
+    fn whole(&self) -> io::Result<()> {
+        self.wait().map(drop)
+    }
+
+    fn wake(&self) {
+        let _st = crate::lock(&self.state);
+        self.changed.notify_all();
     }
 }
 
@@ -288,7 +382,7 @@ async fn download_all(
 ) -> Result<(), RegistryError> {
     let total: u64 = descs.iter().map(|l| l.size).sum();
     let overall = ui.bar(total, "total".into());
-    let (client, cache, descs_ref, ui_ref) = (&client, &cache, &descs, &ui);
+    let (client, cache, descs_ref, ui_ref, slots_ref) = (&client, &cache, &descs, &ui, &slots);
     let mut stream = futures_util::stream::iter((0..descs.len()).rev())
         .map(|i| {
             let overall = overall.clone();
@@ -301,7 +395,12 @@ async fn download_all(
                     bar.inc(n);
                     overall.inc(n);
                 };
-                (i, client.fetch_blob(&descs_ref[i], cache, &on).await)
+                let slot = &slots_ref[i];
+                let written = |file: &File, have: u64| slot.written(file, have);
+                (
+                    i,
+                    client.fetch_blob(&descs_ref[i], cache, &on, &written).await,
+                )
             }
         })
         .buffer_unordered(PARALLEL_DOWNLOADS);

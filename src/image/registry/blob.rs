@@ -14,16 +14,24 @@ use super::error::{io_err, RegistryError};
 use super::manifest::Descriptor;
 use crate::image::cache::Cache;
 
+/// Told of every chunk of a blob downloaded: its length.
+pub type OnBytes<'a> = &'a (dyn Fn(u64) + Send + Sync);
+/// Told of the blob's file after every chunk written into it, and how many bytes it holds.
+pub type OnWritten<'a> = &'a (dyn Fn(&File, u64) + Send + Sync);
+
 impl RegistryClient {
     /// Download blob `desc` into the cache (or find it there) and return its path. Verified
     /// against its digest while streaming; an interrupted download resumes with an HTTP range.
-    /// `on_bytes` is told of every chunk; returns the path and, when it was downloaded, the bytes
-    /// received now (not those a resumed download already had).
+    /// `on_bytes` is told of every chunk, and `on_written` of the file and how many bytes it holds
+    /// after each (its bytes stay in place: a restart writes the same bytes over them); returns
+    /// the path and, when it was downloaded, the bytes received now (not those a resumed
+    /// download already had).
     pub async fn fetch_blob(
         &self,
         desc: &Descriptor,
         cache: &Cache,
-        on_bytes: &(dyn Fn(u64) + Send + Sync),
+        on_bytes: OnBytes<'_>,
+        on_written: OnWritten<'_>,
     ) -> Result<(PathBuf, Option<u64>), RegistryError> {
         let digest = desc.digest.as_str();
         if let Some(found) = cache.find_blob(digest)? {
@@ -50,7 +58,8 @@ impl RegistryClient {
         let mut attempt = 0;
         let mut reauthed = false;
         while desc.size == 0 || part.have < desc.size {
-            let Some(err) = self.download_once(&r, desc, &mut part, on_bytes).await? else {
+            let watch = (on_bytes, on_written);
+            let Some(err) = self.download_once(&r, desc, &mut part, watch).await? else {
                 break;
             };
             match self.classify(&what, err) {
@@ -90,7 +99,7 @@ impl RegistryClient {
         r: &oci_client::Reference,
         desc: &Descriptor,
         part: &mut PartialBlob,
-        on_bytes: &(dyn Fn(u64) + Send + Sync),
+        (on_bytes, on_written): (OnBytes<'_>, OnWritten<'_>),
     ) -> Result<Option<OciDistributionError>, RegistryError> {
         let res = self
             .client
@@ -113,6 +122,7 @@ impl RegistryClient {
                 Ok(b) => {
                     part.append(&b)?;
                     on_bytes(b.len() as u64);
+                    on_written(&part.file, part.have);
                 }
                 Err(e) => return Ok(Some(OciDistributionError::IoError(e))),
             }
@@ -162,12 +172,10 @@ impl PartialBlob {
         Ok(part)
     }
 
-    /// Empty the file and start the hash over.
+    /// Start the file and the hash over. The bytes stay until written over (a reader of the file
+    /// as it arrives may be reading them); the file is cut to the blob at the end.
     fn restart(&mut self) -> Result<(), RegistryError> {
-        self.file
-            .set_len(0)
-            .and_then(|_| self.file.rewind())
-            .map_err(|e| io_err(&self.path, e))?;
+        self.file.rewind().map_err(|e| io_err(&self.path, e))?;
         self.hasher = Sha256::new();
         self.have = 0;
         Ok(())
@@ -188,7 +196,10 @@ impl PartialBlob {
         final_path: &Path,
         registry: &str,
     ) -> Result<(), RegistryError> {
-        self.file.sync_all().map_err(|e| io_err(&self.path, e))?;
+        self.file
+            .set_len(self.have)
+            .and_then(|_| self.file.sync_all())
+            .map_err(|e| io_err(&self.path, e))?;
         let actual = format!("sha256:{}", hex::encode(self.hasher.finalize()));
         if actual != desc.digest || (desc.size > 0 && self.have != desc.size) {
             let _ = fs::remove_file(&self.path);
