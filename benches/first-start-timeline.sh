@@ -2,7 +2,8 @@
 # One first start of the first-start bench's image with a timeline: its stderr lines stamped,
 # then per 0.5 s the machine's busy % and the CPU ticks of the pull's threads by name (100 a
 # second a core). As root after first-start.sh (or .fsbench/device-run.sh) made the image:
-#   sudo [BIN=gpurun] [STORE=registry dir] [OUT=dir] benches/first-start-timeline.sh
+#   sudo [BIN=gpurun] [STORE=registry dir] [OUT=dir] [PULL_THREADS=n] benches/first-start-timeline.sh
+# (PULL_THREADS: the pull's GPURUN_PULL_THREADS, e.g. parts on a machine of fewer cores, for a profile)
 set -u
 P=/var/tmp/fsbench; FS=/var/tmp/gpurun-bench/first-start; U=${BENCH_USER:-ubuntu}
 BIN=${BIN:-$P/gpurun-new}; T=/var/tmp/tl; rm -rf $T; mkdir -p $T; chmod 755 $T
@@ -42,7 +43,7 @@ while time.time() - t0 < 60:
 PY
 S=$!
 t0=$EPOCHREALTIME
-runuser -u $U -- env -i PATH=$P/bin:/usr/bin:/bin HOME=$W XDG_RUNTIME_DIR=$W/xdg TMPDIR=$W/tmp GPURUN_CACHEDIR=$W/cache \
+runuser -u $U -- env -i ${PULL_THREADS:+GPURUN_PULL_THREADS=$PULL_THREADS} PATH=$P/bin:/usr/bin:/bin HOME=$W XDG_RUNTIME_DIR=$W/xdg TMPDIR=$W/tmp GPURUN_CACHEDIR=$W/cache \
     $BIN exec docker://127.0.0.1:50499/bench/torch:latest python3 -c 'import torch; print(torch.__version__)' 2>&1 |
     while IFS= read -r l; do n=$EPOCHREALTIME; printf '%7.2f %s\n' "$(python3 -c "print($n - $t0)")" "$l"; done > $T/lines.txt
 sleep 2; kill $S; pkill -f "docker-registry serve $T/reg.yml"
