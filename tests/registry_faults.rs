@@ -247,21 +247,31 @@ fn retry_after_is_honoured_up_to_a_minute() {
     assert!(!s.join("hours.sqsh").exists());
 }
 
-/// An image whose top layer is 4 MB of gzip (parts from 1 MiB), pushed; the layer's digest and
-/// its one file's content.
-fn big_top_layer(s: &Scratch, reg: &Registry) -> (String, Vec<u8>) {
+/// An image whose top layer holds `first` files, then 8 MB that gzip makes 4 MB (parts from
+/// 1 MiB), pushed; the layer's digest and the big file's content.
+fn big_top_layer(
+    s: &Scratch,
+    reg: &Registry,
+    comp: Comp,
+    first: &[(&str, &[u8])],
+) -> (String, Vec<u8>) {
     // 16 letters at random: about 2 to 1.
     let big: Vec<u8> = support::noise(8 << 20, 0x51f15e)
         .iter()
         .map(|b| b'a' + (b & 15))
         .collect();
     let mut layout = Layout::new(&s.join("layout"));
-    let top = LayerTar::new().dir("data").file("data/big", &big).finish();
+    let mut top = LayerTar::new();
+    top.dir("data");
+    for (name, data) in first {
+        top.file(name, data);
+    }
+    let top = top.file("data/big", &big).finish();
     let img = layout.image(
         "v1",
         &[
             (LayerTar::new().busybox().finish(), Comp::Gzip),
-            (top, Comp::Gzip),
+            (top, comp),
         ],
         "amd64",
         None,
@@ -279,7 +289,7 @@ fn big_top_layer(s: &Scratch, reg: &Registry) -> (String, Vec<u8>) {
 fn a_layer_is_read_while_it_downloads() {
     let s = Scratch::new();
     let reg = Registry::start(&s.join("reg"), None);
-    let (top, big) = big_top_layer(&s, &reg);
+    let (top, big) = big_top_layer(&s, &reg, Comp::Gzip, &[]);
     let proxy = Proxy::start(reg.port);
     let src = format!("docker://{}/test/g:v1", proxy.addr());
     let pause = std::time::Duration::from_millis(1500);
@@ -318,7 +328,7 @@ fn a_layer_is_read_while_it_downloads() {
 fn a_layer_read_while_it_downloads_survives_a_restart_and_refuses_extra_bytes() {
     let s = Scratch::new();
     let reg = Registry::start(&s.join("reg"), None);
-    let (top, big) = big_top_layer(&s, &reg);
+    let (top, big) = big_top_layer(&s, &reg, Comp::Gzip, &[]);
     let proxy = Proxy::start(reg.port);
     let src = format!("docker://{}/test/g:v1", proxy.addr());
     let env = [("GPURUN_PULL_THREADS", "4")];
@@ -344,4 +354,55 @@ fn a_layer_read_while_it_downloads_survives_a_restart_and_refuses_extra_bytes() 
     assert!(!s.join("long.sqsh").exists());
     assert!(!s.join("c-long/blobs/sha256").join(&top[7..]).exists());
     cache_sound(&s.join("c-long"));
+}
+
+// Attack, as a registry: the first answer tampered and cut at 2 MiB, the resume answered with
+// the whole blob (its range ignored). The tampered bytes were read as they came: the pull fails
+// by the digest (they are the bytes it checks), not as a layer that reads wrong, and keeps
+// nothing.
+#[test]
+fn bytes_read_before_a_restart_are_the_ones_the_digest_checks() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let (top, _) = big_top_layer(&s, &reg, Comp::Gzip, &[]);
+    let proxy = Proxy::start(reg.port);
+    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    let blob = std::fs::read(s.join("layout/blobs/sha256").join(&top[7..])).unwrap();
+    let mut tampered = blob[..2 << 20].to_vec();
+    tampered[1_500_000] ^= 0xff;
+    let ct = "Content-Type: application/octet-stream\r\n".to_string();
+    proxy.rule(&top, Action::Reply(200, ct, tampered), 1);
+    proxy.rule(&top, Action::IgnoreRange, 1);
+    let env = [("GPURUN_PULL_THREADS", "4")];
+    let line = error_line(&pull(&s, &src, "t.sqsh", "c-t", &env), EXIT_BAD_IMAGE);
+    assert!(
+        line.contains("digest") && line.contains(&top[7..19]),
+        "{line}"
+    );
+    assert!(!s.join("t.sqsh").exists());
+    assert!(!s.join("c-t/blobs/sha256").join(&top[7..]).exists());
+    cache_sound(&s.join("c-t"));
+}
+
+// Attack, as a registry that holds the rest of a layer back: a layer refused early (an entry
+// twice, differing) fails the pull in seconds, not when the registry lets go.
+#[test]
+fn a_refused_layer_does_not_wait_for_the_rest_of_its_download() {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
+    let twice: &[(&str, &[u8])] = &[("data/x", b"one"), ("data/x", b"two")];
+    let (top, _) = big_top_layer(&s, &reg, Comp::Gzip, twice);
+    let proxy = Proxy::start(reg.port);
+    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    let held = std::time::Duration::from_secs(40);
+    proxy.rule(&top, Action::Pause(1 << 20, held), 1);
+    let t0 = std::time::Instant::now();
+    let line = error_line(&pull(&s, &src, "r.sqsh", "c-r", &[]), EXIT_BAD_IMAGE);
+    assert!(line.contains("appears twice"), "{line}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(25),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(!s.join("r.sqsh").exists());
 }

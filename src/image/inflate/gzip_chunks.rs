@@ -449,34 +449,47 @@ enum Job {
 /// The workers' jobs: fill-ins ahead of decoding (reading waits on them), each kind in order.
 #[derive(Default)]
 struct Queue {
-    /// The jobs, and whether reading has stopped handing out more.
-    jobs: Mutex<(VecDeque<Job>, bool)>,
+    state: Mutex<QueueState>,
     more: Condvar,
 }
 
+#[derive(Default)]
+struct QueueState {
+    jobs: VecDeque<Job>,
+    /// Whether reading has stopped handing out more, or every worker has gone.
+    closed: bool,
+    workers: usize,
+}
+
 impl Queue {
-    fn push(&self, job: Job) {
-        let mut q = crate::lock(&self.jobs);
-        // Once closed a job is dropped: whoever waits on it hears so from its channel.
-        if q.1 {
-            return;
+    /// `job` queued; given back once the queue is closed (a job dropped instead tells whoever
+    /// waits on it through its channel).
+    fn push(&self, job: Job) -> Option<Job> {
+        let mut q = crate::lock(&self.state);
+        if q.closed {
+            return Some(job);
         }
         let at = match job {
-            Job::Fill(_) => q.0.iter().take_while(|j| matches!(j, Job::Fill(_))).count(),
-            Job::Decode(..) => q.0.len(),
+            Job::Fill(_) => q
+                .jobs
+                .iter()
+                .take_while(|j| matches!(j, Job::Fill(_)))
+                .count(),
+            Job::Decode(..) => q.jobs.len(),
         };
-        q.0.insert(at, job);
+        q.jobs.insert(at, job);
         self.more.notify_one();
+        None
     }
 
     /// The next job; `None` once the queue is closed and empty.
     fn pop(&self) -> Option<Job> {
-        let mut q = crate::lock(&self.jobs);
+        let mut q = crate::lock(&self.state);
         loop {
-            if let Some(job) = q.0.pop_front() {
+            if let Some(job) = q.jobs.pop_front() {
                 return Some(job);
             }
-            if q.1 {
+            if q.closed {
                 return None;
             }
             q = self.more.wait(q).unwrap_or_else(|p| p.into_inner());
@@ -485,16 +498,40 @@ impl Queue {
 
     /// No more jobs: those not started are dropped, but for the fill-ins where `keep_fills`.
     fn close(&self, keep_fills: bool) {
-        let mut q = crate::lock(&self.jobs);
-        q.0.retain(|j| keep_fills && matches!(j, Job::Fill(_)));
-        q.1 = true;
+        let mut q = crate::lock(&self.state);
+        q.jobs.retain(|j| keep_fills && matches!(j, Job::Fill(_)));
+        q.closed = true;
         self.more.notify_all();
+    }
+
+    fn joined(&self) {
+        crate::lock(&self.state).workers += 1;
+    }
+
+    /// A worker has gone (at the end, or in a panic): after the last, nothing is left queued
+    /// for none to take.
+    fn left(&self) {
+        let last = {
+            let mut q = crate::lock(&self.state);
+            q.workers -= 1;
+            q.workers == 0
+        };
+        if last {
+            self.close(false);
+        }
     }
 }
 
 /// A worker: jobs until reading stops. A part it cannot start or decode is `None`: reading
 /// decodes it and meets the error, if the stream has one there.
 fn work<S: ReadAt + ?Sized>(queue: &Queue, shared: &Shared<S>) {
+    struct Leaving<'a>(&'a Queue);
+    impl Drop for Leaving<'_> {
+        fn drop(&mut self) {
+            self.0.left();
+        }
+    }
+    let _leaving = Leaving(queue);
     while let Some(job) = queue.pop() {
         match job {
             Job::Decode(k, tx) => {
@@ -684,9 +721,13 @@ pub(super) fn start<S: ReadAt + Send + Sync + 'static>(
     };
     for _ in 0..threads.min(parts as usize) {
         let (queue, shared) = (r.queue.clone(), r.shared.clone());
+        r.queue.joined();
         let spawned = std::thread::Builder::new()
             .name("gzip-chunks".into())
             .spawn(move || work(&queue, &shared));
+        if spawned.is_err() {
+            r.queue.left();
+        }
         match spawned {
             Ok(w) => r.workers.push(w),
             // Fewer workers decode the same parts, only slower (a limit on threads reached).
@@ -728,7 +769,8 @@ impl<S: ReadAt + Send + Sync + 'static> GzipReader<S> {
             return;
         }
         let (tx, rx) = sync_channel(1);
-        self.queue.push(Job::Decode(self.waiting, tx));
+        // Refused only once every worker has gone: the part is then decoded by reading.
+        let _ = self.queue.push(Job::Decode(self.waiting, tx));
         self.handed.push_back((self.waiting, rx, None));
         self.waiting += 1;
     }
@@ -865,12 +907,16 @@ impl<S: ReadAt + Send + Sync + 'static> GzipReader<S> {
             let window = Arc::new(self.window.clone());
             self.keep_window(&part.out);
             let (done, filling) = sync_channel(1);
-            self.queue.push(Job::Fill(Fill {
+            let fill = Job::Fill(Fill {
                 part,
                 upto,
                 window,
                 done,
-            }));
+            });
+            // With every worker gone, reading fills it in itself.
+            if let Some(Job::Fill(fill)) = self.queue.push(fill) {
+                fill.run();
+            }
             self.ahead.push_back(Ahead::Filling(filling));
         }
         self.reached(end)
@@ -1614,6 +1660,43 @@ mod tests {
             "the peak memory grew by {} MiB",
             grew >> 20
         );
+    }
+
+    /// A stream whose every read on a worker panics, as a worker's bug would.
+    struct PanicsOnWorkers(Vec<u8>);
+
+    impl ReadAt for PanicsOnWorkers {
+        fn len(&self) -> io::Result<u64> {
+            ReadAt::len(&self.0)
+        }
+
+        fn read_at(&self, at: u64, buf: &mut [u8]) -> io::Result<usize> {
+            if std::thread::current().name() == Some("gzip-chunks") {
+                panic!("a worker's bug");
+            }
+            self.0.read_at(at, buf)
+        }
+    }
+
+    // Guards reading against workers that all panic: nothing is left waiting in their queue,
+    // and reading decodes every part itself, byte-equal, in bounded time.
+    #[test]
+    fn workers_that_all_panic_leave_reading_to_decode_alone() {
+        let data = text(8 * MIB, 31);
+        let blob = system_gz(&data, 6);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let src = Arc::new(PanicsOnWorkers(blob));
+            let mut r = start(src, 2, TEST_SIZES).unwrap().unwrap();
+            let mut out = Vec::new();
+            let _ = tx.send(r.read_to_end(&mut out).map(|_| (out, r.taken)));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("reading hangs");
+        let (out, taken) = got.unwrap();
+        assert!(out == data);
+        assert_eq!(taken, 0);
     }
 
     // Guards the end of the workers: a reader dropped after a few bytes, mid-stream, returns

@@ -15,6 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use read_at::{read_at_most, ByteStream, ReadAt};
 use zstd_frames::FrameReader;
@@ -25,6 +26,9 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 /// in parts against 17.7 s on one core (median of 3, interleaved), a 1.2 GB layer's pull 0.98×.
 const GZIP_PARTS_FROM: usize = 4;
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+/// How long a layer that failed to read waits for its download's end, whose failure (a blob
+/// that fails its digest) would be the cause: not for a registry that holds the rest back.
+const VERDICT_WITHIN: Duration = Duration::from_secs(10);
 
 /// A layer blob as a range of a file, read by position (by many cores at once).
 pub struct Span {
@@ -45,8 +49,9 @@ pub trait Arrival: Send + Sync {
     /// blob is whole). Fails as the writing failed, or once `stop` is set and [`Arrival::wake`]
     /// called.
     fn arrived(&self, at: u64, stop: &AtomicBool) -> io::Result<u64>;
-    /// Returns once the blob is whole and checked; fails as the writing or the check did.
-    fn whole(&self) -> io::Result<()>;
+    /// Once the blob is whole and checked, Ok, or the error the writing or the check failed
+    /// with; `None` where that takes longer than `within`.
+    fn whole(&self, within: Option<Duration>) -> Option<io::Result<()>>;
     /// Every wait looks at its `stop` again.
     fn wake(&self);
 }
@@ -82,8 +87,13 @@ impl Inflating<'_> {
             Some(Ok(Err(e))) => Err(e),
             Some(Err(_)) => Err(io::Error::other("the check of the blob's digest panicked")),
         };
-        // Bytes decoded as they arrived count once the whole blob has been checked.
-        let arrived = self.arrival.map_or(Ok(()), |a| a.whole());
+        // Bytes decoded as they arrived count once the whole blob has been checked. After a
+        // failed read, the download's own failure is the cause to tell, if it comes soon.
+        let within = read.is_err().then_some(VERDICT_WITHIN);
+        let arrived = match self.arrival.and_then(|a| a.whole(within)) {
+            Some(verdict) => verdict,
+            None => Ok(()),
+        };
         checked.and(arrived).map_err(wrap).and(read)
     }
 }
@@ -666,9 +676,11 @@ mod tests {
             })
         }
 
-        fn whole(&self) -> io::Result<()> {
-            self.until(|(_, ended)| ended.clone())
-                .map_err(io::Error::other)
+        fn whole(&self, _: Option<Duration>) -> Option<io::Result<()>> {
+            Some(
+                self.until(|(_, ended)| ended.clone())
+                    .map_err(io::Error::other),
+            )
         }
 
         fn wake(&self) {

@@ -6,6 +6,7 @@ use std::io::{self, Read};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
@@ -337,8 +338,25 @@ impl Arrival for Slot {
         })
     }
 
-    fn whole(&self) -> io::Result<()> {
-        self.wait().map(drop)
+    fn whole(&self, within: Option<Duration>) -> Option<io::Result<()>> {
+        let Some(within) = within else {
+            return Some(self.wait().map(drop));
+        };
+        let deadline = Instant::now() + within;
+        let mut st = crate::lock(&self.state);
+        while st.done.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            st.waiting += 1;
+            st = match self.changed.wait_timeout(st, left) {
+                Ok((st, _)) => st,
+                Err(p) => p.into_inner().0,
+            };
+            st.waiting -= 1;
+        }
+        st.done.as_ref().map(|done| done_path(done).map(drop))
     }
 
     fn wake(&self) {

@@ -23,7 +23,7 @@ impl RegistryClient {
     /// Download blob `desc` into the cache (or find it there) and return its path. Verified
     /// against its digest while streaming; an interrupted download resumes with an HTTP range.
     /// `on_bytes` is told of every chunk, and `on_written` of the file and how many bytes it holds
-    /// after each (its bytes stay in place: a restart writes the same bytes over them); returns
+    /// after each (bytes once written are never written again); returns
     /// the path and, when it was downloaded, the bytes received now (not those a resumed
     /// download already had).
     pub async fn fetch_blob(
@@ -105,21 +105,20 @@ impl RegistryClient {
             .client
             .pull_blob_stream_partial(r, desc.digest.as_str(), part.have, None)
             .await;
-        let stream = match res {
-            Ok(oci_client::client::BlobResponse::Partial(s)) => s,
-            Ok(oci_client::client::BlobResponse::Full(s)) => {
-                // The server ignored the range: start over.
-                if part.have > 0 {
-                    part.restart()?;
-                }
-                s
-            }
+        // The server ignored the range: the bytes the file has are passed over, not written
+        // again (a reader may have read them; the digest covers the file's bytes either way).
+        let (stream, mut skip) = match res {
+            Ok(oci_client::client::BlobResponse::Partial(s)) => (s, 0),
+            Ok(oci_client::client::BlobResponse::Full(s)) => (s, part.have),
             Err(e) => return Ok(Some(e)),
         };
         let mut stream = stream.stream;
         while let Some(chunk) = stream.next().await {
             match chunk {
-                Ok(b) => {
+                Ok(mut b) => {
+                    let passed = b.len().min(usize::try_from(skip).unwrap_or(usize::MAX));
+                    skip -= passed as u64;
+                    b = b.slice(passed..);
                     part.append(&b)?;
                     on_bytes(b.len() as u64);
                     on_written(&part.file, part.have);
@@ -172,10 +171,12 @@ impl PartialBlob {
         Ok(part)
     }
 
-    /// Start the file and the hash over. The bytes stay until written over (a reader of the file
-    /// as it arrives may be reading them); the file is cut to the blob at the end.
+    /// Empty the file and start the hash over.
     fn restart(&mut self) -> Result<(), RegistryError> {
-        self.file.rewind().map_err(|e| io_err(&self.path, e))?;
+        self.file
+            .set_len(0)
+            .and_then(|_| self.file.rewind())
+            .map_err(|e| io_err(&self.path, e))?;
         self.hasher = Sha256::new();
         self.have = 0;
         Ok(())
@@ -196,10 +197,7 @@ impl PartialBlob {
         final_path: &Path,
         registry: &str,
     ) -> Result<(), RegistryError> {
-        self.file
-            .set_len(self.have)
-            .and_then(|_| self.file.sync_all())
-            .map_err(|e| io_err(&self.path, e))?;
+        self.file.sync_all().map_err(|e| io_err(&self.path, e))?;
         let actual = format!("sha256:{}", hex::encode(self.hasher.finalize()));
         if actual != desc.digest || (desc.size > 0 && self.have != desc.size) {
             let _ = fs::remove_file(&self.path);
