@@ -247,14 +247,21 @@ fn retry_after_is_honoured_up_to_a_minute() {
     assert!(!s.join("hours.sqsh").exists());
 }
 
-/// An image whose top layer holds `first` files, then 8 MB that gzip makes 4 MB (parts from
-/// 1 MiB), pushed; the layer's digest and the big file's content.
-fn big_top_layer(
-    s: &Scratch,
-    reg: &Registry,
-    comp: Comp,
-    first: &[(&str, &[u8])],
-) -> (String, Vec<u8>) {
+/// A registry behind a fault proxy with an image whose top layer holds `first` files, then
+/// 8 MB that gzip makes 4 MB (parts from 1 MiB).
+struct BigTop {
+    s: Scratch,
+    _reg: Registry,
+    proxy: Proxy,
+    /// The top layer's digest, the big file's content, the image's reference.
+    top: String,
+    big: Vec<u8>,
+    src: String,
+}
+
+fn big_top_layer(first: &[(&str, &[u8])]) -> BigTop {
+    let s = Scratch::new();
+    let reg = Registry::start(&s.join("reg"), None);
     // 16 letters at random: about 2 to 1.
     let big: Vec<u8> = support::noise(8 << 20, 0x51f15e)
         .iter()
@@ -271,7 +278,7 @@ fn big_top_layer(
         "v1",
         &[
             (LayerTar::new().busybox().finish(), Comp::Gzip),
-            (top, comp),
+            (top, Comp::Gzip),
         ],
         "amd64",
         None,
@@ -279,7 +286,16 @@ fn big_top_layer(
     );
     reg.push(&s.join("layout"), "v1", "test/g:v1", "oci");
     s.chown_all();
-    (img.layer_digests[1].clone(), big)
+    let proxy = Proxy::start(reg.port);
+    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    BigTop {
+        s,
+        _reg: reg,
+        proxy,
+        top: img.layer_digests[1].clone(),
+        big,
+        src,
+    }
 }
 
 // Guards the reading of a layer while it downloads: the image is the registry's byte for byte,
@@ -287,11 +303,8 @@ fn big_top_layer(
 // no image, no bad blob cached), on one core and in parts alike.
 #[test]
 fn a_layer_is_read_while_it_downloads() {
-    let s = Scratch::new();
-    let reg = Registry::start(&s.join("reg"), None);
-    let (top, big) = big_top_layer(&s, &reg, Comp::Gzip, &[]);
-    let proxy = Proxy::start(reg.port);
-    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    let t = big_top_layer(&[]);
+    let (s, proxy, top, big, src) = (t.s, t.proxy, t.top, t.big, t.src);
     let pause = std::time::Duration::from_millis(1500);
     for threads in ["1", "4"] {
         let env = [("GPURUN_PULL_THREADS", threads)];
@@ -326,11 +339,8 @@ fn a_layer_is_read_while_it_downloads() {
 // cached), each while the layer is being read, in parts.
 #[test]
 fn a_layer_read_while_it_downloads_survives_a_restart_and_refuses_extra_bytes() {
-    let s = Scratch::new();
-    let reg = Registry::start(&s.join("reg"), None);
-    let (top, big) = big_top_layer(&s, &reg, Comp::Gzip, &[]);
-    let proxy = Proxy::start(reg.port);
-    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    let t = big_top_layer(&[]);
+    let (s, proxy, top, big, src) = (t.s, t.proxy, t.top, t.big, t.src);
     let env = [("GPURUN_PULL_THREADS", "4")];
     proxy.rule(&top, Action::Truncate(2 << 20), 1);
     proxy.rule(&top, Action::IgnoreRange, 1);
@@ -362,11 +372,8 @@ fn a_layer_read_while_it_downloads_survives_a_restart_and_refuses_extra_bytes() 
 // nothing.
 #[test]
 fn bytes_read_before_a_restart_are_the_ones_the_digest_checks() {
-    let s = Scratch::new();
-    let reg = Registry::start(&s.join("reg"), None);
-    let (top, _) = big_top_layer(&s, &reg, Comp::Gzip, &[]);
-    let proxy = Proxy::start(reg.port);
-    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    let t = big_top_layer(&[]);
+    let (s, proxy, top, src) = (t.s, t.proxy, t.top, t.src);
     let blob = std::fs::read(s.join("layout/blobs/sha256").join(&top[7..])).unwrap();
     let mut tampered = blob[..2 << 20].to_vec();
     tampered[1_500_000] ^= 0xff;
@@ -388,12 +395,9 @@ fn bytes_read_before_a_restart_are_the_ones_the_digest_checks() {
 // twice, differing) fails the pull in seconds, not when the registry lets go.
 #[test]
 fn a_refused_layer_does_not_wait_for_the_rest_of_its_download() {
-    let s = Scratch::new();
-    let reg = Registry::start(&s.join("reg"), None);
     let twice: &[(&str, &[u8])] = &[("data/x", b"one"), ("data/x", b"two")];
-    let (top, _) = big_top_layer(&s, &reg, Comp::Gzip, twice);
-    let proxy = Proxy::start(reg.port);
-    let src = format!("docker://{}/test/g:v1", proxy.addr());
+    let t = big_top_layer(twice);
+    let (s, proxy, top, src) = (t.s, t.proxy, t.top, t.src);
     let held = std::time::Duration::from_secs(40);
     proxy.rule(&top, Action::Pause(1 << 20, held), 1);
     let t0 = std::time::Instant::now();
