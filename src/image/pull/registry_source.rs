@@ -281,9 +281,10 @@ impl Slot {
         matches!(crate::lock(&self.state).done, Some(Err(_)))
     }
 
-    /// `ready` of the state, once it says.
+    /// `ready` of the state, once it says; `TimedOut` at `deadline`, if any.
     fn wait_until<T>(
         &self,
+        deadline: Option<Instant>,
         mut ready: impl FnMut(&SlotState) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let mut st = crate::lock(&self.state);
@@ -291,20 +292,30 @@ impl Slot {
             if let Some(r) = ready(&st) {
                 return r;
             }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
             st.waiting += 1;
-            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = match left {
+                None => self.changed.wait(st).unwrap_or_else(|p| p.into_inner()),
+                Some(l) => match self.changed.wait_timeout(st, l) {
+                    Ok((st, _)) => st,
+                    Err(p) => p.into_inner().0,
+                },
+            };
             st.waiting -= 1;
         }
     }
 
     /// The blob's path, once whole and checked.
     fn wait(&self) -> io::Result<PathBuf> {
-        self.wait_until(|st| st.done.as_ref().map(done_path))
+        self.wait_until(None, |st| st.done.as_ref().map(done_path))
     }
 
     /// The blob as a span: its file as soon as the download writes it, else once whole.
     fn span(self: &Arc<Self>) -> io::Result<Span> {
-        let (file, arriving) = self.wait_until(|st| match (&st.done, &st.growing) {
+        let (file, arriving) = self.wait_until(None, |st| match (&st.done, &st.growing) {
             (Some(done), _) => Some(done_path(done).and_then(File::open).map(|f| (f, false))),
             (None, Some((file, _))) => Some(file.try_clone().map(|f| (f, true))),
             (None, None) => None,
@@ -330,7 +341,7 @@ fn done_path(done: &Result<PathBuf, DownloadFailed>) -> io::Result<PathBuf> {
 
 impl Arrival for Slot {
     fn arrived(&self, at: u64, stop: &AtomicBool) -> io::Result<u64> {
-        self.wait_until(|st| match (&st.done, &st.growing) {
+        self.wait_until(None, |st| match (&st.done, &st.growing) {
             (Some(done), _) => Some(done_path(done).map(|_| self.size)),
             _ if stop.load(Ordering::Relaxed) => Some(Err(io::Error::other("inflating stopped"))),
             (None, Some((_, have))) if *have > at => Some(Ok(*have)),
@@ -339,24 +350,12 @@ impl Arrival for Slot {
     }
 
     fn whole(&self, within: Option<Duration>) -> Option<io::Result<()>> {
-        let Some(within) = within else {
-            return Some(self.wait().map(drop));
-        };
-        let deadline = Instant::now() + within;
-        let mut st = crate::lock(&self.state);
-        while st.done.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            st.waiting += 1;
-            st = match self.changed.wait_timeout(st, left) {
-                Ok((st, _)) => st,
-                Err(p) => p.into_inner().0,
-            };
-            st.waiting -= 1;
+        let deadline = within.map(|w| Instant::now() + w);
+        let verdict = |st: &SlotState| st.done.as_ref().map(|d| done_path(d).map(drop));
+        match self.wait_until(deadline, verdict) {
+            Err(e) if deadline.is_some() && e.kind() == io::ErrorKind::TimedOut => None,
+            r => Some(r),
         }
-        st.done.as_ref().map(|done| done_path(done).map(drop))
     }
 
     fn wake(&self) {
